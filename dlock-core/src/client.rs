@@ -1,0 +1,369 @@
+//! [`LockClient`]: the handle an application keeps, and its builder.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::backend::{Backend, CallError, ConnectOptions};
+use crate::error::{LockError, Result};
+use crate::lease::lease_millis;
+use crate::lock::Lock;
+use crate::pubsub::PubSubService;
+use crate::release::{self, ReleaseJob};
+use crate::watchdog::{self, Registry, Schedule};
+
+/// Shortest accepted watchdog timeout: renewal runs every third of it and needs room for a
+/// round trip and a retry.
+const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// A connection to Redis that hands out distributed locks.
+///
+/// Cheap to clone (an `Arc` inside); clones share connections, the subscriber, the
+/// watchdog and the client id. Build one per process with [`LockClient::connect`] or
+/// [`LockClient::builder`] and keep it for the life of the application. Building a client
+/// spawns background tasks, so it must happen inside a Tokio runtime.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock_core::Result<()> {
+/// # let server = dlock_tests::RedisServer::start();
+/// # let redis_url = server.url();
+/// let client = dlock_core::LockClient::connect(&redis_url).await?;
+/// let guard = client.lock("goods:42").lock().await?;
+/// // ... the critical section ...
+/// guard.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ## Behavior
+///
+/// - **Storage**: one Redis hash per lock, `<key_prefix><name>`, field
+///   `<client-id>:<owner-id>`, value the hold count; all changes are Lua scripts.
+/// - **Reentrancy** follows the call chain, not the thread: see
+///   [`LockGuard::scope`](crate::LockGuard::scope). Outside a scope every acquisition is a
+///   new owner, so two concurrent futures never share a lock by accident.
+/// - **Lease**: with an explicit lease the key expires after it and is never renewed.
+///   Without one the key gets the watchdog timeout (default 30 s) and the client renews it
+///   every third of that while the guard lives.
+/// - **Waiting** uses pub/sub: a waiter sleeps until a release is published, the holder's
+///   TTL runs out, or `max_wait_recheck` passes, whichever is first. No busy polling.
+/// - **Connection loss**: commands are bounded by `command_timeout`; the connection
+///   reconnects by itself; renewal keeps retrying, and a guard whose local deadline
+///   (last confirmed acquire or renewal + lease) passes is reported lost even if Redis is
+///   unreachable, so the holder learns before anyone else can take the lock.
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) id: Uuid,
+    pub(crate) settings: Settings,
+    pub(crate) backend: Backend,
+    pub(crate) pubsub: PubSubService,
+    pub(crate) registry: Arc<Registry>,
+    releases: mpsc::UnboundedSender<ReleaseJob>,
+    next_owner: AtomicU64,
+    next_op: AtomicU64,
+}
+
+/// Validated settings of a client.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) watchdog_timeout: Duration,
+    pub(crate) key_prefix: String,
+    pub(crate) command_timeout: Duration,
+    pub(crate) max_wait_recheck: Duration,
+    pub(crate) retry_attempts: u32,
+    pub(crate) retry_delay: Duration,
+}
+
+impl Settings {
+    /// How long a release memo lives in Redis: long enough to cover every retry of one
+    /// release (see `release.lua`).
+    pub(crate) fn memo_ttl(&self) -> Duration {
+        self.command_timeout * 3 + Duration::from_secs(1)
+    }
+
+    /// The pause before retrying a call that failed with `error`, or `None` to give up.
+    ///
+    /// Only fast, transient failures (dropped or refused connections, failover errors) are
+    /// retried, and only while the whole operation stays within one command timeout: a
+    /// caller never waits much longer than `command_timeout` for an answer.
+    pub(crate) fn retry_after(
+        &self,
+        error: &CallError,
+        failures: u32,
+        started: Instant,
+    ) -> Option<Duration> {
+        if !error.is_transient() || error.is_timeout() || failures >= self.retry_attempts {
+            return None;
+        }
+        let delay = self.retry_delay * 2u32.saturating_pow(failures.min(8));
+        (started.elapsed() + delay < self.command_timeout).then_some(delay)
+    }
+}
+
+impl LockClient {
+    /// Connects to the Redis server at `url` with default settings.
+    ///
+    /// `url` is `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS when the
+    /// `redis` crate's TLS support is enabled.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Config`] for a malformed address, [`LockError::Connect`] when the
+    /// server cannot be reached within the connect timeout.
+    pub async fn connect(url: &str) -> Result<LockClient> {
+        LockClient::builder().connect(url).await
+    }
+
+    /// Starts building a client with non-default settings.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::default()
+    }
+
+    /// A handle to the lock called `name` (the key is the client's key prefix + `name`).
+    ///
+    /// Creating a handle does not talk to Redis; an empty name is reported by the handle's
+    /// operations as [`LockError::InvalidName`].
+    pub fn lock(&self, name: &str) -> Lock {
+        Lock::new(self.clone(), name)
+    }
+
+    /// This client's id: the first half of every owner field it writes.
+    pub fn id(&self) -> Uuid {
+        self.inner.id
+    }
+
+    /// The watchdog timeout: the lease of locks taken without an explicit one.
+    pub fn watchdog_timeout(&self) -> Duration {
+        self.inner.settings.watchdog_timeout
+    }
+
+    /// The prefix put in front of every lock name to form its Redis key.
+    pub fn key_prefix(&self) -> &str {
+        &self.inner.settings.key_prefix
+    }
+}
+
+impl std::fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClient")
+            .field("id", &self.inner.id)
+            .field("settings", &self.inner.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientInner {
+    pub(crate) fn next_owner(&self) -> u64 {
+        self.next_owner.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn next_op(&self) -> u64 {
+        self.next_op.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn id_bits(&self) -> u128 {
+        self.id.as_u128()
+    }
+
+    /// Hands a release to the background task; never blocks, works outside a runtime.
+    pub(crate) fn release_in_background(&self, job: ReleaseJob) {
+        // The receiver lives as long as any clone of the client (this one included).
+        let _ = self.releases.send(job);
+    }
+}
+
+/// Settings for a [`LockClient`]; finish with [`connect`](LockClientBuilder::connect).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock_core::Result<()> {
+/// # let server = dlock_tests::RedisServer::start();
+/// # let redis_url = server.url();
+/// use std::time::Duration;
+///
+/// let client = dlock_core::LockClient::builder()
+///     .key_prefix("shop:")
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .connect(&redis_url)
+///     .await?;
+/// assert_eq!(client.lock("goods:42").key(), "shop:goods:42");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockClientBuilder {
+    watchdog_timeout: Duration,
+    key_prefix: String,
+    command_timeout: Duration,
+    connect_timeout: Duration,
+    max_wait_recheck: Duration,
+    retry_attempts: u32,
+    retry_delay: Duration,
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        LockClientBuilder {
+            watchdog_timeout: Duration::from_secs(30),
+            key_prefix: String::new(),
+            command_timeout: Duration::from_secs(3),
+            connect_timeout: Duration::from_secs(5),
+            max_wait_recheck: Duration::from_secs(1),
+            retry_attempts: 3,
+            retry_delay: Duration::from_millis(50),
+        }
+    }
+}
+
+impl LockClientBuilder {
+    /// Lease of locks taken without an explicit one; renewed every third of it.
+    /// Default 30 s, at least 100 ms.
+    #[must_use]
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// Prefix of every lock key, e.g. `"shop:"`. Default: none.
+    #[must_use]
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Longest wait for one Redis answer. Default 3 s.
+    #[must_use]
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Longest wait for the first connection. Default 5 s.
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// A waiter re-checks the lock at least this often even without an unlock message,
+    /// bounding the cost of a lost pub/sub message. Default 1 s.
+    #[must_use]
+    pub fn max_wait_recheck(mut self, interval: Duration) -> Self {
+        self.max_wait_recheck = interval;
+        self
+    }
+
+    /// How often a call that failed on a dropped or refused connection is retried, within
+    /// one command timeout. Default 3; 0 disables retries.
+    #[must_use]
+    pub fn retry_attempts(mut self, attempts: u32) -> Self {
+        self.retry_attempts = attempts;
+        self
+    }
+
+    /// First pause before a retry, doubled for each further one. Default 50 ms.
+    #[must_use]
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry_delay = delay;
+        self
+    }
+
+    /// Validates the settings, connects to the Redis server at `url` and starts the
+    /// client's background tasks (subscriber, watchdog, background release).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidDuration`] for a watchdog timeout outside 100 ms..=366 days or a
+    /// zero timeout / recheck interval, [`LockError::Config`] for a malformed address,
+    /// [`LockError::Connect`] when Redis cannot be reached.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime (it spawns tasks).
+    pub async fn connect(self, url: &str) -> Result<LockClient> {
+        let settings = self.validate()?;
+        let options = ConnectOptions {
+            connect_timeout: self.connect_timeout,
+            command_timeout: settings.command_timeout,
+        };
+        let backend = Backend::connect(url, &options).await?;
+        Ok(LockClient::start(backend, settings))
+    }
+
+    fn validate(&self) -> Result<Settings> {
+        let lease_ms = lease_millis("watchdog_timeout", self.watchdog_timeout)?;
+        if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT {
+            return Err(LockError::InvalidDuration {
+                what: "watchdog_timeout",
+                value: self.watchdog_timeout,
+                reason: "shorter than 100ms; renewal runs every third of it and needs time for a round trip",
+            });
+        }
+        debug_assert!(lease_ms >= 100);
+        for (what, value) in [
+            ("command_timeout", self.command_timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("max_wait_recheck", self.max_wait_recheck),
+        ] {
+            if value.as_millis() == 0 {
+                return Err(LockError::InvalidDuration {
+                    what,
+                    value,
+                    reason: "must be at least 1ms",
+                });
+            }
+        }
+        Ok(Settings {
+            watchdog_timeout: self.watchdog_timeout,
+            key_prefix: self.key_prefix.clone(),
+            command_timeout: self.command_timeout,
+            max_wait_recheck: self.max_wait_recheck,
+            retry_attempts: self.retry_attempts,
+            retry_delay: self.retry_delay,
+        })
+    }
+}
+
+impl LockClient {
+    fn start(backend: Backend, settings: Settings) -> LockClient {
+        let registry = Arc::new(Registry::default());
+        let (releases, queue) = mpsc::unbounded_channel();
+        tokio::spawn(release::run_background(
+            queue,
+            backend.clone(),
+            settings.clone(),
+        ));
+        tokio::spawn(watchdog::run(
+            Arc::downgrade(&registry),
+            backend.clone(),
+            Schedule {
+                lease: settings.watchdog_timeout,
+                retry_delay: settings.retry_delay,
+            },
+        ));
+        let pubsub = PubSubService::start(backend.clone(), settings.retry_delay);
+        let id = Uuid::new_v4();
+        tracing::debug!(client = %id, "dlock: client started");
+        LockClient {
+            inner: Arc::new(ClientInner {
+                id,
+                settings,
+                backend,
+                pubsub,
+                registry,
+                releases,
+                next_owner: AtomicU64::new(1),
+                next_op: AtomicU64::new(1),
+            }),
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The one error type of dlock-core.
+
+use std::time::Duration;
+
+use humantime::format_duration;
+
+/// What went wrong with a lock operation.
+///
+/// Every variant names the lock (as given to [`LockClient::lock`](crate::LockClient::lock),
+/// without the key prefix) so a log line says which resource was affected.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The wait budget ran out before the lock could be acquired.
+    #[error("lock \"{name}\" not acquired within {}: another owner still holds it", format_duration(*.waited))]
+    Timeout {
+        /// The lock's name.
+        name: String,
+        /// How long the caller was prepared to wait.
+        waited: Duration,
+    },
+
+    /// A release or check found that this owner does not hold the lock: its lease ran out,
+    /// it was force-unlocked, or it was never acquired by this owner. Another owner's lock
+    /// is never touched in this case.
+    #[error("lock \"{name}\" is not held by this owner: its lease expired, it was force-unlocked, or another owner holds it")]
+    NotHeld {
+        /// The lock's name.
+        name: String,
+    },
+
+    /// The lock was lost while its guard was alive: the key vanished, or the lease ran out
+    /// before a renewal could be confirmed. The critical section is no longer protected.
+    #[error("lock \"{name}\" was lost while held: {reason}")]
+    Lost {
+        /// The lock's name.
+        name: String,
+        /// Why the guard considers the lock lost.
+        reason: LossReason,
+    },
+
+    /// Redis refused or failed a command (connection, protocol or script error).
+    #[error("Redis failed while trying to {action} lock \"{name}\": {source}")]
+    Redis {
+        /// The lock's name (empty for client-wide operations such as connecting).
+        name: String,
+        /// What dlock was doing: "acquire", "release", "renew", "connect to"...
+        action: &'static str,
+        /// The error reported by the `redis` crate.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The client could not reach Redis when it was built.
+    #[error("could not connect to Redis at {address}: {}", match .source {
+        Some(e) => e.to_string(),
+        None => "no answer within the connect timeout".to_owned(),
+    })]
+    Connect {
+        /// The address, with any password replaced by `***`.
+        address: String,
+        /// The connection error, `None` when the connect timeout elapsed.
+        #[source]
+        source: Option<redis::RedisError>,
+    },
+
+    /// Redis did not answer within the client's command timeout.
+    #[error("Redis did not answer within {} while trying to {action} lock \"{name}\"; check that the server is reachable or raise `command_timeout`", format_duration(*.timeout))]
+    CommandTimeout {
+        /// The lock's name.
+        name: String,
+        /// What dlock was doing.
+        action: &'static str,
+        /// The command timeout that elapsed.
+        timeout: Duration,
+    },
+
+    /// A lease, wait or other duration setting is outside what dlock and Redis can honour.
+    #[error("invalid {what} {}: {reason}", format_duration(*.value))]
+    InvalidDuration {
+        /// Which setting: "lease", "watchdog_timeout"...
+        what: &'static str,
+        /// The value given.
+        value: Duration,
+        /// Why it is rejected and what is accepted.
+        reason: &'static str,
+    },
+
+    /// A lock name or key prefix is not usable.
+    #[error("invalid lock name {name:?}: {reason}")]
+    InvalidName {
+        /// The name given.
+        name: String,
+        /// Why it is rejected.
+        reason: &'static str,
+    },
+
+    /// The client could not be configured (bad address, bad option).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// Why a held lock is considered lost. See [`LockError::Lost`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// A renewal reached Redis and found the lock no longer held by this owner.
+    NotHeldOnRenewal,
+    /// The local deadline (last confirmed acquire or renewal + lease) passed without a
+    /// newer confirmation, e.g. because Redis was unreachable.
+    LeaseExpired,
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LossReason::NotHeldOnRenewal => "a renewal found it no longer held by this owner",
+            LossReason::LeaseExpired => {
+                "its lease ran out before a renewal was confirmed (Redis unreachable or too slow)"
+            }
+        })
+    }
+}
+
+impl LockError {
+    /// `true` for [`LockError::Timeout`]: the lock is busy, trying again later may succeed.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, LockError::Timeout { .. })
+    }
+
+    /// `true` for [`LockError::NotHeld`].
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, LockError::NotHeld { .. })
+    }
+
+    /// `true` when Redis failed or did not answer: [`LockError::Redis`] or
+    /// [`LockError::CommandTimeout`].
+    pub fn is_redis(&self) -> bool {
+        matches!(
+            self,
+            LockError::Redis { .. } | LockError::CommandTimeout { .. } | LockError::Connect { .. }
+        )
+    }
+}
+
+/// `Result` with [`LockError`].
+pub type Result<T, E = LockError> = std::result::Result<T, E>;

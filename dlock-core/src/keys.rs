@@ -1,0 +1,164 @@
+//! Redis key names for a lock: the hash itself, its unlock channel and its release memos.
+//!
+//! In Redis Cluster a script may only touch keys of one slot, and a sharded unlock message
+//! must be published in the slot of the lock. So every helper name embeds a hash tag that
+//! lands in the lock key's slot: the key's own tag when it has a valid one (cluster spec:
+//! the first `{`, then the first `}` after it, with something in between), otherwise a
+//! short string chosen to hash to the same slot. Naively wrapping the name in `{...}` would
+//! be wrong for names such as `{}` or `a{b}}`, whose slot is that of the whole name.
+
+use std::sync::OnceLock;
+
+const SLOTS: usize = 16_384;
+
+/// The names dlock uses in Redis for one lock.
+#[derive(Debug, Clone)]
+pub(crate) struct LockKeys {
+    /// The lock hash: key prefix + lock name.
+    pub(crate) key: String,
+    /// Channel on which a full release publishes, in the key's slot.
+    pub(crate) channel: String,
+    /// Start of the release memo keys (`<memo_prefix><owner>:<op>`), in the key's slot.
+    pub(crate) memo_prefix: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(prefix: &str, name: &str) -> LockKeys {
+        let key = format!("{prefix}{name}");
+        let anchor = slot_anchor(key.as_bytes());
+        LockKeys {
+            channel: format!("dlock:unlock:{{{anchor}}}:{key}"),
+            memo_prefix: format!("dlock:release:{{{anchor}}}:"),
+            key,
+        }
+    }
+}
+
+/// A hash tag body that hashes to the same cluster slot as `key`.
+fn slot_anchor(key: &[u8]) -> String {
+    // A tag ends at the first `}` after its `{`, so `{tag}` re-parses as the same tag.
+    match hash_tag(key).and_then(|tag| std::str::from_utf8(tag).ok()) {
+        Some(tag) => tag.to_owned(),
+        None => anchor_table()[slot_of(key)].clone(),
+    }
+}
+
+/// The effective hash tag of `key` by the cluster spec's rule, if it has one.
+pub(crate) fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let rest = &key[open + 1..];
+    let close = rest.iter().position(|&b| b == b'}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
+/// The cluster slot of `key`.
+pub(crate) fn slot_of(key: &[u8]) -> usize {
+    usize::from(crc16(hash_tag(key).unwrap_or(key))) % SLOTS
+}
+
+/// CRC-16/XMODEM, the checksum Redis Cluster uses for key slots.
+fn crc16(bytes: &[u8]) -> u16 {
+    bytes.iter().fold(0u16, |crc, &byte| {
+        (0..8).fold(crc ^ (u16::from(byte) << 8), |crc, _| {
+            if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            }
+        })
+    })
+}
+
+/// For every slot, the shortest base-36 string that hashes to it; built once, on first use.
+fn anchor_table() -> &'static [String] {
+    static TABLE: OnceLock<Vec<String>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+        let mut table = vec![String::new(); SLOTS];
+        let mut missing = SLOTS;
+        let mut n: u64 = 0;
+        while missing > 0 {
+            let mut digits = Vec::new();
+            let mut rest = n;
+            loop {
+                digits.push(DIGITS[(rest % 36) as usize]);
+                rest /= 36;
+                if rest == 0 {
+                    break;
+                }
+            }
+            let slot = usize::from(crc16(&digits)) % SLOTS;
+            if table[slot].is_empty() {
+                // Digits are ASCII, so this is valid UTF-8.
+                table[slot] = String::from_utf8(digits).unwrap_or_default();
+                missing -= 1;
+            }
+            n += 1;
+        }
+        table
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc16_matches_the_cluster_spec_reference() {
+        // The cluster specification's test vector.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+    }
+
+    #[test]
+    fn hash_tag_follows_the_first_brace_rule() {
+        assert_eq!(hash_tag(b"goods:{42}"), Some(&b"42"[..]));
+        assert_eq!(hash_tag(b"{a}{b}"), Some(&b"a"[..]));
+        assert_eq!(hash_tag(b"{}"), None);
+        assert_eq!(hash_tag(b"a{"), None);
+        assert_eq!(
+            hash_tag(b"{}{x}"),
+            None,
+            "first `{{` then empty tag: no tag"
+        );
+        assert_eq!(hash_tag(b"a{b}}c"), Some(&b"b"[..]));
+        assert_eq!(hash_tag(b"plain"), None);
+    }
+
+    #[test]
+    fn slots_match_values_measured_on_redis() {
+        // From REDIS-NOTES.md: CLUSTER KEYSLOT '{}' and 'pre:{}'.
+        assert_eq!(slot_of(b"{}"), 15257);
+        assert_eq!(slot_of(b"pre:{}"), 243);
+    }
+
+    #[test]
+    fn helper_names_share_the_lock_key_slot() {
+        for name in [
+            "goods:42",
+            "goods:{42}",
+            "{}",
+            "a{",
+            "{}{x}",
+            "a{b}}c",
+            "}{",
+            "",
+            "ключ",
+        ] {
+            for prefix in ["", "shop:", "{shop}:"] {
+                let keys = LockKeys::new(prefix, name);
+                let slot = slot_of(keys.key.as_bytes());
+                assert_eq!(slot_of(keys.channel.as_bytes()), slot, "{prefix}{name}");
+                let memo = format!("{}client:1:7", keys.memo_prefix);
+                assert_eq!(slot_of(memo.as_bytes()), slot, "{prefix}{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_slot_has_an_anchor() {
+        let table = anchor_table();
+        for (slot, anchor) in table.iter().enumerate() {
+            assert_eq!(slot_of(anchor.as_bytes()), slot);
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Validation of lease-like durations before they reach Redis.
+//!
+//! Redis treats a `PEXPIRE` of 0 ms as "delete now" (so an acquire script would report
+//! success and a second owner could acquire at once), and a `PEXPIRE` too large for its
+//! clock fails *after* the script has written the hash, leaving a lock that never expires.
+//! Every duration that becomes a `PEXPIRE` argument goes through [`lease_millis`] first.
+
+use std::time::Duration;
+
+use crate::error::{LockError, Result};
+
+/// The longest lease dlock accepts: 366 days.
+///
+/// Redis could store longer expiries, but a lock lease beyond a year is almost always a
+/// unit mistake, and a bounded value keeps every expiry far from Redis's overflow limits.
+pub const MAX_LEASE: Duration = Duration::from_secs(366 * 24 * 60 * 60);
+
+/// Converts `lease` to whole milliseconds for `PEXPIRE`, rejecting values Redis would
+/// misinterpret. `what` names the setting in the error ("lease", "watchdog_timeout").
+pub(crate) fn lease_millis(what: &'static str, lease: Duration) -> Result<u64> {
+    let invalid = |reason| LockError::InvalidDuration {
+        what,
+        value: lease,
+        reason,
+    };
+    if lease > MAX_LEASE {
+        return Err(invalid(
+            "longer than the maximum of 366 days; use the watchdog (no lease) for long critical sections",
+        ));
+    }
+    let millis = lease.as_millis();
+    if millis == 0 {
+        return Err(invalid(
+            "shorter than 1ms; Redis expiries have millisecond resolution and a 0ms expiry deletes the lock at once",
+        ));
+    }
+    // MAX_LEASE is far below u64::MAX milliseconds, so this cannot truncate.
+    Ok(millis as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_whole_milliseconds_and_truncates_fractions() {
+        assert_eq!(lease_millis("lease", Duration::from_millis(1)).unwrap(), 1);
+        assert_eq!(
+            lease_millis("lease", Duration::from_micros(1500)).unwrap(),
+            1
+        );
+        assert_eq!(lease_millis("lease", MAX_LEASE).unwrap(), 31_622_400_000);
+    }
+
+    #[test]
+    fn rejects_values_redis_would_misread() {
+        for bad in [
+            Duration::ZERO,
+            Duration::from_micros(999),
+            MAX_LEASE + Duration::from_millis(1),
+            Duration::MAX,
+        ] {
+            let err = lease_millis("lease", bad).unwrap_err();
+            assert!(
+                matches!(err, LockError::InvalidDuration { what: "lease", .. }),
+                "{bad:?} gave {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn error_message_says_what_and_why() {
+        let err = lease_millis("watchdog_timeout", Duration::from_micros(500)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid watchdog_timeout 500us: shorter than 1ms; Redis expiries have millisecond resolution and a 0ms expiry deletes the lock at once"
+        );
+    }
+}

@@ -1,0 +1,398 @@
+//! [`Lock`]: a named lock handle and the acquisition loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::LockClient;
+use crate::error::{LockError, Result};
+use crate::guard::LockGuard;
+use crate::held::Held;
+use crate::keys::LockKeys;
+use crate::lease::lease_millis;
+use crate::owner;
+use crate::pubsub::Subscription;
+use crate::release::{ReleaseJob, ReleaseMode};
+use crate::scripts::scripts;
+
+/// A handle to one named lock, from [`LockClient::lock`]. Cheap to clone; creating it does
+/// not talk to Redis. An empty name is reported as [`LockError::InvalidName`] by every
+/// operation.
+///
+/// Every acquisition method returns a [`LockGuard`]. They differ in how long they wait
+/// and whether the lock has an explicit lease:
+///
+/// | method | waits | lease |
+/// |---|---|---|
+/// | [`lock`](Lock::lock) | until acquired | watchdog |
+/// | [`lock_with_lease`](Lock::lock_with_lease) | until acquired | explicit |
+/// | [`try_lock`](Lock::try_lock) | no | watchdog |
+/// | [`try_lock_for`](Lock::try_lock_for) | up to `wait` | watchdog |
+/// | [`try_lock_with`](Lock::try_lock_with) | up to `wait` | explicit |
+///
+/// # Cancel safety
+///
+/// All acquisition methods are cancel safe: dropping the future never leaves a lock
+/// behind. If the acquire script may have run when the future is dropped (its reply was
+/// outstanding), a release for the same owner is queued in the background.
+#[derive(Clone)]
+pub struct Lock {
+    client: LockClient,
+    name: Arc<str>,
+    keys: Arc<LockKeys>,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.name)
+            .field("key", &self.keys.key)
+            .finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(client: LockClient, name: &str) -> Lock {
+        let keys = LockKeys::new(&client.inner.settings.key_prefix, name);
+        Lock {
+            client,
+            name: name.into(),
+            keys: Arc::new(keys),
+        }
+    }
+
+    /// Names are checked when used, so that `client.lock(name)` stays infallible.
+    fn check_name(&self) -> Result<()> {
+        if self.name.is_empty() {
+            return Err(LockError::InvalidName {
+                name: String::new(),
+                reason: "a lock name must not be empty",
+            });
+        }
+        Ok(())
+    }
+
+    /// The lock's name, without the key prefix.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis key of the lock hash (key prefix + name).
+    pub fn key(&self) -> &str {
+        &self.keys.key
+    }
+
+    /// Acquires the lock, waiting as long as it takes; the watchdog keeps the lease alive
+    /// while the guard lives.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// let lock = client.lock("goods:42");
+    /// let guard = lock.lock().await?;
+    /// assert!(lock.is_locked().await?);
+    /// guard.unlock().await?;
+    /// assert!(!lock.is_locked().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis fails; never
+    /// `Timeout`.
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.acquire(None, None).await
+    }
+
+    /// Acquires the lock, waiting as long as it takes; the key expires after `lease` and is
+    /// not renewed.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidDuration`] for a lease under 1 ms or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE) (nothing is sent to Redis); Redis errors as for
+    /// [`lock`](Lock::lock).
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire(None, Some(lease)).await
+    }
+
+    /// One attempt, no waiting; the watchdog keeps the lease alive.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Timeout`] when another owner holds the lock.
+    pub async fn try_lock(&self) -> Result<LockGuard> {
+        self.acquire(Some(Duration::ZERO), None).await
+    }
+
+    /// Waits up to `wait` for the lock; the watchdog keeps the lease alive.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Timeout`] when `wait` passes before the lock is free.
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<LockGuard> {
+        self.acquire(Some(wait), None).await
+    }
+
+    /// Waits up to `wait` for the lock; the key expires after `lease` and is not renewed.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Timeout`] when `wait` passes first; [`LockError::InvalidDuration`] for
+    /// a bad lease.
+    pub async fn try_lock_with(&self, wait: Duration, lease: Duration) -> Result<LockGuard> {
+        self.acquire(Some(wait), Some(lease)).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.check_name()?;
+        let exists: bool = self
+            .query("check", redis::cmd("EXISTS").arg(&self.keys.key))
+            .await?;
+        Ok(exists)
+    }
+
+    /// Whether the current call chain holds the lock: code inside
+    /// [`LockGuard::scope`] of a guard of this lock (or inside a `#[distributed_lock]`
+    /// function). Outside such a scope there is no call-chain owner and this is `false`.
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    pub async fn is_held(&self) -> Result<bool> {
+        Ok(self.hold_count().await? > 0)
+    }
+
+    /// How many times the current call chain holds the lock (0 outside a guard's
+    /// [`scope`](LockGuard::scope), or when the lease ran out).
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    pub async fn hold_count(&self) -> Result<u32> {
+        self.check_name()?;
+        let inner = &self.client.inner;
+        let Some(owner) = owner::current_owner(inner.id_bits(), &self.keys.key) else {
+            return Ok(0);
+        };
+        let field = format!("{}:{owner}", inner.id);
+        let count: Option<u32> = self
+            .query("check", redis::cmd("HGET").arg(&self.keys.key).arg(field))
+            .await?;
+        Ok(count.unwrap_or(0))
+    }
+
+    /// Time until the lock expires; `None` when it is not locked (or has no expiry, which
+    /// dlock never creates).
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        self.check_name()?;
+        let ttl: i64 = self
+            .query("check", redis::cmd("PTTL").arg(&self.keys.key))
+            .await?;
+        Ok(u64::try_from(ttl).ok().map(Duration::from_millis))
+    }
+
+    /// Deletes the lock whoever holds it and wakes a waiter. Returns whether a lock was
+    /// deleted. The former holder's guard finds out at its next renewal (`lost()`), and
+    /// its `unlock` reports [`LockError::NotHeld`].
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.check_name()?;
+        let inner = &self.client.inner;
+        let mut invocation = scripts().force_unlock.prepare_invoke();
+        invocation
+            .key(&self.keys.key)
+            .key(&self.keys.channel)
+            .arg(inner.backend.publish_command());
+        let deleted: bool = inner
+            .backend
+            .invoke(&invocation)
+            .await
+            .map_err(|e| e.into_lock_error(&self.name, "force-unlock"))?;
+        tracing::info!(lock = %self.name, deleted, "dlock: force unlock");
+        Ok(deleted)
+    }
+
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        action: &'static str,
+        cmd: &redis::Cmd,
+    ) -> Result<T> {
+        self.client
+            .inner
+            .backend
+            .query(cmd)
+            .await
+            .map_err(|e| e.into_lock_error(&self.name, action))
+    }
+
+    /// The acquisition loop. `wait: None` waits forever; `lease: None` uses the watchdog.
+    async fn acquire(&self, wait: Option<Duration>, lease: Option<Duration>) -> Result<LockGuard> {
+        self.check_name()?;
+        let inner = &self.client.inner;
+        let settings = &inner.settings;
+        let watchdog = lease.is_none();
+        let lease = lease.unwrap_or(settings.watchdog_timeout);
+        let lease_ms = lease_millis("lease", lease)?;
+        let started = Instant::now();
+        // A wait too long to represent is a wait without end.
+        let give_up_at = wait.and_then(|wait| started.checked_add(wait));
+
+        let reentered = owner::current_owner(inner.id_bits(), &self.keys.key);
+        let owner = reentered.unwrap_or_else(|| inner.next_owner());
+        let field: Arc<str> = format!("{}:{owner}", inner.id).into();
+        let mut attempt = Attempt {
+            lock: self,
+            field: Arc::clone(&field),
+            // Only a fresh owner may be cleaned up wholesale; a re-entry's stray hold goes
+            // with the outermost guard's release.
+            compensate: reentered.is_none(),
+            maybe_applied: false,
+        };
+        let mut subscription: Option<Subscription> = None;
+
+        loop {
+            let (sent_at, busy_ttl) = attempt.run(lease_ms, give_up_at).await?;
+            let Some(ttl) = busy_ttl else {
+                attempt.maybe_applied = false;
+                let held = Held::new(
+                    Arc::clone(&self.name),
+                    Arc::clone(&self.keys),
+                    field,
+                    lease,
+                    sent_at,
+                );
+                tracing::debug!(lock = %self.name, owner, reentered = reentered.is_some(), waited = ?started.elapsed(), "dlock: acquired");
+                let mode = if reentered.is_some() {
+                    ReleaseMode::One
+                } else {
+                    ReleaseMode::All
+                };
+                return Ok(LockGuard::new(
+                    self.client.clone(),
+                    held,
+                    owner,
+                    mode,
+                    watchdog,
+                ));
+            };
+
+            let now = Instant::now();
+            let remaining = match give_up_at {
+                Some(at) if at <= now => {
+                    tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
+                    return Err(LockError::Timeout {
+                        name: self.name.to_string(),
+                        waited: wait.unwrap_or_default(),
+                    });
+                }
+                Some(at) => at - now,
+                None => Duration::MAX,
+            };
+            let recheck = settings.max_wait_recheck.min(remaining);
+            match &mut subscription {
+                None => {
+                    // Subscribe, then try again once Redis confirmed: a release published
+                    // between our attempt and the subscription would otherwise be missed.
+                    tracing::trace!(lock = %self.name, ttl, "dlock: waiting for release");
+                    let new = subscription.insert(inner.pubsub.subscribe(&self.keys.channel));
+                    let _ = tokio::time::timeout(recheck, new.confirmed()).await;
+                }
+                Some(subscription) => {
+                    // Never sleep past the holder's TTL, the recheck interval or the budget.
+                    let nap = u64::try_from(ttl)
+                        .map(Duration::from_millis)
+                        .map_or(recheck, |ttl| ttl.min(recheck));
+                    let _ = tokio::time::timeout(nap, subscription.notified()).await;
+                }
+            }
+        }
+    }
+}
+
+/// One owner's attempts to run the acquire script; queues a release if dropped while an
+/// attempt may have taken the lock (its reply never came).
+struct Attempt<'a> {
+    lock: &'a Lock,
+    field: Arc<str>,
+    compensate: bool,
+    maybe_applied: bool,
+}
+
+impl Attempt<'_> {
+    /// Runs the acquire script, retrying fast transient failures. Returns the send time of
+    /// the successful call and `None` when acquired, or the holder's TTL in ms when busy.
+    async fn run(
+        &mut self,
+        lease_ms: u64,
+        give_up_at: Option<Instant>,
+    ) -> Result<(Instant, Option<i64>)> {
+        let inner = &self.lock.client.inner;
+        let mut invocation = scripts().acquire.prepare_invoke();
+        invocation
+            .key(&self.lock.keys.key)
+            .arg(lease_ms)
+            .arg(&*self.field);
+        let started = Instant::now();
+        let mut failures = 0;
+        loop {
+            self.maybe_applied = true;
+            let sent_at = Instant::now();
+            match inner.backend.invoke::<Option<i64>>(&invocation).await {
+                Ok(reply) => {
+                    if reply.is_some() {
+                        // Redis answered "busy": nothing of ours is there.
+                        self.maybe_applied = false;
+                    }
+                    return Ok((sent_at, reply));
+                }
+                Err(error) => {
+                    let retry = inner
+                        .settings
+                        .retry_after(&error, failures, started)
+                        .filter(|delay| give_up_at.is_none_or(|at| Instant::now() + *delay < at));
+                    match retry {
+                        Some(delay) => {
+                            failures += 1;
+                            tracing::debug!(lock = %self.lock.name, %error, "dlock: acquire failed; retrying");
+                            tokio::time::sleep(delay).await;
+                        }
+                        None => return Err(error.into_lock_error(&self.lock.name, "acquire")),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if self.maybe_applied && self.compensate {
+            let inner = &self.lock.client.inner;
+            tracing::debug!(lock = %self.lock.name, "dlock: acquire outcome unknown; releasing in the background");
+            inner.release_in_background(ReleaseJob {
+                name: Arc::clone(&self.lock.name),
+                keys: Arc::clone(&self.lock.keys),
+                field: Arc::clone(&self.field),
+                mode: ReleaseMode::All,
+                op: inner.next_op(),
+            });
+        }
+    }
+}

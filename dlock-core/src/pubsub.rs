@@ -1,0 +1,228 @@
+//! Unlock notifications: one subscriber connection per client, channels shared by all the
+//! client's waiters on a lock and reference-counted.
+//!
+//! A release publishes one message; it wakes one local waiter of the channel
+//! (`Notify::notify_one`), so a hand-off does not stampede every waiter at Redis. If the
+//! woken waiter is cancelled before it runs, tokio passes the wake-up to the next one. When
+//! the subscriber connection is re-established every waiter is woken, because messages
+//! published while it was down are gone.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, watch, Notify};
+
+use crate::backend::Backend;
+
+/// The client's subscription service.
+pub(crate) struct PubSubService {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    channels: Mutex<HashMap<String, Channel>>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+struct Channel {
+    waiters: usize,
+    wake: Arc<Notify>,
+    confirmed: watch::Receiver<bool>,
+    confirm: watch::Sender<bool>,
+}
+
+enum Command {
+    Subscribe(String),
+    Unsubscribe(String),
+}
+
+/// One waiter's interest in a channel; dropping it releases the interest.
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    channel: String,
+    wake: Arc<Notify>,
+    confirmed: watch::Receiver<bool>,
+}
+
+impl PubSubService {
+    /// Starts the subscriber task; it runs until the service is dropped.
+    pub(crate) fn start(backend: Backend, retry_delay: Duration) -> PubSubService {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            channels: Mutex::new(HashMap::new()),
+            commands,
+        });
+        tokio::spawn(run(Arc::downgrade(&shared), receiver, backend, retry_delay));
+        PubSubService { shared }
+    }
+
+    /// Registers interest in `channel`; the subscription may not be confirmed yet.
+    pub(crate) fn subscribe(&self, channel: &str) -> Subscription {
+        let mut channels = self.shared.lock_channels();
+        let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
+            let (confirm, confirmed) = watch::channel(false);
+            let _ = self
+                .shared
+                .commands
+                .send(Command::Subscribe(channel.to_owned()));
+            Channel {
+                waiters: 0,
+                wake: Arc::new(Notify::new()),
+                confirmed,
+                confirm,
+            }
+        });
+        entry.waiters += 1;
+        Subscription {
+            shared: Arc::clone(&self.shared),
+            channel: channel.to_owned(),
+            wake: Arc::clone(&entry.wake),
+            confirmed: entry.confirmed.clone(),
+        }
+    }
+}
+
+impl Shared {
+    fn lock_channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wake_all(&self) {
+        for channel in self.lock_channels().values() {
+            channel.wake.notify_waiters();
+            channel.wake.notify_one();
+        }
+    }
+}
+
+impl Subscription {
+    /// Completes once Redis confirmed the subscription (unlock messages will arrive).
+    pub(crate) async fn confirmed(&mut self) {
+        // The sender lives in the shared map as long as this subscription exists.
+        let _ = self.confirmed.wait_for(|confirmed| *confirmed).await;
+    }
+
+    /// Completes when an unlock message for the channel arrives (or the subscriber
+    /// reconnected and messages may have been missed).
+    pub(crate) async fn notified(&self) {
+        self.wake.notified().await;
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut channels = self.shared.lock_channels();
+        if let Some(entry) = channels.get_mut(&self.channel) {
+            entry.waiters -= 1;
+            if entry.waiters == 0 {
+                channels.remove(&self.channel);
+                let _ = self
+                    .shared
+                    .commands
+                    .send(Command::Unsubscribe(self.channel.clone()));
+            }
+        }
+    }
+}
+
+/// The subscriber task: (re)connects, keeps the wanted channels subscribed, routes messages.
+async fn run(
+    shared: Weak<Shared>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    backend: Backend,
+    retry_delay: Duration,
+) {
+    let mut failures: u32 = 0;
+    loop {
+        let connection = match backend.pubsub().await {
+            Ok(connection) => connection,
+            Err(error) => {
+                if shared.strong_count() == 0 {
+                    return;
+                }
+                failures += 1;
+                tracing::warn!(%error, attempt = failures, "dlock: subscriber connection failed; retrying");
+                tokio::time::sleep(retry_delay * 2u32.saturating_pow(failures.min(6))).await;
+                continue;
+            }
+        };
+        let (mut sink, mut messages) = connection.split();
+
+        // Subscribe everything wanted right now; later changes arrive as commands.
+        let wanted: Vec<(String, watch::Sender<bool>)> = match shared.upgrade() {
+            Some(shared) => shared
+                .lock_channels()
+                .iter()
+                .map(|(name, channel)| (name.clone(), channel.confirm.clone()))
+                .collect(),
+            None => return,
+        };
+        let mut healthy = true;
+        for (name, confirm) in &wanted {
+            if sink.subscribe(name).await.is_err() {
+                healthy = false;
+                break;
+            }
+            confirm.send_replace(true);
+        }
+        if healthy {
+            if failures > 0 {
+                tracing::info!("dlock: subscriber connection re-established");
+            }
+            failures = 0;
+            if let Some(shared) = shared.upgrade() {
+                shared.wake_all();
+            }
+        }
+
+        while healthy {
+            tokio::select! {
+                command = commands.recv() => match command {
+                    None => return,
+                    Some(Command::Subscribe(name)) => {
+                        let confirm = shared.upgrade().and_then(|shared| {
+                            shared.lock_channels().get(&name).map(|c| c.confirm.clone())
+                        });
+                        // Already unsubscribed again before we got to it: nothing to do.
+                        let Some(confirm) = confirm else { continue };
+                        if sink.subscribe(&name).await.is_err() {
+                            healthy = false;
+                        } else {
+                            confirm.send_replace(true);
+                        }
+                    }
+                    Some(Command::Unsubscribe(name)) => {
+                        let wanted_again = shared
+                            .upgrade()
+                            .is_some_and(|shared| shared.lock_channels().contains_key(&name));
+                        if !wanted_again && sink.unsubscribe(&name).await.is_err() {
+                            healthy = false;
+                        }
+                    }
+                },
+                message = messages.next() => match message {
+                    Some(message) => {
+                        let wake = shared.upgrade().and_then(|shared| {
+                            shared
+                                .lock_channels()
+                                .get(message.get_channel_name())
+                                .map(|c| Arc::clone(&c.wake))
+                        });
+                        if let Some(wake) = wake {
+                            wake.notify_one();
+                        }
+                    }
+                    None => healthy = false,
+                },
+            }
+        }
+        tracing::warn!("dlock: subscriber connection lost; reconnecting");
+        if let Some(shared) = shared.upgrade() {
+            for channel in shared.lock_channels().values() {
+                channel.confirm.send_replace(false);
+            }
+        }
+    }
+}

@@ -1,0 +1,25 @@
+-- Renew the leases of many held locks in one call (the watchdog's batch).
+--
+-- KEYS[i]    lock hash i
+-- ARGV[1]    lease in milliseconds
+-- ARGV[i+1]  owner field for KEYS[i]
+--
+-- Returns an array: 1 where the owner still holds the lock (its expiry is now at least the
+-- lease), 0 where it does not (the lock is lost).
+local lease = tonumber(ARGV[1])
+if lease == nil or lease < 1 or lease > 31622400000 then
+  return redis.error_reply('ERR dlock renew: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[1]))
+end
+
+local renewed = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('hexists', key, ARGV[i + 1]) == 1 then
+    if redis.call('pttl', key) < lease then
+      redis.call('pexpire', key, lease)
+    end
+    renewed[i] = 1
+  else
+    renewed[i] = 0
+  end
+end
+return renewed

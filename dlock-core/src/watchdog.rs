@@ -1,0 +1,127 @@
+//! Lease renewal for locks held without an explicit lease.
+//!
+//! One task per client renews every registered lock once per period (watchdog timeout / 3),
+//! in batches: one `renew` script call carries up to [`BATCH`] locks, so 10,000 held locks
+//! cost a handful of round trips per period instead of 10,000 timers. A failed round is
+//! retried with backoff until the next period; only a definitive "not held" from Redis, or
+//! the local deadline passing, marks a guard lost.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::error::LossReason;
+use crate::held::Held;
+use crate::scripts::scripts;
+
+/// Locks per `renew` script call.
+const BATCH: usize = 512;
+
+/// The set of locks the watchdog keeps alive.
+#[derive(Default)]
+pub(crate) struct Registry {
+    entries: Mutex<HashMap<u64, Arc<Held>>>,
+    next_id: AtomicU64,
+}
+
+impl Registry {
+    pub(crate) fn register(&self, held: Arc<Held>) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.lock_entries().insert(id, held);
+        id
+    }
+
+    pub(crate) fn unregister(&self, id: u64) {
+        self.lock_entries().remove(&id);
+    }
+
+    fn snapshot(&self) -> Vec<(u64, Arc<Held>)> {
+        self.lock_entries()
+            .iter()
+            .map(|(id, held)| (*id, Arc::clone(held)))
+            .collect()
+    }
+
+    fn lock_entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Held>>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Timing of the renewal loop.
+pub(crate) struct Schedule {
+    /// The watchdog timeout (validated by the client builder).
+    pub(crate) lease: Duration,
+    pub(crate) retry_delay: Duration,
+}
+
+/// Runs until the registry is dropped (the client is gone).
+pub(crate) async fn run(registry: Weak<Registry>, backend: Backend, schedule: Schedule) {
+    let period = schedule.lease / 3;
+    let mut next = Instant::now() + period;
+    let mut failures: u32 = 0;
+    loop {
+        tokio::time::sleep_until(next).await;
+        let Some(registry) = registry.upgrade() else {
+            return;
+        };
+        let held = registry.snapshot();
+        let round_started = Instant::now();
+        match renew_round(&registry, &backend, &schedule, &held).await {
+            Ok(()) => {
+                failures = 0;
+                next = round_started + period;
+            }
+            Err(error) => {
+                failures += 1;
+                expire_overdue(&registry, &held);
+                let backoff = schedule.retry_delay * 2u32.saturating_pow(failures.min(8) - 1);
+                tracing::warn!(%error, locks = held.len(), attempt = failures, "dlock: lease renewal failed; retrying");
+                next = Instant::now() + backoff.min(period);
+            }
+        }
+    }
+}
+
+/// Renews every lock in `held`; drops the ones Redis no longer has for us.
+async fn renew_round(
+    registry: &Registry,
+    backend: &Backend,
+    schedule: &Schedule,
+    held: &[(u64, Arc<Held>)],
+) -> Result<(), crate::backend::CallError> {
+    for chunk in held.chunks(BATCH) {
+        let mut invocation = scripts().renew.prepare_invoke();
+        invocation.arg(schedule.lease.as_millis() as u64);
+        for (_, lock) in chunk {
+            invocation.key(&lock.keys.key).arg(&*lock.field);
+        }
+        let sent_at = Instant::now();
+        let renewed: Vec<i64> = backend.invoke(&invocation).await?;
+        for ((id, lock), still_held) in chunk.iter().zip(renewed) {
+            if still_held == 1 {
+                lock.confirm(sent_at);
+                tracing::trace!(lock = %lock.name, "dlock: lease renewed");
+            } else {
+                registry.unregister(*id);
+                // A guard released while this round was in flight is not "lost".
+                if !lock.is_released() {
+                    lock.mark_lost(LossReason::NotHeldOnRenewal);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// After a failed round: locks whose local deadline passed are lost, whatever Redis says later.
+fn expire_overdue(registry: &Registry, held: &[(u64, Arc<Held>)]) {
+    for (id, lock) in held {
+        if lock.loss().is_some() {
+            registry.unregister(*id);
+        }
+    }
+}
