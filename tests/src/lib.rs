@@ -1,0 +1,35 @@
+//! Real-Redis test harness for dlock.
+//!
+//! This crate is synchronous std code: it starts throw-away `redis-server` processes and
+//! puts a fault-injecting TCP proxy between a client and a server. It is used by the
+//! integration tests in `tests/tests/`, whatever async runtime those use.
+//!
+//! - [`RedisServer`] runs `redis-server` (the `DLOCK_REDIS_SERVER` environment variable,
+//!   else `redis-server` from `PATH`) on a free `127.0.0.1` port in its own temporary
+//!   directory, and kills it when dropped, also when a test panics. It can be paused
+//!   (`SIGSTOP`) and resumed to simulate a hung server.
+//! - [`TcpProxy`] forwards connections to a server and can lose the reply to the next
+//!   request (applied by Redis, failed for the client), hold new connections, or reset
+//!   all open connections.
+//!
+//! ```
+//! use dlock_tests::{RedisServer, TcpProxy};
+//!
+//! let server = RedisServer::start();
+//! let proxy = TcpProxy::start(server.addr());
+//! let mut connection = redis::Client::open(proxy.url())
+//!     .unwrap()
+//!     .get_connection()
+//!     .unwrap();
+//! let pong: String = redis::cmd("PING").query(&mut connection).unwrap();
+//! assert_eq!(pong, "PONG");
+//! ```
+//!
+//! Redis must be installed: `apt-get install -y redis-server redis-sentinel redis-tools`.
+
+mod proxy;
+mod server;
+pub mod workload;
+
+pub use proxy::TcpProxy;
+pub use server::{RedisServer, REDIS_SERVER_ENV};
