@@ -1,0 +1,155 @@
+//! Explicit leases: expiry, safe release after expiry, and validation before Redis.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use dlock_core::{LockClient, LockError, MAX_LEASE};
+use dlock_tests::RedisServer;
+use redis::Commands;
+
+#[tokio::test]
+async fn an_expired_lease_lets_another_client_in_and_the_late_unlock_is_not_held() {
+    let server = RedisServer::start();
+    let first = LockClient::connect(&server.url()).await.unwrap();
+    let second = LockClient::connect(&server.url()).await.unwrap();
+
+    let stale = first
+        .lock("lease")
+        .lock_with_lease(Duration::from_millis(500))
+        .await
+        .unwrap();
+    let ttl: i64 = server.connection().pttl("lease").unwrap();
+    assert!((1..=500).contains(&ttl), "PTTL {ttl}");
+    assert!(second
+        .lock("lease")
+        .try_lock()
+        .await
+        .unwrap_err()
+        .is_timeout());
+
+    // Waits for the expiry (no unlock message comes: the key just expires).
+    let fresh = second
+        .lock("lease")
+        .try_lock_for(Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert!(
+        stale.is_lost(),
+        "the first guard's local deadline has passed"
+    );
+
+    let err = stale.unlock().await.unwrap_err();
+    assert!(
+        matches!(err, LockError::NotHeld { ref name } if name == "lease"),
+        "{err}"
+    );
+    let fields: HashMap<String, u32> = server.connection().hgetall("lease").unwrap();
+    assert_eq!(fields.len(), 1);
+    let (field, count) = fields.into_iter().next().unwrap();
+    assert!(field.starts_with(&second.id().to_string()), "{field}");
+    assert_eq!(count, 1, "the new holder's lock is untouched");
+    fresh.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn leases_redis_would_misread_are_rejected_before_anything_is_written() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let lock = client.lock("validated");
+    for lease in [
+        Duration::ZERO,
+        Duration::from_micros(500),
+        Duration::MAX,
+        MAX_LEASE + Duration::from_secs(1),
+        Duration::from_millis(u64::MAX),
+    ] {
+        for result in [
+            lock.lock_with_lease(lease).await,
+            lock.try_lock_with(Duration::ZERO, lease).await,
+        ] {
+            let err = result.unwrap_err();
+            assert!(
+                matches!(err, LockError::InvalidDuration { what: "lease", .. }),
+                "{lease:?}: {err}"
+            );
+        }
+    }
+    let keys: usize = redis::cmd("DBSIZE")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(keys, 0, "nothing may reach Redis for an invalid lease");
+}
+
+#[tokio::test]
+async fn the_acquire_script_itself_refuses_a_bad_lease_without_writing() {
+    // Defence in depth: even a caller bypassing the client checks cannot create a lock
+    // without expiry. Load the shipped script and call it directly.
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let script = redis::Script::new(include_str!("../../dlock-core/src/scripts/acquire.lua"));
+    for lease in ["0", "-1", "9223372036854775807", "abc"] {
+        let result: redis::RedisResult<Option<i64>> = script
+            .key("raw")
+            .arg(lease)
+            .arg("owner:1")
+            .invoke(&mut conn);
+        assert!(result.is_err(), "lease {lease} was accepted");
+    }
+    let exists: bool = conn.exists("raw").unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test]
+async fn settings_are_validated_when_the_client_is_built() {
+    let server = RedisServer::start();
+    for (builder, what) in [
+        (
+            LockClient::builder().watchdog_timeout(Duration::from_millis(50)),
+            "watchdog_timeout",
+        ),
+        (
+            LockClient::builder().watchdog_timeout(Duration::MAX),
+            "watchdog_timeout",
+        ),
+        (
+            LockClient::builder().command_timeout(Duration::ZERO),
+            "command_timeout",
+        ),
+        (
+            LockClient::builder().max_wait_recheck(Duration::from_micros(10)),
+            "max_wait_recheck",
+        ),
+    ] {
+        let err = builder.connect(&server.url()).await.unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidDuration { what: w, .. } if w == what),
+            "{what}: {err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_empty_lock_name_is_an_error_not_a_key() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let err = client.lock("").lock().await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidName { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "invalid lock name \"\": a lock name must not be empty"
+    );
+    let keys: usize = redis::cmd("DBSIZE")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(keys, 0);
+}
+
+#[tokio::test]
+async fn a_bad_address_is_a_config_error_that_hides_the_password() {
+    let err = LockClient::connect("redis://user:hunter2@127.0.0.1:notaport")
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, LockError::Config(_)), "{message}");
+    assert!(!message.contains("hunter2"), "{message}");
+}

@@ -1,0 +1,190 @@
+//! Release on every exit path, cancellation safety, safe retries and a dead Redis.
+
+use std::time::{Duration, Instant};
+
+use dlock_core::{LockClient, LockError};
+use dlock_tests::{RedisServer, TcpProxy};
+use redis::Commands;
+
+/// Polls until `key` is gone; returns how long that took.
+async fn gone_within(server: &RedisServer, key: &str, limit: Duration) -> Duration {
+    let started = Instant::now();
+    let mut conn = server.connection();
+    loop {
+        let exists: bool = conn.exists(key).unwrap();
+        if !exists {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{key} still locked after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_within_100ms() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let guard = client.lock("dropped").lock().await.unwrap();
+    drop(guard);
+    gone_within(&server, "dropped", Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
+async fn a_panic_in_the_critical_section_releases_within_100ms() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let lock = client.lock("panicked");
+    let task = tokio::spawn(async move {
+        let _guard = lock.lock().await.unwrap();
+        panic!("boom inside the critical section");
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    gone_within(&server, "panicked", Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
+async fn cancelling_the_holding_future_releases_within_100ms() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let lock = client.lock("cancelled");
+    let holding = async {
+        let _guard = lock.lock().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    };
+    assert!(tokio::time::timeout(Duration::from_millis(100), holding)
+        .await
+        .is_err());
+    gone_within(&server, "cancelled", Duration::from_millis(100)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_cancelled_at_random_points_leave_no_lock_behind() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..64u64 {
+        let lock = client.lock("raced");
+        tasks.push(tokio::spawn(async move {
+            // Budgets from 0 to 3.15 ms cut attempts before, during and after the script.
+            let budget = Duration::from_micros(i * 50);
+            if let Ok(Ok(guard)) = tokio::time::timeout(budget, lock.lock()).await {
+                tokio::time::sleep(Duration::from_micros(300)).await;
+                drop(guard);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    gone_within(&server, "raced", Duration::from_millis(500)).await;
+}
+
+#[tokio::test]
+async fn a_release_whose_reply_was_lost_is_retried_as_a_success() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.addr());
+    let client = LockClient::builder()
+        .command_timeout(Duration::from_secs(2))
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    let guard = client.lock("lost-reply").lock().await.unwrap();
+    let connections = proxy.accepted();
+
+    proxy.lose_next_reply();
+    guard
+        .unlock()
+        .await
+        .expect("the retried release must report the first one's success");
+    assert!(
+        proxy.accepted() > connections,
+        "the reply was lost and the client reconnected"
+    );
+    let exists: bool = server.connection().exists("lost-reply").unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_release_never_touches_a_lock_acquired_in_between() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.addr());
+    let client = LockClient::builder()
+        .command_timeout(Duration::from_secs(3))
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    let rival = LockClient::connect(&server.url()).await.unwrap();
+    let guard = client.lock("in-between").lock().await.unwrap();
+    let connections = proxy.accepted();
+
+    // The release reaches Redis, its reply is lost, and the retry is held back...
+    proxy.lose_next_reply();
+    proxy.hold_new_connections();
+    let unlock = tokio::spawn(guard.unlock());
+    // ...while the rival takes the freed lock.
+    let taken = rival
+        .lock("in-between")
+        .try_lock_for(Duration::from_secs(2))
+        .await
+        .unwrap();
+    // The retry is waiting on a new (held) connection.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while proxy.accepted() == connections {
+        assert!(
+            Instant::now() < deadline,
+            "the client never reconnected to retry"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    proxy.release_held();
+
+    unlock
+        .await
+        .unwrap()
+        .expect("the retry reports the first release's success");
+    let fields: std::collections::HashMap<String, u32> =
+        server.connection().hgetall("in-between").unwrap();
+    assert_eq!(fields.len(), 1, "{fields:?}");
+    assert!(fields
+        .keys()
+        .all(|f| f.starts_with(&rival.id().to_string())));
+    assert_eq!(fields.values().next(), Some(&1));
+    taken.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn with_redis_stopped_try_lock_fails_within_the_command_timeout() {
+    let mut server = RedisServer::start();
+    let client = LockClient::builder()
+        .command_timeout(Duration::from_millis(500))
+        .connect(&server.url())
+        .await
+        .unwrap();
+
+    server.pause();
+    let started = Instant::now();
+    let err = client.lock("frozen").try_lock().await.unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(err, LockError::CommandTimeout { .. }), "{err}");
+    assert!(took < Duration::from_millis(700), "took {took:?}");
+    server.resume();
+
+    server.stop();
+    let started = Instant::now();
+    let err = client.lock("dead").try_lock().await.unwrap_err();
+    let took = started.elapsed();
+    assert!(err.is_redis(), "{err}");
+    assert!(took < Duration::from_millis(700), "took {took:?}");
+    let err = client
+        .lock("dead")
+        .try_lock_for(Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        err.is_redis(),
+        "waiting does not turn a dead server into a hang: {err}"
+    );
+}

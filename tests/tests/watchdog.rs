@@ -1,0 +1,150 @@
+//! Watchdog renewal, loss detection and the local deadline.
+
+use std::time::{Duration, Instant};
+
+use dlock_core::{LockClient, LockError, LossReason};
+use dlock_tests::RedisServer;
+use redis::Commands;
+
+async fn client_with_watchdog(server: &RedisServer, timeout: Duration) -> LockClient {
+    LockClient::builder()
+        .watchdog_timeout(timeout)
+        .command_timeout(Duration::from_millis(400))
+        .connect(&server.url())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_guard_held_five_times_the_watchdog_timeout_never_lets_anyone_in() {
+    let server = RedisServer::start();
+    let holder = client_with_watchdog(&server, Duration::from_secs(1)).await;
+    let rival = LockClient::connect(&server.url()).await.unwrap();
+
+    let guard = holder.lock("renewed").lock().await.unwrap();
+    let held_since = Instant::now();
+    let mut attempts = 0;
+    while held_since.elapsed() < Duration::from_secs(5) {
+        let attempt = rival.lock("renewed").try_lock().await;
+        assert!(
+            attempt.unwrap_err().is_timeout(),
+            "rival got in after {:?}",
+            held_since.elapsed()
+        );
+        let ttl: i64 = server.connection().pttl("renewed").unwrap();
+        assert!(ttl > 0, "lock key must keep an expiry, PTTL {ttl}");
+        attempts += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(attempts >= 20);
+    assert!(!guard.is_lost());
+
+    guard.unlock().await.unwrap();
+    let exists: bool = server.connection().exists("renewed").unwrap();
+    assert!(!exists, "released lock must be gone at once");
+    // And stays gone: nothing renews a released lock back into existence.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let exists: bool = server.connection().exists("renewed").unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test]
+async fn renewal_survives_the_server_killing_the_clients_connections() {
+    let server = RedisServer::start();
+    let holder = client_with_watchdog(&server, Duration::from_secs(1)).await;
+    let guard = holder.lock("killed").lock().await.unwrap();
+
+    let started = Instant::now();
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .query(&mut server.connection())
+            .unwrap();
+        assert!(
+            killed >= 1,
+            "the holder's connection should have been killed"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(5).saturating_sub(started.elapsed())).await;
+
+    assert!(
+        !guard.is_lost(),
+        "a dropped connection is transient, not a loss"
+    );
+    let fields: std::collections::HashMap<String, u32> =
+        server.connection().hgetall("killed").unwrap();
+    assert_eq!(fields.len(), 1, "still held 5 s later");
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn deleting_the_key_behind_the_holders_back_completes_lost_within_a_renewal_period() {
+    let server = RedisServer::start();
+    let holder = client_with_watchdog(&server, Duration::from_millis(900)).await;
+    let guard = holder.lock("deleted").lock().await.unwrap();
+    let lost = guard.lost();
+
+    let _: () = server.connection().del("deleted").unwrap();
+    let deleted_at = Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(2), lost)
+        .await
+        .expect("lost() must complete");
+    let elapsed = deleted_at.elapsed();
+    // One renewal period is 300 ms; allow scheduling slack.
+    assert!(elapsed <= Duration::from_millis(450), "took {elapsed:?}");
+    assert!(
+        matches!(
+            err,
+            LockError::Lost {
+                reason: LossReason::NotHeldOnRenewal,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(guard.is_lost());
+    assert!(guard.unlock().await.unwrap_err().is_not_held());
+}
+
+#[tokio::test]
+async fn a_holder_cut_off_from_redis_learns_of_the_loss_by_its_local_deadline() {
+    let server = RedisServer::start();
+    let holder = client_with_watchdog(&server, Duration::from_secs(1)).await;
+    let guard = holder.lock("stopped").lock().await.unwrap();
+    // Let one renewal happen so the deadline is a renewed one.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+
+    server.pause();
+    // Any reply already on the wire arrives within this pause.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let deadline = guard.deadline();
+    assert!(deadline > Instant::now(), "the lease has not run out yet");
+    let err = guard.lost().await;
+    let now = Instant::now();
+    server.resume();
+
+    assert!(
+        now <= deadline + Duration::from_millis(50),
+        "lost() completed {:?} after the local deadline",
+        now - deadline
+    );
+    assert!(
+        now + Duration::from_millis(5) >= deadline,
+        "lost() completed before the deadline"
+    );
+    assert!(
+        matches!(
+            err,
+            LockError::Lost {
+                reason: LossReason::LeaseExpired,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Redis's own expiry is never earlier than the local deadline.
+    drop(guard);
+}
