@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Format check, lints and the whole test suite (unit, integration against real Redis, doc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() {
+    printf '\n==> %s\n' "$*"
+}
+
+step "Redis"
+./scripts/install-redis.sh
+redis-server --version
+
+step "cargo fmt --all -- --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo test --workspace -- --test-threads=4"
+cargo test --workspace -- --test-threads=4
