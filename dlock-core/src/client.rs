@@ -119,6 +119,10 @@ impl LockClient {
     ///
     /// [`LockError::Config`] for a malformed address, [`LockError::Connect`] when the
     /// server cannot be reached within the connect timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a cancelled connect leaves nothing behind.
     pub async fn connect(url: &str) -> Result<LockClient> {
         LockClient::builder().connect(url).await
     }
@@ -289,6 +293,10 @@ impl LockClientBuilder {
     /// # Panics
     ///
     /// Outside a Tokio runtime (it spawns tasks).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a cancelled connect leaves nothing behind.
     pub async fn connect(self, url: &str) -> Result<LockClient> {
         let settings = self.validate()?;
         let options = ConnectOptions {

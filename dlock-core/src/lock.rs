@@ -104,6 +104,10 @@ impl Lock {
     ///
     /// [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis fails; never
     /// `Timeout`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
     pub async fn lock(&self) -> Result<LockGuard> {
         self.acquire(None, None).await
     }
@@ -116,6 +120,10 @@ impl Lock {
     /// [`LockError::InvalidDuration`] for a lease under 1 ms or over
     /// [`MAX_LEASE`](crate::MAX_LEASE) (nothing is sent to Redis); Redis errors as for
     /// [`lock`](Lock::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
         self.acquire(None, Some(lease)).await
     }
@@ -125,6 +133,10 @@ impl Lock {
     /// # Errors
     ///
     /// [`LockError::Timeout`] when another owner holds the lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
     pub async fn try_lock(&self) -> Result<LockGuard> {
         self.acquire(Some(Duration::ZERO), None).await
     }
@@ -134,6 +146,10 @@ impl Lock {
     /// # Errors
     ///
     /// [`LockError::Timeout`] when `wait` passes before the lock is free.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
     pub async fn try_lock_for(&self, wait: Duration) -> Result<LockGuard> {
         self.acquire(Some(wait), None).await
     }
@@ -144,6 +160,10 @@ impl Lock {
     ///
     /// [`LockError::Timeout`] when `wait` passes first; [`LockError::InvalidDuration`] for
     /// a bad lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
     pub async fn try_lock_with(&self, wait: Duration, lease: Duration) -> Result<LockGuard> {
         self.acquire(Some(wait), Some(lease)).await
     }
@@ -153,6 +173,10 @@ impl Lock {
     /// # Errors
     ///
     /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     pub async fn is_locked(&self) -> Result<bool> {
         self.check_name()?;
         let exists: bool = self
@@ -168,6 +192,10 @@ impl Lock {
     /// # Errors
     ///
     /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     pub async fn is_held(&self) -> Result<bool> {
         Ok(self.hold_count().await? > 0)
     }
@@ -178,6 +206,10 @@ impl Lock {
     /// # Errors
     ///
     /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     pub async fn hold_count(&self) -> Result<u32> {
         self.check_name()?;
         let inner = &self.client.inner;
@@ -197,6 +229,10 @@ impl Lock {
     /// # Errors
     ///
     /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
         self.check_name()?;
         let ttl: i64 = self
@@ -212,6 +248,10 @@ impl Lock {
     /// # Errors
     ///
     /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// If cancelled after the command was sent, the lock may or may not have been deleted.
     pub async fn force_unlock(&self) -> Result<bool> {
         self.check_name()?;
         let inner = &self.client.inner;

@@ -13,9 +13,8 @@ fn counter(server: &RedisServer, key: &str) -> i64 {
     value.unwrap_or(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_clients_eight_tasks_each_keep_the_counter_exact() {
-    let server = RedisServer::start();
+/// Two clients on one server, `TASKS` tasks each; returns the final counter.
+async fn two_clients(server: &RedisServer, guarding: Guarding, increments: usize) -> i64 {
     let url = server.url();
     let (a, b) = (
         LockClient::connect(&url).await.unwrap(),
@@ -27,21 +26,28 @@ async fn two_clients_eight_tasks_each_keep_the_counter_exact() {
             &url,
             "counter-lock",
             "counter",
-            Guarding::Locked,
+            guarding,
             TASKS,
-            INCREMENTS
+            increments
         ),
         increment_counter(
             &b,
             &url,
             "counter-lock",
             "counter",
-            Guarding::Locked,
+            guarding,
             TASKS,
-            INCREMENTS
+            increments
         ),
     );
-    assert_eq!(counter(&server, "counter"), (2 * TASKS * INCREMENTS) as i64);
+    counter(server, "counter")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_eight_tasks_each_keep_the_counter_exact() {
+    let server = RedisServer::start();
+    let total = two_clients(&server, Guarding::Locked, INCREMENTS).await;
+    assert_eq!(total, (2 * TASKS * INCREMENTS) as i64);
     let left: bool = server.connection().exists("counter-lock").unwrap();
     assert!(!left, "the lock key must be gone after the last release");
 }
@@ -49,17 +55,8 @@ async fn two_clients_eight_tasks_each_keep_the_counter_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_lock_the_same_workload_loses_updates() {
     let server = RedisServer::start();
-    let url = server.url();
-    let (a, b) = (
-        LockClient::connect(&url).await.unwrap(),
-        LockClient::connect(&url).await.unwrap(),
-    );
     // Fewer increments suffice: interleaving loses updates almost at once.
-    tokio::join!(
-        increment_counter(&a, &url, "unused", "counter", Guarding::Unlocked, TASKS, 50),
-        increment_counter(&b, &url, "unused", "counter", Guarding::Unlocked, TASKS, 50),
-    );
-    let total = counter(&server, "counter");
+    let total = two_clients(&server, Guarding::Unlocked, 50).await;
     assert!(
         total < (2 * TASKS * 50) as i64,
         "the control run must lose updates, got an exact {total}"

@@ -22,7 +22,8 @@ async fn nested_acquisition_in_one_chain_counts_two_and_needs_two_releases() {
     let outer = lock.lock().await.unwrap();
     outer
         .scope(async {
-            let inner = lock.lock().await.unwrap();
+            // Bounded, so a broken re-entry fails the test instead of hanging it.
+            let inner = lock.try_lock_for(Duration::from_secs(2)).await.unwrap();
             let fields = holds(&server, "nested");
             assert_eq!(fields.len(), 1, "one owner: {fields:?}");
             assert_eq!(fields.values().next(), Some(&2));

@@ -64,22 +64,25 @@ async fn cancelling_the_holding_future_releases_within_100ms() {
 async fn acquisitions_cancelled_at_random_points_leave_no_lock_behind() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
-    let mut tasks = Vec::new();
-    for i in 0..64u64 {
-        let lock = client.lock("raced");
-        tasks.push(tokio::spawn(async move {
-            // Budgets from 0 to 3.15 ms cut attempts before, during and after the script.
-            let budget = Duration::from_micros(i * 50);
-            if let Ok(Ok(guard)) = tokio::time::timeout(budget, lock.lock()).await {
-                tokio::time::sleep(Duration::from_micros(300)).await;
-                drop(guard);
-            }
-        }));
+    for round in 0..4 {
+        let name = format!("raced-{round}");
+        let mut tasks = Vec::new();
+        for i in 0..64u64 {
+            let lock = client.lock(&name);
+            tasks.push(tokio::spawn(async move {
+                // Budgets from 0 to 3.15 ms cut attempts before, during and after the script.
+                let budget = Duration::from_micros(i * 50);
+                if let Ok(Ok(guard)) = tokio::time::timeout(budget, lock.lock()).await {
+                    tokio::time::sleep(Duration::from_micros(300)).await;
+                    drop(guard);
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        gone_within(&server, &name, Duration::from_millis(500)).await;
     }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    gone_within(&server, "raced", Duration::from_millis(500)).await;
 }
 
 #[tokio::test]
