@@ -95,6 +95,11 @@ pub enum LockError {
         reason: &'static str,
     },
 
+    /// A `#[distributed_lock]` function without `client = ...` ran before a process-wide
+    /// client was registered.
+    #[error("no LockClient registered for #[distributed_lock]: call dlock_core::set_global(client) at start-up, or pass `client = ...` to the attribute")]
+    NoClient,
+
     /// The client could not be configured (bad address, bad option).
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -140,6 +145,23 @@ impl LockError {
             self,
             LockError::Redis { .. } | LockError::CommandTimeout { .. } | LockError::Connect { .. }
         )
+    }
+}
+
+/// For functions returning `std::io::Result`, e.g. under `#[distributed_lock]`.
+impl From<LockError> for std::io::Error {
+    fn from(error: LockError) -> Self {
+        let kind = match &error {
+            LockError::Timeout { .. } | LockError::CommandTimeout { .. } => {
+                std::io::ErrorKind::TimedOut
+            }
+            LockError::Connect { .. } => std::io::ErrorKind::ConnectionRefused,
+            LockError::InvalidDuration { .. }
+            | LockError::InvalidName { .. }
+            | LockError::Config(_) => std::io::ErrorKind::InvalidInput,
+            _ => std::io::ErrorKind::Other,
+        };
+        std::io::Error::new(kind, error)
     }
 }
 

@@ -34,9 +34,13 @@
 //! See [`LockClient`] for the behaviour in detail (reentrancy, leases, watchdog,
 //! connection loss) and [`LockGuard`] for release, loss notification and dropping.
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 mod backend;
 mod client;
 mod error;
+mod global;
 mod guard;
 mod held;
 mod keys;
@@ -50,6 +54,122 @@ mod watchdog;
 
 pub use client::{LockClient, LockClientBuilder};
 pub use error::{LockError, LossReason, Result};
+pub use global::{global_client, set_global};
 pub use guard::LockGuard;
 pub use lease::MAX_LEASE;
 pub use lock::Lock;
+
+/// Runs an async function's body while holding a distributed lock.
+///
+/// ```
+/// use dlock_core::{distributed_lock, LockClient, LockError};
+///
+/// #[derive(Debug)]
+/// enum AppError {
+///     Lock(LockError),
+///     SoldOut,
+/// }
+///
+/// impl From<LockError> for AppError {
+///     fn from(e: LockError) -> Self {
+///         AppError::Lock(e)
+///     }
+/// }
+///
+/// #[distributed_lock(key = "goods:<id>", lease = "5s")]
+/// async fn buy(id: u64, stock: &mut u32) -> Result<u32, AppError> {
+///     if *stock == 0 {
+///         return Err(AppError::SoldOut); // the lock is released on this path too
+///     }
+///     *stock -= 1;
+///     Ok(*stock)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), AppError> {
+/// # let server = dlock_tests::RedisServer::start();
+/// # let redis_url = server.url();
+/// // At start-up, once:
+/// dlock_core::set_global(LockClient::connect(&redis_url).await?).ok();
+///
+/// let mut stock = 1;
+/// assert_eq!(buy(42, &mut stock).await?, 0);
+/// assert!(matches!(buy(42, &mut stock).await, Err(AppError::SoldOut)));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// is the same as writing
+///
+/// ```
+/// # use dlock_core::{LockClient, LockError};
+/// # #[derive(Debug)] enum AppError { Lock(LockError), SoldOut }
+/// # impl From<LockError> for AppError { fn from(e: LockError) -> Self { AppError::Lock(e) } }
+/// async fn buy(id: u64, stock: &mut u32) -> Result<u32, AppError> {
+///     let client = dlock_core::global_client()?;
+///     let guard = client
+///         .lock(&format!("goods:{}", id))
+///         .lock_with_lease(std::time::Duration::from_secs(5))
+///         .await?;
+///     let result = guard
+///         .scope(async move {
+///             if *stock == 0 {
+///                 return Err(AppError::SoldOut);
+///             }
+///             *stock -= 1;
+///             Ok(*stock)
+///         })
+///         .await;
+///     if let Err(e) = guard.unlock().await {
+///         tracing::warn!("release failed: {e}");
+///     }
+///     result
+/// }
+/// ```
+///
+/// The function keeps its signature, visibility, generics and attributes. The body runs
+/// only while the lock is held, inside the guard's [`scope`](LockGuard::scope), so a
+/// nested call that takes the same key re-enters instead of deadlocking, while concurrent
+/// calls (also ones `join!`ed in one task) exclude each other. The lock is released on
+/// every exit: `Ok`, `Err`, `return`, `?`, a panic (in the background, as the guard drops)
+/// and cancellation of the returned future.
+///
+/// # Options
+///
+/// | option | value | default |
+/// |---|---|---|
+/// | `key` | template, e.g. `"goods:<id>"` (required) | — |
+/// | `lease` | duration string: `"500ms"`, `"5s"`, `"2m"`, `"1h"` | watchdog renewal |
+/// | `wait` | duration string; `"0s"` tries once | wait until acquired |
+/// | `client` | expression giving a `LockClient`, `&LockClient` or `Arc<LockClient>` | the client registered with [`set_global`] |
+/// | `on_fail` | path of a fn taking the [`LockError`] and returning the function's type | `return Err(error.into())` |
+///
+/// - **`key`**: literal text with placeholders. `<param>` inserts a parameter with
+///   `Display`; `<param.field.sub>` (or `<self.field>` in methods, `<pair.0>`) inserts a
+///   field. A parameter destructured in the signature, such as `Path(id): Path<u64>` in an
+///   axum handler, is named by its binding: `<id>`. Braces are literal text, so Redis Cluster
+///   hash tags like `"{goods}:<id>"` work. The client's key prefix is applied. The template is
+///   parsed at compile time; at run time the key is one `format!`.
+/// - **`lease`**: the lock expires after it and is never renewed; without it the watchdog
+///   renews the lease while the body runs. Checked at compile time (1 ms to 366 days).
+/// - **`wait`**: how long to wait for the lock; when it passes the function fails with
+///   [`LockError::Timeout`] without running the body.
+/// - **`client`**: e.g. `client = state.locks` or `client = self.locks`.
+/// - **`on_fail`**: `on_fail = busy` calls `busy(error)` and returns what it returns.
+///
+/// # Failure
+///
+/// When the lock cannot be acquired (timeout, Redis error, no registered client) the body
+/// does not run. The function returns `Err(From::from(error))`, so its return type must be a
+/// `Result` (any type named `…Result`) whose error implements `From<LockError>`, or it calls
+/// `on_fail`. A function that can do neither is a compile error saying so. A failed release
+/// after the body cannot change the body's result; it is logged with `tracing`.
+///
+/// # Compile errors
+///
+/// Spanned on the offending token: unknown or duplicate option, missing `key`, empty key,
+/// unterminated `<`, a placeholder naming no parameter (the message lists the parameters),
+/// a bad duration, a non-async function, and a function that cannot report failure.
+#[cfg(feature = "macros")]
+#[doc(inline)]
+pub use dlock_macros::distributed_lock;

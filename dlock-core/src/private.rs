@@ -1,0 +1,67 @@
+//! Support for the code `#[distributed_lock]` generates. Not a public API: names and
+//! signatures here change without notice.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::LockClient;
+use crate::error::Result;
+use crate::guard::LockGuard;
+
+pub use crate::global::global_client;
+
+/// What `client = expr` may evaluate to.
+pub trait IntoClient {
+    /// A handle to the client (a cheap clone).
+    fn to_client(&self) -> LockClient;
+}
+
+impl IntoClient for LockClient {
+    fn to_client(&self) -> LockClient {
+        self.clone()
+    }
+}
+
+impl<T: IntoClient + ?Sized> IntoClient for &T {
+    fn to_client(&self) -> LockClient {
+        (**self).to_client()
+    }
+}
+
+impl<T: IntoClient + ?Sized> IntoClient for Arc<T> {
+    fn to_client(&self) -> LockClient {
+        (**self).to_client()
+    }
+}
+
+/// Acquires `key` the way the attribute's `wait` / `lease` options say.
+pub async fn acquire(
+    client: Result<LockClient>,
+    key: String,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+) -> Result<LockGuard> {
+    let lock = client?.lock(&key);
+    match (wait, lease) {
+        (None, None) => lock.lock().await,
+        (None, Some(lease)) => lock.lock_with_lease(lease).await,
+        (Some(wait), None) => lock.try_lock_for(wait).await,
+        (Some(wait), Some(lease)) => lock.try_lock_with(wait, lease).await,
+    }
+}
+
+/// Releases after the body; a failure cannot change the body's result any more, so it is
+/// logged.
+pub async fn release(guard: LockGuard) {
+    let name = guard.name().to_owned();
+    if let Err(error) = guard.unlock().await {
+        tracing::warn!(lock = %name, %error, "dlock: #[distributed_lock] release failed after the body ran");
+    }
+}
+
+/// Gives the body's future the function's declared output type, so that `?` and `return`
+/// inside it infer exactly as in the original function.
+pub fn typed_body<T, F: Future<Output = T>>(body: F) -> F {
+    body
+}

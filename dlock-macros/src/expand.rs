@@ -1,0 +1,292 @@
+//! The rewrite: `async fn f(..) -> R { body }` becomes acquire, body in the lock's owner
+//! scope, release.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned;
+use syn::{AttrStyle, FnArg, ItemFn, Pat, ReturnType, Type};
+
+use crate::args::{Args, Errors};
+use crate::key::{key_expression, parse_template, Piece};
+
+/// Entry point on `proc_macro2` streams, so it can be tested and snapshotted.
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    let function: ItemFn = match syn::parse2(item.clone()) {
+        Ok(function) => function,
+        Err(_) => {
+            let error = syn::Error::new_spanned(
+                &item,
+                "#[distributed_lock] applies to an `async fn` (a free function or a method)",
+            );
+            return with_errors(error, item);
+        }
+    };
+    match expand(args, &function) {
+        Ok(expanded) => expanded,
+        // Emit the function unchanged beside the errors so callers do not cascade.
+        Err(error) => with_errors(error, function.into_token_stream()),
+    }
+}
+
+fn with_errors(error: syn::Error, item: TokenStream) -> TokenStream {
+    let errors = error.to_compile_error();
+    quote!(#errors #item)
+}
+
+fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
+    let mut errors = Errors::default();
+    let parser = |input: syn::parse::ParseStream<'_>| Args::parse(input, &mut errors);
+    let args = syn::parse::Parser::parse2(parser, args);
+    let args = errors.keep(args).unwrap_or_default();
+
+    if function.sig.asyncness.is_none() {
+        errors.push(syn::Error::new_spanned(
+            function.sig.fn_token,
+            "#[distributed_lock] needs an `async fn`: the lock is awaited before the body runs",
+        ));
+    }
+    let key = args.key.as_ref().and_then(|literal| {
+        let pieces = errors.keep(
+            parse_template(&literal.value())
+                .map_err(|message| syn::Error::new_spanned(literal, message)),
+        )?;
+        let names = parameter_names(function);
+        for piece in &pieces {
+            if let Piece::Placeholder(path) = piece {
+                if !names.contains(&path[0]) {
+                    errors.push(syn::Error::new_spanned(
+                        literal,
+                        unknown_placeholder(&path[0], &names),
+                    ));
+                }
+            }
+        }
+        Some(key_expression(&pieces, literal))
+    });
+    if args.on_fail.is_none() && !returns_result(&function.sig.output) {
+        let culprit = match &function.sig.output {
+            ReturnType::Type(_, ty) => ty.to_token_stream(),
+            ReturnType::Default => function.sig.ident.to_token_stream(),
+        };
+        errors.push(syn::Error::new_spanned(
+            culprit,
+            "#[distributed_lock] cannot report a lock failure from this function: return `Result<_, E>` with `E: From<dlock_core::LockError>`, or add `on_fail = handler` (a fn taking the `LockError` and returning this function's type)",
+        ));
+    }
+    errors.finish()?;
+    match key {
+        Some(key) => Ok(rewrite(function, &args, key)),
+        // No error recorded means the key was there and valid; stay total anyway.
+        None => Ok(function.to_token_stream()),
+    }
+}
+
+fn rewrite(function: &ItemFn, args: &Args, key: TokenStream) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = function;
+    let (outer, inner): (Vec<_>, Vec<_>) = attrs
+        .iter()
+        .partition(|attr| matches!(attr.style, AttrStyle::Outer));
+    let statements = &block.stmts;
+    let private = quote!(::dlock_core::__private);
+
+    let fail = match &args.on_fail {
+        Some(handler) => quote!(#handler(__dlock_error)),
+        None => quote!(::core::result::Result::Err(::core::convert::From::from(
+            __dlock_error
+        ))),
+    };
+    let client = match &args.client {
+        Some(expr) => {
+            quote_spanned!(expr.span()=> ::core::result::Result::Ok(#private::IntoClient::to_client(&(#expr))))
+        }
+        None => quote!(#private::global_client()),
+    };
+    let wait = optional_duration(args.wait);
+    let lease = optional_duration(args.lease);
+    // Typing the body's future with the declared return type lets `?` and `return` inside
+    // it infer as they would in the original function.
+    let body = match returned_type(&sig.output) {
+        Some(ty) => quote!(#private::typed_body::<#ty, _>(async move { #(#statements)* })),
+        None => quote!(async move { #(#statements)* }),
+    };
+
+    quote! {
+        #(#outer)*
+        #vis #sig {
+            #(#inner)*
+            let __dlock_key: ::std::string::String = #key;
+            let __dlock_guard = match #private::acquire(#client, __dlock_key, #wait, #lease).await {
+                ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
+                ::core::result::Result::Err(__dlock_error) => return #fail,
+            };
+            let __dlock_output = __dlock_guard.scope(#body).await;
+            #private::release(__dlock_guard).await;
+            __dlock_output
+        }
+    }
+}
+
+fn optional_duration(duration: Option<Duration>) -> TokenStream {
+    match duration {
+        Some(duration) => {
+            let nanos = duration.as_nanos() as u64;
+            quote!(::core::option::Option::Some(::core::time::Duration::from_nanos(#nanos)))
+        }
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+/// Names a placeholder may use: every binding of the parameters (including those inside
+/// patterns such as `Path(id): Path<u64>`), and `self` for methods.
+fn parameter_names(function: &ItemFn) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for input in &function.sig.inputs {
+        match input {
+            FnArg::Receiver(_) => {
+                names.insert("self".to_owned());
+            }
+            FnArg::Typed(typed) => collect_bindings(&typed.pat, &mut names),
+        }
+    }
+    names
+}
+
+fn collect_bindings(pat: &Pat, names: &mut BTreeSet<String>) {
+    match pat {
+        Pat::Ident(ident) => {
+            names.insert(ident.ident.to_string());
+            if let Some((_, sub)) = &ident.subpat {
+                collect_bindings(sub, names);
+            }
+        }
+        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| collect_bindings(p, names)),
+        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| collect_bindings(p, names)),
+        Pat::Struct(strukt) => strukt
+            .fields
+            .iter()
+            .for_each(|field| collect_bindings(&field.pat, names)),
+        Pat::Reference(reference) => collect_bindings(&reference.pat, names),
+        Pat::Paren(paren) => collect_bindings(&paren.pat, names),
+        Pat::Slice(slice) => slice.elems.iter().for_each(|p| collect_bindings(p, names)),
+        Pat::Type(typed) => collect_bindings(&typed.pat, names),
+        _ => {}
+    }
+}
+
+fn unknown_placeholder(name: &str, names: &BTreeSet<String>) -> String {
+    if names.is_empty() {
+        return format!("unknown placeholder `{name}` in key: this function has no parameters");
+    }
+    let list: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    format!(
+        "unknown placeholder `{name}` in key; parameters: {}",
+        list.join(", ")
+    )
+}
+
+/// Whether failure can be returned as `Err(LockError.into())`: the return type is a path
+/// whose last segment is `Result` or ends in `Result` (`io::Result`, `AppResult`...).
+fn returns_result(output: &ReturnType) -> bool {
+    match output {
+        ReturnType::Type(_, ty) => match &**ty {
+            Type::Path(path) => path
+                .path
+                .segments
+                .last()
+                .is_some_and(|segment| segment.ident.to_string().ends_with("Result")),
+            _ => false,
+        },
+        ReturnType::Default => false,
+    }
+}
+
+/// The declared return type, unless it cannot be named in a type position (`impl Trait`).
+fn returned_type(output: &ReturnType) -> Option<TokenStream> {
+    match output {
+        ReturnType::Default => Some(quote!(())),
+        ReturnType::Type(_, ty) if contains_impl_trait(ty) => None,
+        ReturnType::Type(_, ty) => Some(ty.to_token_stream()),
+    }
+}
+
+fn contains_impl_trait(ty: &Type) -> bool {
+    fn scan(tokens: TokenStream) -> bool {
+        tokens.into_iter().any(|token| match token {
+            proc_macro2::TokenTree::Ident(ident) => ident == "impl",
+            proc_macro2::TokenTree::Group(group) => scan(group.stream()),
+            _ => false,
+        })
+    }
+    scan(ty.to_token_stream())
+}
+
+#[cfg(test)]
+mod snapshots {
+    //! The generated code for representative inputs, formatted, compared with
+    //! `tests/expand/*.rs`. Set `DLOCK_BLESS=1` to rewrite the files, then review the diff.
+
+    use super::distributed_lock;
+
+    fn check(name: &str, args: &str, item: &str) {
+        let args: proc_macro2::TokenStream = args.parse().expect("args tokenize");
+        let item: proc_macro2::TokenStream = item.parse().expect("item tokenizes");
+        let output = distributed_lock(args, item);
+        let file: syn::File = syn::parse2(output).expect("expansion parses as a file");
+        let pretty = prettyplease::unparse(&file);
+        let path = format!("{}/tests/expand/{name}.rs", env!("CARGO_MANIFEST_DIR"));
+        if std::env::var_os("DLOCK_BLESS").is_some() {
+            std::fs::write(&path, &pretty).expect("write snapshot");
+            return;
+        }
+        let expected = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}; run with DLOCK_BLESS=1 to create it"));
+        assert_eq!(
+            pretty, expected,
+            "expansion of {name} changed; DLOCK_BLESS=1 rewrites it"
+        );
+    }
+
+    #[test]
+    fn lease_and_result() {
+        check(
+            "lease_and_result",
+            r#"key = "goods:<id>", lease = "5s""#,
+            "/// Sells one.\npub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> { Ok(qty) }",
+        );
+    }
+
+    #[test]
+    fn method_with_client_wait_and_hash_tag() {
+        check(
+            "method_with_client_wait_and_hash_tag",
+            r#"key = "{shop}:<self.id>:<order.user.0>", wait = "0s", client = self.locks"#,
+            "async fn sell(&mut self, order: Order) -> AppResult<()> { #![allow(unused)] self.sold += 1; Ok(()) }",
+        );
+    }
+
+    #[test]
+    fn on_fail_with_impl_trait() {
+        check(
+            "on_fail_with_impl_trait",
+            r#"key = "report:<name>", on_fail = busy"#,
+            "async fn report(name: impl Display) -> impl Display { name.to_string() }",
+        );
+    }
+
+    #[test]
+    fn mistakes_keep_the_function() {
+        check(
+            "mistakes_keep_the_function",
+            r#"key = "goods:<idd>""#,
+            "async fn buy(id: u64) -> Result<(), E> { Ok(()) }",
+        );
+    }
+}

@@ -1,0 +1,31 @@
+/// Sells one.
+pub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> {
+    let __dlock_key: ::std::string::String = ::std::format!("goods:{}", id);
+    let __dlock_guard = match ::dlock_core::__private::acquire(
+            ::dlock_core::__private::global_client(),
+            __dlock_key,
+            ::core::option::Option::None,
+            ::core::option::Option::Some(
+                ::core::time::Duration::from_nanos(5000000000u64),
+            ),
+        )
+        .await
+    {
+        ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
+        ::core::result::Result::Err(__dlock_error) => {
+            return ::core::result::Result::Err(
+                ::core::convert::From::from(__dlock_error),
+            );
+        }
+    };
+    let __dlock_output = __dlock_guard
+        .scope(
+            ::dlock_core::__private::typed_body::<
+                Result<u32, AppError>,
+                _,
+            >(async move { Ok(qty) }),
+        )
+        .await;
+    ::dlock_core::__private::release(__dlock_guard).await;
+    __dlock_output
+}

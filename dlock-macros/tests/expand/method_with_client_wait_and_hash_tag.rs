@@ -1,0 +1,36 @@
+async fn sell(&mut self, order: Order) -> AppResult<()> {
+    #![allow(unused)]
+    let __dlock_key: ::std::string::String = ::std::format!(
+        "{{shop}}:{}:{}", self.id, order.user.0
+    );
+    let __dlock_guard = match ::dlock_core::__private::acquire(
+            ::core::result::Result::Ok(
+                ::dlock_core::__private::IntoClient::to_client(&(self.locks)),
+            ),
+            __dlock_key,
+            ::core::option::Option::Some(::core::time::Duration::from_nanos(0u64)),
+            ::core::option::Option::None,
+        )
+        .await
+    {
+        ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
+        ::core::result::Result::Err(__dlock_error) => {
+            return ::core::result::Result::Err(
+                ::core::convert::From::from(__dlock_error),
+            );
+        }
+    };
+    let __dlock_output = __dlock_guard
+        .scope(
+            ::dlock_core::__private::typed_body::<
+                AppResult<()>,
+                _,
+            >(async move {
+                self.sold += 1;
+                Ok(())
+            }),
+        )
+        .await;
+    ::dlock_core::__private::release(__dlock_guard).await;
+    __dlock_output
+}

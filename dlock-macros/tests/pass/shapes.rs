@@ -1,0 +1,116 @@
+//! Function shapes the attribute must accept; compiled and run (no Redis needed: the
+//! functions are only type-checked and referenced).
+#![allow(dead_code)]
+
+use std::fmt::Display;
+use std::sync::Arc;
+
+use dlock_core::{distributed_lock, LockClient, LockError};
+
+#[derive(Debug)]
+pub struct AppError;
+
+impl From<LockError> for AppError {
+    fn from(_: LockError) -> Self {
+        AppError
+    }
+}
+
+pub type AppResult<T> = Result<T, AppError>;
+
+/// Doc comments and other attributes stay on the function.
+#[distributed_lock(key = "goods:<id>", lease = "5s", wait = "250ms")]
+#[inline]
+pub async fn free_function(id: u64, qty: u32) -> Result<u32, AppError> {
+    #![allow(unused_variables)]
+    let unused = qty;
+    if id == 0 {
+        return Err(AppError);
+    }
+    Ok(u32::try_from(id).map_err(|_| AppError)?)
+}
+
+#[distributed_lock(key = "any")]
+async fn alias_result() -> AppResult<()> {
+    Ok(())
+}
+
+#[distributed_lock(key = "io")]
+async fn io_result() -> std::io::Result<()> {
+    Ok(())
+}
+
+// With `-> impl Trait` the handler must return the same concrete type as the body.
+fn busy(error: LockError) -> String {
+    error.to_string()
+}
+
+#[distributed_lock(key = "report:<name>", on_fail = busy)]
+async fn impl_trait_return(name: impl Display + Send) -> impl Display {
+    format!("report for {name}")
+}
+
+#[distributed_lock(key = "generic:<item>", wait = "0s")]
+async fn generic<T: Display + Send + Sync>(item: &T) -> Result<String, AppError> {
+    Ok(item.to_string())
+}
+
+pub struct Path<T>(pub T);
+pub struct Order {
+    pub user: (u64, String),
+}
+
+#[distributed_lock(key = "order:<id>:<order.user.0>")]
+async fn destructured(Path(id): Path<u64>, order: Order) -> Result<u64, AppError> {
+    Ok(id + order.user.0)
+}
+
+fn unit_on_fail(_: LockError) {}
+
+#[distributed_lock(key = "unit", on_fail = unit_on_fail)]
+async fn returns_unit() {}
+
+pub struct Shop {
+    locks: LockClient,
+    shared: Arc<LockClient>,
+    id: u64,
+}
+
+impl Shop {
+    #[distributed_lock(key = "shop:<self.id>", client = self.locks)]
+    async fn by_ref(&self) -> Result<u64, AppError> {
+        Ok(self.id)
+    }
+
+    #[distributed_lock(key = "shop:<self.id>:<n>", client = self.shared)]
+    async fn by_mut(&mut self, n: u64) -> Result<(), AppError> {
+        self.id += n;
+        Ok(())
+    }
+
+    #[distributed_lock(key = "shop:<self.id>", client = &self.locks)]
+    async fn by_value(self) -> Result<u64, AppError> {
+        Ok(self.id)
+    }
+}
+
+pub trait Inventory {
+    async fn restock(&self, id: u64) -> Result<(), AppError>;
+}
+
+impl Inventory for Shop {
+    #[distributed_lock(key = "restock:<id>", client = self.locks)]
+    async fn restock(&self, id: u64) -> Result<(), AppError> {
+        Ok(())
+    }
+}
+
+fn main() {
+    // Referencing the futures' types is enough: this suite checks that the shapes compile.
+    let _ = free_function;
+    let _ = alias_result;
+    let _ = io_result;
+    let _ = generic::<u8>;
+    let _ = destructured;
+    let _ = returns_unit;
+}

@@ -1,0 +1,12 @@
+//! Compile-time behaviour of `#[distributed_lock]`: every mistake gives a spanned error
+//! (`tests/ui/*.stderr`), and the supported function shapes compile (`tests/pass`).
+//!
+//! Refresh the expected output with `TRYBUILD=overwrite cargo test -p dlock-macros --test ui`
+//! on the pinned toolchain, then review the diff.
+
+#[test]
+fn ui() {
+    let cases = trybuild::TestCases::new();
+    cases.compile_fail("tests/ui/*.rs");
+    cases.pass("tests/pass/*.rs");
+}

@@ -1,0 +1,8 @@
+use dlock_core::{distributed_lock, LockError};
+
+#[distributed_lock(key = "goods:<id>", lease = "5s", lease = "10s")]
+async fn buy(id: u64) -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use dlock_core::{distributed_lock, LockError};
+
+#[distributed_lock(key = "goods:<id>")]
+fn buy(id: u64) -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}
