@@ -1,0 +1,306 @@
+//! `#[distributed_lock]` at run time, against real Redis.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock_core::{distributed_lock, LockClient, LockError};
+use dlock_tests::RedisServer;
+use redis::Commands;
+
+#[derive(Debug)]
+enum AppError {
+    Lock(LockError),
+    Refused,
+}
+
+impl From<LockError> for AppError {
+    fn from(error: LockError) -> Self {
+        AppError::Lock(error)
+    }
+}
+
+/// A service holding its lock client in a field, as applications do.
+#[derive(Clone)]
+struct Shop {
+    locks: LockClient,
+    redis: redis::Client,
+    inside: Arc<AtomicBool>,
+    entries: Arc<AtomicUsize>,
+}
+
+impl Shop {
+    async fn open(server: &RedisServer) -> Shop {
+        Shop::with_client(server, LockClient::connect(&server.url()).await.unwrap())
+    }
+
+    fn with_client(server: &RedisServer, locks: LockClient) -> Shop {
+        Shop {
+            locks,
+            redis: server.client(),
+            inside: Arc::new(AtomicBool::new(false)),
+            entries: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    fn holds(&self, key: &str) -> HashMap<String, u32> {
+        self.redis.get_connection().unwrap().hgetall(key).unwrap()
+    }
+
+    fn ttl(&self, key: &str) -> i64 {
+        self.redis.get_connection().unwrap().pttl(key).unwrap()
+    }
+
+    /// Marks the critical section occupied for `hold`; panics on overlap.
+    async fn occupy(&self, hold: Duration) {
+        assert!(
+            !self.inside.swap(true, Ordering::SeqCst),
+            "two callers inside at once"
+        );
+        self.entries.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(hold).await;
+        self.inside.store(false, Ordering::SeqCst);
+    }
+
+    #[distributed_lock(key = "goods:<id>", client = self.locks)]
+    async fn sell(&self, id: u64, hold: Duration) -> Result<(), AppError> {
+        self.occupy(hold).await;
+        Ok(())
+    }
+
+    #[distributed_lock(key = "goods:<id>", client = self.locks)]
+    async fn restock(&self, id: u64) -> Result<HashMap<String, u32>, AppError> {
+        // Re-enters the lock `restock` already holds.
+        self.count_holds(id).await
+    }
+
+    #[distributed_lock(key = "goods:<id>", client = self.locks)]
+    async fn count_holds(&self, id: u64) -> Result<HashMap<String, u32>, AppError> {
+        Ok(self.holds(&format!("goods:{id}")))
+    }
+
+    #[distributed_lock(key = "exit:<path>", client = self.locks)]
+    async fn exit_by(&self, path: &str) -> Result<&'static str, AppError> {
+        match path {
+            "err" => return Err(AppError::Refused),
+            "question-mark" => Err(AppError::Refused)?,
+            "panic" => panic!("boom in the body"),
+            "hang" => tokio::time::sleep(Duration::from_secs(60)).await,
+            _ => {}
+        }
+        Ok("ok")
+    }
+
+    #[distributed_lock(key = "goods:<id>", wait = "0s", client = self.locks)]
+    async fn sell_now(&self, id: u64) -> Result<(), AppError> {
+        self.entries.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    #[distributed_lock(key = "leased:<id>", lease = "5s", client = self.locks)]
+    async fn ttl_with_lease(&self, id: u64) -> Result<i64, AppError> {
+        Ok(self.ttl(&format!("leased:{id}")))
+    }
+
+    #[distributed_lock(key = "short:<id>", lease = "300ms", client = self.locks)]
+    async fn outlive_lease(&self, id: u64) -> Result<bool, AppError> {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok(self
+            .redis
+            .get_connection()
+            .unwrap()
+            .exists(format!("short:{id}"))
+            .unwrap())
+    }
+
+    #[distributed_lock(key = "watched:<id>", client = self.locks)]
+    async fn outlive_watchdog(&self, id: u64) -> Result<i64, AppError> {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        Ok(self.ttl(&format!("watched:{id}")))
+    }
+}
+
+/// Free function with the client passed as a parameter.
+#[distributed_lock(key = "free:<id>", client = client)]
+async fn free_sell(client: &LockClient, id: u64, shop: &Shop) -> Result<(), AppError> {
+    shop.occupy(Duration::from_millis(30)).await;
+    Ok(())
+}
+
+async fn gone_within(shop: &Shop, key: &str, limit: Duration) {
+    let started = Instant::now();
+    loop {
+        let exists: bool = shop.redis.get_connection().unwrap().exists(key).unwrap();
+        if !exists {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{key} still locked after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn nested_annotated_calls_with_the_same_key_re_enter() {
+    let server = RedisServer::start();
+    let shop = Shop::open(&server).await;
+    let holds = tokio::time::timeout(Duration::from_secs(5), shop.restock(7))
+        .await
+        .expect("a nested call must not deadlock")
+        .unwrap();
+    assert_eq!(holds.len(), 1, "{holds:?}");
+    assert_eq!(
+        holds.values().next(),
+        Some(&2),
+        "inner call re-entered: hold count 2"
+    );
+    assert!(shop.holds("goods:7").is_empty(), "both holds released");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn calls_joined_in_one_task_exclude_each_other() {
+    let server = RedisServer::start();
+    let shop = Shop::open(&server).await;
+    let hold = Duration::from_millis(40);
+    let (a, b, c) = tokio::join!(shop.sell(1, hold), shop.sell(1, hold), shop.sell(1, hold));
+    a.unwrap();
+    b.unwrap();
+    c.unwrap();
+    assert_eq!(shop.entries.load(Ordering::SeqCst), 3);
+
+    // Also for a free function taking its client as a parameter.
+    let client = shop.locks.clone();
+    let (a, b) = tokio::join!(free_sell(&client, 2, &shop), free_sell(&client, 2, &shop));
+    a.unwrap();
+    b.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_from_two_clients_exclude_each_other() {
+    let server = RedisServer::start();
+    let first = Shop::open(&server).await;
+    let mut second = Shop::open(&server).await;
+    second.inside = first.inside.clone();
+    second.entries = first.entries.clone();
+    let mut tasks = Vec::new();
+    for shop in [first.clone(), second.clone(), first.clone(), second] {
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                shop.sell(3, Duration::from_millis(5)).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(first.entries.load(Ordering::SeqCst), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn different_keys_never_block_each_other() {
+    let server = RedisServer::start();
+    let shop = Shop::open(&server).await;
+    let slow = {
+        let shop = shop.clone();
+        let other = Shop::with_client(&server, shop.locks.clone());
+        tokio::spawn(async move { other.sell(10, Duration::from_millis(500)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    shop.sell(11, Duration::ZERO).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(150),
+        "key 11 waited for key 10"
+    );
+    slow.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_is_released_on_every_exit_path() {
+    let server = RedisServer::start();
+    let shop = Shop::open(&server).await;
+
+    assert_eq!(shop.exit_by("ok").await.unwrap(), "ok");
+    gone_within(&shop, "exit:ok", Duration::from_millis(100)).await;
+
+    assert!(matches!(shop.exit_by("err").await, Err(AppError::Refused)));
+    gone_within(&shop, "exit:err", Duration::from_millis(100)).await;
+
+    assert!(matches!(
+        shop.exit_by("question-mark").await,
+        Err(AppError::Refused)
+    ));
+    gone_within(&shop, "exit:question-mark", Duration::from_millis(100)).await;
+
+    let panicking = shop.clone();
+    let outcome = tokio::spawn(async move { panicking.exit_by("panic").await }).await;
+    assert!(outcome.unwrap_err().is_panic());
+    gone_within(&shop, "exit:panic", Duration::from_millis(100)).await;
+
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), shop.exit_by("hang")).await;
+    assert!(cancelled.is_err());
+    gone_within(&shop, "exit:hang", Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
+async fn wait_zero_fails_fast_without_running_the_body() {
+    let server = RedisServer::start();
+    let shop = Shop::open(&server).await;
+    let rival = LockClient::connect(&server.url()).await.unwrap();
+    let held = rival.lock("goods:5").lock().await.unwrap();
+
+    let started = Instant::now();
+    let result = shop.sell_now(5).await;
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(result, Err(AppError::Lock(ref e)) if e.is_timeout()),
+        "{result:?}"
+    );
+    assert_eq!(
+        shop.entries.load(Ordering::SeqCst),
+        0,
+        "the body must not run"
+    );
+
+    held.unlock().await.unwrap();
+    shop.sell_now(5).await.unwrap();
+    assert_eq!(shop.entries.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_explicit_lease_sets_the_ttl_and_is_not_renewed() {
+    let server = RedisServer::start();
+    let shop = Shop::open(&server).await;
+    let ttl = shop.ttl_with_lease(1).await.unwrap();
+    assert!(
+        (4_000..=5_000).contains(&ttl),
+        "PTTL {ttl} for lease = \"5s\""
+    );
+
+    // A body that outlives its lease runs on without the lock: the key expired.
+    assert!(!shop.outlive_lease(1).await.unwrap());
+}
+
+#[tokio::test]
+async fn without_a_lease_the_watchdog_keeps_the_lock_alive() {
+    let server = RedisServer::start();
+    let locks = LockClient::builder()
+        .watchdog_timeout(Duration::from_secs(1))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let shop = Shop::with_client(&server, locks);
+    let ttl = shop.outlive_watchdog(1).await.unwrap();
+    assert!(
+        (1..=1_000).contains(&ttl),
+        "renewed to at most the watchdog timeout, PTTL {ttl}"
+    );
+    gone_within(&shop, "watched:1", Duration::from_millis(100)).await;
+}

@@ -1,0 +1,25 @@
+//! Without `client = ...` and with no client registered, an annotated call fails with a
+//! clear error instead of panicking, and its body does not run.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use dlock_core::{distributed_lock, LockError};
+
+static RAN: AtomicBool = AtomicBool::new(false);
+
+#[distributed_lock(key = "orphan:<id>")]
+async fn orphan(id: u64) -> Result<(), LockError> {
+    RAN.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_missing_global_client_is_an_error_not_a_panic() {
+    let err = orphan(1).await.unwrap_err();
+    assert!(matches!(err, LockError::NoClient), "{err}");
+    assert!(err.to_string().contains("dlock_core::set_global"), "{err}");
+    assert!(
+        !RAN.load(Ordering::SeqCst),
+        "the body must not run without the lock"
+    );
+}
