@@ -1,1 +1,157 @@
-//! placeholder
+//! One TOML file chooses the Redis deployment behind a [`dlock_core::LockClient`]: a single
+//! server, a master with replicas, a Sentinel group or a Redis Cluster. Application code
+//! does not change between them.
+//!
+//! ```toml
+//! [redis.sentinel]             # or [redis.single], [redis.master_slave], [redis.cluster]
+//! master_name = "mymaster"
+//! sentinels   = ["redis://127.0.0.1:26379", "redis://127.0.0.1:26380"]
+//!
+//! [connection]                 # optional, every key optional
+//! username        = "app"
+//! password        = "secret"   # DLOCK_PASSWORD overrides; never printed
+//! database        = 0          # not with [redis.cluster]
+//! connect_timeout = "5s"
+//! command_timeout = "3s"
+//! retry_attempts  = 3
+//! retry_delay     = "50ms"
+//!
+//! [lock]                       # optional, every key optional
+//! watchdog_timeout = "30s"
+//! key_prefix       = "shop:"
+//! wait             = "10s"     # default wait of lock(); absent: as long as it takes
+//! max_wait_recheck = "1s"
+//! failover_wait    = "10s"
+//! ```
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), dlock_config::ConfigError> {
+//! # let server = dlock_tests::RedisServer::start();
+//! let toml = format!("[redis.single]\naddress = \"{}\"\n[lock]\nkey_prefix = \"shop:\"\n", server.url());
+//! let client = dlock_config::Config::from_toml_str(&toml)?.build().await?;
+//! assert_eq!(client.lock("goods:42").key(), "shop:goods:42");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Sample files for every mode are in `examples/config/`. Every error names the file,
+//! the line and the column, and says what is expected:
+//!
+//! ```
+//! let err = dlock_config::Config::from_toml_str("[redis.single]\naddres = \"redis://127.0.0.1\"\n").unwrap_err();
+//! assert_eq!(err.to_string(), "<string>:2:1: unknown field `addres`, expected `address`");
+//! ```
+//!
+//! Environment: `DLOCK_CONFIG` names the file for [`Config::from_env`], which also applies
+//! `DLOCK_PASSWORD`, `DLOCK_USERNAME` and `DLOCK_ADDRESS` (see
+//! [`Config::with_env_overrides`]).
+
+mod error;
+mod load;
+mod model;
+
+pub use error::{ConfigError, Result};
+pub use load::{ADDRESS_ENV, CONFIG_ENV, PASSWORD_ENV, USERNAME_ENV};
+pub use model::{
+    Address, Addresses, Cluster, Config, Connection, LockSection, MasterSlave, Redis, Secret,
+    Sentinel, Single,
+};
+
+use dlock_core::{LockClient, LockClientBuilder, Topology};
+
+impl Config {
+    /// The deployment this file describes, with its credentials.
+    pub fn topology(&self) -> Topology {
+        let topology = match &self.redis {
+            Redis::Single(single) => Topology::single(single.address.as_str()),
+            Redis::MasterSlave(master_slave) => Topology::master_replicas(
+                master_slave.master.as_str(),
+                master_slave
+                    .replicas
+                    .iter()
+                    .map(|a| a.as_str().to_owned())
+                    .collect(),
+            ),
+            Redis::Sentinel(sentinel) => {
+                Topology::sentinel(sentinel.master_name.clone(), sentinel.sentinels.urls())
+            }
+            Redis::Cluster(cluster) => Topology::cluster(cluster.nodes.urls()),
+        };
+        let connection = &self.connection;
+        let topology = topology.credentials(
+            connection.username.clone(),
+            connection.password.as_ref().map(|p| p.expose().to_owned()),
+        );
+        match &connection.database {
+            Some(database) => topology.database(*database.get_ref()),
+            None => topology,
+        }
+    }
+
+    /// The client settings of `[connection]` and `[lock]`.
+    pub fn client_builder(&self) -> LockClientBuilder {
+        let mut builder = LockClient::builder();
+        let (c, l) = (&self.connection, &self.lock);
+        if let Some(v) = c.connect_timeout {
+            builder = builder.connect_timeout(v);
+        }
+        if let Some(v) = c.command_timeout {
+            builder = builder.command_timeout(v);
+        }
+        if let Some(v) = c.retry_attempts {
+            builder = builder.retry_attempts(v);
+        }
+        if let Some(v) = c.retry_delay {
+            builder = builder.retry_delay(v);
+        }
+        if let Some(v) = l.watchdog_timeout {
+            builder = builder.watchdog_timeout(v);
+        }
+        if let Some(v) = &l.key_prefix {
+            builder = builder.key_prefix(v.clone());
+        }
+        if let Some(v) = l.max_wait_recheck {
+            builder = builder.max_wait_recheck(v);
+        }
+        if let Some(v) = l.failover_wait {
+            builder = builder.failover_wait(v);
+        }
+        builder.default_wait(l.wait)
+    }
+
+    /// Connects and returns the client.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Lock`] with the [`dlock_core::LockError`]: an invalid setting (e.g.
+    /// a watchdog timeout under 100 ms) or Redis unreachable.
+    pub async fn build(&self) -> Result<LockClient> {
+        Ok(self.client_builder().connect_to(&self.topology()).await?)
+    }
+}
+
+/// A one-line summary without secrets, e.g. `sentinel "mymaster" via redis://127.0.0.1:26379`.
+impl std::fmt::Display for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |a: &Addresses| {
+            a.0.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match &self.redis {
+            Redis::Single(single) => write!(f, "single {}", single.address),
+            Redis::MasterSlave(m) => write!(
+                f,
+                "master_slave {} with {} replica(s)",
+                m.master,
+                m.replicas.len()
+            ),
+            Redis::Sentinel(s) => {
+                write!(f, "sentinel {:?} via {}", s.master_name, list(&s.sentinels))
+            }
+            Redis::Cluster(c) => write!(f, "cluster via {}", list(&c.nodes)),
+        }
+    }
+}

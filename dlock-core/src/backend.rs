@@ -1,17 +1,26 @@
-//! The connection seam: every command dlock sends to Redis goes through [`Backend`].
-//!
-//! Today it wraps one server behind a reconnecting multiplexed connection; the topologies
-//! of `dlock-config` (replicas, Sentinel, Cluster) plug in here without touching the lock
+//! The connection seam: every command dlock sends to Redis goes through [`Backend`], which
+//! hides the deployment (one server, a Sentinel-managed master, a Cluster) from the lock
 //! logic above it.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSub};
-use redis::{FromRedisValue, RedisError, RetryMethod, ScriptInvocation};
+use futures_util::StreamExt;
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, PubSubSink, PubSubStream,
+};
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{
+    Cmd, FromRedisValue, Pipeline, PushInfo, PushKind, RedisError, RedisFuture, RedisResult,
+    RetryMethod, ScriptInvocation, Value,
+};
+use tokio::sync::{mpsc, watch};
 
 use crate::error::LockError;
 use crate::scripts::scripts;
+use crate::topology::{Auth, Topology, TopologyKind};
 
 /// A failed call: Redis answered with an error, or did not answer in time.
 #[derive(Debug)]
@@ -22,7 +31,8 @@ pub(crate) enum CallError {
 
 impl CallError {
     /// Worth retrying on the same or a fresh connection: timeouts, dropped connections,
-    /// loading / failover errors. Script and type errors are not.
+    /// loading / failover errors (`READONLY`, `MOVED`, `TRYAGAIN`...). Script and type
+    /// errors are not.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
             CallError::Timeout(_) => true,
@@ -62,79 +72,243 @@ impl std::fmt::Display for CallError {
     }
 }
 
-/// How the client reaches Redis.
-#[derive(Clone)]
-pub(crate) struct Backend {
-    client: redis::Client,
-    conn: ConnectionManager,
-    command_timeout: Duration,
-}
-
 /// Connection options the backend needs from the client settings.
+#[derive(Clone, Copy)]
 pub(crate) struct ConnectOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
 }
 
-impl Backend {
-    /// Connects to the single server at `url` (`redis://` or `rediss://`).
-    pub(crate) async fn connect(url: &str, options: &ConnectOptions) -> Result<Backend, LockError> {
-        let shown = redact(url);
-        let client = redis::Client::open(url)
-            .map_err(|e| LockError::Config(format!("invalid Redis address {shown:?}: {e}")))?;
+/// How the client reaches Redis. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Backend {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    route: Route,
+    options: ConnectOptions,
+    /// Bumped when the subscriber must reconnect (a Sentinel failover moved the master).
+    generation: watch::Sender<u64>,
+}
+
+enum Route {
+    /// One server (also the master of a master/replicas deployment).
+    Direct(Node),
+    Sentinel(Box<SentinelRoute>),
+    Cluster {
+        conn: ClusterConnection,
+        /// Sharded pub/sub messages; taken by the subscriber task.
+        pushes: Mutex<Option<mpsc::UnboundedReceiver<PushInfo>>>,
+    },
+}
+
+/// A connection to one server.
+#[derive(Clone)]
+struct Node {
+    client: redis::Client,
+    conn: ConnectionManager,
+}
+
+impl Node {
+    async fn connect(client: redis::Client, options: ConnectOptions) -> RedisResult<Node> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.command_timeout))
             .set_number_of_retries(2);
-        let connecting = ConnectionManager::new_with_config(client.clone(), config);
-        let conn = match tokio::time::timeout(options.connect_timeout, connecting).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(source)) => {
-                return Err(LockError::Connect {
-                    address: shown,
-                    source: Some(source),
-                })
+        let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+        Ok(Node { client, conn })
+    }
+
+    fn address(&self) -> String {
+        self.client.get_connection_info().addr().to_string()
+    }
+}
+
+struct SentinelRoute {
+    resolver: tokio::sync::Mutex<SentinelClient>,
+    master_name: String,
+    /// Credentials and database for the master, whichever server it is.
+    settings: redis::RedisConnectionInfo,
+    current: RwLock<Node>,
+}
+
+/// A connection for one call.
+enum Conn {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Node(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Node(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// `url` with the topology's credentials and database applied; errors name the address
+/// but never the password.
+fn connection_info(url: &str, auth: &Auth) -> Result<redis::ConnectionInfo, LockError> {
+    use redis::IntoConnectionInfo;
+    let info = url
+        .into_connection_info()
+        .map_err(|e| LockError::Config(format!("invalid Redis address {:?}: {e}", redact(url))))?;
+    let mut settings = info.redis_settings().clone();
+    if let Some(username) = &auth.username {
+        settings = settings.set_username(username);
+    }
+    if let Some(password) = &auth.password {
+        settings = settings.set_password(password);
+    }
+    if let Some(database) = auth.database {
+        settings = settings.set_db(database);
+    }
+    Ok(info.set_redis_settings(settings))
+}
+
+/// Opens `url` as a client (see [`connection_info`]).
+fn open(url: &str, auth: &Auth) -> Result<redis::Client, LockError> {
+    redis::Client::open(connection_info(url, auth)?)
+        .map_err(|e| LockError::Config(format!("invalid Redis address {:?}: {e}", redact(url))))
+}
+
+fn connect_error(address: String, error: CallError) -> LockError {
+    match error {
+        CallError::Redis(source) => LockError::Connect {
+            address,
+            source: Some(source),
+        },
+        CallError::Timeout(_) => LockError::Connect {
+            address,
+            source: None,
+        },
+    }
+}
+
+impl Backend {
+    /// Connects to `topology` and loads the scripts.
+    pub(crate) async fn connect(
+        topology: &Topology,
+        options: ConnectOptions,
+    ) -> Result<Backend, LockError> {
+        let (route, shown) = match &topology.kind {
+            TopologyKind::Single { address } => {
+                let client = open(address, &topology.auth)?;
+                (
+                    Route::Direct(connect_node(client, address, options).await?),
+                    redact(address),
+                )
             }
-            Err(_) => {
-                return Err(LockError::Connect {
-                    address: shown,
-                    source: None,
-                })
+            TopologyKind::MasterReplicas { master, replicas } => {
+                for replica in replicas {
+                    open(replica, &topology.auth)?;
+                }
+                let client = open(master, &topology.auth)?;
+                (
+                    Route::Direct(connect_node(client, master, options).await?),
+                    redact(master),
+                )
+            }
+            TopologyKind::Sentinel {
+                master_name,
+                sentinels,
+            } => {
+                let shown = format!("sentinel master {master_name:?} via {}", list(sentinels));
+                for sentinel in sentinels {
+                    open(sentinel, &Auth::default())?;
+                }
+                let route = SentinelRoute::connect(master_name, sentinels, &topology.auth, options)
+                    .await
+                    .map_err(|e| connect_error(shown.clone(), e))?;
+                (Route::Sentinel(Box::new(route)), shown)
+            }
+            TopologyKind::Cluster { nodes } => {
+                let shown = format!("cluster via {}", list(nodes));
+                let infos = nodes
+                    .iter()
+                    .map(|node| connection_info(node, &topology.auth))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let (conn, pushes) =
+                    connect_cluster(infos, options).await.map_err(|e| match e {
+                        CallError::Redis(source)
+                            if source.kind() == redis::ErrorKind::InvalidClientConfig =>
+                        {
+                            LockError::Config(format!(
+                                "invalid cluster nodes {}: {source}",
+                                list(nodes)
+                            ))
+                        }
+                        other => connect_error(shown.clone(), other),
+                    })?;
+                let route = Route::Cluster {
+                    conn,
+                    pushes: Mutex::new(Some(pushes)),
+                };
+                (route, shown)
             }
         };
         let backend = Backend {
-            client,
-            conn,
-            command_timeout: options.command_timeout,
+            shared: Arc::new(Shared {
+                route,
+                options,
+                generation: watch::channel(0).0,
+            }),
         };
-        backend.load_scripts().await.map_err(|e| match e {
-            CallError::Redis(source) => LockError::Connect {
-                address: shown,
-                source: Some(source),
-            },
-            CallError::Timeout(_) => LockError::Connect {
-                address: shown,
-                source: None,
-            },
-        })?;
+        backend
+            .load_scripts()
+            .await
+            .map_err(|e| connect_error(shown, e))?;
+        if let Route::Sentinel(_) = &backend.shared.route {
+            tokio::spawn(watch_switch_master(Arc::downgrade(&backend.shared)));
+        }
         Ok(backend)
     }
 
     /// Loads every script up front, so the first lock operation is one `EVALSHA` round
-    /// trip. (After a server restart `NOSCRIPT` makes `invoke` reload them.)
+    /// trip. (After a restart or failover `NOSCRIPT` makes `invoke` reload them.)
     async fn load_scripts(&self) -> Result<(), CallError> {
         let all = scripts();
         for script in [&all.acquire, &all.release, &all.renew, &all.force_unlock] {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn();
             self.bounded(async move { script.load_async(&mut conn).await })
                 .await?;
         }
         Ok(())
     }
 
-    /// The command that announces a release on a lock's channel.
+    /// The command that announces a release on a lock's channel: sharded in a cluster, so
+    /// that the message only travels within the lock's shard.
     pub(crate) fn publish_command(&self) -> &'static str {
-        "publish"
+        match self.shared.route {
+            Route::Cluster { .. } => "spublish",
+            _ => "publish",
+        }
+    }
+
+    /// Whether renewals must be grouped by cluster slot (one multi-key script per slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.shared.route, Route::Cluster { .. })
     }
 
     /// Runs a script, bounded by the command timeout.
@@ -142,34 +316,377 @@ impl Backend {
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, CallError> {
-        let mut conn = self.conn.clone();
-        self.bounded(async move { invocation.invoke_async(&mut conn).await })
-            .await
+        let mut conn = self.conn();
+        let result = self
+            .bounded(async move { invocation.invoke_async(&mut conn).await })
+            .await;
+        self.after(result).await
     }
 
     /// Runs a plain command, bounded by the command timeout.
-    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, CallError> {
-        let mut conn = self.conn.clone();
-        self.bounded(async move { cmd.query_async(&mut conn).await })
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, CallError> {
+        let mut conn = self.conn();
+        let result = self
+            .bounded(async move { cmd.query_async(&mut conn).await })
+            .await;
+        self.after(result).await
+    }
+
+    /// A subscriber on the current deployment, and the generation it belongs to: when
+    /// [`generation`](Backend::generation) moves on, the subscriber is stale.
+    pub(crate) async fn subscriber(&self) -> Result<Subscriber, CallError> {
+        match &self.shared.route {
+            Route::Direct(node) => self.dedicated(node.client.clone()).await,
+            Route::Sentinel(route) => {
+                let client = route.node().client;
+                self.dedicated(client).await
+            }
+            Route::Cluster { conn, pushes } => {
+                let taken = pushes.lock().unwrap_or_else(|p| p.into_inner()).take();
+                match taken {
+                    Some(pushes) => Ok(Subscriber::Sharded {
+                        conn: conn.clone(),
+                        pushes,
+                    }),
+                    // The receiver ended with the cluster connection: nothing to reconnect.
+                    None => Err(CallError::Redis(RedisError::from((
+                        redis::ErrorKind::Io,
+                        "the cluster connection's message channel is closed",
+                    )))),
+                }
+            }
+        }
+    }
+
+    async fn dedicated(&self, client: redis::Client) -> Result<Subscriber, CallError> {
+        let pubsub = self.bounded(client.get_async_pubsub()).await?;
+        let (sink, stream) = pubsub.split();
+        Ok(Subscriber::Dedicated { sink, stream })
+    }
+
+    /// Changes whenever the subscriber must be re-established on a new master.
+    pub(crate) fn generation(&self) -> watch::Receiver<u64> {
+        self.shared.generation.subscribe()
+    }
+
+    fn conn(&self) -> Conn {
+        match &self.shared.route {
+            Route::Direct(node) => Conn::Node(node.conn.clone()),
+            Route::Sentinel(route) => Conn::Node(route.node().conn),
+            Route::Cluster { conn, .. } => Conn::Cluster(conn.clone()),
+        }
+    }
+
+    /// After a failed call in Sentinel mode, checks whether the master moved, so that the
+    /// caller's retry goes to the new one.
+    async fn after<T>(&self, result: Result<T, CallError>) -> Result<T, CallError> {
+        if let (Err(error), Route::Sentinel(route)) = (&result, &self.shared.route) {
+            if error.is_transient() {
+                let _ = self.bounded_call(route.resolve(&self.shared)).await;
+            }
+        }
+        result
+    }
+
+    async fn bounded<T>(&self, call: impl Future<Output = RedisResult<T>>) -> Result<T, CallError> {
+        self.bounded_call(async { call.await.map_err(CallError::Redis) })
             .await
     }
 
-    /// A dedicated connection for subscriptions.
-    pub(crate) async fn pubsub(&self) -> Result<PubSub, CallError> {
-        self.bounded(self.client.get_async_pubsub()).await
-    }
-
-    async fn bounded<T>(
+    async fn bounded_call<T>(
         &self,
-        call: impl Future<Output = redis::RedisResult<T>>,
+        call: impl Future<Output = Result<T, CallError>>,
     ) -> Result<T, CallError> {
-        match tokio::time::timeout(self.command_timeout, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) if e.is_timeout() => Err(CallError::Timeout(self.command_timeout)),
-            Ok(Err(e)) => Err(CallError::Redis(e)),
-            Err(_) => Err(CallError::Timeout(self.command_timeout)),
+        let timeout = self.shared.options.command_timeout;
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Err(CallError::Redis(e))) if e.is_timeout() => Err(CallError::Timeout(timeout)),
+            Ok(result) => result,
+            Err(_) => Err(CallError::Timeout(timeout)),
         }
     }
+}
+
+async fn connect_node(
+    client: redis::Client,
+    address: &str,
+    options: ConnectOptions,
+) -> Result<Node, LockError> {
+    let shown = redact(address);
+    match tokio::time::timeout(options.connect_timeout, Node::connect(client, options)).await {
+        Ok(Ok(node)) => Ok(node),
+        Ok(Err(source)) => Err(LockError::Connect {
+            address: shown,
+            source: Some(source),
+        }),
+        Err(_) => Err(LockError::Connect {
+            address: shown,
+            source: None,
+        }),
+    }
+}
+
+async fn connect_cluster(
+    nodes: Vec<redis::ConnectionInfo>,
+    options: ConnectOptions,
+) -> Result<(ClusterConnection, mpsc::UnboundedReceiver<PushInfo>), CallError> {
+    let (sender, pushes) = mpsc::unbounded_channel();
+    let client = redis::cluster::ClusterClientBuilder::new(nodes)
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .push_sender(sender)
+        .connection_timeout(options.connect_timeout)
+        .response_timeout(options.command_timeout)
+        .build()
+        .map_err(CallError::Redis)?;
+    let connecting = client.get_async_connection();
+    match tokio::time::timeout(options.connect_timeout, connecting).await {
+        Ok(Ok(conn)) => Ok((conn, pushes)),
+        Ok(Err(e)) => Err(CallError::Redis(e)),
+        Err(_) => Err(CallError::Timeout(options.connect_timeout)),
+    }
+}
+
+impl SentinelRoute {
+    async fn connect(
+        master_name: &str,
+        sentinels: &[String],
+        auth: &Auth,
+        options: ConnectOptions,
+    ) -> Result<SentinelRoute, CallError> {
+        let mut info = redis::RedisConnectionInfo::default().set_db(auth.database.unwrap_or(0));
+        if let Some(username) = &auth.username {
+            info = info.set_username(username);
+        }
+        if let Some(password) = &auth.password {
+            info = info.set_password(password);
+        }
+        let node_info =
+            SentinelNodeConnectionInfo::default().set_redis_connection_info(info.clone());
+        let mut resolver = SentinelClient::build(
+            sentinels.to_vec(),
+            master_name.to_owned(),
+            Some(node_info),
+            SentinelServerType::Master,
+        )
+        .map_err(CallError::Redis)?;
+        let client = tokio::time::timeout(options.connect_timeout, resolver.async_get_client())
+            .await
+            .map_err(|_| CallError::Timeout(options.connect_timeout))?
+            .map_err(CallError::Redis)?;
+        let node = tokio::time::timeout(options.connect_timeout, Node::connect(client, options))
+            .await
+            .map_err(|_| CallError::Timeout(options.connect_timeout))?
+            .map_err(CallError::Redis)?;
+        tracing::info!(master = %master_name, address = %node.address(), "dlock: sentinel master resolved");
+        Ok(SentinelRoute {
+            resolver: tokio::sync::Mutex::new(resolver),
+            master_name: master_name.to_owned(),
+            settings: info,
+            current: RwLock::new(node),
+        })
+    }
+
+    fn node(&self) -> Node {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Asks the sentinels for the master; switches the connection when it moved.
+    async fn resolve(&self, shared: &Shared) -> Result<(), CallError> {
+        let before = *shared.generation.borrow();
+        let mut resolver = self.resolver.lock().await;
+        if *shared.generation.borrow() != before {
+            return Ok(()); // another caller switched while we waited
+        }
+        let client = resolver
+            .async_get_client()
+            .await
+            .map_err(CallError::Redis)?;
+        drop(resolver);
+        self.switch(shared, client).await
+    }
+
+    /// Switches to the master a sentinel announced with `+switch-master`. The announcement
+    /// is authoritative; asking the sentinels again could reach one that has not switched
+    /// yet and still names the old master, which keeps accepting writes for a while.
+    async fn follow(&self, shared: &Shared, host: &str, port: u16) -> Result<(), CallError> {
+        use redis::IntoConnectionInfo;
+        let info = redis::ConnectionAddr::Tcp(host.to_owned(), port)
+            .into_connection_info()
+            .map_err(CallError::Redis)?
+            .set_redis_settings(self.settings.clone());
+        let client = redis::Client::open(info).map_err(CallError::Redis)?;
+        self.switch(shared, client).await
+    }
+
+    async fn switch(&self, shared: &Shared, client: redis::Client) -> Result<(), CallError> {
+        let address = client.get_connection_info().addr().to_string();
+        if address == self.node().address() {
+            return Ok(());
+        }
+        let node = Node::connect(client, shared.options)
+            .await
+            .map_err(CallError::Redis)?;
+        tracing::warn!(master = %self.master_name, %address, "dlock: sentinel failover: following the new master");
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = node;
+        shared.generation.send_modify(|generation| *generation += 1);
+        Ok(())
+    }
+}
+
+/// The master a sentinel event announces: `(master name, host, port)`.
+///
+/// - `+promoted-slave`: `slave <ip>:<port> <ip> <port> @ <master-name> <old-ip> <old-port>`,
+///   sent as soon as the replica is promoted;
+/// - `+switch-master`: `<master-name> <old-ip> <old-port> <new-ip> <new-port>`, sent when
+///   the failover is complete (about a second later).
+fn announced_master<'a>(channel: &str, payload: &'a str) -> Option<(&'a str, &'a str, u16)> {
+    let fields: Vec<&str> = payload.split(' ').collect();
+    let (name, host, port) = match (channel, &fields[..]) {
+        ("+switch-master", [name, _, _, host, port]) => (*name, *host, *port),
+        ("+promoted-slave", ["slave", _, host, port, "@", name, ..]) => (*name, *host, *port),
+        _ => return None,
+    };
+    Some((name, host, port.parse().ok()?))
+}
+
+/// Listens for `+promoted-slave` / `+switch-master` on a sentinel and moves to the new
+/// master at once, so the client stops writing to a demoted master (which can stay
+/// writable for seconds after a manual failover) without waiting for an error.
+async fn watch_switch_master(shared: Weak<Shared>) {
+    let mut failures: u32 = 0;
+    loop {
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let Route::Sentinel(route) = &strong.route else {
+            return;
+        };
+        let sentinel = route
+            .resolver
+            .lock()
+            .await
+            .async_get_sentinel_client()
+            .await;
+        let master_name = route.master_name.clone();
+        drop(strong);
+        let pubsub = match sentinel {
+            Ok(client) => client.get_async_pubsub().await,
+            Err(e) => Err(e),
+        };
+        let mut pubsub = match pubsub {
+            Ok(pubsub) => pubsub,
+            Err(error) => {
+                failures += 1;
+                tracing::warn!(%error, "dlock: cannot reach a sentinel for failover events; retrying");
+                tokio::time::sleep(Duration::from_millis(100) * failures.min(20)).await;
+                continue;
+            }
+        };
+        if pubsub
+            .subscribe(&["+switch-master", "+promoted-slave"])
+            .await
+            .is_err()
+        {
+            continue;
+        }
+        failures = 0;
+        let mut messages = pubsub.on_message();
+        while let Some(message) = messages.next().await {
+            let payload: String = message.get_payload().unwrap_or_default();
+            let Some((name, host, port)) = announced_master(message.get_channel_name(), &payload)
+            else {
+                continue;
+            };
+            if name != master_name {
+                continue;
+            }
+            let Some(strong) = shared.upgrade() else {
+                return;
+            };
+            if let Route::Sentinel(route) = &strong.route {
+                if let Err(error) = route.follow(&strong, host, port).await {
+                    tracing::warn!(%error, "dlock: switching to the announced master failed; asking the sentinels");
+                    let _ = route.resolve(&strong).await;
+                }
+            }
+        }
+    }
+}
+
+/// A connection that receives unlock messages.
+pub(crate) enum Subscriber {
+    /// A dedicated pub/sub connection to one server.
+    Dedicated {
+        sink: PubSubSink,
+        stream: PubSubStream,
+    },
+    /// Sharded subscriptions through the cluster connection; messages arrive as pushes.
+    Sharded {
+        conn: ClusterConnection,
+        pushes: mpsc::UnboundedReceiver<PushInfo>,
+    },
+}
+
+/// What a subscriber reports.
+pub(crate) enum SubscriberEvent {
+    /// An unlock message on this channel.
+    Message(String),
+    /// The server dropped the subscription to this channel (a slot moved).
+    Dropped(String),
+    /// A connection behind the subscriber was lost and restored: messages may be missing.
+    Interrupted,
+}
+
+impl Subscriber {
+    pub(crate) async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Subscriber::Dedicated { sink, .. } => sink.subscribe(channel).await,
+            Subscriber::Sharded { conn, .. } => conn.ssubscribe(channel).await,
+        }
+    }
+
+    pub(crate) async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Subscriber::Dedicated { sink, .. } => sink.unsubscribe(channel).await,
+            Subscriber::Sharded { conn, .. } => conn.sunsubscribe(channel).await,
+        }
+    }
+
+    /// The next event; `None` when the subscriber is gone and must be replaced.
+    pub(crate) async fn next(&mut self) -> Option<SubscriberEvent> {
+        match self {
+            Subscriber::Dedicated { stream, .. } => {
+                let message = stream.next().await?;
+                Some(SubscriberEvent::Message(
+                    message.get_channel_name().to_owned(),
+                ))
+            }
+            Subscriber::Sharded { pushes, .. } => loop {
+                let push = pushes.recv().await?;
+                let channel = push
+                    .data
+                    .first()
+                    .and_then(|value| String::from_redis_value(value.clone()).ok());
+                match (push.kind, channel) {
+                    (PushKind::SMessage | PushKind::Message, Some(channel)) => {
+                        return Some(SubscriberEvent::Message(channel))
+                    }
+                    (PushKind::SUnsubscribe, Some(channel)) => {
+                        return Some(SubscriberEvent::Dropped(channel))
+                    }
+                    (PushKind::Disconnection, _) => return Some(SubscriberEvent::Interrupted),
+                    _ => {}
+                }
+            },
+        }
+    }
+}
+
+fn list(urls: &[String]) -> String {
+    let shown: Vec<String> = urls.iter().map(|u| redact(u)).collect();
+    shown.join(", ")
 }
 
 /// `url` with any password replaced by `***`, for error messages and logs.
@@ -188,7 +705,27 @@ pub(crate) fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{announced_master, redact};
+
+    #[test]
+    fn sentinel_announcements_name_the_new_master() {
+        assert_eq!(
+            announced_master("+switch-master", "mymaster 127.0.0.1 6379 127.0.0.1 6380"),
+            Some(("mymaster", "127.0.0.1", 6380))
+        );
+        assert_eq!(
+            announced_master(
+                "+promoted-slave",
+                "slave 127.0.0.1:6380 127.0.0.1 6380 @ mymaster 127.0.0.1 6379"
+            ),
+            Some(("mymaster", "127.0.0.1", 6380))
+        );
+        assert_eq!(announced_master("+switch-master", "garbage"), None);
+        assert_eq!(
+            announced_master("+sdown", "master mymaster 127.0.0.1 6379"),
+            None
+        );
+    }
 
     #[test]
     fn redact_hides_passwords_only() {

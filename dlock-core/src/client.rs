@@ -14,6 +14,7 @@ use crate::lease::lease_millis;
 use crate::lock::Lock;
 use crate::pubsub::PubSubService;
 use crate::release::{self, ReleaseJob};
+use crate::topology::Topology;
 use crate::watchdog::{self, Registry, Schedule};
 
 /// Shortest accepted watchdog timeout: renewal runs every third of it and needs room for a
@@ -79,6 +80,8 @@ pub(crate) struct Settings {
     pub(crate) key_prefix: String,
     pub(crate) command_timeout: Duration,
     pub(crate) max_wait_recheck: Duration,
+    pub(crate) failover_wait: Duration,
+    pub(crate) default_wait: Option<Duration>,
     pub(crate) retry_attempts: u32,
     pub(crate) retry_delay: Duration,
 }
@@ -210,6 +213,8 @@ pub struct LockClientBuilder {
     command_timeout: Duration,
     connect_timeout: Duration,
     max_wait_recheck: Duration,
+    failover_wait: Duration,
+    default_wait: Option<Duration>,
     retry_attempts: u32,
     retry_delay: Duration,
 }
@@ -222,6 +227,8 @@ impl Default for LockClientBuilder {
             command_timeout: Duration::from_secs(3),
             connect_timeout: Duration::from_secs(5),
             max_wait_recheck: Duration::from_secs(1),
+            failover_wait: Duration::from_secs(10),
+            default_wait: None,
             retry_attempts: 3,
             retry_delay: Duration::from_millis(50),
         }
@@ -266,6 +273,24 @@ impl LockClientBuilder {
         self
     }
 
+    /// The longest [`Lock::lock`] and [`Lock::lock_with_lease`] (and `#[distributed_lock]`
+    /// without `wait`) wait before failing with [`LockError::Timeout`]. Default `None`:
+    /// they wait as long as it takes.
+    #[must_use]
+    pub fn default_wait(mut self, wait: Option<Duration>) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// How long an acquisition that may wait (everything but `try_lock`) keeps trying
+    /// through Redis errors, such as a failover or a reconnect, before it reports the
+    /// error; never longer than its own wait. Default 10 s; zero reports the first error.
+    #[must_use]
+    pub fn failover_wait(mut self, wait: Duration) -> Self {
+        self.failover_wait = wait;
+        self
+    }
+
     /// How often a call that failed on a dropped or refused connection is retried, within
     /// one command timeout. Default 3; 0 disables retries.
     #[must_use]
@@ -298,12 +323,32 @@ impl LockClientBuilder {
     ///
     /// Cancel safe: a cancelled connect leaves nothing behind.
     pub async fn connect(self, url: &str) -> Result<LockClient> {
+        self.connect_to(&Topology::single(url)).await
+    }
+
+    /// Like [`connect`](LockClientBuilder::connect), for any deployment: a master with
+    /// replicas, a Sentinel group or a Cluster (see [`Topology`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`connect`](LockClientBuilder::connect); for Sentinel, also when no sentinel
+    /// knows the master.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a cancelled connect leaves nothing behind.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime (it spawns tasks).
+    pub async fn connect_to(self, topology: &Topology) -> Result<LockClient> {
         let settings = self.validate()?;
         let options = ConnectOptions {
             connect_timeout: self.connect_timeout,
             command_timeout: settings.command_timeout,
         };
-        let backend = Backend::connect(url, &options).await?;
+        let backend = Backend::connect(topology, options).await?;
+        tracing::debug!(mode = topology.mode(), "dlock: connected");
         Ok(LockClient::start(backend, settings))
     }
 
@@ -335,6 +380,8 @@ impl LockClientBuilder {
             key_prefix: self.key_prefix.clone(),
             command_timeout: self.command_timeout,
             max_wait_recheck: self.max_wait_recheck,
+            failover_wait: self.failover_wait,
+            default_wait: self.default_wait,
             retry_attempts: self.retry_attempts,
             retry_delay: self.retry_delay,
         })

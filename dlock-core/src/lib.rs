@@ -50,6 +50,7 @@ mod owner;
 mod pubsub;
 mod release;
 mod scripts;
+mod topology;
 mod watchdog;
 
 pub use client::{LockClient, LockClientBuilder};
@@ -58,6 +59,19 @@ pub use global::{global_client, set_global};
 pub use guard::LockGuard;
 pub use lease::MAX_LEASE;
 pub use lock::Lock;
+pub use topology::Topology;
+
+/// `url` with any password replaced by `***`, for logs and error messages.
+///
+/// ```
+/// assert_eq!(
+///     dlock_core::redact_url("redis://app:hunter2@127.0.0.1:6379"),
+///     "redis://app:***@127.0.0.1:6379"
+/// );
+/// ```
+pub fn redact_url(url: &str) -> String {
+    backend::redact(url)
+}
 
 /// Runs an async function's body while holding a distributed lock.
 ///

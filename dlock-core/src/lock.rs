@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::CallError;
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::guard::LockGuard;
@@ -25,8 +26,8 @@ use crate::scripts::scripts;
 ///
 /// | method | waits | lease |
 /// |---|---|---|
-/// | [`lock`](Lock::lock) | until acquired | watchdog |
-/// | [`lock_with_lease`](Lock::lock_with_lease) | until acquired | explicit |
+/// | [`lock`](Lock::lock) | until acquired (or the client's `default_wait`) | watchdog |
+/// | [`lock_with_lease`](Lock::lock_with_lease) | until acquired (or `default_wait`) | explicit |
 /// | [`try_lock`](Lock::try_lock) | no | watchdog |
 /// | [`try_lock_for`](Lock::try_lock_for) | up to `wait` | watchdog |
 /// | [`try_lock_with`](Lock::try_lock_with) | up to `wait` | explicit |
@@ -83,8 +84,8 @@ impl Lock {
         &self.keys.key
     }
 
-    /// Acquires the lock, waiting as long as it takes; the watchdog keeps the lease alive
-    /// while the guard lives.
+    /// Acquires the lock, waiting as long as it takes (or the client's `default_wait`);
+    /// the watchdog keeps the lease alive while the guard lives.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -102,14 +103,16 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis fails; never
-    /// `Timeout`.
+    /// [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis fails (after
+    /// waiting through a failover for up to the client's `failover_wait`);
+    /// [`LockError::Timeout`] only when the client has a `default_wait`.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
     pub async fn lock(&self) -> Result<LockGuard> {
-        self.acquire(None, None).await
+        self.acquire(self.client.inner.settings.default_wait, None)
+            .await
     }
 
     /// Acquires the lock, waiting as long as it takes; the key expires after `lease` and is
@@ -125,7 +128,8 @@ impl Lock {
     ///
     /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.acquire(None, Some(lease)).await
+        self.acquire(self.client.inner.settings.default_wait, Some(lease))
+            .await
     }
 
     /// One attempt, no waiting; the watchdog keeps the lease alive.
@@ -307,8 +311,29 @@ impl Lock {
         };
         let mut subscription: Option<Subscription> = None;
 
+        // Start of the current run of Redis errors, if any.
+        let mut outage: Option<Instant> = None;
         loop {
-            let (sent_at, busy_ttl) = attempt.run(lease_ms, give_up_at).await?;
+            let (sent_at, busy_ttl) = match attempt.run(lease_ms, give_up_at).await {
+                Ok(reply) => {
+                    outage = None;
+                    reply
+                }
+                Err(error) => {
+                    let since = *outage.get_or_insert_with(Instant::now);
+                    let pause = settings.max_wait_recheck.min(Duration::from_millis(200));
+                    let patient = wait != Some(Duration::ZERO)
+                        && error.is_transient()
+                        && since.elapsed() + pause < settings.failover_wait
+                        && give_up_at.is_none_or(|at| Instant::now() + pause < at);
+                    if !patient {
+                        return Err(error.into_lock_error(&self.name, "acquire"));
+                    }
+                    tracing::debug!(lock = %self.name, %error, "dlock: Redis unavailable while waiting; retrying");
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+            };
             let Some(ttl) = busy_ttl else {
                 attempt.maybe_applied = false;
                 let held = Held::new(
@@ -382,7 +407,7 @@ impl Attempt<'_> {
         &mut self,
         lease_ms: u64,
         give_up_at: Option<Instant>,
-    ) -> Result<(Instant, Option<i64>)> {
+    ) -> Result<(Instant, Option<i64>), CallError> {
         let inner = &self.lock.client.inner;
         let mut invocation = scripts().acquire.prepare_invoke();
         invocation
@@ -413,7 +438,7 @@ impl Attempt<'_> {
                             tracing::debug!(lock = %self.lock.name, %error, "dlock: acquire failed; retrying");
                             tokio::time::sleep(delay).await;
                         }
-                        None => return Err(error.into_lock_error(&self.lock.name, "acquire")),
+                        None => return Err(error),
                     }
                 }
             }

@@ -11,10 +11,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, SubscriberEvent};
 
 /// The client's subscription service.
 pub(crate) struct PubSubService {
@@ -134,10 +133,12 @@ async fn run(
     backend: Backend,
     retry_delay: Duration,
 ) {
+    let mut generation = backend.generation();
     let mut failures: u32 = 0;
     loop {
-        let connection = match backend.pubsub().await {
-            Ok(connection) => connection,
+        generation.mark_unchanged();
+        let mut subscriber = match backend.subscriber().await {
+            Ok(subscriber) => subscriber,
             Err(error) => {
                 if shared.strong_count() == 0 {
                     return;
@@ -148,7 +149,6 @@ async fn run(
                 continue;
             }
         };
-        let (mut sink, mut messages) = connection.split();
 
         // Subscribe everything wanted right now; later changes arrive as commands.
         let wanted: Vec<(String, watch::Sender<bool>)> = match shared.upgrade() {
@@ -161,7 +161,7 @@ async fn run(
         };
         let mut healthy = true;
         for (name, confirm) in &wanted {
-            if sink.subscribe(name).await.is_err() {
+            if subscriber.subscribe(name).await.is_err() {
                 healthy = false;
                 break;
             }
@@ -182,40 +182,49 @@ async fn run(
                 command = commands.recv() => match command {
                     None => return,
                     Some(Command::Subscribe(name)) => {
-                        let confirm = shared.upgrade().and_then(|shared| {
-                            shared.lock_channels().get(&name).map(|c| c.confirm.clone())
-                        });
-                        // Already unsubscribed again before we got to it: nothing to do.
-                        let Some(confirm) = confirm else { continue };
-                        if sink.subscribe(&name).await.is_err() {
+                        let Some(confirm) = confirmation(&shared, &name) else {
+                            continue; // unsubscribed again before we got to it
+                        };
+                        if subscriber.subscribe(&name).await.is_err() {
                             healthy = false;
                         } else {
                             confirm.send_replace(true);
                         }
                     }
                     Some(Command::Unsubscribe(name)) => {
-                        let wanted_again = shared
-                            .upgrade()
-                            .is_some_and(|shared| shared.lock_channels().contains_key(&name));
-                        if !wanted_again && sink.unsubscribe(&name).await.is_err() {
+                        let wanted_again = confirmation(&shared, &name).is_some();
+                        if !wanted_again && subscriber.unsubscribe(&name).await.is_err() {
                             healthy = false;
                         }
                     }
                 },
-                message = messages.next() => match message {
-                    Some(message) => {
-                        let wake = shared.upgrade().and_then(|shared| {
-                            shared
-                                .lock_channels()
-                                .get(message.get_channel_name())
-                                .map(|c| Arc::clone(&c.wake))
-                        });
-                        if let Some(wake) = wake {
+                event = subscriber.next() => match event {
+                    Some(SubscriberEvent::Message(channel)) => {
+                        if let Some(wake) = waker(&shared, &channel) {
                             wake.notify_one();
+                        }
+                    }
+                    Some(SubscriberEvent::Dropped(channel)) => {
+                        // A slot moved: subscribe again (routed to the new owner) and let
+                        // the waiters re-check, since a release may have been missed.
+                        if let Some(wake) = waker(&shared, &channel) {
+                            tracing::debug!(%channel, "dlock: sharded subscription dropped by the server; resubscribing");
+                            let _ = subscriber.subscribe(&channel).await;
+                            wake.notify_waiters();
+                            wake.notify_one();
+                        }
+                    }
+                    Some(SubscriberEvent::Interrupted) => {
+                        if let Some(shared) = shared.upgrade() {
+                            shared.wake_all();
                         }
                     }
                     None => healthy = false,
                 },
+                _ = generation.changed() => {
+                    tracing::info!("dlock: master moved; moving the subscriber connection");
+                    healthy = false;
+                }
             }
         }
         tracing::warn!("dlock: subscriber connection lost; reconnecting");
@@ -225,4 +234,16 @@ async fn run(
             }
         }
     }
+}
+
+fn confirmation(shared: &Weak<Shared>, channel: &str) -> Option<watch::Sender<bool>> {
+    let shared = shared.upgrade()?;
+    let channels = shared.lock_channels();
+    channels.get(channel).map(|c| c.confirm.clone())
+}
+
+fn waker(shared: &Weak<Shared>, channel: &str) -> Option<Arc<Notify>> {
+    let shared = shared.upgrade()?;
+    let channels = shared.lock_channels();
+    channels.get(channel).map(|c| Arc::clone(&c.wake))
 }

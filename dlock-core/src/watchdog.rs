@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::error::LossReason;
 use crate::held::Held;
+use crate::keys::slot_of;
 use crate::scripts::scripts;
 
 /// Locks per `renew` script call.
@@ -87,21 +88,27 @@ pub(crate) async fn run(registry: Weak<Registry>, backend: Backend, schedule: Sc
 }
 
 /// Renews every lock in `held`; drops the ones Redis no longer has for us.
+///
+/// The batches go out concurrently over the multiplexed connection(s), so a round costs
+/// about one round trip per node however many batches it has. In a cluster a script may
+/// only touch one slot, so batches are per slot there.
 async fn renew_round(
     registry: &Registry,
     backend: &Backend,
     schedule: &Schedule,
     held: &[(u64, Arc<Held>)],
 ) -> Result<(), crate::backend::CallError> {
-    for chunk in held.chunks(BATCH) {
+    let batches = batches(held, backend.is_cluster());
+    let lease_ms = schedule.lease.as_millis() as u64;
+    let rounds = batches.iter().map(|batch| async move {
         let mut invocation = scripts().renew.prepare_invoke();
-        invocation.arg(schedule.lease.as_millis() as u64);
-        for (_, lock) in chunk {
+        invocation.arg(lease_ms);
+        for (_, lock) in batch {
             invocation.key(&lock.keys.key).arg(&*lock.field);
         }
         let sent_at = Instant::now();
         let renewed: Vec<i64> = backend.invoke(&invocation).await?;
-        for ((id, lock), still_held) in chunk.iter().zip(renewed) {
+        for ((id, lock), still_held) in batch.iter().zip(renewed) {
             if still_held == 1 {
                 lock.confirm(sent_at);
                 tracing::trace!(lock = %lock.name, "dlock: lease renewed");
@@ -113,8 +120,37 @@ async fn renew_round(
                 }
             }
         }
+        Ok(())
+    });
+    futures_util::future::join_all(rounds)
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Splits `held` into renew calls of at most [`BATCH`] locks (of one slot in a cluster).
+fn batches(held: &[(u64, Arc<Held>)], per_slot: bool) -> Vec<Vec<(u64, Arc<Held>)>> {
+    let mut groups: HashMap<usize, Vec<(u64, Arc<Held>)>> = HashMap::new();
+    for (id, lock) in held {
+        let slot = if per_slot {
+            slot_of(lock.keys.key.as_bytes())
+        } else {
+            0
+        };
+        groups
+            .entry(slot)
+            .or_default()
+            .push((*id, Arc::clone(lock)));
     }
-    Ok(())
+    groups
+        .into_values()
+        .flat_map(|group| {
+            group
+                .chunks(BATCH)
+                .map(<[(u64, Arc<Held>)]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// After a failed round: locks whose local deadline passed are lost, whatever Redis says later.

@@ -1,0 +1,61 @@
+//! The one error type of dlock-config.
+
+/// Why a configuration could not be loaded or turned into a client.
+///
+/// Messages name the file (or `<string>` for [`Config::from_toml_str`](crate::Config::from_toml_str)),
+/// the line and column where the TOML has one, and what is expected. They never contain a
+/// password.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read dlock config {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The file is not UTF-8 text.
+    #[error(
+        "dlock config {path} is not UTF-8 text (invalid byte at offset {offset}); save it as UTF-8"
+    )]
+    NotUtf8 {
+        /// The file.
+        path: String,
+        /// Byte offset of the first invalid byte.
+        offset: usize,
+    },
+
+    /// The TOML is malformed or does not match the expected shape or values.
+    #[error("{origin}:{line}:{column}: {message}")]
+    Invalid {
+        /// The file, or `<string>`.
+        origin: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong and what is expected.
+        message: String,
+    },
+
+    /// An environment override is not usable.
+    #[error("environment variable {variable}: {message}")]
+    Environment {
+        /// The variable, e.g. `DLOCK_ADDRESS`.
+        variable: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// The configuration is valid but the client could not be built (e.g. Redis is
+    /// unreachable).
+    #[error(transparent)]
+    Lock(#[from] dlock_core::LockError),
+}
+
+/// `Result` with [`ConfigError`].
+pub type Result<T, E = ConfigError> = std::result::Result<T, E>;

@@ -1,0 +1,162 @@
+//! Reading a configuration: TOML text to [`Config`], with precise error locations, and
+//! environment overrides.
+
+use std::path::Path;
+
+use crate::error::{ConfigError, Result};
+use crate::model::{check_address, Address, Addresses, Config, Redis, Secret};
+
+/// Environment variable naming the config file for [`Config::from_env`].
+pub const CONFIG_ENV: &str = "DLOCK_CONFIG";
+/// Overrides `[connection] password`.
+pub const PASSWORD_ENV: &str = "DLOCK_PASSWORD";
+/// Overrides `[connection] username`.
+pub const USERNAME_ENV: &str = "DLOCK_USERNAME";
+/// Overrides the topology's address(es): `address` (single), `master` (master_slave),
+/// `sentinels` (sentinel) or `nodes` (cluster); a comma-separated list for the last two.
+pub const ADDRESS_ENV: &str = "DLOCK_ADDRESS";
+
+const TOPOLOGIES: &str =
+    "[redis.single], [redis.master_slave], [redis.sentinel] or [redis.cluster]";
+
+impl Config {
+    /// Parses TOML text; errors name `<string>` as the origin. Pure: reads no environment.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] with line and column for malformed TOML, unknown keys,
+    /// a missing or repeated topology, bad addresses or durations, and a database in
+    /// cluster mode.
+    pub fn from_toml_str(text: &str) -> Result<Config> {
+        parse(text, "<string>")
+    }
+
+    /// Reads and parses `path`; errors name the file. Pure apart from reading the file.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Read`] when the file cannot be read, [`ConfigError::NotUtf8`],
+    /// and everything [`from_toml_str`](Config::from_toml_str) reports.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Config> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| ConfigError::NotUtf8 {
+            path: shown.clone(),
+            offset: e.utf8_error().valid_up_to(),
+        })?;
+        parse(&text, &shown)
+    }
+
+    /// Reads the file named by `DLOCK_CONFIG` and applies the environment overrides
+    /// (see [`with_env_overrides`](Config::with_env_overrides)).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Environment`] when `DLOCK_CONFIG` is not set, and everything
+    /// [`from_file`](Config::from_file) reports.
+    pub fn from_env() -> Result<Config> {
+        let path = std::env::var(CONFIG_ENV).map_err(|_| ConfigError::Environment {
+            variable: CONFIG_ENV,
+            message: "not set; point it at a dlock TOML file".to_owned(),
+        })?;
+        Config::from_file(path)?.with_env_overrides()
+    }
+
+    /// Applies `DLOCK_PASSWORD`, `DLOCK_USERNAME` and `DLOCK_ADDRESS` when they are set.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Environment`] for an invalid `DLOCK_ADDRESS`.
+    pub fn with_env_overrides(self) -> Result<Config> {
+        self.with_overrides(|name| std::env::var(name).ok())
+    }
+
+    /// [`with_env_overrides`](Config::with_env_overrides) with the variables looked up by
+    /// `lookup` instead of the process environment.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Environment`] for an invalid address override.
+    pub fn with_overrides(mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        if let Some(password) = lookup(PASSWORD_ENV) {
+            self.connection.password = Some(Secret(password));
+        }
+        if let Some(username) = lookup(USERNAME_ENV) {
+            self.connection.username = Some(username);
+        }
+        if let Some(addresses) = lookup(ADDRESS_ENV) {
+            let invalid = |message: String| ConfigError::Environment {
+                variable: ADDRESS_ENV,
+                message,
+            };
+            let mut list = Vec::new();
+            for url in addresses
+                .split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+            {
+                check_address(url).map_err(invalid)?;
+                list.push(Address(url.to_owned()));
+            }
+            let Some(first) = list.first().cloned() else {
+                return Err(invalid("empty: give at least one address".to_owned()));
+            };
+            match &mut self.redis {
+                Redis::Single(single) => single.address = first,
+                Redis::MasterSlave(master_slave) => master_slave.master = first,
+                Redis::Sentinel(sentinel) => sentinel.sentinels = Addresses(list),
+                Redis::Cluster(cluster) => cluster.nodes = Addresses(list),
+            }
+        }
+        Ok(self)
+    }
+}
+
+fn parse(text: &str, origin: &str) -> Result<Config> {
+    let config: Config = toml::from_str(text).map_err(|e| {
+        let offset = e.span().map_or(0, |span| span.start);
+        invalid(text, origin, offset, explain(e.message()))
+    })?;
+    if let (Redis::Cluster(_), Some(database)) = (&config.redis, &config.connection.database) {
+        return Err(invalid(
+            text,
+            origin,
+            database.span().start,
+            "`database` is not supported with [redis.cluster]: a Redis Cluster only has database 0; remove it".to_owned(),
+        ));
+    }
+    Ok(config)
+}
+
+/// Rewrites the parser's messages that do not say what to do.
+fn explain(message: &str) -> String {
+    if message == "missing field `redis`" {
+        format!("no Redis topology: add exactly one of {TOPOLOGIES}")
+    } else if message.starts_with("wanted exactly 1 element, more than 1") {
+        format!("more than one Redis topology: keep exactly one of {TOPOLOGIES}")
+    } else if message.starts_with("wanted exactly 1 element, found 0") {
+        format!("[redis] names no topology: add exactly one of {TOPOLOGIES}")
+    } else if message.starts_with("unknown variant") {
+        format!("unknown Redis topology: {message}")
+    } else if message.contains("expected a duration") {
+        format!("{message}; write e.g. \"500ms\", \"30s\" or \"2m\"")
+    } else {
+        message.to_owned()
+    }
+}
+
+fn invalid(text: &str, origin: &str, offset: usize, message: String) -> ConfigError {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    ConfigError::Invalid {
+        origin: origin.to_owned(),
+        line,
+        column,
+        message,
+    }
+}

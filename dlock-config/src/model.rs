@@ -1,0 +1,204 @@
+//! The shape of the TOML file.
+
+use std::time::Duration;
+
+use dlock_core::redact_url as redact;
+use serde::{Deserialize, Deserializer};
+use toml::Spanned;
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Exactly one topology table: `[redis.single]`, `[redis.master_slave]`,
+    /// `[redis.sentinel]` or `[redis.cluster]`.
+    pub redis: Redis,
+    /// Connection options shared by every topology.
+    #[serde(default)]
+    pub connection: Connection,
+    /// Lock behaviour.
+    #[serde(default)]
+    pub lock: LockSection,
+}
+
+/// Which Redis deployment to use.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Redis {
+    /// `[redis.single]`: one server.
+    Single(Single),
+    /// `[redis.master_slave]`: a master with replicas; locks use the master only.
+    MasterSlave(MasterSlave),
+    /// `[redis.sentinel]`: a Sentinel-managed master.
+    Sentinel(Sentinel),
+    /// `[redis.cluster]`: a Redis Cluster.
+    Cluster(Cluster),
+}
+
+/// `[redis.single]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Single {
+    /// `redis://host:port` (`rediss://` for TLS).
+    pub address: Address,
+}
+
+/// `[redis.master_slave]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MasterSlave {
+    /// The master: every lock operation goes here.
+    pub master: Address,
+    /// The replicas. Lock operations never read them (a replica may lag behind the
+    /// master); they are checked to be valid addresses and documented here.
+    #[serde(default)]
+    pub replicas: Vec<Address>,
+}
+
+/// `[redis.sentinel]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sentinel {
+    /// The name the sentinels monitor the master under.
+    pub master_name: String,
+    /// Sentinel addresses (at least one).
+    pub sentinels: Addresses,
+}
+
+/// `[redis.cluster]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    /// Seed nodes (at least one); the rest of the cluster is discovered.
+    pub nodes: Addresses,
+}
+
+/// `[connection]`: options for every topology.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Connection {
+    /// ACL username for the data nodes.
+    pub username: Option<String>,
+    /// Password for the data nodes; `DLOCK_PASSWORD` overrides it. Never printed.
+    pub password: Option<Secret>,
+    /// Database number (not allowed with `[redis.cluster]`).
+    pub database: Option<Spanned<i64>>,
+    /// Longest wait for a connection. Default 5 s.
+    #[serde(default, with = "humantime_serde")]
+    pub connect_timeout: Option<Duration>,
+    /// Longest wait for one answer. Default 3 s.
+    #[serde(default, with = "humantime_serde")]
+    pub command_timeout: Option<Duration>,
+    /// Retries of a call that failed on a dropped connection. Default 3.
+    pub retry_attempts: Option<u32>,
+    /// First pause before a retry, doubled each time. Default 50 ms.
+    #[serde(default, with = "humantime_serde")]
+    pub retry_delay: Option<Duration>,
+}
+
+/// `[lock]`: lock behaviour.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockSection {
+    /// Lease of locks without an explicit one, renewed every third of it. Default 30 s.
+    #[serde(default, with = "humantime_serde")]
+    pub watchdog_timeout: Option<Duration>,
+    /// Prefix of every lock key. Default none.
+    pub key_prefix: Option<String>,
+    /// How long `lock()` (and `#[distributed_lock]` without `wait`) waits before failing.
+    /// Default: as long as it takes.
+    #[serde(default, with = "humantime_serde")]
+    pub wait: Option<Duration>,
+    /// A waiter re-checks at least this often without an unlock message. Default 1 s.
+    #[serde(default, with = "humantime_serde")]
+    pub max_wait_recheck: Option<Duration>,
+    /// How long a waiting acquisition keeps trying through a failover. Default 10 s.
+    #[serde(default, with = "humantime_serde")]
+    pub failover_wait: Option<Duration>,
+}
+
+/// A Redis URL, checked when the file is read.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Address(pub(crate) String);
+
+impl Address {
+    /// The URL as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redact(&self.0))
+    }
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redact(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Address {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let url = String::deserialize(deserializer)?;
+        check_address(&url).map_err(serde::de::Error::custom)?;
+        Ok(Address(url))
+    }
+}
+
+/// Checks a Redis URL; the message never repeats a password.
+pub(crate) fn check_address(url: &str) -> Result<(), String> {
+    use redis::IntoConnectionInfo;
+    let shown = redact(url);
+    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+        return Err(format!(
+            "invalid Redis address {shown:?}: expected a URL like \"redis://127.0.0.1:6379\" (or rediss:// for TLS)"
+        ));
+    }
+    url.into_connection_info().map(|_| ()).map_err(|_| {
+        format!("invalid Redis address {shown:?}: expected redis://[user:password@]host:port[/db]")
+    })
+}
+
+/// A non-empty list of Redis URLs.
+#[derive(Debug, Clone)]
+pub struct Addresses(pub(crate) Vec<Address>);
+
+impl Addresses {
+    /// The URLs as written.
+    pub fn urls(&self) -> Vec<String> {
+        self.0.iter().map(|a| a.0.clone()).collect()
+    }
+}
+
+impl<'de> Deserialize<'de> for Addresses {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let list = Vec::<Address>::deserialize(deserializer)?;
+        if list.is_empty() {
+            return Err(serde::de::Error::custom(
+                "empty address list: give at least one address, e.g. [\"redis://127.0.0.1:6379\"]",
+            ));
+        }
+        Ok(Addresses(list))
+    }
+}
+
+/// A password: shown as `***` by `Debug`.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub(crate) String);
+
+impl Secret {
+    /// The secret itself; handle with care.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}

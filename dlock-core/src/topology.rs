@@ -1,0 +1,160 @@
+//! Which Redis deployment a [`LockClient`](crate::LockClient) talks to.
+
+/// A Redis deployment: one server, a master with replicas, a Sentinel-managed master, or a
+/// Cluster. Pass it to [`LockClientBuilder::connect_to`](crate::LockClientBuilder::connect_to);
+/// `dlock-config` builds it from a TOML file.
+///
+/// Addresses are URLs: `redis://[user:password@]host:port[/db]` (`rediss://` for TLS when
+/// the `redis` crate's TLS support is enabled). Lock operations behave the same in every
+/// mode; what differs is how a failover is followed:
+///
+/// - **single**: one server; the connection reconnects after a drop.
+/// - **master/replicas**: every lock operation goes to the master. The replicas are not
+///   read: a replica may lag, and a lock state read there could be stale. They are listed
+///   so one configuration describes the deployment.
+/// - **sentinel**: the master is resolved through the sentinels and re-resolved when a
+///   sentinel announces `+switch-master`, when the connection fails and when the server
+///   answers `READONLY` (a demoted master); the subscriber connection follows.
+/// - **cluster**: keys are routed by slot (every lock key, channel and memo of one lock
+///   shares a slot), `MOVED`/`ASK` and failovers are followed, and waiting uses sharded
+///   pub/sub (`SSUBSCRIBE`/`SPUBLISH`), so an unlock message only reaches the lock's shard.
+#[derive(Clone)]
+pub struct Topology {
+    pub(crate) kind: TopologyKind,
+    pub(crate) auth: Auth,
+}
+
+#[derive(Clone)]
+pub(crate) enum TopologyKind {
+    Single {
+        address: String,
+    },
+    MasterReplicas {
+        master: String,
+        replicas: Vec<String>,
+    },
+    Sentinel {
+        master_name: String,
+        sentinels: Vec<String>,
+    },
+    Cluster {
+        nodes: Vec<String>,
+    },
+}
+
+/// Credentials and database applied to every data node (not to sentinels).
+#[derive(Clone, Default)]
+pub(crate) struct Auth {
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) database: Option<i64>,
+}
+
+impl Topology {
+    /// One Redis server.
+    pub fn single(address: impl Into<String>) -> Topology {
+        Topology::new(TopologyKind::Single {
+            address: address.into(),
+        })
+    }
+
+    /// A master with replicas; lock operations all go to the master.
+    pub fn master_replicas(master: impl Into<String>, replicas: Vec<String>) -> Topology {
+        Topology::new(TopologyKind::MasterReplicas {
+            master: master.into(),
+            replicas,
+        })
+    }
+
+    /// The master called `master_name` of a Sentinel group, found through `sentinels`
+    /// (sentinel URLs). The master's credentials come from
+    /// [`credentials`](Topology::credentials) and [`database`](Topology::database).
+    pub fn sentinel(master_name: impl Into<String>, sentinels: Vec<String>) -> Topology {
+        Topology::new(TopologyKind::Sentinel {
+            master_name: master_name.into(),
+            sentinels,
+        })
+    }
+
+    /// A Redis Cluster reached through any of the seed `nodes`.
+    pub fn cluster(nodes: Vec<String>) -> Topology {
+        Topology::new(TopologyKind::Cluster { nodes })
+    }
+
+    fn new(kind: TopologyKind) -> Topology {
+        Topology {
+            kind,
+            auth: Auth::default(),
+        }
+    }
+
+    /// Username (Redis 6 ACL) and password for every data node, overriding those in the
+    /// URLs. Sentinels themselves are contacted as their URLs say.
+    #[must_use]
+    pub fn credentials(mut self, username: Option<String>, password: Option<String>) -> Topology {
+        self.auth.username = username.or(self.auth.username);
+        self.auth.password = password.or(self.auth.password);
+        self
+    }
+
+    /// The database number on every data node, overriding the URLs' (not for a cluster,
+    /// which has only database 0).
+    #[must_use]
+    pub fn database(mut self, database: i64) -> Topology {
+        self.auth.database = Some(database);
+        self
+    }
+
+    /// A short name of the mode: `single`, `master_slave`, `sentinel` or `cluster`.
+    pub fn mode(&self) -> &'static str {
+        match self.kind {
+            TopologyKind::Single { .. } => "single",
+            TopologyKind::MasterReplicas { .. } => "master_slave",
+            TopologyKind::Sentinel { .. } => "sentinel",
+            TopologyKind::Cluster { .. } => "cluster",
+        }
+    }
+}
+
+/// Never shows passwords.
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::backend::redact;
+        let all = |urls: &[String]| urls.iter().map(|u| redact(u)).collect::<Vec<_>>();
+        let password = self.auth.password.as_ref().map(|_| "***");
+        match &self.kind {
+            TopologyKind::Single { address } => f
+                .debug_struct("Single")
+                .field("address", &redact(address))
+                .field("username", &self.auth.username)
+                .field("password", &password)
+                .field("database", &self.auth.database)
+                .finish(),
+            TopologyKind::MasterReplicas { master, replicas } => f
+                .debug_struct("MasterReplicas")
+                .field("master", &redact(master))
+                .field("replicas", &all(replicas))
+                .field("username", &self.auth.username)
+                .field("password", &password)
+                .field("database", &self.auth.database)
+                .finish(),
+            TopologyKind::Sentinel {
+                master_name,
+                sentinels,
+            } => f
+                .debug_struct("Sentinel")
+                .field("master_name", master_name)
+                .field("sentinels", &all(sentinels))
+                .field("username", &self.auth.username)
+                .field("password", &password)
+                .field("database", &self.auth.database)
+                .finish(),
+            TopologyKind::Cluster { nodes } => f
+                .debug_struct("Cluster")
+                .field("nodes", &all(nodes))
+                .field("username", &self.auth.username)
+                .field("password", &password)
+                .finish(),
+        }
+    }
+}
