@@ -11,6 +11,14 @@
 //! - [`TcpProxy`] forwards connections to a server and can lose the reply to the next
 //!   request (applied by Redis, failed for the client), hold new connections, or reset
 //!   all open connections.
+//! - [`RedisReplicaSet`] is a master with replicas (`--replicaof`), ready once every
+//!   replica's link is up.
+//! - [`RedisSentinelGroup`] is a master, two replicas and three sentinels monitoring them
+//!   as `mymaster`, with a bounded, fully observed [`RedisSentinelGroup::failover`].
+//! - [`RedisCluster`] is a six-node Redis Cluster (three masters with one replica each,
+//!   created with `redis-cli --cluster create`; the `DLOCK_REDIS_CLI` environment
+//!   variable, else `redis-cli` from `PATH`), with a bounded, fully observed
+//!   [`RedisCluster::failover_slot`].
 //!
 //! ```
 //! use dlock_tests::{RedisServer, TcpProxy};
@@ -27,9 +35,15 @@
 //!
 //! Redis must be installed: `apt-get install -y redis-server redis-sentinel redis-tools`.
 
+mod cluster;
 mod proxy;
+mod replicas;
+mod sentinel;
 mod server;
 pub mod workload;
 
+pub use cluster::{RedisCluster, REDIS_CLI_ENV};
 pub use proxy::TcpProxy;
+pub use replicas::RedisReplicaSet;
+pub use sentinel::RedisSentinelGroup;
 pub use server::{RedisServer, REDIS_SERVER_ENV};

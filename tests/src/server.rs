@@ -1,11 +1,14 @@
 //! A throw-away `redis-server` process owned by one test.
 
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::fs::File;
+use std::hash::{BuildHasher, Hasher};
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -30,6 +33,18 @@ const READY_POLL: Duration = Duration::from_millis(10);
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Timeout used by [`RedisServer::connection`] to establish the connection.
 const ADMIN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connect timeout of the short-lived connections of [`query_port`].
+const QUERY_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Read and write timeout of the short-lived connections of [`query_port`].
+const QUERY_IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Lowest port handed out by [`cluster_port`]. Cluster ports and their bus ports
+/// (port + 10000) stay below Linux' default ephemeral range (32768-60999), so outgoing
+/// connections never take them.
+const CLUSTER_PORT_MIN: u16 = 20_000;
+/// Number of ports [`cluster_port`] cycles through (20000-22767, bus 30000-32767).
+const CLUSTER_PORT_SPAN: u32 = 2_768;
+/// Offset between a cluster node's port and its cluster bus port.
+pub(crate) const CLUSTER_BUS_OFFSET: u16 = 10_000;
 
 /// A `redis-server` process listening on a free `127.0.0.1` port, with its own temporary
 /// working directory (no persistence), killed when dropped.
@@ -41,6 +56,8 @@ pub struct RedisServer {
     child: Child,
     pid: u32,
     port: u16,
+    /// What runs, for messages: `redis-server` or `redis-sentinel`.
+    role: &'static str,
     stopped: bool,
     log_path: PathBuf,
     console_path: PathBuf,
@@ -52,6 +69,22 @@ pub struct RedisServer {
 struct Failure {
     reason: String,
     diagnostics: String,
+}
+
+/// How to start one process: the crate-internal hook behind [`RedisServer::start_with`],
+/// cluster nodes and sentinels.
+pub(crate) struct Launch<'a> {
+    /// What runs, for messages: `redis-server` or `redis-sentinel`.
+    pub(crate) role: &'static str,
+    /// Describes the launch in the final panic message (e.g. the extra arguments).
+    pub(crate) description: String,
+    /// Name of the log file inside the process' temporary directory.
+    pub(crate) log_name: &'a str,
+    /// Picks the port of one attempt.
+    pub(crate) pick_port: &'a dyn Fn() -> u16,
+    /// Given the fresh temporary directory, the port and the log file path, writes any
+    /// file the process needs and returns its command-line arguments.
+    pub(crate) args: &'a dyn Fn(&Path, u16, &Path) -> Vec<OsString>,
 }
 
 impl RedisServer {
@@ -77,10 +110,34 @@ impl RedisServer {
     /// As [`RedisServer::start`]; a bad extra argument makes every attempt exit early, and
     /// the panic message then shows Redis' complaint.
     pub fn start_with(extra_args: &[&str]) -> RedisServer {
+        Self::start_with_port_picker(&free_port, extra_args)
+    }
+
+    /// Same as [`RedisServer::start_with`], on ports chosen by `pick_port` (called once
+    /// per attempt).
+    pub(crate) fn start_with_port_picker(
+        pick_port: &dyn Fn() -> u16,
+        extra_args: &[&str],
+    ) -> RedisServer {
+        Self::launch(&Launch {
+            role: "redis-server",
+            description: format!("with extra arguments {extra_args:?}"),
+            log_name: "redis.log",
+            pick_port,
+            args: &|dir, port, log_path| server_args(dir, port, log_path, extra_args),
+        })
+    }
+
+    /// Starts the process described by `launch`, trying up to 5 ports.
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisServer::start`].
+    pub(crate) fn launch(launch: &Launch<'_>) -> RedisServer {
         let binary = redis_server_binary();
         let mut failures = Vec::new();
         for attempt in 1..=START_ATTEMPTS {
-            match Self::try_start(&binary, extra_args) {
+            match Self::try_start(&binary, launch) {
                 Ok(server) => return server,
                 Err(failure) => {
                     failures.push(format!(
@@ -91,19 +148,21 @@ impl RedisServer {
             }
         }
         panic!(
-            "could not start `{binary}` with extra arguments {extra_args:?}:\n{}",
+            "could not start `{binary}` as {} {}:\n{}",
+            launch.role,
+            launch.description,
             failures.join("\n")
         );
     }
 
     /// One attempt on one port. Spawn errors panic right away (retrying would not help).
-    fn try_start(binary: &str, extra_args: &[&str]) -> Result<RedisServer, Failure> {
+    fn try_start(binary: &str, launch: &Launch<'_>) -> Result<RedisServer, Failure> {
         let dir = tempfile::Builder::new()
             .prefix("dlock-redis-")
             .tempdir()
             .expect("cannot create a temporary directory for redis-server");
-        let port = free_port();
-        let log_path = dir.path().join("redis.log");
+        let port = (launch.pick_port)();
+        let log_path = dir.path().join(launch.log_name);
         let console_path = dir.path().join("console.log");
         let console = File::create(&console_path).expect("cannot create the console log file");
         let console_err = console
@@ -112,20 +171,7 @@ impl RedisServer {
 
         let mut command = Command::new(binary);
         command
-            .arg("--port")
-            .arg(port.to_string())
-            .args(["--bind", "127.0.0.1"])
-            .arg("--dir")
-            .arg(dir.path())
-            .args(["--save", ""])
-            .args(["--appendonly", "no"])
-            .args(["--repl-diskless-sync-delay", "0"])
-            .args(["--enable-debug-command", "local"])
-            .arg("--logfile")
-            .arg(&log_path)
-            .args(["--daemonize", "no"])
-            .args(["--protected-mode", "no"])
-            .args(extra_args)
+            .args((launch.args)(dir.path(), port, &log_path))
             .stdin(Stdio::null())
             .stdout(console)
             .stderr(console_err);
@@ -140,6 +186,7 @@ impl RedisServer {
             pid: child.id(),
             child,
             port,
+            role: launch.role,
             stopped: false,
             log_path,
             console_path,
@@ -167,12 +214,12 @@ impl RedisServer {
                 Ok(Some(status)) => {
                     self.stopped = true;
                     return Err(format!(
-                        "redis-server on port {} exited early ({status})",
-                        self.port
+                        "{} on port {} exited early ({status})",
+                        self.role, self.port
                     ));
                 }
                 Ok(None) => {}
-                Err(err) => return Err(format!("cannot poll the redis-server process: {err}")),
+                Err(err) => return Err(format!("cannot poll the {} process: {err}", self.role)),
             }
             let last_error = match probe(&client) {
                 // Another process may have taken the port between `free_port` and the bind:
@@ -183,8 +230,8 @@ impl RedisServer {
             };
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "redis-server on port {} not ready after {READY_TIMEOUT:?} (last probe: {last_error})",
-                    self.port
+                    "{} on port {} not ready after {READY_TIMEOUT:?} (last probe: {last_error})",
+                    self.role, self.port
                 ));
             }
             thread::sleep(READY_POLL);
@@ -227,7 +274,8 @@ impl RedisServer {
                 // A stray SIGCHLD can interrupt the timed handshake read: just retry.
                 Err(err) if is_interrupted(&err) && attempts < 5 => {}
                 Err(err) => panic!(
-                    "cannot connect to redis-server at {}: {err}\n{}",
+                    "cannot connect to {} at {}: {err}\n{}",
+                    self.role,
                     self.url(),
                     self.diagnostics()
                 ),
@@ -267,6 +315,11 @@ impl RedisServer {
         let _ = self.child.wait();
     }
 
+    /// Whether the server was stopped ([`RedisServer::stop`]); a paused server is not.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
     /// The contents of the server's log file (empty if it has not been written yet).
     pub fn log(&self) -> String {
         read_lossy(&self.log_path)
@@ -284,12 +337,13 @@ impl RedisServer {
 
     /// Log file plus anything the process printed on stdout/stderr (Redis reports bad
     /// command-line arguments there, before it opens its log file).
-    fn diagnostics(&self) -> String {
+    pub(crate) fn diagnostics(&self) -> String {
         let mut text = String::new();
         let log = self.log();
         let _ = writeln!(
             text,
-            "--- redis-server log ({}) ---\n{}",
+            "--- {} log ({}) ---\n{}",
+            self.role,
             self.log_path.display(),
             if log.trim().is_empty() {
                 "(empty)"
@@ -301,7 +355,8 @@ impl RedisServer {
         if !console.trim().is_empty() {
             let _ = writeln!(
                 text,
-                "--- redis-server stdout/stderr ---\n{}",
+                "--- {} stdout/stderr ---\n{}",
+                self.role,
                 console.trim_end()
             );
         }
@@ -312,11 +367,11 @@ impl RedisServer {
     fn signal(&self, signal: Signal, name: &str) {
         assert!(
             !self.stopped,
-            "cannot send SIG{name} to redis-server {}: it was stopped",
-            self.pid
+            "cannot send SIG{name} to {} {}: it was stopped",
+            self.role, self.pid
         );
         if let Err(err) = send_signal(self.pid, signal) {
-            panic!("cannot send SIG{name} to redis-server {}: {err}", self.pid);
+            panic!("cannot send SIG{name} to {} {}: {err}", self.role, self.pid);
         }
     }
 }
@@ -333,6 +388,61 @@ fn redis_server_binary() -> String {
         .ok()
         .filter(|value| !value.trim().is_empty())
         .unwrap_or_else(|| "redis-server".to_owned())
+}
+
+/// The standard `redis-server` command line: no persistence, loopback only, local
+/// `DEBUG`, immediate diskless replication, then `extra_args`.
+fn server_args(dir: &Path, port: u16, log_path: &Path, extra_args: &[&str]) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![
+        "--port".into(),
+        port.to_string().into(),
+        "--bind".into(),
+        "127.0.0.1".into(),
+        "--dir".into(),
+        dir.into(),
+        "--save".into(),
+        "".into(),
+        "--appendonly".into(),
+        "no".into(),
+        "--repl-diskless-sync-delay".into(),
+        "0".into(),
+        "--enable-debug-command".into(),
+        "local".into(),
+        "--logfile".into(),
+        log_path.into(),
+        "--daemonize".into(),
+        "no".into(),
+        "--protected-mode".into(),
+        "no".into(),
+    ];
+    args.extend(extra_args.iter().map(OsString::from));
+    args
+}
+
+/// A port for a cluster node: below 32768 together with its bus port (port + 10000),
+/// and both free a moment ago. Successive calls in one process cycle through the range
+/// from a random start, so parallel tests do not pick the same port.
+pub(crate) fn cluster_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    // Pick a random start once per process.
+    let seed = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let start = u32::try_from(seed % u64::from(CLUSTER_PORT_SPAN)).unwrap_or(0);
+    let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..CLUSTER_PORT_SPAN {
+        let offset = NEXT.fetch_add(1, Ordering::Relaxed) % CLUSTER_PORT_SPAN;
+        let port =
+            CLUSTER_PORT_MIN + u16::try_from(offset).expect("the cluster port span fits in a u16");
+        let bindable = |port: u16| TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok();
+        if bindable(port) && bindable(port + CLUSTER_BUS_OFFSET) {
+            return port;
+        }
+    }
+    panic!(
+        "no free port pair (port, port + {CLUSTER_BUS_OFFSET}) in {CLUSTER_PORT_MIN}..{} on 127.0.0.1",
+        u32::from(CLUSTER_PORT_MIN) + CLUSTER_PORT_SPAN
+    );
 }
 
 /// A port that was free a moment ago (another process may take it before Redis binds it;
@@ -374,6 +484,62 @@ fn send_signal(pid: u32, signal: Signal) -> std::io::Result<()> {
     let raw = i32::try_from(pid).map_err(std::io::Error::other)?;
     let pid = Pid::from_raw(raw).ok_or_else(|| std::io::Error::other("process id 0"))?;
     kill_process(pid, signal).map_err(std::io::Error::from)
+}
+
+/// Runs `cmd` on the server at `127.0.0.1:port` over a fresh connection with short
+/// timeouts (1 s to connect, 2 s per read or write), so that a dead or paused server
+/// yields an error instead of a hang. An interrupted system call is retried.
+pub(crate) fn query_port<T: redis::FromRedisValue>(
+    port: u16,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let result = client
+            .get_connection_with_timeout(QUERY_CONNECT_TIMEOUT)
+            .and_then(|mut connection| {
+                connection.set_read_timeout(Some(QUERY_IO_TIMEOUT))?;
+                connection.set_write_timeout(Some(QUERY_IO_TIMEOUT))?;
+                cmd.query(&mut connection)
+            });
+        match result {
+            Err(err) if is_interrupted(&err) && attempts < 5 => {}
+            result => return result,
+        }
+    }
+}
+
+/// The value of `field` in an `INFO` reply (`field:value` lines).
+pub(crate) fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        line.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
+}
+
+/// The last `lines` lines of `text`, for panic messages.
+pub(crate) fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Polls `check` every 50 ms until it returns `Ok`, for at most `timeout`; on timeout,
+/// returns the last `Err` (a description of what was still missing).
+pub(crate) fn wait_until<T>(
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> Result<T, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check() {
+            Ok(value) => return Ok(value),
+            Err(missing) if Instant::now() >= deadline => return Err(missing),
+            Err(_) => thread::sleep(Duration::from_millis(50)),
+        }
+    }
 }
 
 /// Whether a redis error is an interrupted system call (see [`send_signal`]).

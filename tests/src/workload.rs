@@ -36,6 +36,29 @@ pub async fn increment_counter(
         .get_multiplexed_async_connection()
         .await
         .expect("counter connection");
+    increment_counter_on(
+        client, conn, lock_name, counter, guarding, tasks, increments,
+    )
+    .await;
+}
+
+/// [`increment_counter`] with the counter read and written through `conn` (e.g. a cluster
+/// connection).
+///
+/// # Panics
+///
+/// On any Redis or lock error.
+pub async fn increment_counter_on<C>(
+    client: &LockClient,
+    conn: C,
+    lock_name: &str,
+    counter: &str,
+    guarding: Guarding,
+    tasks: usize,
+    increments: usize,
+) where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
     let mut handles = Vec::new();
     for _ in 0..tasks {
         let lock = client.lock(lock_name);
