@@ -1,0 +1,176 @@
+//! Cluster mode from `examples/config/cluster.toml`: every lock operation, 1,000 lock
+//! names over all masters, a woken waiter on each master, and a failover while locking.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dlock_tests::RedisCluster;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_mode_from_its_sample_file_and_through_a_failover() {
+    let cluster = Arc::new(RedisCluster::start());
+    let nodes = cluster.nodes();
+    let ports: Vec<(u16, u16)> = [7000, 7001, 7002]
+        .into_iter()
+        .zip(nodes.iter().map(|n| n.port()))
+        .collect();
+    let config = common::sample("cluster", &ports, "30s");
+    let fast = common::sample("cluster", &ports, "1s");
+    let counter = redis::cluster::ClusterClient::new(cluster.node_urls())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    common::lock_suite(&config, &fast, counter, "suite:value").await;
+
+    many_names_over_every_master(&cluster, &config).await;
+    a_waiter_on_each_master_is_woken(&cluster, &config).await;
+    failover_while_locking(&cluster, &config).await;
+}
+
+/// 1,000 names with and without hash tags, spread over the three masters: acquire and
+/// release each, with no CROSSSLOT (or any other) error.
+async fn many_names_over_every_master(cluster: &RedisCluster, config: &dlock_config::Config) {
+    let client = config.build().await.unwrap();
+    let mut owners = HashSet::new();
+    let mut tasks = Vec::new();
+    for i in 0..1000 {
+        let name = match i % 4 {
+            0 => format!("goods:{i}"),
+            1 => format!("goods:{{{i}}}"),
+            2 => format!("{{}}odd:{i}"),
+            _ => format!("{{order:{}}}:line:{i}", i % 37),
+        };
+        owners.insert(cluster.slot_owner_port(cluster.key_slot(&format!("shop:{name}"))));
+        let lock = client.lock(&name);
+        tasks.push(tokio::spawn(async move {
+            let guard = lock
+                .lock()
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", lock.name()));
+            guard
+                .scope(lock.try_lock())
+                .await
+                .unwrap()
+                .unlock()
+                .await
+                .unwrap();
+            guard
+                .unlock()
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", lock.name()));
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(owners.len(), 3, "the names cover all three masters");
+}
+
+/// For a lock on each master: a waiter on another client is woken by the release.
+async fn a_waiter_on_each_master_is_woken(cluster: &RedisCluster, config: &dlock_config::Config) {
+    let holder = config.build().await.unwrap();
+    let waiter = config.build().await.unwrap();
+    let mut covered = HashSet::new();
+    for i in 0.. {
+        let name = format!("wake:{i}");
+        let owner = cluster.slot_owner_port(cluster.key_slot(&format!("shop:{name}")));
+        if !covered.insert(owner) {
+            continue;
+        }
+        let guard = holder.lock(&name).lock().await.unwrap();
+        let lock = waiter.lock(&name);
+        let waiting = tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            let at = Instant::now();
+            guard.unlock().await.unwrap();
+            at
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        guard.unlock().await.unwrap();
+        let handoff = waiting.await.unwrap().saturating_duration_since(released);
+        assert!(
+            handoff <= Duration::from_millis(50),
+            "waiter on master {owner} woken after {handoff:?}"
+        );
+        eprintln!("cluster: waiter on master {owner} woken {handoff:?} after the release");
+        if covered.len() == 3 {
+            break;
+        }
+    }
+}
+
+async fn failover_while_locking(cluster: &Arc<RedisCluster>, config: &dlock_config::Config) {
+    let client = config.build().await.unwrap();
+    let name = "failover:cycle";
+    let slot = cluster.key_slot(&format!("shop:{name}"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let successes: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let lock = client.lock(name);
+        let (stop, successes) = (stop.clone(), successes.clone());
+        workers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let cycle = async {
+                    lock.try_lock_for(Duration::from_millis(500))
+                        .await?
+                        .unlock()
+                        .await
+                };
+                match tokio::time::timeout(Duration::from_secs(2), cycle).await {
+                    Ok(Ok(())) => successes.lock().unwrap().push(Instant::now()),
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let old_owner = cluster.slot_owner_port(slot);
+    let started = Instant::now();
+    let new_owner = {
+        let cluster = Arc::clone(cluster);
+        tokio::task::spawn_blocking(move || cluster.failover_slot(slot))
+            .await
+            .unwrap()
+    };
+    let promoted = started.elapsed();
+    assert_ne!(old_owner, new_owner);
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !successes
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|t| *t > started + promoted)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no lock cycle succeeded within 15 s after the failover"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::SeqCst);
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let mut times = successes.lock().unwrap().clone();
+    times.sort();
+    let window = times
+        .windows(2)
+        .filter(|pair| pair[1] >= started)
+        .map(|pair| pair[1] - pair[0])
+        .max()
+        .unwrap_or_default();
+    eprintln!(
+        "cluster failover: slot {slot} moved {old_owner} -> {new_owner} in {promoted:?}; longest gap between successful lock cycles: {window:?} ({} cycles)",
+        times.len()
+    );
+}

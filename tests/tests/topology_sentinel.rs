@@ -1,0 +1,169 @@
+//! Sentinel mode from `examples/config/sentinel.toml`: every lock operation, then a
+//! failover while clients keep locking, with waiters blocked across it.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dlock_tests::RedisSentinelGroup;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_mode_from_its_sample_file_and_through_a_failover() {
+    let group = Arc::new(RedisSentinelGroup::start());
+    let sentinels = group.sentinel_addrs();
+    let ports: Vec<(u16, u16)> = [26379, 26380, 26381]
+        .into_iter()
+        .zip(sentinels.iter().map(|a| a.port()))
+        .collect();
+    let config = common::sample("sentinel", &ports, "30s");
+    let fast = common::sample("sentinel", &ports, "1s");
+    let counter = group
+        .master_server()
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    common::lock_suite(&config, &fast, counter, "suite:value").await;
+
+    failover_while_locking(&group, &config).await;
+}
+
+async fn failover_while_locking(group: &Arc<RedisSentinelGroup>, config: &dlock_config::Config) {
+    let client = config.build().await.unwrap();
+
+    // Waiters blocked on a held lock across the failover.
+    let holder = client.lock("failover:held").lock().await.unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let lock = config.build().await.unwrap().lock("failover:held");
+        waiters.push(tokio::spawn(async move {
+            let guard = lock
+                .lock()
+                .await
+                .expect("a waiter blocked during the failover acquires afterwards");
+            guard.unlock().await.unwrap();
+            Instant::now()
+        }));
+    }
+
+    // Workers take and release locks in a loop and record when each cycle succeeded.
+    let stop = Arc::new(AtomicBool::new(false));
+    let successes: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let mut workers = Vec::new();
+    for worker in 0..4 {
+        let client = client.clone();
+        let (stop, successes) = (stop.clone(), successes.clone());
+        workers.push(tokio::spawn(async move {
+            let lock = client.lock(&format!("failover:cycle:{worker}"));
+            while !stop.load(Ordering::SeqCst) {
+                let cycle = async {
+                    lock.try_lock_for(Duration::from_millis(500))
+                        .await?
+                        .unlock()
+                        .await
+                };
+                match tokio::time::timeout(Duration::from_secs(2), cycle).await {
+                    Ok(Ok(())) => successes.lock().unwrap().push(Instant::now()),
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let old_master = group.current_master_port();
+    let failover_started = Instant::now();
+    let new_master = {
+        let group = Arc::clone(group);
+        tokio::task::spawn_blocking(move || group.failover())
+            .await
+            .unwrap()
+    };
+    let announced = failover_started.elapsed();
+    assert_ne!(old_master, new_master);
+
+    // The client follows: within a second of the announcement a lock is written on the
+    // new master (the old one can stay writable for seconds after a manual failover).
+    let returned = Instant::now();
+    let mut new_conn = group.server_on_port(new_master).unwrap().connection();
+    loop {
+        let probe = client.lock("failover:probe").lock().await.unwrap();
+        let on_new: bool = redis::Commands::exists(&mut new_conn, "shop:failover:probe").unwrap();
+        // A lock taken on the old master just before the switch is gone on the new one.
+        let _ = probe.unlock().await;
+        if on_new {
+            break;
+        }
+        assert!(
+            returned.elapsed() < Duration::from_secs(1),
+            "locks still written on the old master {old_master} 1 s after the failover"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!(
+        "sentinel failover: locks on the new master {:?} after the sentinels agreed",
+        returned.elapsed()
+    );
+
+    // Operations must resume on the new master.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let resumed = successes
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|t| *t > failover_started + announced);
+        if resumed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no lock operation succeeded within 15 s after the failover"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::SeqCst);
+    for worker in workers {
+        worker.await.unwrap();
+    }
+
+    let times = successes.lock().unwrap().clone();
+    let window = longest_gap(&times, failover_started);
+    eprintln!(
+        "sentinel failover: new master announced after {announced:?}; longest gap between successful lock cycles around it: {window:?} ({} cycles)",
+        times.len()
+    );
+
+    // The holder releases on the new master (the lock was replicated); waiters acquire.
+    let released = Instant::now();
+    match holder.unlock().await {
+        Ok(()) => {}
+        // Asynchronous replication may lose the lock in a failover: then it is gone.
+        Err(e) => assert!(e.is_not_held(), "{e}"),
+    }
+    for waiter in waiters {
+        let acquired = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("waiters acquire after the failover")
+            .unwrap();
+        eprintln!(
+            "sentinel failover: waiter acquired {:?} after the release",
+            acquired.saturating_duration_since(released)
+        );
+    }
+}
+
+/// The longest interval without a successful cycle, among those overlapping `from`.
+fn longest_gap(times: &[Instant], from: Instant) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    sorted
+        .windows(2)
+        .filter(|pair| pair[1] >= from)
+        .map(|pair| pair[1] - pair[0])
+        .max()
+        .unwrap_or_default()
+}
