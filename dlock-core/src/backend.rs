@@ -94,7 +94,7 @@ struct Shared {
 
 enum Route {
     /// One server (also the master of a master/replicas deployment).
-    Direct(Node),
+    Direct(Box<Node>),
     Sentinel(Box<SentinelRoute>),
     Cluster {
         conn: ClusterConnection,
@@ -216,7 +216,7 @@ impl Backend {
             TopologyKind::Single { address } => {
                 let client = open(address, &topology.auth)?;
                 (
-                    Route::Direct(connect_node(client, address, options).await?),
+                    Route::Direct(Box::new(connect_node(client, address, options).await?)),
                     redact(address),
                 )
             }
@@ -226,7 +226,7 @@ impl Backend {
                 }
                 let client = open(master, &topology.auth)?;
                 (
-                    Route::Direct(connect_node(client, master, options).await?),
+                    Route::Direct(Box::new(connect_node(client, master, options).await?)),
                     redact(master),
                 )
             }
@@ -463,7 +463,7 @@ impl SentinelRoute {
             SentinelNodeConnectionInfo::default().set_redis_connection_info(info.clone());
         let mut resolver = SentinelClient::build(
             sentinels.to_vec(),
-            master_name.to_owned(),
+            master_name,
             Some(node_info),
             SentinelServerType::Master,
         )
