@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Installs redis-server, redis-sentinel and redis-cli from the Debian/Ubuntu packages if any
+# Installs redis-server, redis-sentinel, redis-cli (and openssl, for the TLS test) from the Debian/Ubuntu packages if any
 # of them is missing. The tests start their own servers on free ports, so a system Redis
 # service that apt may start is harmless.
 set -euo pipefail
 
 missing=()
-for tool in redis-server redis-sentinel redis-cli; do
+for tool in redis-server redis-sentinel redis-cli openssl; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 if [ "${#missing[@]}" -eq 0 ]; then
@@ -30,4 +30,4 @@ fi
 
 ${sudo[@]+"${sudo[@]}"} apt-get update
 ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y redis-server redis-sentinel redis-tools
+    apt-get install -y redis-server redis-sentinel redis-tools openssl

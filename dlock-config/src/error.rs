@@ -42,6 +42,18 @@ pub enum ConfigError {
         message: String,
     },
 
+    /// A file the configuration refers to (e.g. `tls_ca_file`) could not be read.
+    #[error("cannot read {key} {path}: {source}")]
+    Referenced {
+        /// The option naming the file.
+        key: &'static str,
+        /// The file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// An environment override is not usable.
     #[error("environment variable {variable}: {message}")]
     Environment {

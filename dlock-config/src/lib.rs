@@ -13,6 +13,7 @@
 //! database        = 0          # not with [redis.cluster]
 //! connect_timeout = "5s"
 //! command_timeout = "3s"
+//! tls_ca_file     = "ca.pem"   # for rediss:// addresses; relative to this file
 //! retry_attempts  = 3
 //! retry_delay     = "50ms"
 //!
@@ -61,8 +62,12 @@ pub use model::{
 use dlock_core::{LockClient, LockClientBuilder, Topology};
 
 impl Config {
-    /// The deployment this file describes, with its credentials.
-    pub fn topology(&self) -> Topology {
+    /// The deployment this file describes, with its credentials and TLS trust.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Referenced`] when `tls_ca_file` cannot be read.
+    pub fn topology(&self) -> Result<Topology> {
         let topology = match &self.redis {
             Redis::Single(single) => Topology::single(single.address.as_str()),
             Redis::MasterSlave(master_slave) => Topology::master_replicas(
@@ -83,9 +88,24 @@ impl Config {
             connection.username.clone(),
             connection.password.as_ref().map(|p| p.expose().to_owned()),
         );
-        match &connection.database {
+        let topology = match &connection.database {
             Some(database) => topology.database(*database.get_ref()),
             None => topology,
+        };
+        match &connection.tls_ca_file {
+            Some(file) => {
+                let path = match &self.base_dir {
+                    Some(base) => base.join(file),
+                    None => file.clone(),
+                };
+                let pem = std::fs::read(&path).map_err(|source| ConfigError::Referenced {
+                    key: "tls_ca_file",
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                Ok(topology.tls_root_ca(pem))
+            }
+            None => Ok(topology),
         }
     }
 
@@ -127,7 +147,8 @@ impl Config {
     /// [`ConfigError::Lock`] with the [`dlock_core::LockError`]: an invalid setting (e.g.
     /// a watchdog timeout under 100 ms) or Redis unreachable.
     pub async fn build(&self) -> Result<LockClient> {
-        Ok(self.client_builder().connect_to(&self.topology()).await?)
+        let topology = self.topology()?;
+        Ok(self.client_builder().connect_to(&topology).await?)
     }
 }
 

@@ -48,7 +48,9 @@ impl Config {
             path: shown.clone(),
             offset: e.utf8_error().valid_up_to(),
         })?;
-        parse(&text, &shown)
+        let mut config = parse(&text, &shown)?;
+        config.base_dir = path.parent().map(Path::to_path_buf);
+        Ok(config)
     }
 
     /// Reads the file named by `DLOCK_CONFIG` and applies the environment overrides

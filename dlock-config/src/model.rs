@@ -19,6 +19,9 @@ pub struct Config {
     /// Lock behaviour.
     #[serde(default)]
     pub lock: LockSection,
+    /// Directory of the file the config came from: relative paths start here.
+    #[serde(skip)]
+    pub(crate) base_dir: Option<std::path::PathBuf>,
 }
 
 /// Which Redis deployment to use.
@@ -83,6 +86,9 @@ pub struct Connection {
     pub password: Option<Secret>,
     /// Database number (not allowed with `[redis.cluster]`).
     pub database: Option<Spanned<i64>>,
+    /// PEM file of the certificate authority trusted for `rediss://` addresses instead of
+    /// the system's roots; relative to the config file.
+    pub tls_ca_file: Option<std::path::PathBuf>,
     /// Longest wait for a connection. Default 5 s.
     #[serde(default, with = "humantime_serde")]
     pub connect_timeout: Option<Duration>,

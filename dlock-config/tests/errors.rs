@@ -148,7 +148,7 @@ fn debug_and_display_never_show_the_password() {
     for shown in [
         format!("{config:?}"),
         config.to_string(),
-        format!("{:?}", config.topology()),
+        format!("{:?}", config.topology().unwrap()),
     ] {
         assert!(
             !shown.contains("hunter2") && !shown.contains("s3cret"),
@@ -199,6 +199,27 @@ fn the_sample_files_parse() {
             env!("CARGO_MANIFEST_DIR")
         );
         let config = Config::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(config.topology().mode(), mode);
+        assert_eq!(config.topology().unwrap().mode(), mode);
     }
+}
+
+#[test]
+fn an_unreadable_tls_ca_file_names_the_file_relative_to_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dlock.toml");
+    std::fs::write(
+        &path,
+        "[redis.single]\naddress = \"rediss://127.0.0.1:6379\"\n[connection]\ntls_ca_file = \"missing-ca.pem\"\n",
+    )
+    .unwrap();
+    let err = Config::from_file(&path)
+        .unwrap()
+        .topology()
+        .unwrap_err()
+        .to_string();
+    let expected = format!(
+        "cannot read tls_ca_file {}: ",
+        dir.path().join("missing-ca.pem").display()
+    );
+    assert!(err.starts_with(&expected), "{err}");
 }

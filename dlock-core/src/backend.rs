@@ -187,10 +187,65 @@ fn connection_info(url: &str, auth: &Auth) -> Result<redis::ConnectionInfo, Lock
     Ok(info.set_redis_settings(settings))
 }
 
-/// Opens `url` as a client (see [`connection_info`]).
-fn open(url: &str, auth: &Auth) -> Result<redis::Client, LockError> {
-    redis::Client::open(connection_info(url, auth)?)
-        .map_err(|e| LockError::Config(format!("invalid Redis address {:?}: {e}", redact(url))))
+/// Opens `url` as a client (see [`connection_info`]), trusting `root_ca` for TLS.
+fn open(url: &str, auth: &Auth, root_ca: Option<&[u8]>) -> Result<redis::Client, LockError> {
+    let info = connection_info(url, auth)?;
+    let client = match root_ca {
+        Some(pem) => tls_client(info, pem),
+        None => redis::Client::open(info),
+    };
+    client.map_err(|e| LockError::Config(format!("invalid Redis address {:?}: {e}", redact(url))))
+}
+
+#[cfg(feature = "tls")]
+fn tls_client(info: redis::ConnectionInfo, pem: &[u8]) -> RedisResult<redis::Client> {
+    redis::Client::build_with_tls(info, certificates(pem))
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(_: redis::ConnectionInfo, _: &[u8]) -> RedisResult<redis::Client> {
+    Err(no_tls())
+}
+
+#[cfg(feature = "tls")]
+fn certificates(pem: &[u8]) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem.to_vec()),
+    }
+}
+
+#[cfg(feature = "tls")]
+fn cluster_root_ca(
+    builder: redis::cluster::ClusterClientBuilder,
+    pem: &[u8],
+) -> Result<redis::cluster::ClusterClientBuilder, CallError> {
+    Ok(builder.certs(certificates(pem)))
+}
+
+#[cfg(not(feature = "tls"))]
+fn cluster_root_ca(
+    _: redis::cluster::ClusterClientBuilder,
+    _: &[u8],
+) -> Result<redis::cluster::ClusterClientBuilder, CallError> {
+    Err(CallError::Redis(no_tls()))
+}
+
+#[cfg(not(feature = "tls"))]
+fn no_tls() -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        "TLS needs dlock-core's `tls` feature",
+    ))
+}
+
+/// rustls needs a process-wide crypto provider; install ring's unless the application
+/// chose one already.
+fn install_tls_provider() {
+    #[cfg(feature = "tls")]
+    {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
 }
 
 fn connect_error(address: String, error: CallError) -> LockError {
@@ -212,9 +267,11 @@ impl Backend {
         topology: &Topology,
         options: ConnectOptions,
     ) -> Result<Backend, LockError> {
+        install_tls_provider();
+        let root_ca = topology.root_ca.as_deref();
         let (route, shown) = match &topology.kind {
             TopologyKind::Single { address } => {
-                let client = open(address, &topology.auth)?;
+                let client = open(address, &topology.auth, root_ca)?;
                 (
                     Route::Direct(Box::new(connect_node(client, address, options).await?)),
                     redact(address),
@@ -222,9 +279,9 @@ impl Backend {
             }
             TopologyKind::MasterReplicas { master, replicas } => {
                 for replica in replicas {
-                    open(replica, &topology.auth)?;
+                    open(replica, &topology.auth, root_ca)?;
                 }
-                let client = open(master, &topology.auth)?;
+                let client = open(master, &topology.auth, root_ca)?;
                 (
                     Route::Direct(Box::new(connect_node(client, master, options).await?)),
                     redact(master),
@@ -236,7 +293,7 @@ impl Backend {
             } => {
                 let shown = format!("sentinel master {master_name:?} via {}", list(sentinels));
                 for sentinel in sentinels {
-                    open(sentinel, &Auth::default())?;
+                    open(sentinel, &Auth::default(), None)?;
                 }
                 let route = SentinelRoute::connect(master_name, sentinels, &topology.auth, options)
                     .await
@@ -250,17 +307,19 @@ impl Backend {
                     .map(|node| connection_info(node, &topology.auth))
                     .collect::<Result<Vec<_>, _>>()?;
                 let (conn, pushes) =
-                    connect_cluster(infos, options).await.map_err(|e| match e {
-                        CallError::Redis(source)
-                            if source.kind() == redis::ErrorKind::InvalidClientConfig =>
-                        {
-                            LockError::Config(format!(
-                                "invalid cluster nodes {}: {source}",
-                                list(nodes)
-                            ))
-                        }
-                        other => connect_error(shown.clone(), other),
-                    })?;
+                    connect_cluster(infos, root_ca, options)
+                        .await
+                        .map_err(|e| match e {
+                            CallError::Redis(source)
+                                if source.kind() == redis::ErrorKind::InvalidClientConfig =>
+                            {
+                                LockError::Config(format!(
+                                    "invalid cluster nodes {}: {source}",
+                                    list(nodes)
+                                ))
+                            }
+                            other => connect_error(shown.clone(), other),
+                        })?;
                 let route = Route::Cluster {
                     conn,
                     pushes: Mutex::new(Some(pushes)),
@@ -427,16 +486,20 @@ async fn connect_node(
 
 async fn connect_cluster(
     nodes: Vec<redis::ConnectionInfo>,
+    root_ca: Option<&[u8]>,
     options: ConnectOptions,
 ) -> Result<(ClusterConnection, mpsc::UnboundedReceiver<PushInfo>), CallError> {
     let (sender, pushes) = mpsc::unbounded_channel();
-    let client = redis::cluster::ClusterClientBuilder::new(nodes)
+    let builder = redis::cluster::ClusterClientBuilder::new(nodes)
         .use_protocol(redis::ProtocolVersion::RESP3)
         .push_sender(sender)
         .connection_timeout(options.connect_timeout)
-        .response_timeout(options.command_timeout)
-        .build()
-        .map_err(CallError::Redis)?;
+        .response_timeout(options.command_timeout);
+    let builder = match root_ca {
+        Some(pem) => cluster_root_ca(builder, pem)?,
+        None => builder,
+    };
+    let client = builder.build().map_err(CallError::Redis)?;
     let connecting = client.get_async_connection();
     match tokio::time::timeout(options.connect_timeout, connecting).await {
         Ok(Ok(conn)) => Ok((conn, pushes)),
@@ -463,7 +526,8 @@ impl SentinelRoute {
             SentinelNodeConnectionInfo::default().set_redis_connection_info(info.clone());
         let mut resolver = SentinelClient::build(
             sentinels.to_vec(),
-            master_name,
+            // Its type differs with the redis crate's `tls-rustls` feature; a String fits both.
+            String::from(master_name),
             Some(node_info),
             SentinelServerType::Master,
         )

@@ -4,8 +4,9 @@
 /// Cluster. Pass it to [`LockClientBuilder::connect_to`](crate::LockClientBuilder::connect_to);
 /// `dlock-config` builds it from a TOML file.
 ///
-/// Addresses are URLs: `redis://[user:password@]host:port[/db]` (`rediss://` for TLS when
-/// the `redis` crate's TLS support is enabled). Lock operations behave the same in every
+/// Addresses are URLs: `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS
+/// (with the `tls` feature, on by default; the system's root certificates are trusted
+/// unless [`tls_root_ca`](Topology::tls_root_ca) names a CA). Lock operations behave the same in every
 /// mode; what differs is how a failover is followed:
 ///
 /// - **single**: one server; the connection reconnects after a drop.
@@ -22,6 +23,8 @@
 pub struct Topology {
     pub(crate) kind: TopologyKind,
     pub(crate) auth: Auth,
+    /// PEM root certificate(s) trusted for `rediss://` data nodes instead of the system's.
+    pub(crate) root_ca: Option<Vec<u8>>,
 }
 
 #[derive(Clone)]
@@ -85,6 +88,7 @@ impl Topology {
         Topology {
             kind,
             auth: Auth::default(),
+            root_ca: None,
         }
     }
 
@@ -102,6 +106,15 @@ impl Topology {
     #[must_use]
     pub fn database(mut self, database: i64) -> Topology {
         self.auth.database = Some(database);
+        self
+    }
+
+    /// Trusts the PEM certificate authority `pem` (instead of the system's roots) for
+    /// `rediss://` addresses of single, master/replicas and cluster nodes. Sentinel
+    /// deployments use the system's roots. Needs the `tls` feature (on by default).
+    #[must_use]
+    pub fn tls_root_ca(mut self, pem: Vec<u8>) -> Topology {
+        self.root_ca = Some(pem);
         self
     }
 
