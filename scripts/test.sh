@@ -17,5 +17,5 @@ cargo fmt --all -- --check
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
-step "cargo test --workspace -- --test-threads=4"
-cargo test --workspace -- --test-threads=4
+step "cargo test --workspace -- --test-threads=2"
+cargo test --workspace -- --test-threads=2
