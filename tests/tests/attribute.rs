@@ -207,7 +207,10 @@ async fn different_keys_never_block_each_other() {
     let slow = tokio::spawn(async move { other.sell(10, Duration::from_secs(2)).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     shop.sell(11, Duration::ZERO).await.unwrap();
-    assert!(!slow.is_finished(), "key 11 had to wait until key 10 was released");
+    assert!(
+        !slow.is_finished(),
+        "key 11 had to wait until key 10 was released"
+    );
     slow.await.unwrap().unwrap();
 }
 
