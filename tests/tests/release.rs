@@ -6,6 +6,19 @@ use dlock_core::{LockClient, LockError};
 use dlock_tests::{RedisServer, TcpProxy};
 use redis::Commands;
 
+/// Waits until the client's command and subscriber connections both went through the
+/// proxy, so that a lost reply hits a command and not the subscriber's set-up.
+async fn both_connections_up(proxy: &TcpProxy) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while proxy.accepted() < 2 {
+        assert!(Instant::now() < deadline, "the client did not open two connections");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Let the subscriber finish its handshake.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    proxy.accepted()
+}
+
 /// Polls until `key` is gone; returns how long that took.
 async fn gone_within(server: &RedisServer, key: &str, limit: Duration) -> Duration {
     let started = Instant::now();
@@ -95,7 +108,7 @@ async fn a_release_whose_reply_was_lost_is_retried_as_a_success() {
         .await
         .unwrap();
     let guard = client.lock("lost-reply").lock().await.unwrap();
-    let connections = proxy.accepted();
+    let connections = both_connections_up(&proxy).await;
 
     proxy.lose_next_reply();
     guard
@@ -121,7 +134,7 @@ async fn a_retried_release_never_touches_a_lock_acquired_in_between() {
         .unwrap();
     let rival = LockClient::connect(&server.url()).await.unwrap();
     let guard = client.lock("in-between").lock().await.unwrap();
-    let connections = proxy.accepted();
+    let connections = both_connections_up(&proxy).await;
 
     // The release reaches Redis, its reply is lost, and the retry is held back...
     proxy.lose_next_reply();
