@@ -1,0 +1,183 @@
+//! The HTTP service: the seed's three ways to lock a stock decrement, side by side.
+//!
+//! | route | locking |
+//! |---|---|
+//! | `POST /goods/{id}/buy` | `#[distributed_lock(key = "goods:<id>", lease = "5s")]` on the handler |
+//! | `POST /goods/{id}/buy-manual` | `lock_with_lease(5s)` … `unlock()` by hand |
+//! | `POST /goods/{id}/buy-try` | `try_lock_with(wait 3s, lease 5s)`; busy → 503 |
+//! | `GET /goods/{id}` | reads the stock |
+//! | `POST /goods/{id}/stock` | sets the stock (body: a number) |
+//!
+//! With `--no-lock` every buy route runs the same decrement without any lock: the control
+//! that shows what the lock prevents.
+
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use dlock_core::{distributed_lock, LockClient, LockError};
+
+use crate::store::StockStore;
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    /// The lock client.
+    pub locks: LockClient,
+    /// The stock keys.
+    pub stock: StockStore,
+    /// Time spent inside the critical section between reading and writing the stock.
+    pub hold: Duration,
+}
+
+/// Lease of the buy locks, as in the seed's `@DistributedLock(value="goods", leaseTime=5)`.
+const LEASE: Duration = Duration::from_secs(5);
+/// How long `buy-try` waits for the lock.
+const TRY_WAIT: Duration = Duration::from_secs(3);
+
+/// Why a request failed.
+#[derive(Debug)]
+pub enum AppError {
+    /// The lock could not be taken.
+    Lock(LockError),
+    /// Redis failed on the stock keys.
+    Redis(redis::RedisError),
+}
+
+impl From<LockError> for AppError {
+    fn from(error: LockError) -> Self {
+        AppError::Lock(error)
+    }
+}
+
+impl From<redis::RedisError> for AppError {
+    fn from(error: redis::RedisError) -> Self {
+        AppError::Redis(error)
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        match self {
+            AppError::Lock(e) if e.is_timeout() => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            AppError::Lock(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            AppError::Redis(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        }
+        .into_response()
+    }
+}
+
+/// The outcome of one buy.
+pub enum Sale {
+    /// One item sold; the stock left.
+    Sold(i64),
+    /// Nothing left.
+    SoldOut,
+}
+
+impl IntoResponse for Sale {
+    fn into_response(self) -> Response {
+        match self {
+            Sale::Sold(left) => (StatusCode::OK, format!("sold, {left} left")).into_response(),
+            Sale::SoldOut => (StatusCode::CONFLICT, "sold out").into_response(),
+        }
+    }
+}
+
+/// The critical section: read, work, write back. Unsafe without a lock by design.
+async fn decrement(state: &AppState, id: u64) -> Result<Sale, AppError> {
+    let stock = state.stock.read(id).await?;
+    if stock <= 0 {
+        return Ok(Sale::SoldOut);
+    }
+    if !state.hold.is_zero() {
+        tokio::time::sleep(state.hold).await;
+    }
+    state.stock.write(id, stock - 1).await?;
+    Ok(Sale::Sold(stock - 1))
+}
+
+/// `POST /goods/{id}/buy`: the attribute style.
+#[distributed_lock(key = "goods:<id>", lease = "5s", client = state.locks)]
+async fn buy(State(state): State<AppState>, Path(id): Path<u64>) -> Result<Sale, AppError> {
+    decrement(&state, id).await
+}
+
+/// `POST /goods/{id}/buy-manual`: lock and unlock by hand.
+async fn buy_manual(State(state): State<AppState>, Path(id): Path<u64>) -> Result<Sale, AppError> {
+    let guard = state
+        .locks
+        .lock(&format!("goods:{id}"))
+        .lock_with_lease(LEASE)
+        .await?;
+    let sale = decrement(&state, id).await;
+    guard.unlock().await?;
+    sale
+}
+
+/// `POST /goods/{id}/buy-try`: bounded wait; busy answers 503.
+async fn buy_try(State(state): State<AppState>, Path(id): Path<u64>) -> Result<Sale, AppError> {
+    let guard = state
+        .locks
+        .lock(&format!("goods:{id}"))
+        .try_lock_with(TRY_WAIT, LEASE)
+        .await?;
+    let sale = decrement(&state, id).await;
+    guard.unlock().await?;
+    sale
+}
+
+/// Any buy route with `--no-lock`.
+async fn buy_unlocked(
+    State(state): State<AppState>,
+    Path(id): Path<u64>,
+) -> Result<Sale, AppError> {
+    decrement(&state, id).await
+}
+
+async fn stock(State(state): State<AppState>, Path(id): Path<u64>) -> Result<String, AppError> {
+    Ok(state.stock.read(id).await?.to_string())
+}
+
+async fn set_stock(
+    State(state): State<AppState>,
+    Path(id): Path<u64>,
+    body: String,
+) -> Result<StatusCode, Response> {
+    let value: i64 = body.trim().parse().map_err(|_| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("stock must be an integer, got {body:?}"),
+        )
+            .into_response()
+    })?;
+    state
+        .stock
+        .write(id, value)
+        .await
+        .map_err(|e| AppError::from(e).into_response())?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The service; `locking: false` is the control without locks.
+pub fn app(state: AppState, locking: bool) -> Router {
+    let router = Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/goods/{id}", get(stock))
+        .route("/goods/{id}/stock", post(set_stock));
+    let router = if locking {
+        router
+            .route("/goods/{id}/buy", post(buy))
+            .route("/goods/{id}/buy-manual", post(buy_manual))
+            .route("/goods/{id}/buy-try", post(buy_try))
+    } else {
+        router
+            .route("/goods/{id}/buy", post(buy_unlocked))
+            .route("/goods/{id}/buy-manual", post(buy_unlocked))
+            .route("/goods/{id}/buy-try", post(buy_unlocked))
+    };
+    router.with_state(state)
+}

@@ -1,0 +1,264 @@
+//! The load driver and its report.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+/// What to send.
+pub struct Plan {
+    /// Base URLs of the service processes.
+    pub services: Vec<String>,
+    /// Items and their initial stock.
+    pub items: Vec<(u64, i64)>,
+    /// Total requests.
+    pub requests: usize,
+    /// Requests in flight at once.
+    pub concurrency: usize,
+    /// `buy`, `buy-manual` or `buy-try`.
+    pub route: String,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+/// The outcome of a run.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// Requests sent.
+    pub requests: usize,
+    /// Answered "sold".
+    pub sold: usize,
+    /// Answered "sold out".
+    pub sold_out: usize,
+    /// Answered "busy" (lock wait ran out).
+    pub busy: usize,
+    /// Failed otherwise.
+    pub errors: usize,
+    /// Per item: id, initial stock, final stock, sold.
+    pub items: Vec<ItemReport>,
+    /// Sales the stock does not account for: sold − (initial − final), summed. Must be 0.
+    pub oversold: i64,
+    /// Requests per second over the whole run.
+    pub throughput: f64,
+    /// Latency percentiles in milliseconds.
+    pub latency_ms: Percentiles,
+    /// Wall time of the load phase in seconds.
+    pub seconds: f64,
+}
+
+/// One item's numbers.
+#[derive(Debug, Serialize)]
+pub struct ItemReport {
+    /// Item id.
+    pub id: u64,
+    /// Stock before the run.
+    pub initial: i64,
+    /// Stock after the run.
+    pub r#final: i64,
+    /// "sold" answers for this item.
+    pub sold: usize,
+}
+
+/// Latency percentiles.
+#[derive(Debug, Serialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+#[derive(Default)]
+struct Tally {
+    sold: Vec<usize>,
+    sold_out: usize,
+    busy: usize,
+    errors: usize,
+    latencies: Vec<Duration>,
+    first_error: Option<String>,
+}
+
+/// Sends the planned requests and reads the final stock.
+pub async fn run(plan: Plan) -> Result<Report, String> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(plan.concurrency)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))?;
+    let tally = Arc::new(Mutex::new(Tally {
+        sold: vec![0; plan.items.len()],
+        ..Tally::default()
+    }));
+    let next = Arc::new(AtomicUsize::new(0));
+    let bar = if plan.progress {
+        let bar = ProgressBar::new(plan.requests as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} requests {per_sec} eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let plan = Arc::new(plan);
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..plan.concurrency.max(1) {
+        let (http, tally, next, plan, bar) = (
+            http.clone(),
+            tally.clone(),
+            next.clone(),
+            plan.clone(),
+            bar.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= plan.requests {
+                    break;
+                }
+                let item = i % plan.items.len();
+                let (id, _) = plan.items[item];
+                let service = &plan.services[i % plan.services.len()];
+                let url = format!("{service}/goods/{id}/{}", plan.route);
+                let sent = Instant::now();
+                let outcome = http.post(&url).send().await;
+                let latency = sent.elapsed();
+                let mut tally = tally.lock().unwrap_or_else(|p| p.into_inner());
+                tally.latencies.push(latency);
+                match outcome.map(|r| r.status().as_u16()) {
+                    Ok(200) => tally.sold[item] += 1,
+                    Ok(409) => tally.sold_out += 1,
+                    Ok(503) => tally.busy += 1,
+                    Ok(status) => {
+                        tally.errors += 1;
+                        tally
+                            .first_error
+                            .get_or_insert(format!("HTTP {status} from {url}"));
+                    }
+                    Err(e) => {
+                        tally.errors += 1;
+                        tally.first_error.get_or_insert(format!("{url}: {e}"));
+                    }
+                }
+                drop(tally);
+                bar.inc(1);
+            }
+        }));
+    }
+    for worker in workers {
+        worker
+            .await
+            .map_err(|e| format!("load worker failed: {e}"))?;
+    }
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+
+    let mut items = Vec::new();
+    let tally = tally.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(error) = &tally.first_error {
+        eprintln!("first error: {error}");
+    }
+    for (index, (id, initial)) in plan.items.iter().enumerate() {
+        let url = format!("{}/goods/{id}", plan.services[0]);
+        let text = http
+            .get(&url)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .map_err(|e| format!("reading the final stock of item {id}: {e}"))?
+            .text()
+            .await
+            .map_err(|e| format!("reading the final stock of item {id}: {e}"))?;
+        let r#final = text
+            .trim()
+            .parse()
+            .map_err(|_| format!("item {id}: stock {text:?} is not a number"))?;
+        items.push(ItemReport {
+            id: *id,
+            initial: *initial,
+            r#final,
+            sold: tally.sold[index],
+        });
+    }
+    let oversold = items
+        .iter()
+        .map(|item| (item.sold as i64 - (item.initial - item.r#final)).max(0))
+        .sum();
+    let mut latencies = tally.latencies.clone();
+    latencies.sort();
+    let percentile = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    Ok(Report {
+        requests: plan.requests,
+        sold: tally.sold.iter().sum(),
+        sold_out: tally.sold_out,
+        busy: tally.busy,
+        errors: tally.errors,
+        items,
+        oversold,
+        throughput: plan.requests as f64 / elapsed.as_secs_f64(),
+        latency_ms: Percentiles {
+            p50: percentile(0.50),
+            p95: percentile(0.95),
+            p99: percentile(0.99),
+        },
+        seconds: elapsed.as_secs_f64(),
+    })
+}
+
+impl Report {
+    /// The report as a table for people.
+    pub fn table(&self, title: &str) -> String {
+        let mut out = format!("{title}\n");
+        let row = |out: &mut String, name: &str, value: String| {
+            out.push_str(&format!("  {name:<22} {value}\n"));
+        };
+        row(&mut out, "requests", self.requests.to_string());
+        row(&mut out, "sold", self.sold.to_string());
+        row(&mut out, "sold-out rejections", self.sold_out.to_string());
+        row(&mut out, "busy (wait ran out)", self.busy.to_string());
+        row(&mut out, "errors", self.errors.to_string());
+        row(
+            &mut out,
+            "oversold",
+            format!(
+                "{}{}",
+                self.oversold,
+                if self.oversold == 0 {
+                    "  (none)"
+                } else {
+                    "  <-- OVERSOLD"
+                }
+            ),
+        );
+        row(
+            &mut out,
+            "throughput",
+            format!("{:.0} req/s over {:.2}s", self.throughput, self.seconds),
+        );
+        row(
+            &mut out,
+            "latency p50/p95/p99",
+            format!(
+                "{:.1} / {:.1} / {:.1} ms",
+                self.latency_ms.p50, self.latency_ms.p95, self.latency_ms.p99
+            ),
+        );
+        out.push_str("  item   initial   final   sold\n");
+        for item in &self.items {
+            out.push_str(&format!(
+                "  {:<6} {:>7} {:>7} {:>6}\n",
+                item.id, item.initial, item.r#final, item.sold
+            ));
+        }
+        out
+    }
+}

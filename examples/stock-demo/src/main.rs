@@ -1,0 +1,316 @@
+//! `stock-demo`: the seed's stock-decrement service, run as several processes under load,
+//! with a report that proves (or, with `--no-lock`, disproves) that nothing is oversold.
+//!
+//! `stock-demo` with no arguments starts a throw-away `redis-server`, three service
+//! processes, sets 10 items × 100 in stock and sends 5,000 buy requests at concurrency 200.
+//! `stock-demo --help` lists the options; `stock-demo serve` is one service process.
+
+mod app;
+mod load;
+mod store;
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use dlock_config::Config;
+use dlock_core::LockClient;
+use dlock_tests::RedisServer;
+
+use crate::app::AppState;
+use crate::store::StockStore;
+
+#[derive(Parser)]
+#[command(about = "Sells stock from several processes under load and checks nothing is oversold")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Serve>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// dlock config file (any topology); default: start a local redis-server.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Service processes.
+    #[arg(long, default_value_t = 3)]
+    processes: usize,
+    /// Buy requests to send.
+    #[arg(long, default_value_t = 5000)]
+    requests: usize,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 200)]
+    concurrency: usize,
+    /// Items in spread mode.
+    #[arg(long, default_value_t = 10)]
+    items: u64,
+    /// Initial stock of each item.
+    #[arg(long, default_value_t = 100)]
+    stock: i64,
+    /// `hot`: every request buys item 1; `spread`: requests go round-robin over the items.
+    #[arg(long, value_enum, default_value_t = Mode::Spread)]
+    mode: Mode,
+    /// Which locking style serves the buys.
+    #[arg(long, value_enum, default_value_t = Route::Attribute)]
+    route: Route,
+    /// Time spent in the critical section between reading and writing the stock.
+    #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]
+    hold: Duration,
+    /// Control run: no lock at all.
+    #[arg(long)]
+    no_lock: bool,
+    /// Print the report as one JSON object on the last line too.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum Serve {
+    /// Run one service process (started by the demo itself).
+    Serve {
+        /// Port on 127.0.0.1.
+        #[arg(long)]
+        port: u16,
+        /// Redis URL (single server).
+        #[arg(long, conflicts_with = "config")]
+        redis_url: Option<String>,
+        /// dlock config file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Serve without locks.
+        #[arg(long)]
+        no_lock: bool,
+        /// Time in the critical section.
+        #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]
+        hold: Duration,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Mode {
+    Hot,
+    Spread,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Route {
+    /// `#[distributed_lock]` on the handler.
+    Attribute,
+    /// `lock_with_lease` … `unlock` by hand.
+    Manual,
+    /// `try_lock_with(wait, lease)`.
+    Try,
+}
+
+impl Route {
+    fn path(self) -> &'static str {
+        match self {
+            Route::Attribute => "buy",
+            Route::Manual => "buy-manual",
+            Route::Try => "buy-try",
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Serve::Serve {
+            port,
+            redis_url,
+            config,
+            no_lock,
+            hold,
+        }) => serve(port, redis_url, config, !no_lock, hold)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+        None => run(cli.run).await,
+    };
+    result.unwrap_or_else(|message| {
+        eprintln!("stock-demo: {message}");
+        ExitCode::from(2)
+    })
+}
+
+/// One service process.
+async fn serve(
+    port: u16,
+    redis_url: Option<String>,
+    config: Option<PathBuf>,
+    locking: bool,
+    hold: Duration,
+) -> Result<(), String> {
+    let (locks, stock) = match (redis_url, config) {
+        (Some(url), None) => (
+            LockClient::connect(&url).await.map_err(|e| e.to_string())?,
+            StockStore::connect(&url).await.map_err(|e| e.to_string())?,
+        ),
+        (None, Some(path)) => {
+            let config = Config::from_file(&path).map_err(|e| e.to_string())?;
+            (
+                config.build().await.map_err(|e| e.to_string())?,
+                StockStore::from_config(&config)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )
+        }
+        _ => return Err("serve needs exactly one of --redis-url and --config".into()),
+    };
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
+    let state = AppState { locks, stock, hold };
+    axum::serve(listener, app::app(state, locking))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Service processes, killed when dropped.
+struct Services(Vec<Child>);
+
+impl Drop for Services {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port on 127.0.0.1: {e}"))
+}
+
+/// The whole demo: Redis, services, stock, load, report.
+async fn run(args: RunArgs) -> Result<ExitCode, String> {
+    if args.processes == 0 || args.requests == 0 || args.concurrency == 0 || args.items == 0 {
+        return Err("--processes, --requests, --concurrency and --items must be at least 1".into());
+    }
+    if args.stock < 0 {
+        return Err("--stock must not be negative".into());
+    }
+    // Redis: the config's deployment, or a throw-away local server.
+    let (_server, redis_args) = match &args.config {
+        Some(path) => {
+            Config::from_file(path).map_err(|e| e.to_string())?;
+            (
+                None,
+                vec!["--config".to_owned(), path.display().to_string()],
+            )
+        }
+        None => {
+            let server = RedisServer::start();
+            let url = server.url();
+            eprintln!("started redis-server at {url}");
+            (Some(server), vec!["--redis-url".to_owned(), url])
+        }
+    };
+
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
+    let mut services = Services(Vec::new());
+    let mut urls = Vec::new();
+    for _ in 0..args.processes {
+        let port = free_port()?;
+        let mut command = Command::new(&exe);
+        command
+            .arg("serve")
+            .arg("--port")
+            .arg(port.to_string())
+            .args(&redis_args)
+            .arg("--hold")
+            .arg(humantime::format_duration(args.hold).to_string())
+            .stdin(Stdio::null());
+        if args.no_lock {
+            command.arg("--no-lock");
+        }
+        services.0.push(
+            command
+                .spawn()
+                .map_err(|e| format!("cannot start a service: {e}"))?,
+        );
+        urls.push(format!("http://127.0.0.1:{port}"));
+    }
+    wait_until_serving(&urls).await?;
+
+    let ids: Vec<u64> = match args.mode {
+        Mode::Hot => vec![1],
+        Mode::Spread => (1..=args.items).collect(),
+    };
+    let http = reqwest::Client::new();
+    for id in &ids {
+        http.post(format!("{}/goods/{id}/stock", urls[0]))
+            .body(args.stock.to_string())
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .map_err(|e| format!("setting the stock of item {id}: {e}"))?;
+    }
+    eprintln!(
+        "{} service process(es), {} item(s) x {} in stock, {} requests at concurrency {}, route {}, {}",
+        args.processes,
+        ids.len(),
+        args.stock,
+        args.requests,
+        args.concurrency,
+        args.route.path(),
+        if args.no_lock { "NO LOCK (control)" } else { "locked" }
+    );
+    let report = load::run(load::Plan {
+        services: urls,
+        items: ids.iter().map(|id| (*id, args.stock)).collect(),
+        requests: args.requests,
+        concurrency: args.concurrency,
+        route: args.route.path().to_owned(),
+        progress: !args.json,
+    })
+    .await?;
+    drop(services);
+
+    let title = if args.no_lock {
+        "stock-demo report (control: no lock)"
+    } else {
+        "stock-demo report"
+    };
+    println!("{}", report.table(title));
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).map_err(|e| e.to_string())?
+        );
+    }
+    Ok(if report.oversold == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn wait_until_serving(urls: &[String]) -> Result<(), String> {
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for url in urls {
+        loop {
+            if http
+                .get(format!("{url}/health"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the service at {url} did not start within 20 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
+}

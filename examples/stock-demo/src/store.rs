@@ -1,0 +1,92 @@
+//! Where the stock lives: plain integers in Redis, read with GET and written with SET —
+//! a deliberate read-modify-write that only the lock keeps correct.
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Value};
+
+use dlock_config::{Config, Redis};
+
+/// A connection to the stock keys, whatever the deployment.
+#[derive(Clone)]
+pub enum StockStore {
+    /// One server (single, the master of master/replicas, or the Sentinel master).
+    Server(ConnectionManager),
+    /// A Redis Cluster.
+    Cluster(ClusterConnection),
+}
+
+fn key(id: u64) -> String {
+    format!("stock:{id}")
+}
+
+impl StockStore {
+    /// Connects to the Redis at `url`.
+    pub async fn connect(url: &str) -> redis::RedisResult<StockStore> {
+        let client = redis::Client::open(url)?;
+        Ok(StockStore::Server(ConnectionManager::new(client).await?))
+    }
+
+    /// Connects to the deployment a dlock config file describes.
+    pub async fn from_config(config: &Config) -> redis::RedisResult<StockStore> {
+        match &config.redis {
+            Redis::Single(single) => StockStore::connect(single.address.as_str()).await,
+            Redis::MasterSlave(master_slave) => {
+                StockStore::connect(master_slave.master.as_str()).await
+            }
+            Redis::Sentinel(sentinel) => {
+                let mut resolver = redis::sentinel::SentinelClient::build(
+                    sentinel.sentinels.urls(),
+                    sentinel.master_name.clone(),
+                    None,
+                    redis::sentinel::SentinelServerType::Master,
+                )?;
+                let client = resolver.async_get_client().await?;
+                Ok(StockStore::Server(ConnectionManager::new(client).await?))
+            }
+            Redis::Cluster(cluster) => {
+                let client = redis::cluster::ClusterClient::new(cluster.nodes.urls())?;
+                Ok(StockStore::Cluster(client.get_async_connection().await?))
+            }
+        }
+    }
+
+    /// The stock of item `id` (0 when never set).
+    pub async fn read(&self, id: u64) -> redis::RedisResult<i64> {
+        let value: Option<i64> = AsyncCommands::get(&mut self.clone(), key(id)).await?;
+        Ok(value.unwrap_or(0))
+    }
+
+    /// Sets the stock of item `id`.
+    pub async fn write(&self, id: u64, stock: i64) -> redis::RedisResult<()> {
+        AsyncCommands::set(&mut self.clone(), key(id), stock).await
+    }
+}
+
+impl ConnectionLike for StockStore {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            StockStore::Server(conn) => conn.req_packed_command(cmd),
+            StockStore::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            StockStore::Server(conn) => conn.req_packed_commands(pipeline, offset, count),
+            StockStore::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            StockStore::Server(conn) => conn.get_db(),
+            StockStore::Cluster(conn) => conn.get_db(),
+        }
+    }
+}

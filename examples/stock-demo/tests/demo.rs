@@ -1,0 +1,76 @@
+//! The demo proves something only if both outcomes hold: with the lock nothing is
+//! oversold, without it the same load oversells.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Runs the demo with small numbers; returns the exit code and the JSON report.
+fn demo(extra: &[&str]) -> (Option<i32>, Value) {
+    let output = Command::new(env!("CARGO_BIN_EXE_stock-demo"))
+        .args([
+            "--processes",
+            "2",
+            "--requests",
+            "300",
+            "--concurrency",
+            "30",
+        ])
+        .args(["--items", "2", "--stock", "40", "--hold", "2ms", "--json"])
+        .args(extra)
+        .output()
+        .expect("run stock-demo");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let report: Value = serde_json::from_str(last).unwrap_or_else(|e| {
+        panic!(
+            "last line is not the JSON report ({e}):\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.code(), report)
+}
+
+fn number(report: &Value, field: &str) -> i64 {
+    report[field]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{field} missing in {report}"))
+}
+
+#[test]
+fn every_locking_style_sells_exactly_the_stock() {
+    for route in ["attribute", "manual", "try"] {
+        let (code, report) = demo(&["--route", route]);
+        assert_eq!(number(&report, "oversold"), 0, "{route}: {report}");
+        assert_eq!(
+            number(&report, "sold"),
+            80,
+            "{route}: all 2 x 40 items sold: {report}"
+        );
+        assert_eq!(number(&report, "sold_out"), 220, "{route}: {report}");
+        assert_eq!(number(&report, "errors"), 0, "{route}: {report}");
+        for item in report["items"].as_array().unwrap() {
+            assert_eq!(item["final"], 0, "{route}: {report}");
+        }
+        assert_eq!(code, Some(0), "{route}");
+    }
+}
+
+#[test]
+fn the_control_without_the_lock_oversells_and_fails() {
+    let (code, report) = demo(&["--no-lock"]);
+    assert!(
+        number(&report, "oversold") > 0,
+        "the control must oversell: {report}"
+    );
+    assert_eq!(code, Some(1), "an oversold run exits non-zero");
+}
+
+#[test]
+fn hot_mode_sells_one_item_from_every_process() {
+    let (code, report) = demo(&["--mode", "hot"]);
+    assert_eq!(number(&report, "oversold"), 0, "{report}");
+    assert_eq!(number(&report, "sold"), 40, "{report}");
+    assert_eq!(report["items"].as_array().unwrap().len(), 1);
+    assert_eq!(code, Some(0));
+}
