@@ -11,7 +11,10 @@ use redis::Commands;
 async fn both_connections_up(proxy: &TcpProxy) -> usize {
     let deadline = Instant::now() + Duration::from_secs(2);
     while proxy.accepted() < 2 {
-        assert!(Instant::now() < deadline, "the client did not open two connections");
+        assert!(
+            Instant::now() < deadline,
+            "the client did not open two connections"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // Let the subscriber finish its handshake.
