@@ -11,6 +11,7 @@ use uuid::Uuid;
 use crate::backend::{Backend, CallError, ConnectOptions};
 use crate::error::{LockError, Result};
 use crate::lease::lease_millis;
+use crate::local::LocalQueues;
 use crate::lock::Lock;
 use crate::pubsub::PubSubService;
 use crate::release::{self, ReleaseJob};
@@ -53,6 +54,9 @@ const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(100);
 ///   every third of that while the guard lives.
 /// - **Waiting** uses pub/sub: a waiter sleeps until a release is published, the holder's
 ///   TTL runs out, or `max_wait_recheck` passes, whichever is first. No busy polling.
+///   Tasks of one client that want the same lock line up locally, first come first
+///   served; only the first in line talks to Redis, and a release hands the lock to the
+///   next local task without a pub/sub round trip.
 /// - **Connection loss**: commands are bounded by `command_timeout`; the connection
 ///   reconnects by itself; renewal keeps retrying, and a guard whose local deadline
 ///   (last confirmed acquire or renewal + lease) passes is reported lost even if Redis is
@@ -68,6 +72,7 @@ pub(crate) struct ClientInner {
     pub(crate) backend: Backend,
     pub(crate) pubsub: PubSubService,
     pub(crate) registry: Arc<Registry>,
+    pub(crate) local: Arc<LocalQueues>,
     releases: mpsc::UnboundedSender<ReleaseJob>,
     next_owner: AtomicU64,
     next_op: AtomicU64,
@@ -415,6 +420,7 @@ impl LockClient {
                 backend,
                 pubsub,
                 registry,
+                local: Arc::default(),
                 releases,
                 next_owner: AtomicU64::new(1),
                 next_op: AtomicU64::new(1),

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::held::Held;
+use crate::local::Turn;
 use crate::owner;
 use crate::release::{self, ReleaseJob, ReleaseMode, Released};
 
@@ -30,6 +31,9 @@ pub struct LockGuard {
     /// `unlock` and finished by `Drop` counts once.
     release_op: u64,
     released: bool,
+    /// This task's place at the head of the client's local line for the lock; given up
+    /// (after the release) when the guard goes.
+    _turn: Option<Turn>,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -50,6 +54,7 @@ impl LockGuard {
         owner: u64,
         mode: ReleaseMode,
         watchdog: bool,
+        turn: Option<Turn>,
     ) -> LockGuard {
         let held = Arc::new(held);
         let watchdog_id = watchdog.then(|| client.inner.registry.register(Arc::clone(&held)));
@@ -62,6 +67,7 @@ impl LockGuard {
             watchdog_id,
             release_op,
             released: false,
+            _turn: turn,
         }
     }
 

@@ -45,6 +45,7 @@ mod guard;
 mod held;
 mod keys;
 mod lease;
+mod local;
 mod lock;
 mod owner;
 mod pubsub;

@@ -273,6 +273,13 @@ impl Lock {
         Ok(deleted)
     }
 
+    fn timeout(&self, wait: Option<Duration>) -> LockError {
+        LockError::Timeout {
+            name: self.name.to_string(),
+            waited: wait.unwrap_or_default(),
+        }
+    }
+
     async fn query<T: redis::FromRedisValue>(
         &self,
         action: &'static str,
@@ -299,6 +306,14 @@ impl Lock {
         let give_up_at = wait.and_then(|wait| started.checked_add(wait));
 
         let reentered = owner::current_owner(inner.id_bits(), &self.keys.key);
+        // Local contenders line up; a re-entry already holds its chain's turn.
+        let turn = match reentered {
+            Some(_) => None,
+            None => match inner.local.wait_turn(&self.keys.key, give_up_at).await {
+                Some(turn) => Some(turn),
+                None => return Err(self.timeout(wait)),
+            },
+        };
         let owner = reentered.unwrap_or_else(|| inner.next_owner());
         let field: Arc<str> = format!("{}:{owner}", inner.id).into();
         let mut attempt = Attempt {
@@ -355,6 +370,7 @@ impl Lock {
                     owner,
                     mode,
                     watchdog,
+                    turn,
                 ));
             };
 
@@ -362,10 +378,7 @@ impl Lock {
             let remaining = match give_up_at {
                 Some(at) if at <= now => {
                     tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
-                    return Err(LockError::Timeout {
-                        name: self.name.to_string(),
-                        waited: wait.unwrap_or_default(),
-                    });
+                    return Err(self.timeout(wait));
                 }
                 Some(at) => at - now,
                 None => Duration::MAX,

@@ -159,7 +159,7 @@ pub async fn run(plan: Plan) -> Result<Report, String> {
     bar.finish_and_clear();
 
     let mut items = Vec::new();
-    let tally = tally.lock().unwrap_or_else(|p| p.into_inner());
+    let tally = std::mem::take(&mut *tally.lock().unwrap_or_else(|p| p.into_inner()));
     if let Some(error) = &tally.first_error {
         eprintln!("first error: {error}");
     }
