@@ -2,10 +2,11 @@
 //! names over all masters, a woken waiter on each master, and a failover while locking.
 
 mod common;
+#[path = "common/failover.rs"]
+mod failover;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock_tests::RedisCluster;
@@ -109,27 +110,7 @@ async fn failover_while_locking(cluster: &Arc<RedisCluster>, config: &dlock_conf
     let client = config.build().await.unwrap();
     let name = "failover:cycle";
     let slot = cluster.key_slot(&format!("shop:{name}"));
-    let stop = Arc::new(AtomicBool::new(false));
-    let successes: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let mut workers = Vec::new();
-    for _ in 0..4 {
-        let lock = client.lock(name);
-        let (stop, successes) = (stop.clone(), successes.clone());
-        workers.push(tokio::spawn(async move {
-            while !stop.load(Ordering::SeqCst) {
-                let cycle = async {
-                    lock.try_lock_for(Duration::from_millis(500))
-                        .await?
-                        .unlock()
-                        .await
-                };
-                match tokio::time::timeout(Duration::from_secs(2), cycle).await {
-                    Ok(Ok(())) => successes.lock().unwrap().push(Instant::now()),
-                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
-                }
-            }
-        }));
-    }
+    let load = failover::CycleLoad::start(&client, &vec![name.to_owned(); 4]);
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let old_owner = cluster.slot_owner_port(slot);
@@ -143,34 +124,10 @@ async fn failover_while_locking(cluster: &Arc<RedisCluster>, config: &dlock_conf
     let promoted = started.elapsed();
     assert_ne!(old_owner, new_owner);
 
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !successes
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|t| *t > started + promoted)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no lock cycle succeeded within 15 s after the failover"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    load.wait_for_success_after(started + promoted).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::SeqCst);
-    for worker in workers {
-        worker.await.unwrap();
-    }
-    let mut times = successes.lock().unwrap().clone();
-    times.sort();
-    let window = times
-        .windows(2)
-        .filter(|pair| pair[1] >= started)
-        .map(|pair| pair[1] - pair[0])
-        .max()
-        .unwrap_or_default();
+    let (cycles, window) = load.stop(started).await;
     eprintln!(
-        "cluster failover: slot {slot} moved {old_owner} -> {new_owner} in {promoted:?}; longest gap between successful lock cycles: {window:?} ({} cycles)",
-        times.len()
+        "cluster failover: slot {slot} moved {old_owner} -> {new_owner} in {promoted:?}; longest gap between successful lock cycles: {window:?} ({cycles} cycles)"
     );
 }

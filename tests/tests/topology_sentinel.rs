@@ -2,9 +2,10 @@
 //! failover while clients keep locking, with waiters blocked across it.
 
 mod common;
+#[path = "common/failover.rs"]
+mod failover;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock_tests::RedisSentinelGroup;
@@ -49,28 +50,8 @@ async fn failover_while_locking(group: &Arc<RedisSentinelGroup>, config: &dlock_
     }
 
     // Workers take and release locks in a loop and record when each cycle succeeded.
-    let stop = Arc::new(AtomicBool::new(false));
-    let successes: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let mut workers = Vec::new();
-    for worker in 0..4 {
-        let client = client.clone();
-        let (stop, successes) = (stop.clone(), successes.clone());
-        workers.push(tokio::spawn(async move {
-            let lock = client.lock(&format!("failover:cycle:{worker}"));
-            while !stop.load(Ordering::SeqCst) {
-                let cycle = async {
-                    lock.try_lock_for(Duration::from_millis(500))
-                        .await?
-                        .unlock()
-                        .await
-                };
-                match tokio::time::timeout(Duration::from_secs(2), cycle).await {
-                    Ok(Ok(())) => successes.lock().unwrap().push(Instant::now()),
-                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
-                }
-            }
-        }));
-    }
+    let names: Vec<String> = (0..4).map(|i| format!("failover:cycle:{i}")).collect();
+    let load = failover::CycleLoad::start(&client, &names);
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let old_master = group.current_master_port();
@@ -108,33 +89,12 @@ async fn failover_while_locking(group: &Arc<RedisSentinelGroup>, config: &dlock_
     );
 
     // Operations must resume on the new master.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let resumed = successes
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|t| *t > failover_started + announced);
-        if resumed {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no lock operation succeeded within 15 s after the failover"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    load.wait_for_success_after(failover_started + announced)
+        .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::SeqCst);
-    for worker in workers {
-        worker.await.unwrap();
-    }
-
-    let times = successes.lock().unwrap().clone();
-    let window = longest_gap(&times, failover_started);
+    let (cycles, window) = load.stop(failover_started).await;
     eprintln!(
-        "sentinel failover: new master announced after {announced:?}; longest gap between successful lock cycles around it: {window:?} ({} cycles)",
-        times.len()
+        "sentinel failover: new master announced after {announced:?}; longest gap between successful lock cycles around it: {window:?} ({cycles} cycles)"
     );
 
     // The holder releases on the new master (the lock was replicated); waiters acquire.
@@ -154,16 +114,4 @@ async fn failover_while_locking(group: &Arc<RedisSentinelGroup>, config: &dlock_
             acquired.saturating_duration_since(released)
         );
     }
-}
-
-/// The longest interval without a successful cycle, among those overlapping `from`.
-fn longest_gap(times: &[Instant], from: Instant) -> Duration {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    sorted
-        .windows(2)
-        .filter(|pair| pair[1] >= from)
-        .map(|pair| pair[1] - pair[0])
-        .max()
-        .unwrap_or_default()
 }

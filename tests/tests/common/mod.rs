@@ -1,8 +1,6 @@
 //! The lock behaviour every topology must show, run against a client built from one of
 //! the sample files in `examples/config/`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock_config::Config;
@@ -176,7 +174,6 @@ async fn force_unlock_wakes_a_waiter(a: &LockClient, b: &LockClient) {
 async fn watchdog_renews(holder: &LockClient, rival: &LockClient) {
     assert_eq!(holder.watchdog_timeout(), Duration::from_secs(1));
     let guard = holder.lock("suite:renewed").lock().await.unwrap();
-    let held = Arc::new(AtomicBool::new(true));
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(3) {
         let attempt = rival.lock("suite:renewed").try_lock().await;
@@ -188,7 +185,6 @@ async fn watchdog_renews(holder: &LockClient, rival: &LockClient) {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert!(!guard.is_lost(), "watchdog: guard lost");
-    held.store(false, Ordering::SeqCst);
     guard.unlock().await.unwrap();
     assert!(!rival.lock("suite:renewed").is_locked().await.unwrap());
 }
