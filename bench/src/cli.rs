@@ -1,0 +1,173 @@
+//! Command-line interface.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Benchmarks dlock against the Redis server's own ceiling and against rslock.
+///
+/// Without --redis-url every scenario run gets a fresh throw-away redis-server (from
+/// PATH or DLOCK_REDIS_SERVER). The table goes to stdout; with --json, stdout carries one
+/// JSON document instead and the table goes to stderr. Progress lines go to stderr.
+#[derive(Debug, Parser)]
+#[command(name = "dlock-bench", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    /// Hidden subcommands (the S5 worker).
+    #[command(subcommand)]
+    pub command: Option<Sub>,
+
+    /// Scenarios to run, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    pub scenarios: Vec<Scenario>,
+
+    /// Runs per scenario; the report shows the medians [default: 3, 1 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub runs: Option<u32>,
+
+    /// Measured time of S1, S3, rslock's S1 and the limit (e.g. 10s, 500ms)
+    /// [default: 10s, 2s with --quick].
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Counted acquisitions in S2 and S5 [default: 2000, 500 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub acquisitions: Option<u64>,
+
+    /// Locks held at once in S4 [default: 10000, 1000 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub locks: Option<u64>,
+
+    /// Smoke-test sizes: 1 run, 2 s durations, 500 acquisitions, 1,000 locks in S4.
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Print the results as one JSON document on stdout (the table goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Write the results into this Markdown file, between generated-section markers
+    /// (text outside them is kept).
+    #[arg(long, value_name = "PATH")]
+    pub write_docs: Option<PathBuf>,
+
+    /// Repeat a run (at most twice) when other processes used more than this much CPU
+    /// during it, in % of one core; the machine may be shared.
+    #[arg(long, value_name = "PCT", default_value_t = 25.0, value_parser = parse_percent)]
+    pub foreign_cpu_limit: f64,
+
+    /// Use this Redis server instead of starting one per run (keys are prefixed with
+    /// `dlock-bench:<run>:` and deleted afterwards; S4 runs CONFIG RESETSTAT).
+    #[arg(long, value_name = "URL")]
+    pub redis_url: Option<String>,
+}
+
+/// A scenario name on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// The server's ceiling for dlock's acquire and release scripts.
+    Limit,
+    /// Uncontended lock + unlock, 64 tasks with a key each.
+    S1,
+    /// Contended hand-off, 16 tasks on one key.
+    S2,
+    /// S1 through a `#[distributed_lock]` function.
+    S3,
+    /// 10,000 locks held with watchdog renewal.
+    S4,
+    /// S2 with 4 processes.
+    S5,
+    /// rslock in S1 and S2.
+    Peers,
+    /// Everything above.
+    All,
+}
+
+/// Subcommands that are not for people.
+#[derive(Debug, Subcommand)]
+pub enum Sub {
+    /// One S5 contender (started by the benchmark itself).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+/// Arguments of the hidden S5 worker.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The Redis server.
+    #[arg(long)]
+    pub redis_url: String,
+    /// Key prefix of the run.
+    #[arg(long)]
+    pub prefix: String,
+    /// The shared counter's key.
+    #[arg(long)]
+    pub counter: String,
+    /// Acquisitions to count in total (over all workers).
+    #[arg(long)]
+    pub total: u64,
+    /// This worker's number.
+    #[arg(long)]
+    pub id: u32,
+    /// Give up after this long.
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+/// A CPU share in % of one core (0 to 10,000).
+fn parse_percent(text: &str) -> Result<f64, String> {
+    match text.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if (0.0..=10_000.0).contains(&p) => Ok(p),
+        _ => Err("expected a percentage of one core, e.g. 25".to_owned()),
+    }
+}
+
+/// A positive duration such as `10s`, `500ms` or `2m`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (expected e.g. 10s, 500ms, 2m)"))?;
+    if duration < Duration::from_millis(100) {
+        return Err("must be at least 100ms".to_owned());
+    }
+    if duration > Duration::from_secs(3600) {
+        return Err("must be at most 1h".to_owned());
+    }
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_flags() {
+        let cli = Cli::try_parse_from([
+            "dlock-bench",
+            "--scenarios",
+            "limit,s1,peers",
+            "--duration",
+            "5s",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.scenarios,
+            [Scenario::Limit, Scenario::S1, Scenario::Peers]
+        );
+        assert_eq!(cli.duration, Some(Duration::from_secs(5)));
+        assert!(cli.json);
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        for args in [
+            &["dlock-bench", "--scenarios", "s9"][..],
+            &["dlock-bench", "--duration", "ten"],
+            &["dlock-bench", "--duration", "1ms"],
+            &["dlock-bench", "--runs", "0"],
+            &["dlock-bench", "--bogus"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?} accepted");
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! S2 (contended hand-off between tasks), rslock's S2, and the per-contender loop that S5
+//! runs in separate processes.
+//!
+//! Every contender loops: acquire the one lock, `GET` the counter, `SET` it to +1, release.
+//! The counter is deliberately non-atomic, so it is exact only if the lock excludes. The
+//! value read also numbers the acquisitions (it is the hand-off order), and decides when to
+//! stop: a contender that reads the target count releases and leaves without counting.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use dlock_core::{Lock, LockGuard};
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+use rslock::LockManager;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::metrics::Metrics;
+use crate::plan::Config;
+use crate::stats::{error, machine_busy, micros, ms, now_us, percentile, process_cpu, Result};
+use crate::target::{self, Target};
+
+/// rslock's lock TTL in S2.
+const RSLOCK_TTL: Duration = Duration::from_secs(10);
+
+/// One counted acquisition. Times are wall-clock µs, comparable across processes.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Acquisition {
+    /// Counter value written: the acquisition's place in the hand-off order (1-based).
+    pub seq: u64,
+    /// The contender (task or process) that acquired.
+    pub contender: u32,
+    /// Time from asking for the lock to holding it.
+    pub wait_us: u64,
+    /// When the lock was held.
+    pub acquired_at_us: u64,
+    /// When the holder started releasing.
+    pub unlock_at_us: u64,
+    /// When the release call returned.
+    pub released_at_us: u64,
+}
+
+/// One contender's handle on the lock.
+pub enum Contender {
+    /// dlock: `lock()` waits by pub/sub, with the watchdog lease.
+    Dlock(Lock),
+    /// rslock: `acquire_no_guard` retries `lock` (3 tries, up to 200 ms random pause
+    /// between tries) until it succeeds.
+    Rslock {
+        /// The shared lock manager.
+        manager: LockManager,
+        /// The lock's key.
+        key: String,
+    },
+}
+
+enum Holding {
+    Dlock(LockGuard),
+    Rslock(rslock::Lock),
+}
+
+impl Contender {
+    async fn acquire(&self) -> Result<Holding> {
+        match self {
+            Contender::Dlock(lock) => Ok(Holding::Dlock(lock.lock().await?)),
+            Contender::Rslock { manager, key } => Ok(Holding::Rslock(
+                manager.acquire_no_guard(key.as_str(), RSLOCK_TTL).await?,
+            )),
+        }
+    }
+
+    async fn release(&self, holding: Holding) -> Result<()> {
+        match (self, holding) {
+            (_, Holding::Dlock(guard)) => guard.unlock().await?,
+            (Contender::Rslock { manager, .. }, Holding::Rslock(lock)) => {
+                manager.unlock(&lock).await
+            }
+            (Contender::Dlock(_), Holding::Rslock(_)) => {
+                return Err(error("mismatched lock kinds"))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One contender's loop until the counter reaches `total`; returns its acquisitions.
+pub async fn contend(
+    contender: Contender,
+    mut conn: MultiplexedConnection,
+    counter: String,
+    total: u64,
+    id: u32,
+) -> Result<Vec<Acquisition>> {
+    let mut done = Vec::new();
+    loop {
+        let asked = Instant::now();
+        let holding = contender.acquire().await?;
+        let wait = asked.elapsed();
+        let acquired_at_us = now_us();
+        let value: Option<u64> = conn.get(&counter).await?;
+        let value = value.unwrap_or(0);
+        if value >= total {
+            contender.release(holding).await?;
+            return Ok(done);
+        }
+        let () = conn.set(&counter, value + 1).await?;
+        let unlock_at_us = now_us();
+        contender.release(holding).await?;
+        done.push(Acquisition {
+            seq: value + 1,
+            contender: id,
+            wait_us: micros(wait),
+            acquired_at_us,
+            unlock_at_us,
+            released_at_us: now_us(),
+        });
+    }
+}
+
+/// S2 with dlock: `cfg.s2_tasks` tasks sharing one client.
+pub async fn s2_dlock(target: &Target, cfg: &Config) -> Result<Metrics> {
+    let client = target.lock_client(None).await?;
+    let contenders = (0..cfg.s2_tasks)
+        .map(|_| Contender::Dlock(client.lock("s2")))
+        .collect();
+    in_tasks(target, cfg, contenders).await
+}
+
+/// S2 with rslock: `cfg.s2_tasks` tasks sharing one `LockManager`.
+pub async fn s2_rslock(target: &Target, cfg: &Config) -> Result<Metrics> {
+    let manager = LockManager::new(vec![target.url().to_owned()]);
+    let key = format!("{}rslock:s2", target.prefix());
+    let contenders = (0..cfg.s2_tasks)
+        .map(|_| Contender::Rslock {
+            manager: manager.clone(),
+            key: key.clone(),
+        })
+        .collect();
+    let mut m = in_tasks(target, cfg, contenders).await?;
+    m.note(
+        "rslock cannot wait for a lock: its `acquire` retries `lock` (3 attempts with a random \
+         0-200 ms pause between them) until one succeeds; that is what S2 measures for rslock",
+    );
+    Ok(m)
+}
+
+async fn in_tasks(target: &Target, cfg: &Config, contenders: Vec<Contender>) -> Result<Metrics> {
+    let conn = target.connection().await?;
+    let counter = format!("{}s2:counter", target.prefix());
+    let participants = contenders.len();
+    let total = cfg.acquisitions;
+    let mut admin = target.connection().await?;
+    let server_before = target::server_cpu(&mut admin).await?;
+    let cpu_before = process_cpu();
+    let machine_before = machine_busy();
+    let started = std::time::Instant::now();
+    let start_us = now_us();
+    let handles: Vec<_> = contenders
+        .into_iter()
+        .enumerate()
+        .map(|(id, contender)| {
+            let conn = conn.clone();
+            let counter = counter.clone();
+            tokio::spawn(contend(contender, conn, counter, total, id as u32))
+        })
+        .collect();
+    let joined = tokio::time::timeout(
+        cfg.contended_timeout,
+        futures_util::future::join_all(handles),
+    )
+    .await
+    .map_err(|_| {
+        error(format!(
+            "{total} acquisitions did not finish within {}",
+            humantime::format_duration(cfg.contended_timeout)
+        ))
+    })?;
+    let mut events = Vec::new();
+    for result in joined {
+        events.extend(result??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let client_cpu = process_cpu().saturating_sub(cpu_before).as_secs_f64();
+    let server_cpu = target::server_cpu(&mut admin).await? - server_before;
+    let machine = machine_busy()
+        .zip(machine_before)
+        .map(|(after, before)| after - before);
+    let final_value: Option<u64> = admin.get(&counter).await?;
+    let mut m = analyze(
+        events,
+        start_us,
+        total,
+        participants,
+        final_value.unwrap_or(0),
+    );
+    m.add(
+        "client_cpu_pct",
+        "client CPU (% of one core)",
+        client_cpu / elapsed * 100.0,
+        0,
+    );
+    m.add(
+        "server_cpu_pct",
+        "server CPU (% of one core)",
+        server_cpu / elapsed * 100.0,
+        0,
+    );
+    m.add(
+        "other_cpu_pct",
+        "CPU used by other processes (% of one core)",
+        machine.map_or(f64::NAN, |busy| {
+            (busy - client_cpu - server_cpu).max(0.0) / elapsed * 100.0
+        }),
+        0,
+    );
+    Ok(m)
+}
+
+/// Turns the acquisitions of all contenders into the S2 / S5 figures.
+pub fn analyze(
+    mut events: Vec<Acquisition>,
+    start_us: u64,
+    total: u64,
+    participants: usize,
+    final_counter: u64,
+) -> Metrics {
+    events.sort_by_key(|e| e.seq);
+    let sequence_ok =
+        events.len() as u64 == total && events.iter().zip(1..).all(|(e, n)| e.seq == n);
+    let counter_ok = sequence_ok && final_counter == total;
+    let end_us = events
+        .iter()
+        .map(|e| e.released_at_us)
+        .max()
+        .unwrap_or(start_us);
+    let elapsed_s = end_us.saturating_sub(start_us) as f64 / 1e6;
+
+    let mut waits: Vec<u64> = events.iter().map(|e| e.wait_us).collect();
+    waits.sort_unstable();
+    let mut handoffs: Vec<u64> = events
+        .windows(2)
+        .filter(|w| w[1].seq == w[0].seq + 1)
+        .map(|w| w[1].acquired_at_us.saturating_sub(w[0].unlock_at_us))
+        .collect();
+    handoffs.sort_unstable();
+    let mut holds: Vec<u64> = events
+        .iter()
+        .map(|e| e.unlock_at_us.saturating_sub(e.acquired_at_us))
+        .collect();
+    holds.sort_unstable();
+    let mut unlocks: Vec<u64> = events
+        .iter()
+        .map(|e| e.released_at_us.saturating_sub(e.unlock_at_us))
+        .collect();
+    unlocks.sort_unstable();
+    let same = events
+        .windows(2)
+        .filter(|w| w[0].contender == w[1].contender)
+        .count();
+
+    let mut per: HashMap<u32, u64> = HashMap::new();
+    for e in &events {
+        *per.entry(e.contender).or_default() += 1;
+    }
+    let counts: Vec<u64> = (0..participants as u32)
+        .map(|id| per.get(&id).copied().unwrap_or(0))
+        .collect();
+    let mean = events.len() as f64 / participants.max(1) as f64;
+    let min = counts.iter().copied().min().unwrap_or(0) as f64;
+    let max = counts.iter().copied().max().unwrap_or(0) as f64;
+
+    let mut m = Metrics::default();
+    m.add(
+        "acquisitions_per_s",
+        "acquisitions/s",
+        events.len() as f64 / elapsed_s,
+        0,
+    );
+    m.add(
+        "wait_p50_ms",
+        "wait p50 (ms)",
+        ms(percentile(&waits, 50.0)),
+        3,
+    );
+    m.add(
+        "wait_p99_ms",
+        "wait p99 (ms)",
+        ms(percentile(&waits, 99.0)),
+        3,
+    );
+    m.add(
+        "wait_max_ms",
+        "wait max (ms)",
+        ms(percentile(&waits, 100.0)),
+        3,
+    );
+    m.add(
+        "handoff_p50_ms",
+        "hand-off unlock → next acquire p50 (ms)",
+        ms(percentile(&handoffs, 50.0)),
+        3,
+    );
+    m.add(
+        "handoff_p99_ms",
+        "hand-off unlock → next acquire p99 (ms)",
+        ms(percentile(&handoffs, 99.0)),
+        3,
+    );
+    m.add(
+        "per_acquisition_ms",
+        "time per acquisition, elapsed / count (ms)",
+        elapsed_s * 1e3 / events.len().max(1) as f64,
+        3,
+    );
+    m.add(
+        "hold_p50_ms",
+        "critical section (GET + SET) p50 (ms)",
+        ms(percentile(&holds, 50.0)),
+        3,
+    );
+    m.add(
+        "unlock_p50_ms",
+        "unlock call p50 (ms)",
+        ms(percentile(&unlocks, 50.0)),
+        3,
+    );
+    m.add(
+        "per_contender_min",
+        "acquisitions per contender, min",
+        min,
+        0,
+    );
+    m.add(
+        "per_contender_max",
+        "acquisitions per contender, max",
+        max,
+        0,
+    );
+    m.add(
+        "per_contender_mean",
+        "acquisitions per contender, mean",
+        mean,
+        1,
+    );
+    m.add("min_over_mean", "fairness: min / mean", min / mean, 2);
+    m.add(
+        "same_holder_pct",
+        "next holder = previous holder (%)",
+        same as f64 / events.len().saturating_sub(1).max(1) as f64 * 100.0,
+        1,
+    );
+    m.add("elapsed_s", "elapsed (s)", elapsed_s, 2);
+    m.add("contenders", "contenders", participants as f64, 0);
+    m.add(
+        "acquisitions",
+        "acquisitions counted",
+        events.len() as f64,
+        0,
+    );
+    m.add_min(
+        "counter",
+        "counter after the run (worst run)",
+        final_counter as f64,
+    );
+    m.add_min(
+        "counter_ok",
+        "counter check: 1 = exact (worst run)",
+        if counter_ok { 1.0 } else { 0.0 },
+    );
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acq(seq: u64, contender: u32, at: u64) -> Acquisition {
+        Acquisition {
+            seq,
+            contender,
+            wait_us: 100 * seq,
+            acquired_at_us: at,
+            unlock_at_us: at + 50,
+            released_at_us: at + 60,
+        }
+    }
+
+    #[test]
+    fn analysis_orders_by_counter_and_checks_it() {
+        let events = vec![acq(2, 1, 1_100), acq(1, 0, 1_000), acq(3, 0, 1_200)];
+        let m = analyze(events.clone(), 1_000, 3, 2, 3);
+        assert_eq!(m.get("counter_ok"), Some(1.0));
+        assert_eq!(m.get("handoff_p50_ms"), Some(0.05));
+        assert_eq!(m.get("per_contender_min"), Some(1.0));
+        assert_eq!(m.get("per_contender_max"), Some(2.0));
+        assert_eq!(
+            analyze(events.clone(), 1_000, 3, 2, 2).get("counter_ok"),
+            Some(0.0)
+        );
+        let mut duplicate = events;
+        duplicate[0].seq = 1;
+        assert_eq!(
+            analyze(duplicate, 1_000, 3, 2, 3).get("counter_ok"),
+            Some(0.0)
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! What to run and how big: the settings and the list of jobs (table rows).
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::cli::{Cli, Scenario};
+use crate::metrics::Metrics;
+use crate::stats::Result;
+use crate::target::Target;
+use crate::{contended, limit, processes, uncontended, watchdog};
+
+/// Settings of a benchmark invocation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    /// Runs per job.
+    pub runs: u32,
+    /// Measured time of S1, S3, rslock's S1; the limit's acquire phase takes half.
+    #[serde(with = "secs")]
+    pub duration: Duration,
+    /// Untimed warm-up before S1, S3 and the limit.
+    #[serde(with = "secs")]
+    pub warmup: Duration,
+    /// Counted acquisitions in S2 and S5.
+    pub acquisitions: u64,
+    /// Locks held in S4.
+    pub locks: usize,
+    /// `--quick` was given.
+    pub quick: bool,
+    /// The server to use instead of fresh ones.
+    #[serde(skip)]
+    pub redis_url: Option<String>,
+    /// Tasks in S1 / S3 / limit.
+    pub s1_tasks: usize,
+    /// Tasks in S2.
+    pub s2_tasks: usize,
+    /// Processes in S5.
+    pub processes: usize,
+    /// S4's watchdog timeout (renewal every third of it).
+    #[serde(with = "secs")]
+    pub s4_watchdog: Duration,
+    /// Renewal periods in S4's window.
+    pub s4_periods: u32,
+    /// How long each `redis-benchmark` acquire run should take (it is sized from the
+    /// measured acquire rate).
+    pub redis_benchmark_seconds: f64,
+    /// A run during which other processes used more CPU (% of one core) is repeated.
+    pub foreign_cpu_limit: f64,
+    /// Give up on S2 / S5 after this long.
+    #[serde(with = "secs")]
+    pub contended_timeout: Duration,
+}
+
+mod secs {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+impl Config {
+    /// The settings the command line asks for.
+    pub fn from_cli(cli: &Cli) -> Config {
+        let quick = cli.quick;
+        let duration = cli
+            .duration
+            .unwrap_or(Duration::from_secs(if quick { 2 } else { 10 }));
+        Config {
+            runs: cli.runs.unwrap_or(if quick { 1 } else { 3 }),
+            duration,
+            warmup: (duration / 10).min(Duration::from_secs(1)),
+            acquisitions: cli.acquisitions.unwrap_or(if quick { 500 } else { 2_000 }),
+            locks: cli
+                .locks
+                .map_or(if quick { 1_000 } else { 10_000 }, |n| n as usize),
+            quick,
+            redis_url: cli.redis_url.clone(),
+            s1_tasks: 64,
+            s2_tasks: 16,
+            processes: 4,
+            s4_watchdog: if quick {
+                Duration::from_millis(1500)
+            } else {
+                Duration::from_secs(3)
+            },
+            s4_periods: if quick { 4 } else { 6 },
+            redis_benchmark_seconds: if quick { 0.25 } else { 2.0 },
+            foreign_cpu_limit: cli.foreign_cpu_limit,
+            contended_timeout: Duration::from_secs(if quick { 60 } else { 180 }),
+        }
+    }
+}
+
+/// One row of the results table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Job {
+    /// The scripts' ceiling through a raw connection.
+    Limit,
+    /// S1 with dlock.
+    S1Dlock,
+    /// S1 with rslock.
+    S1Rslock,
+    /// S3: S1 through the attribute.
+    S3Macro,
+    /// S2 with dlock.
+    S2Dlock,
+    /// S2 with rslock.
+    S2Rslock,
+    /// S4: the watchdog at scale.
+    S4Watchdog,
+    /// S5: S2 across processes.
+    S5Processes,
+}
+
+impl Job {
+    /// Every job, in the order they run.
+    pub const ALL: [Job; 8] = [
+        Job::Limit,
+        Job::S1Dlock,
+        Job::S3Macro,
+        Job::S1Rslock,
+        Job::S2Dlock,
+        Job::S2Rslock,
+        Job::S4Watchdog,
+        Job::S5Processes,
+    ];
+
+    /// The jobs the selected scenarios ask for, in running order.
+    pub fn selected(scenarios: &[Scenario]) -> Vec<Job> {
+        let has = |s: Scenario| scenarios.contains(&s) || scenarios.contains(&Scenario::All);
+        Job::ALL
+            .into_iter()
+            .filter(|job| match job {
+                Job::Limit => has(Scenario::Limit),
+                Job::S1Dlock => has(Scenario::S1),
+                Job::S1Rslock | Job::S2Rslock => has(Scenario::Peers),
+                Job::S3Macro => has(Scenario::S3),
+                Job::S2Dlock => has(Scenario::S2),
+                Job::S4Watchdog => has(Scenario::S4),
+                Job::S5Processes => has(Scenario::S5),
+            })
+            .collect()
+    }
+
+    /// Scenario id, as in the table and the JSON.
+    pub fn scenario(self) -> &'static str {
+        match self {
+            Job::Limit => "limit",
+            Job::S1Dlock | Job::S1Rslock => "s1",
+            Job::S3Macro => "s3",
+            Job::S2Dlock | Job::S2Rslock => "s2",
+            Job::S4Watchdog => "s4",
+            Job::S5Processes => "s5",
+        }
+    }
+
+    /// What is measured: `raw` (scripts through a plain connection), `dlock`, `dlock-macro`
+    /// or `rslock`.
+    pub fn implementation(self) -> &'static str {
+        match self {
+            Job::Limit => "raw",
+            Job::S1Rslock | Job::S2Rslock => "rslock",
+            Job::S3Macro => "dlock-macro",
+            _ => "dlock",
+        }
+    }
+
+    /// A heading for the docs.
+    pub fn title(self) -> &'static str {
+        match self {
+            Job::Limit => "limit: Redis ceiling for dlock's acquire + release scripts",
+            Job::S1Dlock => "S1 uncontended: 64 tasks, own key each, lock + unlock (dlock)",
+            Job::S1Rslock => "S1 uncontended: 64 tasks, own key each, lock + unlock (rslock)",
+            Job::S3Macro => "S3 macro overhead: S1 through #[distributed_lock]",
+            Job::S2Dlock => "S2 contended hand-off: 16 tasks, one key, GET/+1/SET inside (dlock)",
+            Job::S2Rslock => "S2 contended hand-off: 16 tasks, one key, GET/+1/SET inside (rslock)",
+            Job::S4Watchdog => "S4 watchdog at scale: locks held with watchdog renewal",
+            Job::S5Processes => "S5 cross-process: S2 with 4 processes",
+        }
+    }
+
+    /// Runs the job once against `target`.
+    pub async fn run(self, target: &Target, cfg: &Config) -> Result<Metrics> {
+        match self {
+            Job::Limit => limit::run(target, cfg).await,
+            Job::S1Dlock => uncontended::s1_dlock(target, cfg).await,
+            Job::S1Rslock => uncontended::s1_rslock(target, cfg).await,
+            Job::S3Macro => uncontended::s3_macro(target, cfg).await,
+            Job::S2Dlock => contended::s2_dlock(target, cfg).await,
+            Job::S2Rslock => contended::s2_rslock(target, cfg).await,
+            Job::S4Watchdog => watchdog::s4_watchdog(target, cfg).await,
+            Job::S5Processes => processes::s5_processes(target, cfg).await,
+        }
+    }
+}
