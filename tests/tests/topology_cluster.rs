@@ -83,18 +83,7 @@ async fn a_waiter_on_each_master_is_woken(cluster: &RedisCluster, config: &dlock
         if !covered.insert(owner) {
             continue;
         }
-        let guard = holder.lock(&name).lock().await.unwrap();
-        let lock = waiter.lock(&name);
-        let waiting = tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            let at = Instant::now();
-            guard.unlock().await.unwrap();
-            at
-        });
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let released = Instant::now();
-        guard.unlock().await.unwrap();
-        let handoff = waiting.await.unwrap().saturating_duration_since(released);
+        let handoff = common::handoff(&holder, &waiter, &name).await;
         assert!(
             handoff <= Duration::from_millis(50),
             "waiter on master {owner} woken after {handoff:?}"

@@ -106,22 +106,27 @@ async fn reentrancy(client: &LockClient) {
     assert!(!lock.is_locked().await.unwrap(), "reentrancy: released");
 }
 
+/// `holder` takes `name`, `waiter` starts waiting for it, `holder` releases 200 ms later:
+/// the time from the release until the waiter holds the lock.
+pub async fn handoff(holder: &LockClient, waiter: &LockClient, name: &str) -> Duration {
+    let guard = holder.lock(name).lock().await.unwrap();
+    let lock = waiter.lock(name);
+    let waiting = tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        let at = Instant::now();
+        guard.unlock().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    waiting.await.unwrap().saturating_duration_since(released)
+}
+
 async fn waiter_woken_by_unlock(a: &LockClient, b: &LockClient) {
     let mut worst = Duration::ZERO;
     for _ in 0..3 {
-        let guard = a.lock("suite:handoff").lock().await.unwrap();
-        let lock = b.lock("suite:handoff");
-        let waiting = tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            let at = Instant::now();
-            guard.unlock().await.unwrap();
-            at
-        });
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let released = Instant::now();
-        guard.unlock().await.unwrap();
-        let handoff = waiting.await.unwrap().saturating_duration_since(released);
-        worst = worst.max(handoff);
+        worst = worst.max(handoff(a, b, "suite:handoff").await);
     }
     assert!(
         worst <= Duration::from_millis(50),
