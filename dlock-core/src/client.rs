@@ -13,6 +13,7 @@ use crate::error::{LockError, Result};
 use crate::lease::lease_millis;
 use crate::local::LocalQueues;
 use crate::lock::Lock;
+use crate::metrics::{Metrics, Stats};
 use crate::pubsub::PubSubService;
 use crate::release::{self, ReleaseJob};
 use crate::topology::Topology;
@@ -73,6 +74,7 @@ pub(crate) struct ClientInner {
     pub(crate) pubsub: PubSubService,
     pub(crate) registry: Arc<Registry>,
     pub(crate) local: Arc<LocalQueues>,
+    pub(crate) metrics: Arc<Metrics>,
     releases: mpsc::UnboundedSender<ReleaseJob>,
     next_owner: AtomicU64,
     next_op: AtomicU64,
@@ -156,6 +158,24 @@ impl LockClient {
     /// The watchdog timeout: the lease of locks taken without an explicit one.
     pub fn watchdog_timeout(&self) -> Duration {
         self.inner.settings.watchdog_timeout
+    }
+
+    /// Counters and the acquisition-latency histogram since the client was built, for
+    /// export to a metrics system.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// client.lock("report").lock().await?.unlock().await?;
+    /// let stats = client.stats();
+    /// assert_eq!((stats.acquired, stats.released), (1, 1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.inner.metrics.snapshot()
     }
 
     /// The prefix put in front of every lock name to form its Redis key.
@@ -396,11 +416,13 @@ impl LockClientBuilder {
 impl LockClient {
     fn start(backend: Backend, settings: Settings) -> LockClient {
         let registry = Arc::new(Registry::default());
+        let metrics = Arc::new(Metrics::default());
         let (releases, queue) = mpsc::unbounded_channel();
         tokio::spawn(release::run_background(
             queue,
             backend.clone(),
             settings.clone(),
+            Arc::clone(&metrics),
         ));
         tokio::spawn(watchdog::run(
             Arc::downgrade(&registry),
@@ -409,6 +431,7 @@ impl LockClient {
                 lease: settings.watchdog_timeout,
                 retry_delay: settings.retry_delay,
             },
+            Arc::clone(&metrics),
         ));
         let pubsub = PubSubService::start(backend.clone(), settings.retry_delay);
         let id = Uuid::new_v4();
@@ -421,6 +444,7 @@ impl LockClient {
                 pubsub,
                 registry,
                 local: Arc::default(),
+                metrics,
                 releases,
                 next_owner: AtomicU64::new(1),
                 next_op: AtomicU64::new(1),

@@ -128,12 +128,14 @@ impl LockGuard {
         let outcome = release::release(&inner.backend, &inner.settings, &self.job()).await;
         match outcome {
             Ok(Released::NotHeld) => {
+                inner.metrics.released(false);
                 self.released = true;
                 Err(LockError::NotHeld {
                     name: self.held.name.to_string(),
                 })
             }
             Ok(_) => {
+                inner.metrics.released(true);
                 self.released = true;
                 Ok(())
             }

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::error::LossReason;
 use crate::keys::LockKeys;
+use crate::metrics::Metrics;
 
 const HELD: u8 = 0;
 const RELEASED: u8 = 1;
@@ -29,6 +30,7 @@ pub(crate) struct Held {
     deadline: Mutex<Instant>,
     state: AtomicU8,
     changed: Notify,
+    metrics: Arc<Metrics>,
 }
 
 impl Held {
@@ -38,6 +40,7 @@ impl Held {
         field: Arc<str>,
         lease: Duration,
         sent_at: Instant,
+        metrics: Arc<Metrics>,
     ) -> Held {
         Held {
             name,
@@ -47,6 +50,7 @@ impl Held {
             deadline: Mutex::new(sent_at + lease),
             state: AtomicU8::new(HELD),
             changed: Notify::new(),
+            metrics,
         }
     }
 
@@ -90,6 +94,7 @@ impl Held {
             .compare_exchange(HELD, code, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if changed {
+            self.metrics.lost();
             tracing::warn!(lock = %self.name, %reason, "dlock: lock lost");
             self.changed.notify_waiters();
         }

@@ -47,6 +47,7 @@ mod keys;
 mod lease;
 mod local;
 mod lock;
+mod metrics;
 mod owner;
 mod pubsub;
 mod release;
@@ -60,6 +61,7 @@ pub use global::{global_client, set_global};
 pub use guard::LockGuard;
 pub use lease::MAX_LEASE;
 pub use lock::Lock;
+pub use metrics::{Stats, LATENCY_BOUNDS};
 pub use topology::Topology;
 
 /// `url` with any password replaced by `***`, for logs and error messages.

@@ -311,7 +311,10 @@ impl Lock {
             Some(_) => None,
             None => match inner.local.wait_turn(&self.keys.key, give_up_at).await {
                 Some(turn) => Some(turn),
-                None => return Err(self.timeout(wait)),
+                None => {
+                    inner.metrics.timed_out();
+                    return Err(self.timeout(wait));
+                }
             },
         };
         let owner = reentered.unwrap_or_else(|| inner.next_owner());
@@ -342,6 +345,7 @@ impl Lock {
                         && since.elapsed() + pause < settings.failover_wait
                         && give_up_at.is_none_or(|at| Instant::now() + pause < at);
                     if !patient {
+                        inner.metrics.acquire_failed();
                         return Err(error.into_lock_error(&self.name, "acquire"));
                     }
                     tracing::debug!(lock = %self.name, %error, "dlock: Redis unavailable while waiting; retrying");
@@ -357,7 +361,9 @@ impl Lock {
                     field,
                     lease,
                     sent_at,
+                    Arc::clone(&inner.metrics),
                 );
+                inner.metrics.acquired(started.elapsed());
                 tracing::debug!(lock = %self.name, owner, reentered = reentered.is_some(), waited = ?started.elapsed(), "dlock: acquired");
                 let mode = if reentered.is_some() {
                     ReleaseMode::One
@@ -378,6 +384,7 @@ impl Lock {
             let remaining = match give_up_at {
                 Some(at) if at <= now => {
                     tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
+                    inner.metrics.timed_out();
                     return Err(self.timeout(wait));
                 }
                 Some(at) => at - now,

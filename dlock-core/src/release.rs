@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use crate::backend::{Backend, CallError};
 use crate::client::Settings;
 use crate::keys::LockKeys;
+use crate::metrics::Metrics;
 use crate::scripts::scripts;
 
 /// Which holds a release gives back.
@@ -94,13 +95,20 @@ pub(crate) async fn run_background(
     mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
     backend: Backend,
     settings: Settings,
+    metrics: Arc<Metrics>,
 ) {
     let settings = Arc::new(settings);
     while let Some(job) = jobs.recv().await {
         let backend = backend.clone();
         let settings = Arc::clone(&settings);
+        let metrics = Arc::clone(&metrics);
         tokio::spawn(async move {
-            match release(&backend, &settings, &job).await {
+            let outcome = release(&backend, &settings, &job).await;
+            metrics.released(matches!(
+                outcome,
+                Ok(Released::Free | Released::StillHeld(_))
+            ));
+            match outcome {
                 Ok(Released::NotHeld) => {
                     tracing::debug!(lock = %job.name, "dlock: background release found the lock not held")
                 }

@@ -17,6 +17,7 @@ use crate::backend::Backend;
 use crate::error::LossReason;
 use crate::held::Held;
 use crate::keys::slot_of;
+use crate::metrics::Metrics;
 use crate::scripts::scripts;
 
 /// Locks per `renew` script call.
@@ -60,7 +61,12 @@ pub(crate) struct Schedule {
 }
 
 /// Runs until the registry is dropped (the client is gone).
-pub(crate) async fn run(registry: Weak<Registry>, backend: Backend, schedule: Schedule) {
+pub(crate) async fn run(
+    registry: Weak<Registry>,
+    backend: Backend,
+    schedule: Schedule,
+    metrics: Arc<Metrics>,
+) {
     let period = schedule.lease / 3;
     let mut next = Instant::now() + period;
     let mut failures: u32 = 0;
@@ -71,12 +77,13 @@ pub(crate) async fn run(registry: Weak<Registry>, backend: Backend, schedule: Sc
         };
         let held = registry.snapshot();
         let round_started = Instant::now();
-        match renew_round(&registry, &backend, &schedule, &held).await {
+        match renew_round(&registry, &backend, &schedule, &held, &metrics).await {
             Ok(()) => {
                 failures = 0;
                 next = round_started + period;
             }
             Err(error) => {
+                metrics.renewal_failed();
                 failures += 1;
                 expire_overdue(&registry, &held);
                 let backoff = schedule.retry_delay * 2u32.saturating_pow(failures.min(8) - 1);
@@ -97,6 +104,7 @@ async fn renew_round(
     backend: &Backend,
     schedule: &Schedule,
     held: &[(u64, Arc<Held>)],
+    metrics: &Metrics,
 ) -> Result<(), crate::backend::CallError> {
     let batches = batches(held, backend.is_cluster());
     let lease_ms = schedule.lease.as_millis() as u64;
@@ -111,6 +119,7 @@ async fn renew_round(
         for ((id, lock), still_held) in batch.iter().zip(renewed) {
             if still_held == 1 {
                 lock.confirm(sent_at);
+                metrics.renewed();
                 tracing::trace!(lock = %lock.name, "dlock: lease renewed");
             } else {
                 registry.unregister(*id);
