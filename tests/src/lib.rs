@@ -19,6 +19,8 @@
 //!   created with `redis-cli --cluster create`; the `DLOCK_REDIS_CLI` environment
 //!   variable, else `redis-cli` from `PATH`), with a bounded, fully observed
 //!   [`RedisCluster::failover_slot`].
+//! - [`overlap`] merges the critical sections that separate processes recorded on the
+//!   monotonic clock (the `dlock-overlap` binary) and counts overlaps and lost sections.
 //!
 //! ```
 //! use dlock_tests::{RedisServer, TcpProxy};
@@ -36,6 +38,7 @@
 //! Redis must be installed: `apt-get install -y redis-server redis-sentinel redis-tools`.
 
 mod cluster;
+pub mod overlap;
 mod proxy;
 mod replicas;
 mod sentinel;
