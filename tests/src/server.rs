@@ -59,6 +59,9 @@ pub struct RedisServer {
     /// What runs, for messages: `redis-server` or `redis-sentinel`.
     role: &'static str,
     stopped: bool,
+    /// The binary and command line it was started with, for [`RedisServer::restart`].
+    binary: String,
+    args: Vec<OsString>,
     log_path: PathBuf,
     console_path: PathBuf,
     // Dropped after the process has been killed (fields drop after `Drop::drop` runs).
@@ -169,25 +172,16 @@ impl RedisServer {
             .try_clone()
             .expect("cannot duplicate the console log file handle");
 
-        let mut command = Command::new(binary);
-        command
-            .args((launch.args)(dir.path(), port, &log_path))
-            .stdin(Stdio::null())
-            .stdout(console)
-            .stderr(console_err);
-        let child = match command.spawn() {
-            Ok(child) => child,
-            Err(err) => {
-                panic!("cannot run the Redis server binary `{binary}`: {err}; {INSTALL_HINT}")
-            }
-        };
-
+        let args = (launch.args)(dir.path(), port, &log_path);
+        let child = spawn(binary, &args, console, console_err);
         let mut server = RedisServer {
             pid: child.id(),
             child,
             port,
             role: launch.role,
             stopped: false,
+            binary: binary.to_owned(),
+            args,
             log_path,
             console_path,
             dir,
@@ -315,6 +309,55 @@ impl RedisServer {
         let _ = self.child.wait();
     }
 
+    /// Shuts the server down cleanly (`SIGTERM`: Redis writes its AOF / RDB files if
+    /// persistence is on) and starts it again on the same port, in the same directory,
+    /// with the same command line. Returns how long the server was unreachable.
+    ///
+    /// Start it with persistence for the data to survive, e.g.
+    /// `RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"])`.
+    ///
+    /// # Panics
+    ///
+    /// If the server was stopped, does not exit within 10 seconds, or does not answer
+    /// `PING` on its port within 10 seconds of the new start (e.g. another process took
+    /// the port in between); the message quotes the server log.
+    pub fn restart(&mut self) -> Duration {
+        assert!(!self.stopped, "cannot restart a stopped {}", self.role);
+        let down = Instant::now();
+        self.signal(Signal::TERM, "TERM");
+        let exited = wait_until(READY_TIMEOUT, || match self.child.try_wait() {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err("still running".to_owned()),
+            Err(err) => Err(err.to_string()),
+        });
+        if let Err(state) = exited {
+            panic!(
+                "{} {} did not shut down after SIGTERM: {state}\n{}",
+                self.role,
+                self.pid,
+                self.diagnostics()
+            );
+        }
+        let console = File::options()
+            .append(true)
+            .open(&self.console_path)
+            .expect("cannot reopen the console log file");
+        let console_err = console
+            .try_clone()
+            .expect("cannot duplicate the console log file handle");
+        self.child = spawn(&self.binary, &self.args, console, console_err);
+        self.pid = self.child.id();
+        if let Err(reason) = self.wait_ready() {
+            panic!(
+                "{} did not come back on port {}: {reason}\n{}",
+                self.role,
+                self.port,
+                self.diagnostics()
+            );
+        }
+        down.elapsed()
+    }
+
     /// Whether the server was stopped ([`RedisServer::stop`]); a paused server is not.
     pub fn is_stopped(&self) -> bool {
         self.stopped
@@ -380,6 +423,23 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Spawns `binary` with `args`, output to the console log.
+///
+/// # Panics
+///
+/// If the binary cannot be run at all (retrying would not help).
+fn spawn(binary: &str, args: &[OsString], stdout: File, stderr: File) -> Child {
+    Command::new(binary)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .unwrap_or_else(|err| {
+            panic!("cannot run the Redis server binary `{binary}`: {err}; {INSTALL_HINT}")
+        })
 }
 
 /// The binary to run: `$DLOCK_REDIS_SERVER` if set and non-empty, else `redis-server`.

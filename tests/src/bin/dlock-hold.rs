@@ -1,0 +1,67 @@
+//! Acquires one lock and holds it until the process is killed: the victim of the
+//! "holder dies while holding" fault tests.
+//!
+//! Usage: `dlock-hold <redis-url> <lock-name> (--watchdog <duration> | --lease <duration>)`
+//!
+//! Prints `acquired` on its own line (flushed) once the lock is held, then sleeps. With
+//! `--watchdog` the lock has no fixed lease and the client's watchdog renews it with that
+//! `watchdog_timeout`; with `--lease` it expires after that lease.
+
+use std::io::Write;
+use std::time::Duration;
+
+use dlock_core::LockClient;
+
+const USAGE: &str =
+    "usage: dlock-hold <redis-url> <lock-name> (--watchdog <duration> | --lease <duration>)";
+
+/// How the held lock stays alive.
+enum Keep {
+    Watchdog(Duration),
+    Lease(Duration),
+}
+
+fn parse(args: &[String]) -> Result<(String, String, Keep), String> {
+    let [url, name, flag, value] = args else {
+        return Err(format!("expected 4 arguments, got {}", args.len()));
+    };
+    let duration = humantime::parse_duration(value)
+        .map_err(|e| format!("{flag} {value:?} is not a duration: {e}"))?;
+    let keep = match flag.as_str() {
+        "--watchdog" => Keep::Watchdog(duration),
+        "--lease" => Keep::Lease(duration),
+        other => return Err(format!("unknown option {other:?}")),
+    };
+    Ok((url.clone(), name.clone(), keep))
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (url, name, keep) = parse(&args).unwrap_or_else(|e| {
+        eprintln!("dlock-hold: {e}\n{USAGE}");
+        std::process::exit(2)
+    });
+    let builder = LockClient::builder();
+    let builder = match keep {
+        Keep::Watchdog(timeout) => builder.watchdog_timeout(timeout),
+        Keep::Lease(_) => builder,
+    };
+    let fail = |e: dlock_core::LockError| -> ! {
+        eprintln!("dlock-hold: {e}");
+        std::process::exit(1)
+    };
+    let client = builder.connect(&url).await.unwrap_or_else(|e| fail(e));
+    let lock = client.lock(&name);
+    let guard = match keep {
+        Keep::Watchdog(_) => lock.lock().await,
+        Keep::Lease(lease) => lock.lock_with_lease(lease).await,
+    }
+    .unwrap_or_else(|e| fail(e));
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "acquired");
+    let _ = stdout.flush();
+    // Hold until killed; the guard must stay alive for the watchdog to renew it.
+    std::future::pending::<()>().await;
+    drop(guard);
+}
