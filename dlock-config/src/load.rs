@@ -61,7 +61,8 @@ impl Config {
     /// [`ConfigError::Environment`] when `DLOCK_CONFIG` is not set, and everything
     /// [`from_file`](Config::from_file) reports.
     pub fn from_env() -> Result<Config> {
-        let path = std::env::var(CONFIG_ENV).map_err(|_| ConfigError::Environment {
+        // `var_os`: a file name need not be UTF-8, and such a file is still readable.
+        let path = std::env::var_os(CONFIG_ENV).ok_or_else(|| ConfigError::Environment {
             variable: CONFIG_ENV,
             message: "not set; point it at a dlock TOML file".to_owned(),
         })?;
@@ -72,9 +73,18 @@ impl Config {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Environment`] for an invalid `DLOCK_ADDRESS`.
+    /// [`ConfigError::Environment`] for an invalid `DLOCK_ADDRESS`, and for any of the
+    /// three that is set but not UTF-8 (rather than silently ignoring a password).
     pub fn with_env_overrides(self) -> Result<Config> {
-        self.with_overrides(|name| std::env::var(name).ok())
+        let password = env_var(PASSWORD_ENV)?;
+        let username = env_var(USERNAME_ENV)?;
+        let address = env_var(ADDRESS_ENV)?;
+        self.with_overrides(|name| match name {
+            PASSWORD_ENV => password.clone(),
+            USERNAME_ENV => username.clone(),
+            ADDRESS_ENV => address.clone(),
+            _ => None,
+        })
     }
 
     /// [`with_env_overrides`](Config::with_env_overrides) with the variables looked up by
@@ -118,6 +128,26 @@ impl Config {
     }
 }
 
+/// The value of `variable`, `None` when unset; an error when it is not UTF-8. The message
+/// does not quote the value, which may be a password.
+fn env_var(variable: &'static str) -> Result<Option<String>> {
+    match std::env::var(variable) {
+        Ok(value) => Ok(Some(value)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(raw)) => {
+            let offset = std::str::from_utf8(raw.as_encoded_bytes())
+                .err()
+                .map_or(0, |e| e.valid_up_to());
+            Err(ConfigError::Environment {
+                variable,
+                message: format!(
+                    "not UTF-8 text (invalid byte at offset {offset}); set it to UTF-8 or unset it"
+                ),
+            })
+        }
+    }
+}
+
 fn parse(text: &str, origin: &str) -> Result<Config> {
     let config: Config = toml::from_str(text).map_err(|e| {
         let offset = e.span().map_or(0, |span| span.start);
@@ -144,15 +174,18 @@ fn explain(message: &str) -> String {
         format!("[redis] names no topology: add exactly one of {TOPOLOGIES}")
     } else if message.starts_with("unknown variant") {
         format!("unknown Redis topology: {message}")
-    } else if message.contains("expected a duration") {
-        format!("{message}; write e.g. \"500ms\", \"30s\" or \"2m\"")
     } else {
         message.to_owned()
     }
 }
 
 fn invalid(text: &str, origin: &str, offset: usize, message: String) -> ConfigError {
-    let before = &text[..offset.min(text.len())];
+    // Spans from the parser are character boundaries; never slice mid-character if not.
+    let end = (0..=offset.min(text.len()))
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    let before = &text[..end];
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     ConfigError::Invalid {

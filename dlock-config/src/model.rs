@@ -89,16 +89,16 @@ pub struct Connection {
     /// PEM file of the certificate authority trusted for `rediss://` addresses instead of
     /// the system's roots; relative to the config file.
     pub tls_ca_file: Option<std::path::PathBuf>,
-    /// Longest wait for a connection. Default 5 s.
-    #[serde(default, with = "humantime_serde")]
+    /// Longest wait for a connection. Default 5 s, at least 1 ms.
+    #[serde(default, deserialize_with = "connect_timeout")]
     pub connect_timeout: Option<Duration>,
-    /// Longest wait for one answer. Default 3 s.
-    #[serde(default, with = "humantime_serde")]
+    /// Longest wait for one answer. Default 3 s, at least 1 ms.
+    #[serde(default, deserialize_with = "command_timeout")]
     pub command_timeout: Option<Duration>,
     /// Retries of a call that failed on a dropped connection. Default 3.
     pub retry_attempts: Option<u32>,
-    /// First pause before a retry, doubled each time. Default 50 ms.
-    #[serde(default, with = "humantime_serde")]
+    /// First pause before a retry, doubled each time. Default 50 ms, at most 366 days.
+    #[serde(default, deserialize_with = "retry_delay")]
     pub retry_delay: Option<Duration>,
 }
 
@@ -106,21 +106,157 @@ pub struct Connection {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LockSection {
-    /// Lease of locks without an explicit one, renewed every third of it. Default 30 s.
-    #[serde(default, with = "humantime_serde")]
+    /// Lease of locks without an explicit one, renewed every third of it. Default 30 s;
+    /// 100 ms to 366 days.
+    #[serde(default, deserialize_with = "watchdog_timeout")]
     pub watchdog_timeout: Option<Duration>,
     /// Prefix of every lock key. Default none.
     pub key_prefix: Option<String>,
     /// How long `lock()` (and `#[distributed_lock]` without `wait`) waits before failing.
-    /// Default: as long as it takes.
-    #[serde(default, with = "humantime_serde")]
+    /// Default: as long as it takes. Waits up to `"18446744073709551615s"` are accepted; one
+    /// whose deadline the clock cannot represent also means as long as it takes.
+    #[serde(default, deserialize_with = "wait")]
     pub wait: Option<Duration>,
-    /// A waiter re-checks at least this often without an unlock message. Default 1 s.
-    #[serde(default, with = "humantime_serde")]
+    /// A waiter re-checks at least this often without an unlock message. Default 1 s, at
+    /// least 1 ms.
+    #[serde(default, deserialize_with = "max_wait_recheck")]
     pub max_wait_recheck: Option<Duration>,
     /// How long a waiting acquisition keeps trying through a failover. Default 10 s.
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "failover_wait")]
     pub failover_wait: Option<Duration>,
+}
+
+/// The range a duration option accepts, with the reason given when a value is outside.
+struct Bounds {
+    min: Duration,
+    too_short: &'static str,
+    max: Duration,
+    too_long: &'static str,
+    /// Advice for a number too large to represent.
+    huge: &'static str,
+}
+
+const WRITE_E_G: &str = "write e.g. \"500ms\", \"30s\" or \"2m\"";
+
+/// Any duration.
+const ANY: Bounds = Bounds {
+    min: Duration::ZERO,
+    too_short: "",
+    max: Duration::MAX,
+    too_long: "",
+    huge: WRITE_E_G,
+};
+
+/// A timeout or interval, which dlock-core rejects when zero.
+const AT_LEAST_1MS: Bounds = Bounds {
+    min: Duration::from_millis(1),
+    too_short: "shorter than 1ms; it must be at least 1ms",
+    ..ANY
+};
+
+/// The longest lease and retry pause dlock-core accepts.
+const YEAR: &str = "longer than the maximum of 366 days";
+
+// One function per option, so that every message names its key. The checks repeat the
+// client builder's, which only runs at `build()` and cannot say where in the file the
+// value is.
+
+fn connect_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    duration(d, "connect_timeout", &AT_LEAST_1MS)
+}
+
+fn command_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    duration(d, "command_timeout", &AT_LEAST_1MS)
+}
+
+fn retry_delay<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let bounds = Bounds {
+        max: dlock_core::MAX_LEASE,
+        too_long: YEAR,
+        ..ANY
+    };
+    duration(d, "retry_delay", &bounds)
+}
+
+fn watchdog_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let bounds = Bounds {
+        min: Duration::from_millis(100),
+        too_short:
+            "shorter than 100ms; renewal runs every third of it and needs time for a round trip",
+        max: dlock_core::MAX_LEASE,
+        too_long: YEAR,
+        ..ANY
+    };
+    duration(d, "watchdog_timeout", &bounds)
+}
+
+fn wait<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let bounds = Bounds {
+        huge: "leave `wait` out to wait as long as it takes",
+        ..ANY
+    };
+    duration(d, "wait", &bounds)
+}
+
+fn max_wait_recheck<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    duration(d, "max_wait_recheck", &AT_LEAST_1MS)
+}
+
+fn failover_wait<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    duration(d, "failover_wait", &ANY)
+}
+
+/// A duration string such as `"500ms"` or `"2m 30s"` for option `key`, within `bounds`.
+fn duration<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    key: &'static str,
+    bounds: &Bounds,
+) -> Result<Option<Duration>, D::Error> {
+    let text = deserializer.deserialize_str(DurationText(key))?;
+    parse_duration(&text, key, bounds)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+/// Parses `text` with humantime and checks it against `bounds`.
+fn parse_duration(text: &str, key: &str, bounds: &Bounds) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let problem = if trimmed.is_empty() {
+        "it is empty".to_owned()
+    } else if trimmed.starts_with('-') {
+        "a duration cannot be negative".to_owned()
+    } else {
+        match humantime::parse_duration(trimmed) {
+            Ok(value) if value < bounds.min => bounds.too_short.to_owned(),
+            Ok(value) if value > bounds.max => bounds.too_long.to_owned(),
+            Ok(value) => return Ok(value),
+            Err(humantime::DurationError::NumberOverflow) => format!(
+                "the number is too large to represent, or finer than 1ns; {}",
+                bounds.huge
+            ),
+            Err(e) => format!("{e}; {WRITE_E_G}"),
+        }
+    };
+    Err(format!("invalid duration {text:?} for `{key}`: {problem}"))
+}
+
+/// Reads the string of a duration option; any other type is an error naming the option.
+struct DurationText(&'static str);
+
+impl serde::de::Visitor<'_> for DurationText {
+    type Value = String;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a duration string for `{}`, e.g. \"500ms\", \"30s\" or \"2m\"",
+            self.0
+        )
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<String, E> {
+        Ok(text.to_owned())
+    }
 }
 
 /// A Redis URL, checked when the file is read.

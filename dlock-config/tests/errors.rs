@@ -1,6 +1,7 @@
 //! Every kind of bad configuration gives an error that names the place and the fix.
 
 use std::io::Write;
+use std::time::Duration;
 
 use dlock_config::{Config, ConfigError};
 
@@ -119,7 +120,195 @@ fn a_bad_url_is_named_without_its_password() {
 fn a_bad_duration_says_how_to_write_one() {
     assert_eq!(
         error("[redis.single]\naddress = \"redis://127.0.0.1\"\n[lock]\nwatchdog_timeout = \"30 parsecs\"\n"),
-        "<string>:4:20: invalid value: string \"30 parsecs\", expected a duration; write e.g. \"500ms\", \"30s\" or \"2m\""
+        "<string>:4:20: invalid duration \"30 parsecs\" for `watchdog_timeout`: unknown time unit \"parsecs\", supported units: ns, us/µs, ms, sec, min, hours, days, weeks, months, years (and few variations); write e.g. \"500ms\", \"30s\" or \"2m\""
+    );
+}
+
+/// `[section]\nkey = value` under a valid topology; the value is on line 4.
+fn with_option(section: &str, key: &str, value: &str) -> String {
+    format!("[redis.single]\naddress = \"redis://127.0.0.1\"\n[{section}]\n{key} = {value}\n")
+}
+
+#[test]
+fn negative_empty_and_overflowing_durations_name_their_key() {
+    let too_large = "the number is too large to represent, or finer than 1ns";
+    let write = "write e.g. \"500ms\", \"30s\" or \"2m\"";
+    let leave_out = "leave `wait` out to wait as long as it takes";
+    for (section, key, value, problem) in [
+        (
+            "connection",
+            "command_timeout",
+            "-5s",
+            "a duration cannot be negative".to_owned(),
+        ),
+        (
+            "lock",
+            "wait",
+            " -1ms",
+            "a duration cannot be negative".to_owned(),
+        ),
+        ("lock", "watchdog_timeout", "", "it is empty".to_owned()),
+        ("connection", "retry_delay", "   ", "it is empty".to_owned()),
+        (
+            "lock",
+            "wait",
+            "99999999999999999999s",
+            format!("{too_large}; {leave_out}"),
+        ),
+        (
+            "lock",
+            "wait",
+            "18446744073709551615ms",
+            format!("{too_large}; {leave_out}"),
+        ),
+        (
+            "lock",
+            "failover_wait",
+            "600000000000 years",
+            format!("{too_large}; {write}"),
+        ),
+        (
+            "lock",
+            "max_wait_recheck",
+            "0.0000000001s",
+            format!("{too_large}; {write}"),
+        ),
+        (
+            "connection",
+            "connect_timeout",
+            "5",
+            format!("time unit needed, for example 5sec or 5ms; {write}"),
+        ),
+    ] {
+        assert_eq!(
+            error(&with_option(section, key, &format!("\"{value}\""))),
+            format!(
+                "<string>:4:{}: invalid duration \"{value}\" for `{key}`: {problem}",
+                key.len() + 4
+            ),
+            "{key} = {value:?}"
+        );
+    }
+}
+
+#[test]
+fn a_duration_of_another_type_names_its_key() {
+    assert_eq!(
+        error(&with_option("lock", "wait", "-5")),
+        "<string>:4:8: invalid type: integer `-5`, expected a duration string for `wait`, e.g. \"500ms\", \"30s\" or \"2m\""
+    );
+    assert_eq!(
+        error(&with_option("connection", "command_timeout", "3.5")),
+        "<string>:4:19: invalid type: floating point `3.5`, expected a duration string for `command_timeout`, e.g. \"500ms\", \"30s\" or \"2m\""
+    );
+    assert_eq!(
+        error(&with_option("lock", "watchdog_timeout", "[\"30s\"]")),
+        "<string>:4:20: invalid type: sequence, expected a duration string for `watchdog_timeout`, e.g. \"500ms\", \"30s\" or \"2m\""
+    );
+}
+
+#[test]
+fn zero_is_rejected_where_the_client_cannot_use_it() {
+    for (section, key) in [
+        ("connection", "connect_timeout"),
+        ("connection", "command_timeout"),
+        ("lock", "max_wait_recheck"),
+    ] {
+        for value in ["0s", "999us"] {
+            assert_eq!(
+                error(&with_option(section, key, &format!("\"{value}\""))),
+                format!(
+                    "<string>:4:{}: invalid duration \"{value}\" for `{key}`: shorter than 1ms; it must be at least 1ms",
+                    key.len() + 4
+                )
+            );
+        }
+    }
+    for value in ["0s", "99ms"] {
+        assert_eq!(
+            error(&with_option("lock", "watchdog_timeout", &format!("\"{value}\""))),
+            format!("<string>:4:20: invalid duration \"{value}\" for `watchdog_timeout`: shorter than 100ms; renewal runs every third of it and needs time for a round trip")
+        );
+    }
+}
+
+#[test]
+fn lease_and_retry_pauses_over_a_year_are_rejected() {
+    assert_eq!(
+        error(&with_option("lock", "watchdog_timeout", "\"367days\"")),
+        "<string>:4:20: invalid duration \"367days\" for `watchdog_timeout`: longer than the maximum of 366 days"
+    );
+    assert_eq!(
+        error(&with_option("connection", "retry_delay", "\"18446744073709551615s\"")),
+        "<string>:4:15: invalid duration \"18446744073709551615s\" for `retry_delay`: longer than the maximum of 366 days"
+    );
+}
+
+#[test]
+fn extreme_but_meaningful_durations_are_accepted() {
+    let parse = |section, key, value: &str| {
+        Config::from_toml_str(&with_option(section, key, &format!("\"{value}\"")))
+            .unwrap_or_else(|e| panic!("{key} = {value:?}: {e}"))
+    };
+    // The longest waits humantime can write: the client treats a wait whose deadline
+    // cannot be represented as no deadline.
+    let config = parse("lock", "wait", "18446744073709551615s");
+    assert_eq!(config.lock.wait, Some(Duration::from_secs(u64::MAX)));
+    let config = parse("lock", "wait", "18446744073709ms");
+    assert_eq!(
+        config.lock.wait,
+        Some(Duration::from_millis(18_446_744_073_709))
+    );
+    let config = parse("lock", "wait", "0s");
+    assert_eq!(config.lock.wait, Some(Duration::ZERO), "zero: try once");
+    let config = parse("lock", "failover_wait", "0s");
+    assert_eq!(config.lock.failover_wait, Some(Duration::ZERO));
+    let config = parse("lock", "watchdog_timeout", "366days");
+    assert_eq!(config.lock.watchdog_timeout, Some(dlock_core::MAX_LEASE));
+    let config = parse("lock", "watchdog_timeout", "100ms");
+    assert_eq!(
+        config.lock.watchdog_timeout,
+        Some(Duration::from_millis(100))
+    );
+    let config = parse("connection", "command_timeout", " 1ms ");
+    assert_eq!(
+        config.connection.command_timeout,
+        Some(Duration::from_millis(1))
+    );
+    let config = parse("connection", "retry_delay", "0s");
+    assert_eq!(config.connection.retry_delay, Some(Duration::ZERO));
+}
+
+#[tokio::test]
+async fn a_bad_key_prefix_is_reported_by_build_without_connecting() {
+    // Port 1: nothing listens, so reaching the network would give a connect error instead.
+    let build = |prefix: &str| {
+        let toml = format!(
+            "[redis.single]\naddress = \"redis://127.0.0.1:1\"\n[lock]\nkey_prefix = \"{prefix}\"\n"
+        );
+        async move { Config::from_toml_str(&toml).unwrap().build().await }
+    };
+    let err = build("shop\\u0000:").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::Lock(dlock_core::LockError::InvalidName { .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "invalid key prefix \"shop\\0:\": a key prefix must not contain ASCII control characters; found U+0000 at byte 4"
+    );
+    let err = build(&"p".repeat(dlock_core::MAX_NAME_LEN + 1))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "invalid key prefix \"{}…\" (4097 bytes): a key prefix is at most 4096 bytes",
+            "p".repeat(64)
+        )
     );
 }
 

@@ -10,9 +10,9 @@ use uuid::Uuid;
 
 use crate::backend::{Backend, CallError, ConnectOptions};
 use crate::error::{LockError, Result};
-use crate::lease::lease_millis;
+use crate::lease::{lease_millis, MAX_LEASE};
 use crate::local::LocalQueues;
-use crate::lock::Lock;
+use crate::lock::{check_text, Lock};
 use crate::metrics::{Metrics, Stats};
 use crate::pubsub::PubSubService;
 use crate::release::{self, ReleaseJob};
@@ -95,9 +95,13 @@ pub(crate) struct Settings {
 
 impl Settings {
     /// How long a release memo lives in Redis: long enough to cover every retry of one
-    /// release (see `release.lua`).
+    /// release (see `release.lua`). Capped at [`MAX_LEASE`] so that an absurd command
+    /// timeout still gives an expiry Redis accepts.
     pub(crate) fn memo_ttl(&self) -> Duration {
-        self.command_timeout * 3 + Duration::from_secs(1)
+        self.command_timeout
+            .saturating_mul(3)
+            .saturating_add(Duration::from_secs(1))
+            .min(MAX_LEASE)
     }
 
     /// The pause before retrying a call that failed with `error`, or `None` to give up.
@@ -105,6 +109,11 @@ impl Settings {
     /// Only fast, transient failures (dropped or refused connections, failover errors) are
     /// retried, and only while the whole operation stays within one command timeout: a
     /// caller never waits much longer than `command_timeout` for an answer.
+    ///
+    /// The first retry goes out at once: the connection that failed is already being
+    /// replaced (the connection manager reconnects on the failure, a Sentinel or cluster
+    /// route is re-resolved), and a retry simply waits for that. A killed connection then
+    /// costs a reconnect, not a `retry_delay`. Later retries back off from `retry_delay`.
     pub(crate) fn retry_after(
         &self,
         error: &CallError,
@@ -114,8 +123,18 @@ impl Settings {
         if !error.is_transient() || error.is_timeout() || failures >= self.retry_attempts {
             return None;
         }
-        let delay = self.retry_delay * 2u32.saturating_pow(failures.min(8));
-        (started.elapsed() + delay < self.command_timeout).then_some(delay)
+        let delay = retry_backoff(self.retry_delay, failures);
+        (started.elapsed().saturating_add(delay) < self.command_timeout).then_some(delay)
+    }
+}
+
+/// The pause before the retry that follows `failures` failed attempts: none before the
+/// first retry (the failed connection is already being replaced; the retry waits for
+/// that), then `retry_delay`, doubling up to 256 × `retry_delay`.
+pub(crate) fn retry_backoff(retry_delay: Duration, failures: u32) -> Duration {
+    match failures {
+        0 => Duration::ZERO,
+        n => retry_delay.saturating_mul(2u32.saturating_pow((n - 1).min(8))),
     }
 }
 
@@ -144,8 +163,9 @@ impl LockClient {
 
     /// A handle to the lock called `name` (the key is the client's key prefix + `name`).
     ///
-    /// Creating a handle does not talk to Redis; an empty name is reported by the handle's
-    /// operations as [`LockError::InvalidName`].
+    /// Creating a handle does not talk to Redis; an empty name, one over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or one with an ASCII control character
+    /// is reported by the handle's operations as [`LockError::InvalidName`].
     pub fn lock(&self, name: &str) -> Lock {
         Lock::new(self.clone(), name)
     }
@@ -269,7 +289,8 @@ impl LockClientBuilder {
         self
     }
 
-    /// Prefix of every lock key, e.g. `"shop:"`. Default: none.
+    /// Prefix of every lock key, e.g. `"shop:"`. Default: none. Like a lock name, at most
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes without ASCII control characters.
     #[must_use]
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
@@ -324,7 +345,9 @@ impl LockClientBuilder {
         self
     }
 
-    /// First pause before a retry, doubled for each further one. Default 50 ms.
+    /// Pause before the second retry, doubled for each further one (the first retry
+    /// follows the failure at once, on the replacement connection). Default 50 ms, at most
+    /// 366 days.
     #[must_use]
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
@@ -337,7 +360,10 @@ impl LockClientBuilder {
     /// # Errors
     ///
     /// [`LockError::InvalidDuration`] for a watchdog timeout outside 100 ms..=366 days or a
-    /// zero timeout / recheck interval, [`LockError::Config`] for a malformed address,
+    /// zero timeout / recheck interval or a retry delay over 366 days,
+    /// [`LockError::InvalidName`] for a key prefix over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or with a control character,
+    /// [`LockError::Config`] for a malformed address,
     /// [`LockError::Connect`] when Redis cannot be reached.
     ///
     /// # Panics
@@ -387,6 +413,15 @@ impl LockClientBuilder {
             });
         }
         debug_assert!(lease_ms >= 100);
+        check_text("key prefix", &self.key_prefix)?;
+        // Backoffs multiply the retry delay; a bounded one cannot overflow.
+        if self.retry_delay > MAX_LEASE {
+            return Err(LockError::InvalidDuration {
+                what: "retry_delay",
+                value: self.retry_delay,
+                reason: "longer than the maximum of 366 days",
+            });
+        }
         for (what, value) in [
             ("command_timeout", self.command_timeout),
             ("connect_timeout", self.connect_timeout),

@@ -86,13 +86,22 @@ pub enum LockError {
         reason: &'static str,
     },
 
-    /// A lock name or key prefix is not usable.
-    #[error("invalid lock name {name:?}: {reason}")]
+    /// A lock name or key prefix is not usable: empty (names only), longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or containing an ASCII control
+    /// character.
+    ///
+    /// A rejected name may be huge, so `name` holds at most its first 64 characters
+    /// (followed by `…` when cut) and the message adds the full length in bytes.
+    #[error("invalid {what} {name:?}{}: {reason}", shown_len(name, *len))]
     InvalidName {
-        /// The name given.
+        /// `"lock name"` or `"key prefix"`.
+        what: &'static str,
+        /// The name given, cut to its first 64 characters plus `…` when longer.
         name: String,
+        /// Length in bytes of the whole name given.
+        len: usize,
         /// Why it is rejected.
-        reason: &'static str,
+        reason: String,
     },
 
     /// A `#[distributed_lock]` function without `client = ...` ran before a process-wide
@@ -103,6 +112,34 @@ pub enum LockError {
     /// The client could not be configured (bad address, bad option).
     #[error("invalid configuration: {0}")]
     Config(String),
+}
+
+/// Characters of a rejected name kept in [`LockError::InvalidName`].
+const SHOWN_NAME_CHARS: usize = 64;
+
+impl LockError {
+    /// An [`LockError::InvalidName`] that does not carry a huge name into messages.
+    pub(crate) fn invalid_name(what: &'static str, name: &str, reason: String) -> LockError {
+        let shown = match name.char_indices().nth(SHOWN_NAME_CHARS) {
+            Some((cut, _)) => format!("{}…", &name[..cut]),
+            None => name.to_owned(),
+        };
+        LockError::InvalidName {
+            what,
+            name: shown,
+            len: name.len(),
+            reason,
+        }
+    }
+}
+
+/// ` (N bytes)` when the shown name was cut, so the reader knows how big the whole is.
+fn shown_len(shown: &str, len: usize) -> String {
+    if shown.chars().count() > SHOWN_NAME_CHARS {
+        format!(" ({len} bytes)")
+    } else {
+        String::new()
+    }
 }
 
 /// Why a held lock is considered lost. See [`LockError::Lost`].
@@ -167,3 +204,36 @@ impl From<LockError> for std::io::Error {
 
 /// `Result` with [`LockError`].
 pub type Result<T, E = LockError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shown(name: &str) -> String {
+        LockError::invalid_name("lock name", name, "why".to_owned()).to_string()
+    }
+
+    #[test]
+    fn names_up_to_64_characters_are_shown_whole() {
+        let name = "ü".repeat(64);
+        assert_eq!(shown(&name), format!("invalid lock name \"{name}\": why"));
+    }
+
+    #[test]
+    fn longer_names_are_cut_on_a_character_boundary_with_their_size() {
+        let name = format!("{}🔒🔒", "ü".repeat(63));
+        assert_eq!(
+            shown(&name),
+            format!(
+                "invalid lock name \"{}🔒…\" (134 bytes): why",
+                "ü".repeat(63)
+            )
+        );
+        // A 65-character name ending in `…` is shown as itself, and still gets its size.
+        let name = format!("{}…", "a".repeat(64));
+        assert_eq!(
+            shown(&name),
+            format!("invalid lock name \"{name}\" (67 bytes): why")
+        );
+    }
+}

@@ -60,7 +60,7 @@ pub use error::{LockError, LossReason, Result};
 pub use global::{global_client, set_global};
 pub use guard::LockGuard;
 pub use lease::MAX_LEASE;
-pub use lock::Lock;
+pub use lock::{Lock, MAX_NAME_LEN};
 pub use metrics::{Stats, LATENCY_BOUNDS};
 pub use topology::Topology;
 

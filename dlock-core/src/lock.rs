@@ -17,8 +17,41 @@ use crate::pubsub::Subscription;
 use crate::release::{ReleaseJob, ReleaseMode};
 use crate::scripts::scripts;
 
+/// The longest lock name (and the longest key prefix) accepted, in bytes: 4096.
+///
+/// The name is repeated in the lock's unlock channel and release memo keys, in every
+/// unlock message and in every log line about the lock, so a runaway name (say, a request
+/// body used as a key by mistake) multiplies. Longer names are reported as
+/// [`LockError::InvalidName`] by every operation; nothing is sent to Redis.
+pub const MAX_NAME_LEN: usize = 4096;
+
+/// Checks a lock name or key prefix (`what`) for what every name must satisfy: at most
+/// [`MAX_NAME_LEN`] bytes and no ASCII control characters. Control characters (NUL, line
+/// breaks, escape...) are never meant in a key, and would corrupt log lines that show it.
+pub(crate) fn check_text(what: &'static str, text: &str) -> Result<()> {
+    if text.len() > MAX_NAME_LEN {
+        return Err(LockError::invalid_name(
+            what,
+            text,
+            format!("a {what} is at most {MAX_NAME_LEN} bytes"),
+        ));
+    }
+    if let Some((at, control)) = text.char_indices().find(|(_, c)| c.is_ascii_control()) {
+        return Err(LockError::invalid_name(
+            what,
+            text,
+            format!(
+                "a {what} must not contain ASCII control characters; found U+{:04X} at byte {at}",
+                u32::from(control)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A handle to one named lock, from [`LockClient::lock`]. Cheap to clone; creating it does
-/// not talk to Redis. An empty name is reported as [`LockError::InvalidName`] by every
+/// not talk to Redis. A name that is empty, longer than [`MAX_NAME_LEN`] bytes or contains
+/// an ASCII control character is reported as [`LockError::InvalidName`] by every
 /// operation.
 ///
 /// Every acquisition method returns a [`LockGuard`]. They differ in how long they wait
@@ -66,12 +99,13 @@ impl Lock {
     /// Names are checked when used, so that `client.lock(name)` stays infallible.
     fn check_name(&self) -> Result<()> {
         if self.name.is_empty() {
-            return Err(LockError::InvalidName {
-                name: String::new(),
-                reason: "a lock name must not be empty",
-            });
+            return Err(LockError::invalid_name(
+                "lock name",
+                "",
+                "a lock name must not be empty".to_owned(),
+            ));
         }
-        Ok(())
+        check_text("lock name", &self.name)
     }
 
     /// The lock's name, without the key prefix.
@@ -342,8 +376,8 @@ impl Lock {
                     let pause = settings.max_wait_recheck.min(Duration::from_millis(200));
                     let patient = wait != Some(Duration::ZERO)
                         && error.is_transient()
-                        && since.elapsed() + pause < settings.failover_wait
-                        && give_up_at.is_none_or(|at| Instant::now() + pause < at);
+                        && since.elapsed().saturating_add(pause) < settings.failover_wait
+                        && give_up_at.is_none_or(|at| before(pause, at));
                     if !patient {
                         inner.metrics.acquire_failed();
                         return Err(error.into_lock_error(&self.name, "acquire"));
@@ -411,6 +445,13 @@ impl Lock {
     }
 }
 
+/// Whether `pause` from now ends before `deadline`; a pause too long to represent does not.
+fn before(pause: Duration, deadline: Instant) -> bool {
+    Instant::now()
+        .checked_add(pause)
+        .is_some_and(|end| end < deadline)
+}
+
 /// One owner's attempts to run the acquire script; queues a release if dropped while an
 /// attempt may have taken the lock (its reply never came).
 struct Attempt<'a> {
@@ -451,7 +492,7 @@ impl Attempt<'_> {
                     let retry = inner
                         .settings
                         .retry_after(&error, failures, started)
-                        .filter(|delay| give_up_at.is_none_or(|at| Instant::now() + *delay < at));
+                        .filter(|delay| give_up_at.is_none_or(|at| before(*delay, at)));
                     match retry {
                         Some(delay) => {
                             failures += 1;

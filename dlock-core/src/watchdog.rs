@@ -86,7 +86,9 @@ pub(crate) async fn run(
                 metrics.renewal_failed();
                 failures += 1;
                 expire_overdue(&registry, &held);
-                let backoff = schedule.retry_delay * 2u32.saturating_pow(failures.min(8) - 1);
+                let backoff = schedule
+                    .retry_delay
+                    .saturating_mul(2u32.saturating_pow(failures.min(8) - 1));
                 tracing::warn!(%error, locks = held.len(), attempt = failures, "dlock: lease renewal failed; retrying");
                 next = Instant::now() + backoff.min(period);
             }

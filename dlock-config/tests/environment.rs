@@ -1,0 +1,54 @@
+//! Environment variables that are set but not UTF-8. Their own test binary with a single
+//! test, because the process environment is shared by every test of a binary.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+
+use dlock_config::{Config, ConfigError, ADDRESS_ENV, CONFIG_ENV, PASSWORD_ENV, USERNAME_ENV};
+
+fn not_utf8() -> OsString {
+    OsString::from_vec(b"hunter\xff2".to_vec())
+}
+
+#[test]
+fn a_variable_that_is_not_utf8_is_an_error_naming_it() {
+    let config =
+        Config::from_toml_str("[redis.single]\naddress = \"redis://127.0.0.1:6379\"\n").unwrap();
+    for variable in [PASSWORD_ENV, USERNAME_ENV, ADDRESS_ENV] {
+        std::env::set_var(variable, not_utf8());
+        let err = config.clone().with_env_overrides().unwrap_err();
+        std::env::remove_var(variable);
+        assert!(
+            matches!(err, ConfigError::Environment { variable: v, .. } if v == variable),
+            "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!("environment variable {variable}: not UTF-8 text (invalid byte at offset 6); set it to UTF-8 or unset it")
+        );
+    }
+
+    // With the variables unset or UTF-8 again, the overrides apply.
+    std::env::set_var(PASSWORD_ENV, "from-env");
+    let config = config.with_env_overrides().unwrap();
+    std::env::remove_var(PASSWORD_ENV);
+    assert_eq!(
+        config.connection.password.as_ref().map(|p| p.expose()),
+        Some("from-env")
+    );
+
+    // A file name need not be UTF-8: DLOCK_CONFIG naming such a file loads it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut name = dir.path().as_os_str().to_owned().into_vec();
+    name.extend_from_slice(b"/dlock-\xff.toml");
+    let path = OsString::from_vec(name);
+    std::fs::write(
+        &path,
+        "[redis.single]\naddress = \"redis://127.0.0.1:6380\"\n",
+    )
+    .unwrap();
+    std::env::set_var(CONFIG_ENV, &path);
+    let loaded = Config::from_env();
+    std::env::remove_var(CONFIG_ENV);
+    assert_eq!(loaded.unwrap().to_string(), "single redis://127.0.0.1:6380");
+}
