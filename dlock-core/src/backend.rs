@@ -11,7 +11,6 @@ use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, PubSubSink, PubSubStream,
 };
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
     Cmd, FromRedisValue, Pipeline, PushInfo, PushKind, RedisError, RedisFuture, RedisResult,
     RetryMethod, ScriptInvocation, Value,
@@ -20,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::error::LockError;
 use crate::scripts::scripts;
+use crate::sentinel;
 use crate::topology::{Auth, Topology, TopologyKind};
 
 /// A failed call: Redis answered with an error, or did not answer in time.
@@ -126,7 +126,10 @@ impl Node {
 }
 
 struct SentinelRoute {
-    resolver: tokio::sync::Mutex<SentinelClient>,
+    /// One client per configured sentinel.
+    sentinels: Vec<redis::Client>,
+    /// Held while asking the sentinels, so that concurrent failures resolve once.
+    resolving: tokio::sync::Mutex<()>,
     master_name: String,
     /// Credentials and database for the master, whichever server it is.
     settings: redis::RedisConnectionInfo,
@@ -292,9 +295,10 @@ impl Backend {
                 sentinels,
             } => {
                 let shown = format!("sentinel master {master_name:?} via {}", list(sentinels));
-                for sentinel in sentinels {
-                    open(sentinel, &Auth::default(), None)?;
-                }
+                let sentinels = sentinels
+                    .iter()
+                    .map(|sentinel| open(sentinel, &Auth::default(), None))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let route = SentinelRoute::connect(master_name, sentinels, &topology.auth, options)
                     .await
                     .map_err(|e| connect_error(shown.clone(), e))?;
@@ -337,11 +341,34 @@ impl Backend {
         backend
             .load_scripts()
             .await
-            .map_err(|e| connect_error(shown, e))?;
-        if let Route::Sentinel(_) = &backend.shared.route {
-            tokio::spawn(watch_switch_master(Arc::downgrade(&backend.shared)));
+            .map_err(|e| connect_error(shown.clone(), e))?;
+        if let Route::Sentinel(route) = &backend.shared.route {
+            backend.watch_sentinels(&route.sentinels, &shown).await;
         }
         Ok(backend)
+    }
+
+    /// Starts one failover watcher per sentinel and waits (at most the connect timeout)
+    /// until each has tried to subscribe: a failover in the first moments of the client's
+    /// life would otherwise go unnoticed, and the client would keep writing to the old
+    /// master, which stays writable for seconds.
+    async fn watch_sentinels(&self, sentinels: &[redis::Client], shown: &str) {
+        let (attempted, mut attempts) = mpsc::channel(sentinels.len().max(1));
+        for sentinel in sentinels {
+            tokio::spawn(watch_switch_master(
+                Arc::downgrade(&self.shared),
+                sentinel.clone(),
+                attempted.clone(),
+            ));
+        }
+        drop(attempted);
+        let all_tried = async { while attempts.recv().await.is_some() {} };
+        if tokio::time::timeout(self.shared.options.connect_timeout, all_tried)
+            .await
+            .is_err()
+        {
+            tracing::warn!(master = %shown, "dlock: some sentinels did not answer the failover subscription yet; relying on the others and on errors to notice a failover");
+        }
     }
 
     /// Loads every script up front, so the first lock operation is one `EVALSHA` round
@@ -366,6 +393,11 @@ impl Backend {
     }
 
     /// Whether renewals must be grouped by cluster slot (one multi-key script per slot).
+    /// Whether the master can move under the client (Sentinel failovers).
+    pub(crate) fn is_sentinel(&self) -> bool {
+        matches!(self.shared.route, Route::Sentinel(_))
+    }
+
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.shared.route, Route::Cluster { .. })
     }
@@ -511,40 +543,30 @@ async fn connect_cluster(
 impl SentinelRoute {
     async fn connect(
         master_name: &str,
-        sentinels: &[String],
+        sentinels: Vec<redis::Client>,
         auth: &Auth,
         options: ConnectOptions,
     ) -> Result<SentinelRoute, CallError> {
-        let mut info = redis::RedisConnectionInfo::default().set_db(auth.database.unwrap_or(0));
+        let mut settings = redis::RedisConnectionInfo::default().set_db(auth.database.unwrap_or(0));
         if let Some(username) = &auth.username {
-            info = info.set_username(username);
+            settings = settings.set_username(username);
         }
         if let Some(password) = &auth.password {
-            info = info.set_password(password);
+            settings = settings.set_password(password);
         }
-        let node_info =
-            SentinelNodeConnectionInfo::default().set_redis_connection_info(info.clone());
-        let mut resolver = SentinelClient::build(
-            sentinels.to_vec(),
-            // Its type differs with the redis crate's `tls-rustls` feature; a String fits both.
-            String::from(master_name),
-            Some(node_info),
-            SentinelServerType::Master,
-        )
-        .map_err(CallError::Redis)?;
-        let client = tokio::time::timeout(options.connect_timeout, resolver.async_get_client())
-            .await
-            .map_err(|_| CallError::Timeout(options.connect_timeout))?
-            .map_err(CallError::Redis)?;
+        let (host, port) =
+            sentinel::current_master(&sentinels, master_name, options.connect_timeout).await?;
+        let client = master_client(&host, port, &settings)?;
         let node = tokio::time::timeout(options.connect_timeout, Node::connect(client, options))
             .await
             .map_err(|_| CallError::Timeout(options.connect_timeout))?
             .map_err(CallError::Redis)?;
         tracing::info!(master = %master_name, address = %node.address(), "dlock: sentinel master resolved");
         Ok(SentinelRoute {
-            resolver: tokio::sync::Mutex::new(resolver),
+            sentinels,
+            resolving: tokio::sync::Mutex::new(()),
             master_name: master_name.to_owned(),
-            settings: info,
+            settings,
             current: RwLock::new(node),
         })
     }
@@ -559,29 +581,26 @@ impl SentinelRoute {
     /// Asks the sentinels for the master; switches the connection when it moved.
     async fn resolve(&self, shared: &Shared) -> Result<(), CallError> {
         let before = *shared.generation.borrow();
-        let mut resolver = self.resolver.lock().await;
+        let resolving = self.resolving.lock().await;
         if *shared.generation.borrow() != before {
             return Ok(()); // another caller switched while we waited
         }
-        let client = resolver
-            .async_get_client()
-            .await
-            .map_err(CallError::Redis)?;
-        drop(resolver);
-        self.switch(shared, client).await
+        let (host, port) = sentinel::current_master(
+            &self.sentinels,
+            &self.master_name,
+            shared.options.command_timeout,
+        )
+        .await?;
+        drop(resolving);
+        self.follow(shared, &host, port).await
     }
 
     /// Switches to the master a sentinel announced with `+switch-master`. The announcement
     /// is authoritative; asking the sentinels again could reach one that has not switched
     /// yet and still names the old master, which keeps accepting writes for a while.
     async fn follow(&self, shared: &Shared, host: &str, port: u16) -> Result<(), CallError> {
-        use redis::IntoConnectionInfo;
-        let info = redis::ConnectionAddr::Tcp(host.to_owned(), port)
-            .into_connection_info()
-            .map_err(CallError::Redis)?
-            .set_redis_settings(self.settings.clone());
-        let client = redis::Client::open(info).map_err(CallError::Redis)?;
-        self.switch(shared, client).await
+        self.switch(shared, master_client(host, port, &self.settings)?)
+            .await
     }
 
     async fn switch(&self, shared: &Shared, client: redis::Client) -> Result<(), CallError> {
@@ -597,6 +616,20 @@ impl SentinelRoute {
         shared.generation.send_modify(|generation| *generation += 1);
         Ok(())
     }
+}
+
+/// A client for the master at `host:port` with the topology's credentials and database.
+fn master_client(
+    host: &str,
+    port: u16,
+    settings: &redis::RedisConnectionInfo,
+) -> Result<redis::Client, CallError> {
+    use redis::IntoConnectionInfo;
+    let info = redis::ConnectionAddr::Tcp(host.to_owned(), port)
+        .into_connection_info()
+        .map_err(CallError::Redis)?
+        .set_redis_settings(settings.clone());
+    redis::Client::open(info).map_err(CallError::Redis)
 }
 
 /// The master a sentinel event announces: `(master name, host, port)`.
@@ -615,47 +648,62 @@ fn announced_master<'a>(channel: &str, payload: &'a str) -> Option<(&'a str, &'a
     Some((name, host, port.parse().ok()?))
 }
 
-/// Listens for `+promoted-slave` / `+switch-master` on a sentinel and moves to the new
+/// Listens for `+promoted-slave` / `+switch-master` on one sentinel and moves to the new
 /// master at once, so the client stops writing to a demoted master (which can stay
 /// writable for seconds after a manual failover) without waiting for an error.
-async fn watch_switch_master(shared: Weak<Shared>) {
+///
+/// One runs per sentinel: only the sentinel leading a failover announces
+/// `+promoted-slave`, as soon as the replica is promoted; the others announce
+/// `+switch-master` only once they hear of the new configuration, up to seconds later.
+/// Until the client follows, its renewals go to the old master, so a lease shorter than
+/// that delay could run out on the new one.
+///
+/// `attempted` receives one message after the first subscription attempt, successful or
+/// not. After a lost subscription, the master is asked for again: an announcement may have
+/// been missed meanwhile.
+async fn watch_switch_master(
+    shared: Weak<Shared>,
+    sentinel: redis::Client,
+    attempted: mpsc::Sender<()>,
+) {
     let mut failures: u32 = 0;
+    let mut attempted = Some(attempted);
+    let mut subscribed_before = false;
     loop {
-        let Some(strong) = shared.upgrade() else {
+        if shared.strong_count() == 0 {
             return;
+        }
+        let pubsub = match sentinel.get_async_pubsub().await {
+            Ok(mut pubsub) => pubsub
+                .subscribe(&["+switch-master", "+promoted-slave"])
+                .await
+                .map(|()| pubsub),
+            Err(error) => Err(error),
         };
-        let Route::Sentinel(route) = &strong.route else {
-            return;
-        };
-        let sentinel = route
-            .resolver
-            .lock()
-            .await
-            .async_get_sentinel_client()
-            .await;
-        let master_name = route.master_name.clone();
-        drop(strong);
-        let pubsub = match sentinel {
-            Ok(client) => client.get_async_pubsub().await,
-            Err(e) => Err(e),
-        };
+        if let Some(attempted) = attempted.take() {
+            let _ = attempted.try_send(());
+        }
         let mut pubsub = match pubsub {
             Ok(pubsub) => pubsub,
             Err(error) => {
                 failures += 1;
-                tracing::warn!(%error, "dlock: cannot reach a sentinel for failover events; retrying");
+                let address = sentinel.get_connection_info().addr().to_string();
+                tracing::warn!(%error, sentinel = %address, "dlock: cannot subscribe to a sentinel's failover events; retrying");
                 tokio::time::sleep(Duration::from_millis(100) * failures.min(20)).await;
                 continue;
             }
         };
-        if pubsub
-            .subscribe(&["+switch-master", "+promoted-slave"])
-            .await
-            .is_err()
-        {
-            continue;
-        }
         failures = 0;
+        if std::mem::replace(&mut subscribed_before, true) {
+            let Some(strong) = shared.upgrade() else {
+                return;
+            };
+            if let Route::Sentinel(route) = &strong.route {
+                if let Err(error) = route.resolve(&strong).await {
+                    tracing::warn!(%error, "dlock: cannot ask the sentinels for the master after resubscribing");
+                }
+            }
+        }
         let mut messages = pubsub.on_message();
         while let Some(message) = messages.next().await {
             let payload: String = message.get_payload().unwrap_or_default();
@@ -663,13 +711,13 @@ async fn watch_switch_master(shared: Weak<Shared>) {
             else {
                 continue;
             };
-            if name != master_name {
-                continue;
-            }
             let Some(strong) = shared.upgrade() else {
                 return;
             };
             if let Route::Sentinel(route) = &strong.route {
+                if name != route.master_name {
+                    continue;
+                }
                 if let Err(error) = route.follow(&strong, host, port).await {
                     tracing::warn!(%error, "dlock: switching to the announced master failed; asking the sentinels");
                     let _ = route.resolve(&strong).await;

@@ -15,7 +15,7 @@ use crate::local::LocalQueues;
 use crate::lock::{check_text, Lock};
 use crate::metrics::{Metrics, Stats};
 use crate::pubsub::PubSubService;
-use crate::release::{self, ReleaseJob};
+use crate::release::{self, ReleaseJob, ReleaseLog};
 use crate::topology::Topology;
 use crate::watchdog::{self, Registry, Schedule};
 
@@ -76,6 +76,8 @@ pub(crate) struct ClientInner {
     pub(crate) local: Arc<LocalQueues>,
     pub(crate) metrics: Arc<Metrics>,
     releases: mpsc::UnboundedSender<ReleaseJob>,
+    /// Recent releases, replayed on a new master after a Sentinel failover.
+    pub(crate) release_log: Arc<ReleaseLog>,
     next_owner: AtomicU64,
     next_op: AtomicU64,
 }
@@ -453,12 +455,22 @@ impl LockClient {
         let registry = Arc::new(Registry::default());
         let metrics = Arc::new(Metrics::default());
         let (releases, queue) = mpsc::unbounded_channel();
+        let release_log = Arc::new(ReleaseLog::new(backend.is_sentinel()));
         tokio::spawn(release::run_background(
             queue,
             backend.clone(),
             settings.clone(),
             Arc::clone(&metrics),
+            Arc::clone(&release_log),
         ));
+        if backend.is_sentinel() {
+            let backend = backend.clone();
+            let log = Arc::downgrade(&release_log);
+            let releases = releases.downgrade();
+            tokio::spawn(async move {
+                release::replay_after_failover(&backend, log, releases).await;
+            });
+        }
         tokio::spawn(watchdog::run(
             Arc::downgrade(&registry),
             backend.clone(),
@@ -481,6 +493,7 @@ impl LockClient {
                 local: Arc::default(),
                 metrics,
                 releases,
+                release_log,
                 next_owner: AtomicU64::new(1),
                 next_op: AtomicU64::new(1),
             }),

@@ -125,7 +125,11 @@ impl LockGuard {
     pub async fn unlock(mut self) -> Result<()> {
         self.stop_renewal();
         let inner = &self.client.inner;
-        let outcome = release::release(&inner.backend, &inner.settings, &self.job()).await;
+        let job = self.job();
+        let outcome = release::release(&inner.backend, &inner.settings, &job).await;
+        if outcome.is_ok() {
+            inner.release_log.record(&job);
+        }
         match outcome {
             Ok(Released::NotHeld) => {
                 inner.metrics.released(false);

@@ -52,6 +52,7 @@ mod owner;
 mod pubsub;
 mod release;
 mod scripts;
+mod sentinel;
 mod topology;
 mod watchdog;
 

@@ -14,6 +14,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::backend::{Backend, SubscriberEvent};
+use crate::client::retry_backoff;
+
+/// The longest pause between two attempts to reconnect the subscriber. Waiters do not
+/// depend on it alone: they re-check the lock every `max_wait_recheck` anyway.
+const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 
 /// The client's subscription service.
 pub(crate) struct PubSubService {
@@ -143,9 +148,10 @@ async fn run(
                 if shared.strong_count() == 0 {
                     return;
                 }
+                tracing::warn!(%error, attempt = failures + 1, "dlock: subscriber connection failed; retrying");
+                let pause = retry_backoff(retry_delay, failures).min(MAX_RECONNECT_PAUSE);
                 failures += 1;
-                tracing::warn!(%error, attempt = failures, "dlock: subscriber connection failed; retrying");
-                tokio::time::sleep(retry_delay * 2u32.saturating_pow(failures.min(6))).await;
+                tokio::time::sleep(pause).await;
                 continue;
             }
         };
@@ -161,20 +167,28 @@ async fn run(
         };
         let mut healthy = true;
         for (name, confirm) in &wanted {
-            if subscriber.subscribe(name).await.is_err() {
+            if let Err(error) = subscriber.subscribe(name).await {
+                // Back off as for a failed connection: a server that refuses the
+                // subscription (an ACL without the channel, say) must not be hammered.
+                tracing::warn!(%error, channel = %name, attempt = failures + 1, "dlock: subscribing failed; reconnecting");
                 healthy = false;
                 break;
             }
             confirm.send_replace(true);
         }
-        if healthy {
-            if failures > 0 {
-                tracing::info!("dlock: subscriber connection re-established");
-            }
-            failures = 0;
-            if let Some(shared) = shared.upgrade() {
-                shared.wake_all();
-            }
+        if !healthy {
+            unconfirm_all(&shared);
+            let pause = retry_backoff(retry_delay, failures).min(MAX_RECONNECT_PAUSE);
+            failures += 1;
+            tokio::time::sleep(pause).await;
+            continue;
+        }
+        if failures > 0 {
+            tracing::info!("dlock: subscriber connection re-established");
+        }
+        failures = 0;
+        if let Some(shared) = shared.upgrade() {
+            shared.wake_all();
         }
 
         while healthy {
@@ -228,10 +242,15 @@ async fn run(
             }
         }
         tracing::warn!("dlock: subscriber connection lost; reconnecting");
-        if let Some(shared) = shared.upgrade() {
-            for channel in shared.lock_channels().values() {
-                channel.confirm.send_replace(false);
-            }
+        unconfirm_all(&shared);
+    }
+}
+
+/// Marks every channel as not subscribed until the next connection confirms it.
+fn unconfirm_all(shared: &Weak<Shared>) {
+    if let Some(shared) = shared.upgrade() {
+        for channel in shared.lock_channels().values() {
+            channel.confirm.send_replace(false);
         }
     }
 }

@@ -2,7 +2,9 @@
 //! ([`LockGuard::unlock`](crate::LockGuard::unlock)) or in the background (dropped guards,
 //! abandoned acquisitions).
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -35,6 +37,7 @@ pub(crate) enum Released {
 }
 
 /// One release to perform.
+#[derive(Clone)]
 pub(crate) struct ReleaseJob {
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
@@ -96,14 +99,19 @@ pub(crate) async fn run_background(
     backend: Backend,
     settings: Settings,
     metrics: Arc<Metrics>,
+    log: Arc<ReleaseLog>,
 ) {
     let settings = Arc::new(settings);
     while let Some(job) = jobs.recv().await {
         let backend = backend.clone();
         let settings = Arc::clone(&settings);
         let metrics = Arc::clone(&metrics);
+        let log = Arc::clone(&log);
         tokio::spawn(async move {
             let outcome = release(&backend, &settings, &job).await;
+            if outcome.is_ok() {
+                log.record(&job);
+            }
             metrics.released(matches!(
                 outcome,
                 Ok(Released::Free | Released::StillHeld(_))
@@ -120,5 +128,89 @@ pub(crate) async fn run_background(
                 ),
             }
         });
+    }
+}
+
+/// How long releases are remembered for [`replay_after_failover`]: longer than a
+/// Sentinel takes from promoting a replica to announcing it (about a second measured).
+const REPLAY_WINDOW: Duration = Duration::from_secs(3);
+/// At most this many releases are remembered; the oldest go first.
+const REPLAY_CAPACITY: usize = 65_536;
+
+/// Recent whole-owner releases, kept only where the master can move under the client
+/// (Sentinel): see [`replay_after_failover`].
+pub(crate) struct ReleaseLog {
+    /// `None` when the deployment cannot move its master: nothing is recorded.
+    entries: Option<Mutex<VecDeque<(Instant, ReleaseJob)>>>,
+}
+
+impl ReleaseLog {
+    pub(crate) fn new(enabled: bool) -> ReleaseLog {
+        ReleaseLog {
+            entries: enabled.then(Mutex::default),
+        }
+    }
+
+    /// Remembers a release that was applied. Only [`ReleaseMode::All`] releases are
+    /// replayable: they remove one owner's holds entirely, so applying one twice changes
+    /// nothing, and the owner id is never used again.
+    pub(crate) fn record(&self, job: &ReleaseJob) {
+        let Some(entries) = &self.entries else {
+            return;
+        };
+        if job.mode != ReleaseMode::All {
+            return;
+        }
+        let now = Instant::now();
+        let mut entries = entries.lock().unwrap_or_else(|p| p.into_inner());
+        while entries
+            .front()
+            .is_some_and(|(at, _)| now - *at > REPLAY_WINDOW)
+            || entries.len() >= REPLAY_CAPACITY
+        {
+            entries.pop_front();
+        }
+        entries.push_back((now, job.clone()));
+    }
+
+    fn recent(&self) -> Vec<ReleaseJob> {
+        let Some(entries) = &self.entries else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        let entries = entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries
+            .iter()
+            .filter(|(at, _)| now - *at <= REPLAY_WINDOW)
+            .map(|(_, job)| job.clone())
+            .collect()
+    }
+}
+
+/// After the client moved to a new master, releases it recently sent to the old one again.
+///
+/// Between a replica's promotion and the announcement the client follows, releases still
+/// go to the old master; the promoted replica keeps those locks until their leases run out
+/// (30 s with the default watchdog), blocking everyone for nothing. The replay uses each
+/// release's own operation id, so where the original release did reach the new master
+/// (replicated before the promotion) its memo answers and nothing is applied twice.
+pub(crate) async fn replay_after_failover(
+    backend: &Backend,
+    log: Weak<ReleaseLog>,
+    releases: mpsc::WeakUnboundedSender<ReleaseJob>,
+) {
+    let mut generation = backend.generation();
+    while generation.changed().await.is_ok() {
+        let (Some(log), Some(releases)) = (log.upgrade(), releases.upgrade()) else {
+            return;
+        };
+        let jobs = log.recent();
+        tracing::debug!(
+            releases = jobs.len(),
+            "dlock: master moved; replaying recent releases on the new one"
+        );
+        for job in jobs {
+            let _ = releases.send(job);
+        }
     }
 }
