@@ -137,8 +137,9 @@ fn rewrite(function: &ItemFn, args: &Args, key: TokenStream) -> TokenStream {
 fn optional_duration(duration: Option<Duration>) -> TokenStream {
     match duration {
         Some(duration) => {
-            let nanos = duration.as_nanos() as u64;
-            quote!(::core::option::Option::Some(::core::time::Duration::from_nanos(#nanos)))
+            // Seconds and nanoseconds: any parsed duration, however long, survives exactly.
+            let (secs, nanos) = (duration.as_secs(), duration.subsec_nanos());
+            quote!(::core::option::Option::Some(::core::time::Duration::new(#secs, #nanos)))
         }
         None => quote!(::core::option::Option::None),
     }
@@ -252,6 +253,14 @@ mod snapshots {
             pretty, expected,
             "expansion of {name} changed; DLOCK_BLESS=1 rewrites it"
         );
+    }
+
+    #[test]
+    fn a_wait_beyond_u64_nanoseconds_is_kept_exactly() {
+        // 18446744074 s is more nanoseconds than a u64 holds: it must not wrap to ~0.3 s.
+        let tokens =
+            super::optional_duration(Some(std::time::Duration::new(18_446_744_074, 5))).to_string();
+        assert!(tokens.contains("18446744074u64 , 5u32"), "{tokens}");
     }
 
     #[test]

@@ -5,9 +5,7 @@ pub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> {
             ::dlock_core::__private::global_client(),
             __dlock_key,
             ::core::option::Option::None,
-            ::core::option::Option::Some(
-                ::core::time::Duration::from_nanos(5000000000u64),
-            ),
+            ::core::option::Option::Some(::core::time::Duration::new(5u64, 0u32)),
         )
         .await
     {

@@ -8,7 +8,7 @@ async fn sell(&mut self, order: Order) -> AppResult<()> {
                 ::dlock_core::__private::IntoClient::to_client(&(self.locks)),
             ),
             __dlock_key,
-            ::core::option::Option::Some(::core::time::Duration::from_nanos(0u64)),
+            ::core::option::Option::Some(::core::time::Duration::new(0u64, 0u32)),
             ::core::option::Option::None,
         )
         .await
