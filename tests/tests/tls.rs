@@ -1,72 +1,86 @@
 //! `rediss://` end to end: a TLS-only Redis port with a certificate from a test CA. The
 //! client trusting that CA (from `tls_ca_file`) locks; one trusting only the system roots
-//! cannot connect, so the certificate is really checked.
+//! or another CA cannot connect, so the certificate is really checked. TLS combines with
+//! an ACL user and password, and talking plain text to the TLS port (or TLS to the plain
+//! port) fails within the connect timeout with a clear error.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
-use dlock_config::Config;
+use dlock_config::{Config, ConfigError};
+use dlock_core::LockError;
 use dlock_tests::RedisServer;
 
-/// A CA and a server certificate for 127.0.0.1, made with the `openssl` command.
+/// Runs `openssl` with `args` in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    let output = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl must be installed (apt-get install -y openssl)");
+    assert!(
+        output.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A self-signed CA, `<name>.pem` and `<name>.key`.
+fn make_ca(dir: &Path, name: &str) {
+    let key = format!("{name}.key");
+    let pem = format!("{name}.pem");
+    let subject = format!("/CN=dlock test CA {name}");
+    openssl(
+        dir,
+        &[
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &pem,
+            "-days", "2", "-subj", &subject,
+        ],
+    );
+}
+
+/// A CA (`ca.pem`) and a server certificate for 127.0.0.1 it signed (`server.pem`,
+/// `server.key`), made with the `openssl` command.
 fn make_certificates(dir: &Path) {
-    let run = |args: &[&str]| {
-        let output = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl must be installed (apt-get install -y openssl)");
-        assert!(
-            output.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    };
     std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=dlock test CA",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-    ]);
+    make_ca(dir, "ca");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ],
+    );
 }
 
 fn free_port() -> u16 {
@@ -79,31 +93,10 @@ fn free_port() -> u16 {
 
 #[tokio::test]
 async fn a_lock_over_tls_with_the_configured_ca() {
-    let certs = tempfile::tempdir().unwrap();
-    make_certificates(certs.path());
-    let file = |name: &str| certs.path().join(name).display().to_string();
-    let tls_port = free_port().to_string();
-    let _server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &file("server.pem"),
-        "--tls-key-file",
-        &file("server.key"),
-        "--tls-ca-cert-file",
-        &file("ca.pem"),
-        "--tls-auth-clients",
-        "no",
-    ]);
-
-    let config_path = certs.path().join("dlock.toml");
-    std::fs::write(
-        &config_path,
-        format!("[redis.single]\naddress = \"rediss://127.0.0.1:{tls_port}\"\n\n[connection]\ntls_ca_file = \"ca.pem\"\nconnect_timeout = \"2s\"\n"),
-    )
-    .unwrap();
-    let client = Config::from_file(&config_path)
-        .unwrap()
+    let tls = TlsServer::start();
+    let address = format!("rediss://127.0.0.1:{}", tls.tls_port);
+    let client = tls
+        .config(&address, Some("ca.pem"), "")
         .build()
         .await
         .expect("TLS connection with the test CA");
@@ -112,11 +105,182 @@ async fn a_lock_over_tls_with_the_configured_ca() {
     guard.unlock().await.unwrap();
 
     // Without the CA the server's certificate is not trusted.
-    let untrusted = format!("[redis.single]\naddress = \"rediss://127.0.0.1:{tls_port}\"\n[connection]\nconnect_timeout = \"2s\"\n");
-    let err = Config::from_toml_str(&untrusted)
-        .unwrap()
-        .build()
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("could not connect"), "{err}");
+    let err = tls.config(&address, None, "").build().await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("could not connect to Redis at {address}: invalid peer certificate: UnknownIssuer")
+    );
+}
+
+/// A Redis server with a TLS port (certificate from a fresh test CA) beside the plain port
+/// the harness uses for administration.
+struct TlsServer {
+    server: RedisServer,
+    tls_port: u16,
+    certs: tempfile::TempDir,
+}
+
+impl TlsServer {
+    fn start() -> TlsServer {
+        let certs = tempfile::tempdir().unwrap();
+        make_certificates(certs.path());
+        let file = |name: &str| certs.path().join(name).display().to_string();
+        let tls_port = free_port();
+        let server = RedisServer::start_with(&[
+            "--tls-port",
+            &tls_port.to_string(),
+            "--tls-cert-file",
+            &file("server.pem"),
+            "--tls-key-file",
+            &file("server.key"),
+            "--tls-ca-cert-file",
+            &file("ca.pem"),
+            "--tls-auth-clients",
+            "no",
+        ]);
+        TlsServer {
+            server,
+            tls_port,
+            certs,
+        }
+    }
+
+    /// `dlock.toml` beside the certificates: `address`, `tls_ca_file = "<ca>"` unless
+    /// `None`, a 2 s connect timeout and `extra` lines for `[connection]`.
+    fn config(&self, address: &str, ca: Option<&str>, extra: &str) -> Config {
+        let ca = ca.map_or(String::new(), |ca| format!("tls_ca_file = \"{ca}\"\n"));
+        let path = self.certs.path().join("dlock.toml");
+        std::fs::write(
+            &path,
+            format!("[redis.single]\naddress = \"{address}\"\n\n[connection]\n{ca}connect_timeout = \"2s\"\n{extra}\n[lock]\nkey_prefix = \"tls:\"\n"),
+        )
+        .unwrap();
+        Config::from_file(&path).unwrap()
+    }
+}
+
+/// The least-privilege rule of docs/SECURITY.md for single mode and key prefix `tls:`
+/// (tests/security.rs checks the document against its own copy).
+const TLS_USER_RULE: &str = "~tls:* ~dlock:release:* ~dlock:unlock:{*}:tls:* &dlock:unlock:{*}:tls:* +evalsha +script|load +exists +hexists +hget +hset +hincrby +hdel +pttl +pexpire +get +set +del +publish +subscribe +unsubscribe";
+const TLS_USER_PASSWORD: &str = "tls-user-pw-a13f";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_an_acl_user_and_password() {
+    let tls = TlsServer::start();
+    let mut admin = tls.server.connection();
+    let mut setuser = redis::cmd("ACL");
+    setuser
+        .arg("SETUSER")
+        .arg("dlock")
+        .arg("reset")
+        .arg("on")
+        .arg(format!(">{TLS_USER_PASSWORD}"))
+        .arg(TLS_USER_RULE.split(' ').collect::<Vec<_>>());
+    setuser.query::<()>(&mut admin).unwrap();
+
+    let address = format!(
+        "rediss://dlock:{TLS_USER_PASSWORD}@127.0.0.1:{}",
+        tls.tls_port
+    );
+    let config = tls.config(&address, Some("ca.pem"), "");
+    let holder = config.build().await.expect("TLS, ACL user and password");
+    let waiter = config.build().await.unwrap();
+
+    let guard = holder.lock("goods:1").lock().await.unwrap();
+    assert_eq!(holder.lock("goods:1").key(), "tls:goods:1");
+    let waiting = waiter.lock("goods:1");
+    let waiting = tokio::spawn(async move {
+        let guard = waiting.lock().await;
+        (guard, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released_at = Instant::now();
+    guard.unlock().await.unwrap();
+    let (guard, acquired_at) = waiting.await.unwrap();
+    let guard = guard.unwrap();
+    let wakeup = acquired_at.saturating_duration_since(released_at);
+    assert!(wakeup < Duration::from_millis(100), "{wakeup:?}");
+    assert!(waiter.lock("goods:1").force_unlock().await.unwrap());
+    assert!(guard.unlock().await.unwrap_err().is_not_held());
+    eprintln!("TLS + ACL user: wake-up {wakeup:?}");
+
+    let denials: Vec<HashMap<String, redis::Value>> =
+        redis::cmd("ACL").arg("LOG").query(&mut admin).unwrap();
+    assert!(denials.is_empty(), "{denials:?}");
+
+    // A wrong password over TLS: authentication fails, the password stays out of it.
+    let wrong = tls.config(
+        &format!(
+            "rediss://dlock:not-{TLS_USER_PASSWORD}@127.0.0.1:{}",
+            tls.tls_port
+        ),
+        Some("ca.pem"),
+        "",
+    );
+    let err = wrong.build().await.unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Lock(LockError::Connect { source: Some(source), .. })
+            if source.kind() == redis::ErrorKind::AuthenticationFailed),
+        "{err:?}"
+    );
+    for shown in [
+        err.to_string(),
+        format!("{err:?}"),
+        format!("{config:?}"),
+        format!("{holder:?}"),
+    ] {
+        assert!(!shown.contains(TLS_USER_PASSWORD), "{shown}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_ca_or_a_protocol_mismatch_fails_fast_with_a_clear_error() {
+    let tls = TlsServer::start();
+    make_ca(tls.certs.path(), "other-ca");
+    // (what, address, CA file, expected end of the message: `None` for any I/O error). The
+    // connect timeout is 2 s.
+    let cases = [
+        (
+            "a CA that did not sign the server's certificate",
+            format!("rediss://127.0.0.1:{}", tls.tls_port),
+            Some("other-ca.pem"),
+            Some("invalid peer certificate: UnknownIssuer"),
+        ),
+        (
+            "plain text to the TLS port",
+            format!("redis://127.0.0.1:{}", tls.tls_port),
+            None,
+            // The server drops the connection: usually "Connection reset by peer".
+            None,
+        ),
+        // The plain port waits for the end of a command line that never comes: only the
+        // connect timeout ends it.
+        (
+            "TLS to the plain port",
+            format!("rediss://127.0.0.1:{}", tls.server.port()),
+            Some("ca.pem"),
+            Some("no answer within the connect timeout"),
+        ),
+    ];
+    for (what, address, ca, reason) in cases {
+        let started = Instant::now();
+        let err = tls.config(&address, ca, "").build().await.unwrap_err();
+        let elapsed = started.elapsed();
+        eprintln!("{what}: {err} (after {elapsed:?})");
+        let ConfigError::Lock(LockError::Connect { source, .. }) = &err else {
+            panic!("{what}: {err:?}");
+        };
+        let prefix = format!("could not connect to Redis at {address}: ");
+        match reason {
+            Some(reason) => assert_eq!(err.to_string(), format!("{prefix}{reason}"), "{what}"),
+            None => {
+                assert!(err.to_string().starts_with(&prefix), "{what}: {err}");
+                assert!(
+                    source.as_ref().is_some_and(redis::RedisError::is_io_error),
+                    "{what}: {err:?}"
+                );
+            }
+        }
+        assert!(elapsed < Duration::from_millis(2500), "{what}: {elapsed:?}");
+    }
 }

@@ -1,0 +1,1168 @@
+//! Security: the least-privilege ACL users of `docs/SECURITY.md` (one rule per mode, found
+//! by experiment and checked against `ACL LOG`), clear errors for wrong credentials,
+//! passwords kept out of logs, `Debug` output and errors, and key prefixes that keep two
+//! applications' locks apart. TLS is covered in `tls.rs`.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::sync::{Mutex, Once, PoisonError};
+use std::time::{Duration, Instant};
+
+use dlock_config::{Config, ConfigError};
+use dlock_core::{LockClient, LockError, Topology};
+use dlock_tests::{RedisCluster, RedisReplicaSet, RedisSentinelGroup, RedisServer};
+
+/// Commands every mode needs: the four scripts run with `EVALSHA` (reloaded with
+/// `SCRIPT LOAD` after `NOSCRIPT`), the commands the scripts call (a script runs with the
+/// caller's permissions), and the reads behind `is_locked`, `hold_count` and
+/// `remaining_lease`. `EVAL` is never sent.
+const COMMON_COMMANDS: &[&str] = &[
+    "+evalsha",
+    "+script|load",
+    "+exists",
+    "+hexists",
+    "+hget",
+    "+hset",
+    "+hincrby",
+    "+hdel",
+    "+pttl",
+    "+pexpire",
+    "+get",
+    "+set",
+    "+del",
+];
+
+/// The deployments whose data nodes need different commands.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    /// One server, the master of `master_slave` (replicas are never contacted), or the
+    /// data nodes of a Sentinel deployment.
+    Single,
+    Cluster,
+}
+
+impl Mode {
+    /// Commands on top of [`COMMON_COMMANDS`].
+    fn extra_commands(self) -> &'static [&'static str] {
+        match self {
+            // Unlock messages over classic pub/sub.
+            Mode::Single => &["+publish", "+subscribe", "+unsubscribe"],
+            // Sharded pub/sub; the cluster client reads the slot map and pings every
+            // node connection it opens.
+            Mode::Cluster => &[
+                "+spublish",
+                "+ssubscribe",
+                "+sunsubscribe",
+                "+cluster|slots",
+                "+ping",
+            ],
+        }
+    }
+}
+
+/// The least-privilege rule for an application whose key prefix is `prefix`: what follows
+/// `ACL SETUSER <user> reset on ><password>`.
+fn acl_rule(mode: Mode, prefix: &str) -> Vec<String> {
+    let prefix = glob_escape(prefix);
+    let mut rule = vec![
+        // The lock hashes.
+        format!("~{prefix}*"),
+        // Release memos: `dlock:release:{tag}:<owner>:<op>`, not under the key prefix.
+        "~dlock:release:*".to_owned(),
+        // The unlock channel is passed to the release scripts as a key (for cluster
+        // routing), so it needs a key pattern as well as a channel pattern.
+        format!("~dlock:unlock:{{*}}:{prefix}*"),
+        format!("&dlock:unlock:{{*}}:{prefix}*"),
+    ];
+    rule.extend(
+        COMMON_COMMANDS
+            .iter()
+            .chain(mode.extra_commands())
+            .map(|command| (*command).to_owned()),
+    );
+    rule
+}
+
+/// `text` with the glob characters of ACL patterns escaped.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// `ACL SETUSER <user> reset on ><password> <rule>` through an admin connection.
+fn set_user(admin: &mut redis::Connection, user: &str, password: &str, rule: &[String]) {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER")
+        .arg(user)
+        .arg("reset")
+        .arg("on")
+        .arg(format!(">{password}"));
+    for token in rule {
+        cmd.arg(token);
+    }
+    cmd.query::<()>(admin)
+        .unwrap_or_else(|e| panic!("ACL SETUSER {user} {rule:?}: {e}"));
+}
+
+/// Every `ACL LOG` entry as `user reason object (context, count)`.
+fn acl_denials(admin: &mut redis::Connection) -> Vec<String> {
+    let entries: Vec<HashMap<String, redis::Value>> =
+        redis::cmd("ACL").arg("LOG").query(admin).unwrap();
+    entries
+        .iter()
+        .map(|entry| {
+            let field = |name: &str| match entry.get(name) {
+                Some(redis::Value::BulkString(bytes)) => {
+                    String::from_utf8_lossy(bytes).into_owned()
+                }
+                Some(redis::Value::Int(n)) => n.to_string(),
+                other => format!("{other:?}"),
+            };
+            format!(
+                "{} {} {} ({}, {}x)",
+                field("username"),
+                field("reason"),
+                field("object"),
+                field("context"),
+                field("count")
+            )
+        })
+        .collect()
+}
+
+/// An admin connection (the unrestricted `default` user) to `url`.
+fn admin(url: &str) -> redis::Connection {
+    redis::Client::open(url).unwrap().get_connection().unwrap()
+}
+
+/// `url` (`redis://127.0.0.1:PORT`) with `user:password@`.
+fn with_credentials(url: &str, user: &str, password: &str) -> String {
+    url.replacen("redis://", &format!("redis://{user}:{password}@"), 1)
+}
+
+async fn connect_as(url: &str, prefix: &str) -> LockClient {
+    LockClient::builder()
+        .key_prefix(prefix)
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+fn is_noperm(error: &LockError) -> bool {
+    matches!(error, LockError::Redis { source, .. } | LockError::Connect { source: Some(source), .. }
+        if source.code() == Some("NOPERM"))
+}
+
+/// Three clients of one application: `a` and `b` with the default 30 s watchdog, `fast`
+/// with a 1 s watchdog (renewed every ~333 ms).
+async fn app_clients(topology: &Topology, prefix: &str) -> [LockClient; 3] {
+    let connect = |watchdog: Duration| {
+        LockClient::builder()
+            .key_prefix(prefix)
+            .watchdog_timeout(watchdog)
+            .connect_to(topology)
+    };
+    let a = connect(Duration::from_secs(30)).await.unwrap();
+    let b = connect(Duration::from_secs(30)).await.unwrap();
+    let fast = connect(Duration::from_secs(1)).await.unwrap();
+    [a, b, fast]
+}
+
+/// Every lock operation on every name in `names`: lock and the state reads, re-entry, a
+/// waiter on `b` woken by the release (within 100 ms), a bounded wait that times out,
+/// force unlock, an explicit lease; then 2.5 s under a 1 s watchdog. Returns the wake-up
+/// latencies.
+async fn exercise(clients: &[LockClient; 3], names: &[String]) -> Vec<Duration> {
+    let [a, b, fast] = clients;
+    let mut wakeups = Vec::new();
+    for name in names {
+        let lock = a.lock(name);
+        let guard = lock.lock().await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(lock.is_locked().await.unwrap(), "{name}");
+        let left = lock.remaining_lease().await.unwrap().expect("a TTL");
+        assert!(
+            left > Duration::from_secs(25) && left <= Duration::from_secs(30),
+            "{name}: {left:?}"
+        );
+        let inner = guard.scope(lock.lock()).await.unwrap();
+        assert_eq!(guard.scope(lock.hold_count()).await.unwrap(), 2, "{name}");
+        inner.unlock().await.unwrap();
+        assert_eq!(guard.scope(lock.hold_count()).await.unwrap(), 1, "{name}");
+
+        let waiting = b.lock(name);
+        let waiter = tokio::spawn(async move {
+            let guard = waiting.lock().await;
+            (guard, Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released_at = Instant::now();
+        guard.unlock().await.unwrap();
+        let (held_by_b, acquired_at) = waiter.await.unwrap();
+        let held_by_b = held_by_b.unwrap_or_else(|e| panic!("{name}: waiter: {e}"));
+        let wakeup = acquired_at.saturating_duration_since(released_at);
+        assert!(
+            wakeup < Duration::from_millis(100),
+            "{name}: the waiter took {wakeup:?} after the release"
+        );
+        wakeups.push(wakeup);
+
+        let started = Instant::now();
+        let err = lock
+            .try_lock_for(Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout(), "{name}: {err}");
+        assert!(started.elapsed() >= Duration::from_millis(300), "{name}");
+
+        assert!(lock.force_unlock().await.unwrap(), "{name}");
+        assert!(!lock.is_locked().await.unwrap(), "{name}");
+        assert_eq!(lock.remaining_lease().await.unwrap(), None, "{name}");
+        let err = held_by_b.unlock().await.unwrap_err();
+        assert!(err.is_not_held(), "{name}: {err}");
+
+        let leased = lock.lock_with_lease(Duration::from_secs(5)).await.unwrap();
+        let left = lock.remaining_lease().await.unwrap().expect("a TTL");
+        assert!(left <= Duration::from_secs(5), "{name}: {left:?}");
+        leased.unlock().await.unwrap();
+    }
+
+    let lock = fast.lock(&names[0]);
+    let guard = lock.lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!guard.is_lost(), "renewal failed under the ACL user");
+    assert!(lock.is_locked().await.unwrap());
+    let left = lock.remaining_lease().await.unwrap().expect("a TTL");
+    assert!(left <= Duration::from_secs(1), "{left:?}");
+    guard.unlock().await.unwrap();
+    wakeups
+}
+
+/// Every lock operation once, ignoring failures, with short timeouts: for the checks that
+/// each command of a rule is needed.
+async fn touch_everything(topology: &Topology) {
+    let connect = || {
+        LockClient::builder()
+            .key_prefix("shop:")
+            .connect_timeout(Duration::from_secs(1))
+            .command_timeout(Duration::from_secs(1))
+            .failover_wait(Duration::ZERO)
+            .max_wait_recheck(Duration::from_millis(100))
+            .connect_to(topology)
+    };
+    let (Ok(a), Ok(b)) = (connect().await, connect().await) else {
+        return;
+    };
+    let lock = a.lock("goods:1");
+    let _ = lock.is_locked().await;
+    let _ = lock.remaining_lease().await;
+    if let Ok(guard) = lock.try_lock().await {
+        if let Ok(inner) = guard.scope(lock.try_lock()).await {
+            let _ = guard.scope(lock.hold_count()).await;
+            let _ = inner.unlock().await;
+        }
+        let waiting = b.lock("goods:1");
+        let waiter =
+            tokio::spawn(async move { waiting.try_lock_for(Duration::from_millis(500)).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _ = guard.unlock().await;
+        if let Ok(Ok(guard)) = waiter.await {
+            let _ = guard.unlock().await;
+        }
+    }
+    if let Ok(guard) = b.lock("goods:2").try_lock().await {
+        let _ = a.lock("goods:2").force_unlock().await;
+        drop(guard);
+    }
+    // Let the unsubscribe and background releases reach Redis.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// Whether `admin`'s ACL LOG shows `user` refused `command` (`+name` as in a rule).
+fn refused(admin: &mut redis::Connection, user: &str, command: &str) -> bool {
+    let name = command.trim_start_matches('+');
+    acl_denials(admin)
+        .iter()
+        .any(|d| d.starts_with(&format!("{user} command {name} ")))
+}
+
+/// The rule `mode` for prefix `shop:` without `command`, for user `without-<command>`.
+fn rule_without(mode: Mode, command: &str) -> (String, Vec<String>) {
+    let user = format!(
+        "without-{}",
+        command.trim_start_matches('+').replace('|', "-")
+    );
+    let rule = acl_rule(mode, "shop:")
+        .into_iter()
+        .filter(|token| token != command)
+        .collect();
+    (user, rule)
+}
+
+/// `holder` takes `name`, `waiter` waits for it; returns how long after the release the
+/// waiter had it.
+async fn handoff(holder: &LockClient, waiter: &LockClient, name: &str) -> Duration {
+    let guard = holder.lock(name).lock().await.unwrap();
+    let waiting = waiter.lock(name);
+    let waiter = tokio::spawn(async move {
+        let guard = waiting.lock().await;
+        (guard, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released_at = Instant::now();
+    guard.unlock().await.unwrap();
+    let (guard, acquired_at) = waiter.await.unwrap();
+    guard.unwrap().unlock().await.unwrap();
+    acquired_at.saturating_duration_since(released_at)
+}
+
+const ACL_PASSWORD: &str = "acl-user-pw-5d1e";
+const WRONG_PASSWORD: &str = "wrong-pw-0c47";
+const A_PASSWORD: &str = "app-a-pw-61c0";
+const B_PASSWORD: &str = "app-b-pw-e94d";
+const LEAK_PASSWORD: &str = "leak-canary-7f3a9e";
+const LEAK_WRONG_PASSWORD: &str = "leak-canary-wrong-2b8d";
+/// Every password this file uses: none may show in a log line, `Debug` output or error.
+const PASSWORDS: &[&str] = &[
+    ACL_PASSWORD,
+    WRONG_PASSWORD,
+    A_PASSWORD,
+    B_PASSWORD,
+    LEAK_PASSWORD,
+    LEAK_WRONG_PASSWORD,
+];
+
+/// Panics, quoting the line, if any of `texts` contains a password of [`PASSWORDS`].
+fn assert_no_password_in(texts: &[&str]) {
+    for text in texts {
+        for password in PASSWORDS {
+            if let Some(at) = text.find(password) {
+                let start = text[..at].rfind('\n').map_or(0, |n| n + 1);
+                let line = text[start..].lines().next().unwrap_or("");
+                panic!("password {password:?} shows in: {line}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_single_rule_is_enough_for_every_lock_operation() {
+    capture_logs();
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    set_user(
+        &mut admin,
+        "dlock",
+        ACL_PASSWORD,
+        &acl_rule(Mode::Single, "shop:"),
+    );
+    let url = with_credentials(&server.url(), "dlock", ACL_PASSWORD);
+    let clients = app_clients(&Topology::single(url), "shop:").await;
+
+    let wakeups = exercise(
+        &clients,
+        &["goods:1".to_owned(), "{order:7}:line:1".to_owned()],
+    )
+    .await;
+
+    // With the script cache flushed, NOSCRIPT makes the client reload with SCRIPT LOAD.
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query::<()>(&mut admin)
+        .unwrap();
+    let guard = clients[0].lock("goods:2").lock().await.unwrap();
+    guard.unlock().await.unwrap();
+
+    assert_eq!(acl_denials(&mut admin), Vec::<String>::new());
+    eprintln!("single: wake-ups under the ACL user {wakeups:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_single_rule_refuses_everything_else() {
+    capture_logs();
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    set_user(
+        &mut admin,
+        "dlock",
+        ACL_PASSWORD,
+        &acl_rule(Mode::Single, "shop:"),
+    );
+    let url = with_credentials(&server.url(), "dlock", ACL_PASSWORD);
+    redis::cmd("SET")
+        .arg("other:goods:1")
+        .arg("x")
+        .query::<()>(&mut admin)
+        .unwrap();
+
+    let mut user = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let refused = [
+        (
+            "GET outside the prefix",
+            redis::cmd("GET").arg("other:goods:1").clone(),
+        ),
+        (
+            "DEL outside the prefix",
+            redis::cmd("DEL").arg("other:goods:1").clone(),
+        ),
+        ("FLUSHALL", redis::cmd("FLUSHALL")),
+        (
+            "CONFIG GET *",
+            redis::cmd("CONFIG").arg("GET").arg("*").clone(),
+        ),
+        ("KEYS *", redis::cmd("KEYS").arg("*").clone()),
+        ("SCAN", redis::cmd("SCAN").arg(0).clone()),
+        ("EVAL", redis::cmd("EVAL").arg("return 1").arg(0).clone()),
+        ("SCRIPT FLUSH", redis::cmd("SCRIPT").arg("FLUSH").clone()),
+        (
+            "PUBLISH on another application's channel",
+            redis::cmd("PUBLISH")
+                .arg("dlock:unlock:{x}:other:goods:1")
+                .arg("unlocked")
+                .clone(),
+        ),
+    ];
+    for (what, cmd) in &refused {
+        let err = cmd.query::<redis::Value>(&mut user).unwrap_err();
+        assert_eq!(err.code(), Some("NOPERM"), "{what}: {err}");
+    }
+
+    // A client whose lock keys fall outside the prefix gets a clear error at once.
+    for prefix in ["", "other:"] {
+        let outsider = LockClient::builder()
+            .key_prefix(prefix)
+            .connect(&url)
+            .await
+            .expect("connecting needs no key permission");
+        let lock = outsider.lock("goods:1");
+        let started = Instant::now();
+        let err = tokio::time::timeout(Duration::from_secs(5), lock.lock())
+            .await
+            .expect("a refused acquire must not hang")
+            .unwrap_err();
+        assert!(is_noperm(&err), "prefix {prefix:?}: {err:?}");
+        assert_eq!(
+            err.to_string(),
+            format!("Redis failed while trying to acquire lock \"goods:1\": NoPerm: this user has no permissions to access one of the keys used as arguments"),
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        for err in [
+            lock.try_lock().await.unwrap_err(),
+            lock.try_lock_for(Duration::from_secs(2)).await.unwrap_err(),
+            lock.is_locked().await.unwrap_err(),
+            lock.remaining_lease().await.unwrap_err(),
+            lock.force_unlock().await.unwrap_err(),
+        ] {
+            assert!(is_noperm(&err), "prefix {prefix:?}: {err:?}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    // What the rule cannot prevent: with these credentials, anyone can delete a held lock.
+    let holder = LockClient::builder()
+        .key_prefix("shop:")
+        .connect(&url)
+        .await
+        .unwrap();
+    let _guard = holder.lock("goods:1").lock().await.unwrap();
+    let deleted: i64 = redis::cmd("DEL")
+        .arg("shop:goods:1")
+        .query(&mut user)
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert!(!holder.lock("goods:1").is_locked().await.unwrap());
+
+    let denials = acl_denials(&mut admin);
+    for expected in [
+        "flushall",
+        "config|get",
+        "keys",
+        "scan",
+        "eval",
+        "script|flush",
+    ] {
+        assert!(
+            denials
+                .iter()
+                .any(|d| d.contains(&format!("command {expected} "))),
+            "{expected} missing from {denials:#?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_of_the_single_rule_is_needed() {
+    capture_logs();
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    let started = Instant::now();
+    for command in COMMON_COMMANDS.iter().chain(Mode::Single.extra_commands()) {
+        let (user, rule) = rule_without(Mode::Single, command);
+        set_user(&mut admin, &user, ACL_PASSWORD, &rule);
+        let url = with_credentials(&server.url(), &user, ACL_PASSWORD);
+        touch_everything(&Topology::single(url)).await;
+        assert!(
+            refused(&mut admin, &user, command),
+            "nothing needed {command}: {:#?}",
+            acl_denials(&mut admin)
+        );
+        redis::cmd("FLUSHALL").query::<()>(&mut admin).unwrap();
+    }
+    eprintln!(
+        "single: each of the {} commands is needed ({:?})",
+        COMMON_COMMANDS.len() + Mode::Single.extra_commands().len(),
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn master_slave_mode_needs_only_the_single_rule() {
+    capture_logs();
+    let set = RedisReplicaSet::start(1);
+    let mut admins: Vec<redis::Connection> = std::iter::once(set.master_url())
+        .chain(set.replica_urls())
+        .map(|url| admin(&url))
+        .collect();
+    for admin in &mut admins {
+        set_user(
+            admin,
+            "dlock",
+            ACL_PASSWORD,
+            &acl_rule(Mode::Single, "shop:"),
+        );
+    }
+    let topology = Topology::master_replicas(set.master_url(), set.replica_urls())
+        .credentials(Some("dlock".to_owned()), Some(ACL_PASSWORD.to_owned()));
+    let clients = app_clients(&topology, "shop:").await;
+    let wakeups = exercise(&clients, &["goods:1".to_owned()]).await;
+    for admin in &mut admins {
+        assert_eq!(acl_denials(admin), Vec::<String>::new());
+    }
+    eprintln!("master_slave: wake-ups under the ACL user {wakeups:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_mode_needs_only_the_single_rule() {
+    capture_logs();
+    let group = RedisSentinelGroup::start();
+    let mut admins: Vec<redis::Connection> = group
+        .servers()
+        .iter()
+        .map(RedisServer::connection)
+        .collect();
+    let topology = Topology::sentinel(group.master_name(), group.sentinel_urls())
+        .credentials(Some("dlock".to_owned()), Some(ACL_PASSWORD.to_owned()));
+
+    // The data nodes need nothing more than a single server: the master is found by
+    // asking the sentinels, not checked with ROLE. (The sentinels are reached as their
+    // URLs say, here without credentials.)
+    for admin in &mut admins {
+        set_user(
+            admin,
+            "dlock",
+            ACL_PASSWORD,
+            &acl_rule(Mode::Single, "shop:"),
+        );
+    }
+    let clients = app_clients(&topology, "shop:").await;
+    let mut wakeups = exercise(&clients, &["goods:1".to_owned()]).await;
+
+    // After a failover the clients follow the new master as the same user.
+    let started = Instant::now();
+    group.failover();
+    wakeups.push(handoff(&clients[0], &clients[1], "goods:2").await);
+    eprintln!(
+        "sentinel: failover and hand-off on the new master in {:?}",
+        started.elapsed()
+    );
+    // The role changes closed the admin connections.
+    for server in group.servers() {
+        assert_eq!(acl_denials(&mut server.connection()), Vec::<String>::new());
+    }
+    eprintln!("sentinel: wake-ups under the ACL user {wakeups:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_mode_needs_sharded_pubsub_and_the_slot_map() {
+    capture_logs();
+    let cluster = RedisCluster::start();
+    let mut admins: Vec<redis::Connection> = cluster
+        .nodes()
+        .iter()
+        .map(RedisServer::connection)
+        .collect();
+    let topology = Topology::cluster(cluster.node_urls())
+        .credentials(Some("dlock".to_owned()), Some(ACL_PASSWORD.to_owned()));
+
+    // A wrong password: a clear error, and no password in it or in redis-rs' log.
+    let wrong = Topology::cluster(cluster.node_urls())
+        .credentials(Some("dlock".to_owned()), Some(WRONG_PASSWORD.to_owned()));
+    let err = LockClient::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect_to(&wrong)
+        .await
+        .unwrap_err();
+    eprintln!("cluster, wrong password: {err}");
+    assert!(
+        matches!(&err, LockError::Connect { .. })
+            && err
+                .to_string()
+                .contains("\"WRONGPASS\": invalid username-password pair"),
+        "{err:?}"
+    );
+    assert_no_password_in(&[&err.to_string(), &format!("{err:?}"), &captured()]);
+
+    // The single rule is not enough: the client reads the slot map first.
+    for admin in &mut admins {
+        set_user(
+            admin,
+            "dlock",
+            ACL_PASSWORD,
+            &acl_rule(Mode::Single, "shop:"),
+        );
+    }
+    let err = LockClient::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect_to(&topology)
+        .await
+        .unwrap_err();
+    assert!(is_noperm(&err), "{err:?}");
+    assert!(err.to_string().contains("'cluster|slots' command"), "{err}");
+
+    for admin in &mut admins {
+        set_user(
+            admin,
+            "dlock",
+            ACL_PASSWORD,
+            &acl_rule(Mode::Cluster, "shop:"),
+        );
+        redis::cmd("ACL")
+            .arg("LOG")
+            .arg("RESET")
+            .query::<()>(admin)
+            .unwrap();
+    }
+    // One lock name on each master.
+    let mut masters = HashSet::new();
+    let names: Vec<String> = (0..)
+        .map(|i| format!("goods:{i}"))
+        .filter(|name| {
+            let slot = cluster.key_slot(&format!("shop:{name}"));
+            masters.insert(cluster.slot_owner_port(slot))
+        })
+        .take(3)
+        .collect();
+    let clients = app_clients(&topology, "shop:").await;
+    let mut wakeups = exercise(&clients, &names).await;
+
+    // After a failover of the first name's slot, the slot map is read again and the
+    // sharded subscription re-established on the new master, as the same user.
+    let started = Instant::now();
+    cluster.failover_slot(cluster.key_slot(&format!("shop:{}", names[0])));
+    wakeups.push(handoff(&clients[0], &clients[1], &names[0]).await);
+    eprintln!(
+        "cluster: failover and hand-off on the new master in {:?}",
+        started.elapsed()
+    );
+    for admin in &mut admins {
+        assert_eq!(acl_denials(admin), Vec::<String>::new());
+    }
+    eprintln!("cluster: wake-ups under the ACL user on {names:?}: {wakeups:?}");
+
+    // Each command the cluster adds is needed.
+    for command in Mode::Cluster.extra_commands() {
+        let (user, rule) = rule_without(Mode::Cluster, command);
+        for admin in &mut admins {
+            set_user(admin, &user, ACL_PASSWORD, &rule);
+        }
+        let topology = Topology::cluster(cluster.node_urls())
+            .credentials(Some(user.clone()), Some(ACL_PASSWORD.to_owned()));
+        touch_everything(&topology).await;
+        assert!(
+            admins
+                .iter_mut()
+                .any(|admin| refused(admin, &user, command)),
+            "nothing needed {command}"
+        );
+    }
+    assert_no_password_in(&[&captured()]);
+}
+
+/// A user without the channel permission: SUBSCRIBE is refused. Waiters fall back to
+/// polling every `max_wait_recheck`, which is fine, but the subscriber must not retry
+/// the refused subscription in a tight loop of new connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_subscribe_is_retried_with_back_off() {
+    capture_logs();
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    let rule: Vec<String> = acl_rule(Mode::Single, "shop:")
+        .into_iter()
+        .filter(|token| !token.starts_with('&'))
+        .collect();
+    set_user(&mut admin, "dlock", ACL_PASSWORD, &rule);
+    let url = with_credentials(&server.url(), "dlock", ACL_PASSWORD);
+    let holder = connect_as(&url, "shop:").await;
+    let waiter = connect_as(&url, "shop:").await;
+    let _guard = holder.lock("goods:1").lock().await.unwrap();
+    let err = waiter
+        .lock("goods:1")
+        .try_lock_for(Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    let denials: Vec<String> = acl_denials(&mut admin);
+    let attempts: u64 = denials
+        .iter()
+        .filter_map(|d| {
+            d.split(", ")
+                .nth(1)?
+                .strip_suffix("x)")?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    eprintln!("refused SUBSCRIBE attempts in 2 s: {attempts} ({denials:?})");
+    assert!(attempts <= 20, "{attempts} refused subscriptions in 2 s");
+}
+
+#[test]
+fn the_documented_rules_are_the_tested_ones() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/SECURITY.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    for mode in [Mode::Single, Mode::Cluster] {
+        let line = format!(
+            "ACL SETUSER dlock reset on >PASSWORD {}",
+            acl_rule(mode, "PREFIX").join(" ")
+        );
+        assert!(
+            doc.contains(&line),
+            "{path} lacks the {mode:?} rule:\n{line}"
+        );
+    }
+    assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_are_clear_errors_without_the_password() {
+    capture_logs();
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    set_user(
+        &mut admin,
+        "dlock",
+        ACL_PASSWORD,
+        &acl_rule(Mode::Single, "shop:"),
+    );
+    let connect = |url: String| async move {
+        let started = Instant::now();
+        let result = LockClient::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .connect(&url)
+            .await;
+        (result, started.elapsed())
+    };
+    let check = |what: &str, err: &dyn std::error::Error, shown: String, elapsed: Duration| {
+        eprintln!("{what}: {shown} (after {elapsed:?})");
+        let debug = format!("{err:?}");
+        for secret in [ACL_PASSWORD, WRONG_PASSWORD] {
+            assert!(!shown.contains(secret), "{what}: {shown}");
+            assert!(!debug.contains(secret), "{what}: {debug}");
+        }
+        assert!(elapsed < Duration::from_secs(2), "{what}: {elapsed:?}");
+    };
+
+    let port = server.port();
+    for (what, user) in [("wrong password", "dlock"), ("unknown user", "nobody")] {
+        let (result, elapsed) =
+            connect(format!("redis://{user}:{WRONG_PASSWORD}@127.0.0.1:{port}")).await;
+        let err = result.unwrap_err();
+        assert!(
+            matches!(&err, LockError::Connect { source: Some(source), .. }
+                if source.kind() == redis::ErrorKind::AuthenticationFailed),
+            "{what}: {err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!("could not connect to Redis at redis://{user}:***@127.0.0.1:{port}: Password authentication failed - AuthenticationFailed"),
+            "{what}"
+        );
+        check(what, &err, err.to_string(), elapsed);
+    }
+
+    // The same through a configuration file's [connection] section.
+    let config = Config::from_toml_str(&format!(
+        "[redis.single]\naddress = \"redis://127.0.0.1:{port}\"\n[connection]\nusername = \"dlock\"\npassword = \"{WRONG_PASSWORD}\"\nconnect_timeout = \"2s\"\n"
+    ))
+    .unwrap();
+    let started = Instant::now();
+    let err = config.build().await.unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Lock(LockError::Connect { source: Some(source), .. })
+            if source.kind() == redis::ErrorKind::AuthenticationFailed),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("authentication failed"), "{err}");
+    check("config", &err, err.to_string(), started.elapsed());
+
+    // A server with a password for the default user (`requirepass`; set after start, as
+    // the harness' readiness probe does not authenticate), reached without one.
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg(ACL_PASSWORD)
+        .query::<()>(&mut admin)
+        .unwrap();
+    let (result, elapsed) = connect(server.url()).await;
+    let err = result.unwrap_err();
+    assert!(
+        matches!(&err, LockError::Connect { source: Some(source), .. }
+            if source.code() == Some("NOAUTH")),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("Authentication required"), "{err}");
+    check("no password", &err, err.to_string(), elapsed);
+    let (result, _) = connect(format!("redis://:{ACL_PASSWORD}@127.0.0.1:{port}")).await;
+    result.expect("the default user with the requirepass password");
+}
+
+// ---------- secrets in logs, Debug and errors
+
+/// Every log line of this test binary, from the first call to [`capture_logs`] on.
+static CAPTURED: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+struct Capture;
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        CAPTURED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Sends every `tracing` event and `log` record (redis-rs logs through `log`) at TRACE
+/// level to [`CAPTURED`].
+fn capture_logs() {
+    static START: Once = Once::new();
+    START.call_once(|| {
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(|| Capture)
+            .try_init()
+            .expect("no other global subscriber in this test binary");
+    });
+}
+
+fn captured() -> String {
+    String::from_utf8_lossy(&CAPTURED.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_never_reach_logs_debug_output_or_errors() {
+    capture_logs();
+    let server = RedisServer::start();
+    let port = server.port();
+    let mut admin = server.connection();
+    set_user(
+        &mut admin,
+        "app",
+        LEAK_PASSWORD,
+        &acl_rule(Mode::Single, "leak:"),
+    );
+
+    // URL form.
+    let url = format!("redis://app:{LEAK_PASSWORD}@127.0.0.1:{port}");
+    let topology = Topology::single(url.as_str());
+    let a = LockClient::builder()
+        .key_prefix("leak:")
+        .connect_to(&topology)
+        .await
+        .unwrap();
+    // Config form, with the password in [connection] and with DLOCK_PASSWORD.
+    let text = format!(
+        "[redis.single]\naddress = \"redis://127.0.0.1:{port}\"\n[connection]\nusername = \"app\"\npassword = \"{LEAK_PASSWORD}\"\n[lock]\nkey_prefix = \"leak:\"\n"
+    );
+    let config = Config::from_toml_str(&text).unwrap();
+    let b = config.build().await.unwrap();
+    let from_env =
+        Config::from_toml_str(&text.replace(&format!("password = \"{LEAK_PASSWORD}\"\n"), ""))
+            .unwrap()
+            .with_overrides(|name| {
+                (name == dlock_config::PASSWORD_ENV).then(|| LEAK_PASSWORD.to_owned())
+            })
+            .unwrap();
+    let c = from_env.build().await.unwrap();
+
+    handoff(&a, &b, "goods:1").await;
+
+    // Force every connection to reconnect and authenticate again: the subscriber while
+    // a waiter is subscribed, then the command connections; the waiter still gets the
+    // lock, and locking works afterwards.
+    let guard = b.lock("goods:1").lock().await.unwrap();
+    let waiting = c.lock("goods:1");
+    let waiter = tokio::spawn(async move { waiting.lock().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let kill = |kind: &str, admin: &mut redis::Connection| -> i64 {
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg(kind)
+            .query(admin)
+            .unwrap()
+    };
+    let killed_pubsub = kill("pubsub", &mut admin);
+    let killed = kill("normal", &mut admin);
+    assert!(
+        killed_pubsub >= 1 && killed >= 3,
+        "{killed_pubsub} {killed}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    guard.unlock().await.unwrap();
+    waiter.await.unwrap().unwrap().unlock().await.unwrap();
+    let after_reconnect = handoff(&b, &c, "goods:1").await;
+    handoff(&c, &a, "goods:1").await;
+    eprintln!("hand-off after the reconnects: {after_reconnect:?}");
+
+    // Failed connections, in both forms.
+    let wrong_url = format!("redis://app:{LEAK_WRONG_PASSWORD}@127.0.0.1:{port}");
+    let url_error = LockClient::connect(&wrong_url).await.unwrap_err();
+    let wrong_config =
+        Config::from_toml_str(&text.replace(LEAK_PASSWORD, LEAK_WRONG_PASSWORD)).unwrap();
+    let config_error = wrong_config.build().await.unwrap_err();
+
+    let in_address =
+        Config::from_toml_str(&format!("[redis.single]\naddress = \"{url}\"\n")).unwrap();
+    let with_credentials = Topology::single(format!("redis://127.0.0.1:{port}"))
+        .credentials(Some("app".to_owned()), Some(LEAK_PASSWORD.to_owned()));
+    let shown = [
+        format!("{in_address:?}"),
+        format!("{in_address}"),
+        format!("{a:?}"),
+        format!("{b:?}"),
+        format!("{c:?}"),
+        format!("{topology:?}"),
+        format!("{with_credentials:?}"),
+        format!("{config:?}"),
+        format!("{config}"),
+        format!("{from_env:?}"),
+        format!("{:?}", config.topology().unwrap()),
+        format!("{wrong_config:?}"),
+        format!("{url_error}"),
+        format!("{url_error:?}"),
+        format!("{config_error}"),
+        format!("{config_error:?}"),
+        dlock_core::redact_url(&url),
+    ];
+    assert_no_password_in(&shown.iter().map(String::as_str).collect::<Vec<_>>());
+    // Not vacuous: the places that could show a password show its mask.
+    assert!(format!("{topology:?}").contains("app:***@"), "{topology:?}");
+    assert!(
+        format!("{with_credentials:?}").contains("password: Some(\"***\")"),
+        "{with_credentials:?}"
+    );
+    assert!(format!("{in_address}").contains("app:***@"), "{in_address}");
+    assert!(
+        format!("{in_address:?}").contains("app:***@"),
+        "{in_address:?}"
+    );
+    assert!(
+        format!("{config:?}").contains("password: Some(***)"),
+        "{config:?}"
+    );
+    assert!(url_error.to_string().contains("app:***@"), "{url_error}");
+
+    let log = captured();
+    assert_no_password_in(&[&log]);
+    // Not vacuous: the log saw the clients, the lost connections and the failed one.
+    for expected in [
+        "dlock: client started",
+        "dlock: subscriber connection lost; reconnecting",
+        "dlock: acquired",
+    ] {
+        assert!(log.contains(expected), "{expected:?} not logged:\n{log}");
+    }
+    eprintln!(
+        "captured {} log lines, {} bytes; none holds a password",
+        log.lines().count(),
+        log.len()
+    );
+}
+
+// ---------- key prefixes
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_prefixes_keep_two_applications_apart() {
+    capture_logs();
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    set_user(
+        &mut admin,
+        "app-a",
+        A_PASSWORD,
+        &acl_rule(Mode::Single, "app-a:"),
+    );
+    set_user(
+        &mut admin,
+        "app-b",
+        B_PASSWORD,
+        &acl_rule(Mode::Single, "app-b:"),
+    );
+    let a_url = with_credentials(&server.url(), "app-a", A_PASSWORD);
+    let b_url = with_credentials(&server.url(), "app-b", B_PASSWORD);
+    let a1 = connect_as(&a_url, "app-a:").await;
+    let a2 = connect_as(&a_url, "app-a:").await;
+    let b1 = connect_as(&b_url, "app-b:").await;
+
+    // Both applications hold "goods:1" at once.
+    let held_by_a = a1.lock("goods:1").try_lock().await.unwrap();
+    let held_by_b = b1.lock("goods:1").try_lock().await.unwrap();
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut admin).unwrap();
+    keys.sort();
+    assert_eq!(keys, ["app-a:goods:1", "app-b:goods:1"]);
+    let hash = |admin: &mut redis::Connection| -> HashMap<String, u32> {
+        redis::cmd("HGETALL")
+            .arg("app-a:goods:1")
+            .query(admin)
+            .unwrap()
+    };
+    let a_hash = hash(&mut admin);
+    assert_eq!(a_hash.len(), 1);
+
+    // Within one application they exclude each other, and a release in the other
+    // application wakes no one here: app-a's waiter times out while app-b unlocks. Nor
+    // does a forged unlock message on app-a's channel hand the lock over.
+    let waiting = a2.lock("goods:1");
+    let waiter =
+        tokio::spawn(async move { waiting.try_lock_for(Duration::from_millis(800)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query(&mut admin)
+        .unwrap();
+    assert!(
+        channels.len() == 1 && channels[0].ends_with("}:app-a:goods:1"),
+        "{channels:?}"
+    );
+    for _ in 0..3 {
+        redis::cmd("PUBLISH")
+            .arg(&channels[0])
+            .arg("unlocked")
+            .query::<i64>(&mut admin)
+            .unwrap();
+    }
+    held_by_b.unlock().await.unwrap();
+    assert!(b1
+        .lock("goods:1")
+        .try_lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .is_ok());
+    assert!(!b1.lock("goods:1").force_unlock().await.unwrap());
+    let err = waiter.await.unwrap().unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+
+    // app-b's unlock and force unlock never touched app-a's lock.
+    assert_eq!(hash(&mut admin), a_hash);
+    assert!(!held_by_a.is_lost());
+    assert!(a2.lock("goods:1").is_locked().await.unwrap());
+    assert!(!b1.lock("goods:1").is_locked().await.unwrap());
+
+    // And with per-application ACL users, app-b cannot reach app-a's keys even when it
+    // tries: a client of app-b configured with app-a's prefix is refused.
+    let intruder = connect_as(&b_url, "app-a:").await;
+    let err = intruder.lock("goods:1").force_unlock().await.unwrap_err();
+    assert!(is_noperm(&err), "{err:?}");
+    let err = intruder.lock("goods:1").try_lock().await.unwrap_err();
+    assert!(is_noperm(&err), "{err:?}");
+    assert_eq!(hash(&mut admin), a_hash);
+
+    held_by_a.unlock().await.unwrap();
+    // The only denials: app-b's attempts on app-a's key.
+    let denials = acl_denials(&mut admin);
+    assert!(
+        !denials.is_empty()
+            && denials
+                .iter()
+                .all(|d| d.starts_with("app-b key app-a:goods:1 ")),
+        "{denials:#?}"
+    );
+}
+
+// ---------- known defects: these fail until dlock is fixed; run with `--ignored`
+
+/// In cluster mode one failed SSUBSCRIBE (here refused by the ACL, equally a timeout
+/// during a failover) ends sharded pub/sub for the client's life: the subscriber task
+/// drops the cluster connection's only push receiver and cannot get it back. Wake-ups
+/// then take up to `max_wait_recheck` even once SSUBSCRIBE is allowed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "dlock-core bug: Backend::subscriber hands out the cluster push receiver once"]
+async fn sharded_pubsub_recovers_after_a_refused_ssubscribe() {
+    capture_logs();
+    let cluster = RedisCluster::start();
+    let mut admins: Vec<redis::Connection> = cluster
+        .nodes()
+        .iter()
+        .map(RedisServer::connection)
+        .collect();
+    let without_ssubscribe: Vec<String> = acl_rule(Mode::Cluster, "shop:")
+        .into_iter()
+        .filter(|token| token != "+ssubscribe")
+        .collect();
+    for admin in &mut admins {
+        set_user(admin, "dlock", ACL_PASSWORD, &without_ssubscribe);
+    }
+    let topology = Topology::cluster(cluster.node_urls())
+        .credentials(Some("dlock".to_owned()), Some(ACL_PASSWORD.to_owned()));
+    let [a, b, _] = app_clients(&topology, "shop:").await;
+    let refused = handoff(&a, &b, "goods:1").await;
+    for admin in &mut admins {
+        set_user(
+            admin,
+            "dlock",
+            ACL_PASSWORD,
+            &acl_rule(Mode::Cluster, "shop:"),
+        );
+    }
+    // Far more than the subscriber's longest reconnect pause.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let allowed = handoff(&a, &b, "goods:1").await;
+    eprintln!("hand-off with SSUBSCRIBE refused: {refused:?}; allowed again: {allowed:?}");
+    assert!(allowed < Duration::from_millis(100), "{allowed:?}");
+}
+
+/// A password written without quotes is a TOML type error; the message must not quote
+/// the value.
+#[test]
+#[ignore = "dlock-config bug: the TOML error quotes the mistyped value (load.rs, explain)"]
+fn a_password_mistyped_as_a_number_is_not_quoted_in_the_error() {
+    let text = "[redis.single]\naddress = \"redis://127.0.0.1:6379\"\n[connection]\npassword = 31415926535\n";
+    let err = Config::from_toml_str(text).unwrap_err();
+    assert!(!err.to_string().contains("31415926535"), "{err}");
+    assert!(!format!("{err:?}").contains("31415926535"), "{err:?}");
+}
