@@ -435,9 +435,12 @@ impl Backend {
             Route::Cluster { conn, pushes } => {
                 let taken = pushes.lock().unwrap_or_else(|p| p.into_inner()).take();
                 match taken {
-                    Some(pushes) => Ok(Subscriber::Sharded {
+                    Some(receiver) => Ok(Subscriber::Sharded {
                         conn: conn.clone(),
-                        pushes,
+                        pushes: PushLease {
+                            receiver: Some(receiver),
+                            shared: Arc::clone(&self.shared),
+                        },
                     }),
                     // The receiver ended with the cluster connection: nothing to reconnect.
                     None => Err(CallError::Redis(RedisError::from((
@@ -737,8 +740,26 @@ pub(crate) enum Subscriber {
     /// Sharded subscriptions through the cluster connection; messages arrive as pushes.
     Sharded {
         conn: ClusterConnection,
-        pushes: mpsc::UnboundedReceiver<PushInfo>,
+        pushes: PushLease,
     },
+}
+
+/// The cluster connection's push receiver, lent to one subscriber at a time. The cluster
+/// connection outlives any subscriber, so a subscriber dropped after a failed
+/// `SSUBSCRIBE` hands the receiver back for the next one.
+pub(crate) struct PushLease {
+    receiver: Option<mpsc::UnboundedReceiver<PushInfo>>,
+    shared: Arc<Shared>,
+}
+
+impl Drop for PushLease {
+    fn drop(&mut self) {
+        if let (Some(receiver), Route::Cluster { pushes, .. }) =
+            (self.receiver.take(), &self.shared.route)
+        {
+            *pushes.lock().unwrap_or_else(|p| p.into_inner()) = Some(receiver);
+        }
+    }
 }
 
 /// What a subscriber reports.
@@ -776,7 +797,7 @@ impl Subscriber {
                 ))
             }
             Subscriber::Sharded { pushes, .. } => loop {
-                let push = pushes.recv().await?;
+                let push = pushes.receiver.as_mut()?.recv().await?;
                 let channel = push
                     .data
                     .first()

@@ -67,8 +67,8 @@ fn acl_rule(mode: Mode, prefix: &str) -> Vec<String> {
     let mut rule = vec![
         // The lock hashes.
         format!("~{prefix}*"),
-        // Release memos: `dlock:release:{tag}:<owner>:<op>`, not under the key prefix.
-        "~dlock:release:*".to_owned(),
+        // Release memos: `dlock:release:{tag}:<prefix><owner>:<op>`.
+        format!("~dlock:release:{{*}}:{prefix}*"),
         // The unlock channel is passed to the release scripts as a key (for cluster
         // routing), so it needs a key pattern as well as a channel pattern.
         format!("~dlock:unlock:{{*}}:{prefix}*"),
@@ -1114,14 +1114,11 @@ async fn key_prefixes_keep_two_applications_apart() {
     );
 }
 
-// ---------- known defects: these fail until dlock is fixed; run with `--ignored`
-
-/// In cluster mode one failed SSUBSCRIBE (here refused by the ACL, equally a timeout
-/// during a failover) ends sharded pub/sub for the client's life: the subscriber task
-/// drops the cluster connection's only push receiver and cannot get it back. Wake-ups
-/// then take up to `max_wait_recheck` even once SSUBSCRIBE is allowed again.
+/// In cluster mode a failed SSUBSCRIBE (here refused by the ACL, equally a timeout during
+/// a failover) must not end sharded pub/sub for the client's life: once SSUBSCRIBE is
+/// allowed again, waiters are woken by messages, not by `max_wait_recheck`. (The
+/// subscriber used to drop the cluster connection's only push receiver.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "dlock-core bug: Backend::subscriber hands out the cluster push receiver once"]
 async fn sharded_pubsub_recovers_after_a_refused_ssubscribe() {
     capture_logs();
     let cluster = RedisCluster::start();
@@ -1159,7 +1156,6 @@ async fn sharded_pubsub_recovers_after_a_refused_ssubscribe() {
 /// A password written without quotes is a TOML type error; the message must not quote
 /// the value.
 #[test]
-#[ignore = "dlock-config bug: the TOML error quotes the mistyped value (load.rs, explain)"]
 fn a_password_mistyped_as_a_number_is_not_quoted_in_the_error() {
     let text = "[redis.single]\naddress = \"redis://127.0.0.1:6379\"\n[connection]\npassword = 31415926535\n";
     let err = Config::from_toml_str(text).unwrap_err();
