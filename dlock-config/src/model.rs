@@ -328,9 +328,61 @@ impl<'de> Deserialize<'de> for Addresses {
 }
 
 /// A password: shown as `***` by `Debug`.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
-#[serde(transparent)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Secret(pub(crate) String);
+
+/// Why a non-string password is refused; unlike serde's usual message it does not quote
+/// the value, which may be the password written without quotes.
+const SECRET_NOT_A_STRING: &str =
+    "a password must be a string in quotes, e.g. password = \"...\" (the value is not shown)";
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Secret, D::Error> {
+        deserializer.deserialize_any(SecretVisitor)
+    }
+}
+
+struct SecretVisitor;
+
+impl<'de> serde::de::Visitor<'de> for SecretVisitor {
+    type Value = Secret;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a password string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<Secret, E> {
+        Ok(Secret(value.to_owned()))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, value: String) -> Result<Secret, E> {
+        Ok(Secret(value))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Secret, E> {
+        Err(E::custom(SECRET_NOT_A_STRING))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Secret, E> {
+        Err(E::custom(SECRET_NOT_A_STRING))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Secret, E> {
+        Err(E::custom(SECRET_NOT_A_STRING))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Secret, E> {
+        Err(E::custom(SECRET_NOT_A_STRING))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _: A) -> Result<Secret, A::Error> {
+        Err(serde::de::Error::custom(SECRET_NOT_A_STRING))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<Secret, A::Error> {
+        Err(serde::de::Error::custom(SECRET_NOT_A_STRING))
+    }
+}
 
 impl Secret {
     /// The secret itself; handle with care.

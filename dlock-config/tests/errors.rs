@@ -412,3 +412,23 @@ fn an_unreadable_tls_ca_file_names_the_file_relative_to_the_config() {
     );
     assert!(err.starts_with(&expected), "{err}");
 }
+
+#[test]
+fn a_password_that_is_not_a_string_is_refused_without_showing_it() {
+    for value in [
+        "31415926535",
+        "true",
+        "3.14",
+        "[\"hunter2\"]",
+        "{ p = \"hunter2\" }",
+    ] {
+        let text = format!(
+            "[redis.single]\naddress = \"redis://127.0.0.1:6379\"\n[connection]\npassword = {value}\n"
+        );
+        assert_eq!(
+            error(&text),
+            "<string>:4:12: a password must be a string in quotes, e.g. password = \"...\" (the value is not shown)",
+            "{value}"
+        );
+    }
+}
