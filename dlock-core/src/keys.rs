@@ -18,7 +18,9 @@ pub(crate) struct LockKeys {
     pub(crate) key: String,
     /// Channel on which a full release publishes, in the key's slot.
     pub(crate) channel: String,
-    /// Start of the release memo keys (`<memo_prefix><owner>:<op>`), in the key's slot.
+    /// Start of the release memo keys (`<memo_prefix><owner>:<op>`), in the key's slot and
+    /// under the key prefix (after the tag), so that an ACL can give each application its
+    /// own memos: `dlock:release:{tag}:<key prefix>`.
     pub(crate) memo_prefix: String,
 }
 
@@ -28,7 +30,7 @@ impl LockKeys {
         let anchor = slot_anchor(key.as_bytes());
         LockKeys {
             channel: format!("dlock:unlock:{{{anchor}}}:{key}"),
-            memo_prefix: format!("dlock:release:{{{anchor}}}:"),
+            memo_prefix: format!("dlock:release:{{{anchor}}}:{prefix}"),
             key,
         }
     }

@@ -478,6 +478,9 @@ impl Attempt<'_> {
         let started = Instant::now();
         let mut failures = 0;
         loop {
+            // Stays true after an error reply too: a script refused half-way (an ACL
+            // denying PEXPIRE after HSET, say) keeps what it wrote, so the compensating
+            // release is needed then as well.
             self.maybe_applied = true;
             let sent_at = Instant::now();
             match inner.backend.invoke::<Option<i64>>(&invocation).await {
