@@ -55,8 +55,8 @@ mod model;
 pub use error::{ConfigError, Result};
 pub use load::{ADDRESS_ENV, CONFIG_ENV, PASSWORD_ENV, USERNAME_ENV};
 pub use model::{
-    Address, Addresses, Cluster, Config, Connection, LockSection, MasterSlave, Redis, Secret,
-    Sentinel, Single,
+    Address, Addresses, Cluster, Config, Connection, LockSection, MasterSlave, Redis,
+    ReplicaAcksSection, Secret, Sentinel, Single,
 };
 
 use dlock_core::{LockClient, LockClientBuilder, Topology};
@@ -136,6 +136,9 @@ impl Config {
         }
         if let Some(v) = l.failover_wait {
             builder = builder.failover_wait(v);
+        }
+        if let Some(acks) = &l.replica_acks {
+            builder = builder.replica_acks(acks.replicas, acks.within);
         }
         builder.default_wait(l.wait)
     }

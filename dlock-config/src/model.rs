@@ -124,6 +124,20 @@ pub struct LockSection {
     /// How long a waiting acquisition keeps trying through a failover. Default 10 s.
     #[serde(default, deserialize_with = "failover_wait")]
     pub failover_wait: Option<Duration>,
+    /// Replicas that must confirm each acquisition (Redis `WAIT`), e.g.
+    /// `replica_acks = { replicas = 1, within = "100ms" }`. Default: not waited for.
+    pub replica_acks: Option<ReplicaAcksSection>,
+}
+
+/// `[lock] replica_acks`: see `LockClientBuilder::replica_acks`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaAcksSection {
+    /// How many replicas must confirm; at least 1.
+    pub replicas: u32,
+    /// How long to wait for them: at least 1 ms, shorter than the command timeout.
+    #[serde(deserialize_with = "replica_ack_wait")]
+    pub within: Duration,
 }
 
 /// The range a duration option accepts, with the reason given when a value is outside.
@@ -204,6 +218,10 @@ fn max_wait_recheck<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>,
 
 fn failover_wait<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     duration(d, "failover_wait", &ANY)
+}
+
+fn replica_ack_wait<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration(d, "within", &AT_LEAST_1MS).map(Option::unwrap_or_default)
 }
 
 /// A duration string such as `"500ms"` or `"2m 30s"` for option `key`, within `bounds`.

@@ -54,7 +54,7 @@ fn invalid_toml_gives_line_and_column_with_the_file_name() {
 fn an_unknown_key_is_named_with_the_expected_ones() {
     assert_eq!(
         error("[redis.single]\naddress = \"redis://127.0.0.1\"\n\n[lock]\nwatchdog = \"30s\"\n"),
-        "<string>:5:1: unknown field `watchdog`, expected one of `watchdog_timeout`, `key_prefix`, `wait`, `max_wait_recheck`, `failover_wait`"
+        "<string>:5:1: unknown field `watchdog`, expected one of `watchdog_timeout`, `key_prefix`, `wait`, `max_wait_recheck`, `failover_wait`, `replica_acks`"
     );
     assert_eq!(
         error("[redis.single]\naddress = \"redis://127.0.0.1\"\n[pool]\nsize = 4\n"),
@@ -431,4 +431,32 @@ fn a_password_that_is_not_a_string_is_refused_without_showing_it() {
             "{value}"
         );
     }
+}
+
+#[test]
+fn replica_acks_need_both_fields_and_a_real_wait() {
+    let base = "[redis.single]\naddress = \"redis://127.0.0.1:6379\"\n[lock]\n";
+    assert_eq!(
+        error(&format!("{base}replica_acks = {{ replicas = 1 }}\n")),
+        "<string>:4:16: missing field `within`"
+    );
+    assert_eq!(
+        error(&format!("{base}replica_acks = {{ replicas = 1, within = \"0ms\" }}\n")),
+        "<string>:4:41: invalid duration \"0ms\" for `within`: shorter than 1ms; it must be at least 1ms"
+    );
+    assert_eq!(
+        error(&format!(
+            "{base}replica_acks = {{ replicas = 1, within = \"1s\", wait = true }}\n"
+        )),
+        "<string>:4:47: unknown field `wait`, expected `replicas` or `within`"
+    );
+    let config = Config::from_toml_str(&format!(
+        "{base}replica_acks = {{ replicas = 2, within = \"150ms\" }}\n"
+    ))
+    .unwrap();
+    let acks = config.lock.replica_acks.unwrap();
+    assert_eq!(
+        (acks.replicas, acks.within),
+        (2, Duration::from_millis(150))
+    );
 }

@@ -27,6 +27,12 @@ use crate::topology::{Auth, Topology, TopologyKind};
 pub(crate) enum CallError {
     Redis(RedisError),
     Timeout(Duration),
+    /// Applied on the master, but `WAIT` counted fewer replicas than wanted.
+    NotReplicated {
+        acked: u64,
+        wanted: u32,
+        within: Duration,
+    },
 }
 
 impl CallError {
@@ -35,14 +41,15 @@ impl CallError {
     /// errors are not.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
-            CallError::Timeout(_) => true,
+            CallError::Timeout(_) | CallError::NotReplicated { .. } => true,
             CallError::Redis(e) => !matches!(e.retry_method(), RetryMethod::NoRetry),
         }
     }
 
-    /// Redis did not answer in time (the request may still be applied later).
-    pub(crate) fn is_timeout(&self) -> bool {
-        matches!(self, CallError::Timeout(_))
+    /// Whether an immediate retry can help: not after a timeout (the server is slow) nor
+    /// after a missing replica acknowledgement (`WAIT` already waited).
+    pub(crate) fn is_quick_to_retry(&self) -> bool {
+        matches!(self, CallError::Redis(_)) && self.is_transient()
     }
 
     pub(crate) fn into_lock_error(self, name: &str, action: &'static str) -> LockError {
@@ -57,6 +64,16 @@ impl CallError {
                 action,
                 timeout,
             },
+            CallError::NotReplicated {
+                acked,
+                wanted,
+                within,
+            } => LockError::NotReplicated {
+                name: name.to_owned(),
+                acked,
+                wanted,
+                within,
+            },
         }
     }
 }
@@ -68,6 +85,15 @@ impl std::fmt::Display for CallError {
             CallError::Timeout(t) => {
                 write!(f, "no answer within {}", humantime::format_duration(*t))
             }
+            CallError::NotReplicated {
+                acked,
+                wanted,
+                within,
+            } => write!(
+                f,
+                "{acked} of {wanted} replicas confirmed within {}",
+                humantime::format_duration(*within)
+            ),
         }
     }
 }
@@ -257,7 +283,8 @@ fn connect_error(address: String, error: CallError) -> LockError {
             address,
             source: Some(source),
         },
-        CallError::Timeout(_) => LockError::Connect {
+        // Connecting sends no acquisition, so it cannot miss replica acknowledgements.
+        CallError::Timeout(_) | CallError::NotReplicated { .. } => LockError::Connect {
             address,
             source: None,
         },
@@ -392,12 +419,12 @@ impl Backend {
         }
     }
 
-    /// Whether renewals must be grouped by cluster slot (one multi-key script per slot).
     /// Whether the master can move under the client (Sentinel failovers).
     pub(crate) fn is_sentinel(&self) -> bool {
         matches!(self.shared.route, Route::Sentinel(_))
     }
 
+    /// Whether renewals must be grouped by cluster slot (one multi-key script per slot).
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.shared.route, Route::Cluster { .. })
     }
@@ -411,6 +438,30 @@ impl Backend {
         let result = self
             .bounded(async move { invocation.invoke_async(&mut conn).await })
             .await;
+        self.after(result).await
+    }
+
+    /// Runs a pipeline on one connection, bounded by the command timeout. A `NOSCRIPT`
+    /// error (script cache emptied by a restart or failover) reloads the scripts and runs
+    /// the pipeline once more.
+    pub(crate) async fn query_pipeline<T: FromRedisValue>(
+        &self,
+        pipeline: &Pipeline,
+    ) -> Result<T, CallError> {
+        let run = || async {
+            let mut conn = self.conn();
+            self.bounded(async move { pipeline.query_async(&mut conn).await })
+                .await
+        };
+        let result = match run().await {
+            Err(CallError::Redis(e))
+                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                self.load_scripts().await?;
+                run().await
+            }
+            other => other,
+        };
         self.after(result).await
     }
 

@@ -93,6 +93,14 @@ pub(crate) struct Settings {
     pub(crate) default_wait: Option<Duration>,
     pub(crate) retry_attempts: u32,
     pub(crate) retry_delay: Duration,
+    pub(crate) replica_acks: Option<ReplicaAcks>,
+}
+
+/// How many replicas must confirm an acquisition, and how long to wait for them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReplicaAcks {
+    pub(crate) replicas: u32,
+    pub(crate) within: Duration,
 }
 
 impl Settings {
@@ -122,7 +130,7 @@ impl Settings {
         failures: u32,
         started: Instant,
     ) -> Option<Duration> {
-        if !error.is_transient() || error.is_timeout() || failures >= self.retry_attempts {
+        if !error.is_quick_to_retry() || failures >= self.retry_attempts {
             return None;
         }
         let delay = retry_backoff(self.retry_delay, failures);
@@ -264,6 +272,7 @@ pub struct LockClientBuilder {
     default_wait: Option<Duration>,
     retry_attempts: u32,
     retry_delay: Duration,
+    replica_acks: Option<ReplicaAcks>,
 }
 
 impl Default for LockClientBuilder {
@@ -278,6 +287,7 @@ impl Default for LockClientBuilder {
             default_wait: None,
             retry_attempts: 3,
             retry_delay: Duration::from_millis(50),
+            replica_acks: None,
         }
     }
 }
@@ -336,6 +346,27 @@ impl LockClientBuilder {
     #[must_use]
     pub fn failover_wait(mut self, wait: Duration) -> Self {
         self.failover_wait = wait;
+        self
+    }
+
+    /// Before an acquisition counts, require `replicas` replicas to confirm it within
+    /// `within` (Redis `WAIT`, on the connection that ran the acquire script). Default: off.
+    ///
+    /// Replication is asynchronous: a lock written to a master that fails before a
+    /// replica has it is gone after the failover, and another client can take it. With
+    /// this set, such an acquisition is released again and reported as
+    /// [`LockError::NotReplicated`] (`try_lock`), or retried like a Redis outage
+    /// (`lock`, `try_lock_for`; see [`failover_wait`](Self::failover_wait)). It costs one
+    /// round trip to the replicas per acquisition. It narrows the window rather than
+    /// closing it: `WAIT` confirms that replicas received the lock, not that the one
+    /// promoted will be among them, so ask for all replicas for the most safety. Renewals
+    /// are not waited for.
+    ///
+    /// Not available with a Redis Cluster (`connect_to` reports [`LockError::Config`]).
+    /// `replicas` must be at least 1 and `within` between 1 ms and the command timeout.
+    #[must_use]
+    pub fn replica_acks(mut self, replicas: u32, within: Duration) -> Self {
+        self.replica_acks = Some(ReplicaAcks { replicas, within });
         self
     }
 
@@ -400,6 +431,11 @@ impl LockClientBuilder {
             connect_timeout: self.connect_timeout,
             command_timeout: settings.command_timeout,
         };
+        if settings.replica_acks.is_some() && topology.mode() == "cluster" {
+            return Err(LockError::Config(
+                "replica_acks is not supported with a Redis Cluster: WAIT cannot follow the acquire script there; remove it or use Sentinel".to_owned(),
+            ));
+        }
         let backend = Backend::connect(topology, options).await?;
         tracing::debug!(mode = topology.mode(), "dlock: connected");
         Ok(LockClient::start(backend, settings))
@@ -437,6 +473,21 @@ impl LockClientBuilder {
                 });
             }
         }
+        if let Some(acks) = self.replica_acks {
+            if acks.replicas == 0 {
+                return Err(LockError::Config(
+                    "replica_acks needs at least 1 replica; leave it out to not wait for replicas"
+                        .to_owned(),
+                ));
+            }
+            if acks.within.as_millis() == 0 || acks.within >= self.command_timeout {
+                return Err(LockError::InvalidDuration {
+                    what: "replica_acks wait",
+                    value: acks.within,
+                    reason: "must be at least 1ms and shorter than the command timeout",
+                });
+            }
+        }
         Ok(Settings {
             watchdog_timeout: self.watchdog_timeout,
             key_prefix: self.key_prefix.clone(),
@@ -446,6 +497,7 @@ impl LockClientBuilder {
             default_wait: self.default_wait,
             retry_attempts: self.retry_attempts,
             retry_delay: self.retry_delay,
+            replica_acks: self.replica_acks,
         })
     }
 }

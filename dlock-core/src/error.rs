@@ -64,6 +64,21 @@ pub enum LockError {
         source: Option<redis::RedisError>,
     },
 
+    /// The acquire script took the lock on the master, but fewer replicas than the client's
+    /// [`replica_acks`](crate::LockClientBuilder::replica_acks) confirmed it in time: a
+    /// failover could have lost it. dlock released it again.
+    #[error("lock \"{name}\" was taken on the master but only {acked} of {wanted} replicas confirmed it within {}; it was released, since a failover could lose it", format_duration(*.within))]
+    NotReplicated {
+        /// The lock's name.
+        name: String,
+        /// How many replicas confirmed the write.
+        acked: u64,
+        /// How many were required.
+        wanted: u32,
+        /// How long dlock waited for them.
+        within: Duration,
+    },
+
     /// Redis did not answer within the client's command timeout.
     #[error("Redis did not answer within {} while trying to {action} lock \"{name}\"; check that the server is reachable or raise `command_timeout`", format_duration(*.timeout))]
     CommandTimeout {
@@ -175,12 +190,16 @@ impl LockError {
         matches!(self, LockError::NotHeld { .. })
     }
 
-    /// `true` when Redis failed or did not answer: [`LockError::Redis`] or
-    /// [`LockError::CommandTimeout`].
+    /// `true` when Redis failed or did not answer: [`LockError::Redis`],
+    /// [`LockError::CommandTimeout`], [`LockError::Connect`] or
+    /// [`LockError::NotReplicated`].
     pub fn is_redis(&self) -> bool {
         matches!(
             self,
-            LockError::Redis { .. } | LockError::CommandTimeout { .. } | LockError::Connect { .. }
+            LockError::Redis { .. }
+                | LockError::CommandTimeout { .. }
+                | LockError::Connect { .. }
+                | LockError::NotReplicated { .. }
         )
     }
 }

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use crate::backend::CallError;
 use crate::client::LockClient;
+use crate::client::ReplicaAcks;
 use crate::error::{LockError, Result};
 use crate::guard::LockGuard;
 use crate::held::Held;
@@ -483,7 +484,11 @@ impl Attempt<'_> {
             // release is needed then as well.
             self.maybe_applied = true;
             let sent_at = Instant::now();
-            match inner.backend.invoke::<Option<i64>>(&invocation).await {
+            let outcome = match inner.settings.replica_acks {
+                None => inner.backend.invoke::<Option<i64>>(&invocation).await,
+                Some(acks) => self.acquire_replicated(lease_ms, acks).await,
+            };
+            match outcome {
                 Ok(reply) => {
                     if reply.is_some() {
                         // Redis answered "busy": nothing of ours is there.
@@ -507,6 +512,42 @@ impl Attempt<'_> {
                 }
             }
         }
+    }
+}
+
+impl Attempt<'_> {
+    /// The acquire script followed by `WAIT` in one pipeline, so both run on the same
+    /// connection and `WAIT` covers the script's write. Taken but not confirmed by enough
+    /// replicas is an error; the lock stays `maybe_applied` and is released if the caller
+    /// gives up (a retry by the same owner re-enters it instead).
+    async fn acquire_replicated(
+        &self,
+        lease_ms: u64,
+        acks: ReplicaAcks,
+    ) -> Result<Option<i64>, CallError> {
+        let wait_ms = u64::try_from(acks.within.as_millis()).unwrap_or(u64::MAX);
+        let mut pipeline = redis::pipe();
+        pipeline
+            .cmd("EVALSHA")
+            .arg(scripts().acquire.get_hash())
+            .arg(1)
+            .arg(&self.lock.keys.key)
+            .arg(lease_ms)
+            .arg(&*self.field)
+            .cmd("WAIT")
+            .arg(acks.replicas)
+            .arg(wait_ms);
+        let backend = &self.lock.client.inner.backend;
+        let (reply, acked): (Option<i64>, u64) = backend.query_pipeline(&pipeline).await?;
+        if reply.is_none() && acked < u64::from(acks.replicas) {
+            tracing::warn!(lock = %self.lock.name, acked, wanted = acks.replicas, "dlock: acquisition not confirmed by enough replicas");
+            return Err(CallError::NotReplicated {
+                acked,
+                wanted: acks.replicas,
+                within: acks.within,
+            });
+        }
+        Ok(reply)
     }
 }
 

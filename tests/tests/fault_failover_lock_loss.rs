@@ -120,8 +120,19 @@ async fn cut_replication_loses_the_lock_and_the_holder_is_told() {
     // A 1 s watchdog: renewals every 333 ms, so the frozen master is noticed quickly.
     let first = client(&group, Duration::from_secs(1)).await;
     let second = client(&group, Duration::from_secs(1)).await;
+    // The same acquisition by a client that waits for both replicas to confirm it.
+    let acked = LockClient::builder()
+        .replica_acks(2, Duration::from_millis(200))
+        .command_timeout(Duration::from_millis(500))
+        .connect_to(&Topology::sentinel(
+            group.master_name(),
+            group.sentinel_urls(),
+        ))
+        .await
+        .unwrap();
     let k = attempts(2);
     let mut granted_again = 0;
+    let mut refused = 0;
     let mut windows = Vec::new();
     for attempt in 0..k {
         let name = format!("failover:cut:{attempt}");
@@ -144,6 +155,10 @@ async fn cut_replication_loses_the_lock_and_the_holder_is_told() {
             .query(&mut admin)
             .unwrap();
 
+        match acked.lock(&format!("{name}:acked")).try_lock().await {
+            Err(LockError::NotReplicated { acked: 0, .. }) => refused += 1,
+            other => panic!("attempt {attempt}: acquisition with replica_acks: {other:?}"),
+        }
         let guard = first.lock(&name).lock().await.unwrap();
         // A client could see the risk: no replica acknowledges what it just wrote.
         let () = redis::cmd("SET")
@@ -214,8 +229,9 @@ async fn cut_replication_loses_the_lock_and_the_holder_is_told() {
         old_master.resume();
     }
     println!(
-        "scenario 7, replication cut: lock granted again after {granted_again} of {k} failovers; double-ownership windows {windows:?}"
+        "scenario 7, replication cut: lock granted again after {granted_again} of {k} failovers; double-ownership windows {windows:?}; with replica_acks(2, 200ms) the acquisition was refused (NotReplicated) in {refused} of {k}"
     );
+    assert_eq!(refused, k);
     // With the replicas cut off, the promoted one cannot have the lock.
     assert_eq!(granted_again, k);
     // With a 1 s watchdog the holder's local deadline passes while the failover is still

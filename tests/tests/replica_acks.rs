@@ -1,0 +1,147 @@
+//! `LockClientBuilder::replica_acks`: an acquisition counts only once replicas confirmed
+//! it (Redis `WAIT` after the acquire script, on the same connection). With the replica
+//! cut off, `try_lock` reports `NotReplicated` and leaves nothing behind; `lock()` waits
+//! until the replica is back.
+
+use std::time::{Duration, Instant};
+
+use dlock_core::{LockClient, LockError, Topology};
+use dlock_tests::RedisReplicaSet;
+
+const WITHIN: Duration = Duration::from_millis(200);
+
+async fn acked_client(set: &RedisReplicaSet, failover_wait: Duration) -> LockClient {
+    let topology = Topology::master_replicas(set.master_url(), set.replica_urls());
+    LockClient::builder()
+        .replica_acks(1, WITHIN)
+        .failover_wait(failover_wait)
+        .connect_to(&topology)
+        .await
+        .unwrap()
+}
+
+fn wait_calls(set: &RedisReplicaSet) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut set.master.connection())
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_wait:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Cuts the replica off: stopped, and its link killed so that nothing is in flight.
+fn cut_replica(set: &RedisReplicaSet) {
+    set.replicas[0].pause();
+    let _: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut set.master.connection())
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_wait_for_the_replica_and_fail_cleanly_without_it() {
+    let set = RedisReplicaSet::start(1);
+    let client = acked_client(&set, Duration::from_secs(5)).await;
+
+    // Healthy: locks as usual, one WAIT per acquisition.
+    let before = wait_calls(&set);
+    let mut healthy = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let guard = client.lock("acked:healthy").lock().await.unwrap();
+        healthy.push(started.elapsed());
+        guard.unlock().await.unwrap();
+    }
+    assert_eq!(wait_calls(&set) - before, 5, "one WAIT per acquisition");
+
+    cut_replica(&set);
+    let started = Instant::now();
+    let refused = client.lock("acked:cut").try_lock().await;
+    let refused_after = started.elapsed();
+    match &refused {
+        Err(LockError::NotReplicated {
+            acked: 0,
+            wanted: 1,
+            ..
+        }) => {}
+        other => panic!("try_lock with the replica cut off: {other:?}"),
+    }
+    assert!(
+        refused_after >= WITHIN && refused_after < WITHIN + Duration::from_millis(500),
+        "refused after {refused_after:?}"
+    );
+    // The lock taken on the master is handed back.
+    let mut master = set.master.connection();
+    let cleanup = Instant::now();
+    while redis::cmd("EXISTS")
+        .arg("acked:cut")
+        .query::<bool>(&mut master)
+        .unwrap()
+    {
+        assert!(
+            cleanup.elapsed() < Duration::from_secs(2),
+            "acked:cut left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let cleaned_up = cleanup.elapsed();
+
+    // A blocking acquisition keeps trying (as through an outage) until the replica is back.
+    let waiting = {
+        let lock = client.lock("acked:blocking");
+        tokio::spawn(async move {
+            let guard = lock.lock().await;
+            (Instant::now(), guard)
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!waiting.is_finished(), "acquired without a replica");
+    let resumed = Instant::now();
+    set.replicas[0].resume();
+    let (acquired_at, guard) = waiting.await.unwrap();
+    let guard = guard.unwrap_or_else(|e| panic!("lock() after the replica came back: {e}"));
+    let replica: i64 = redis::cmd("EXISTS")
+        .arg("acked:blocking")
+        .query(&mut set.replicas[0].connection())
+        .unwrap();
+    assert_eq!(replica, 1, "the replica has the lock once it is granted");
+    guard.unlock().await.unwrap();
+    println!(
+        "replica_acks(1, 200ms): healthy acquisitions {healthy:?}; replica cut off → NotReplicated after {refused_after:?}, key gone {cleaned_up:?} later; lock() acquired {:?} after the replica resumed",
+        acquired_at - resumed
+    );
+}
+
+#[tokio::test]
+async fn bad_replica_ack_settings_are_refused() {
+    let builder = || LockClient::builder().command_timeout(Duration::from_secs(1));
+    let topology = Topology::single("redis://127.0.0.1:1");
+    match builder()
+        .replica_acks(0, WITHIN)
+        .connect_to(&topology)
+        .await
+    {
+        Err(LockError::Config(message)) => assert!(message.contains("at least 1 replica")),
+        other => panic!("0 replicas: {other:?}"),
+    }
+    for within in [Duration::ZERO, Duration::from_secs(1), Duration::MAX] {
+        match builder()
+            .replica_acks(1, within)
+            .connect_to(&topology)
+            .await
+        {
+            Err(LockError::InvalidDuration { what, .. }) => assert_eq!(what, "replica_acks wait"),
+            other => panic!("within {within:?}: {other:?}"),
+        }
+    }
+    let cluster = Topology::cluster(vec!["redis://127.0.0.1:1".to_owned()]);
+    match builder().replica_acks(1, WITHIN).connect_to(&cluster).await {
+        Err(LockError::Config(message)) => assert!(message.contains("Cluster"), "{message}"),
+        other => panic!("cluster: {other:?}"),
+    }
+}
