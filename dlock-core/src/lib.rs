@@ -32,7 +32,10 @@
 //! ```
 //!
 //! See [`LockClient`] for the behaviour in detail (reentrancy, leases, watchdog,
-//! connection loss) and [`LockGuard`] for release, loss notification and dropping.
+//! connection loss) and [`LockGuard`] for release, loss notification and dropping. What
+//! holds under faults (killed holders, paused or restarted Redis, failovers) and what
+//! Redis' asynchronous replication does not allow is measured in the repository's
+//! `docs/RELIABILITY.md`; [`LockClientBuilder::replica_acks`] narrows the failover window.
 
 #[doc(hidden)]
 #[path = "private.rs"]
