@@ -516,12 +516,11 @@ impl LockClient {
             Arc::clone(&release_log),
         ));
         if backend.is_sentinel() {
-            let backend = backend.clone();
-            let log = Arc::downgrade(&release_log);
-            let releases = releases.downgrade();
-            tokio::spawn(async move {
-                release::replay_after_failover(&backend, log, releases).await;
-            });
+            tokio::spawn(release::replay_after_failover(
+                backend.clone(),
+                settings.clone(),
+                Arc::downgrade(&release_log),
+            ));
         }
         tokio::spawn(watchdog::run(
             Arc::downgrade(&registry),

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::backend::{Backend, CallError};
@@ -142,12 +142,15 @@ const REPLAY_CAPACITY: usize = 65_536;
 pub(crate) struct ReleaseLog {
     /// `None` when the deployment cannot move its master: nothing is recorded.
     entries: Option<Mutex<VecDeque<(Instant, ReleaseJob)>>>,
+    /// Dropped with the log, which tells the replay task the client is gone.
+    alive: watch::Sender<()>,
 }
 
 impl ReleaseLog {
     pub(crate) fn new(enabled: bool) -> ReleaseLog {
         ReleaseLog {
             entries: enabled.then(Mutex::default),
+            alive: watch::channel(()).0,
         }
     }
 
@@ -193,24 +196,35 @@ impl ReleaseLog {
 /// go to the old master; the promoted replica keeps those locks until their leases run out
 /// (30 s with the default watchdog), blocking everyone for nothing. The replay uses each
 /// release's own operation id, so where the original release did reach the new master
-/// (replicated before the promotion) its memo answers and nothing is applied twice.
+/// (replicated before the promotion) its memo answers and nothing is applied twice. The
+/// releases go one at a time, so the client's own traffic is not queued behind a burst.
+///
+/// Ends when the log is dropped (the client is gone).
 pub(crate) async fn replay_after_failover(
-    backend: &Backend,
+    backend: Backend,
+    settings: Settings,
     log: Weak<ReleaseLog>,
-    releases: mpsc::WeakUnboundedSender<ReleaseJob>,
 ) {
-    let mut generation = backend.generation();
-    while generation.changed().await.is_ok() {
-        let (Some(log), Some(releases)) = (log.upgrade(), releases.upgrade()) else {
+    let (mut generation, mut alive) = match log.upgrade() {
+        Some(log) => (backend.generation(), log.alive.subscribe()),
+        None => return,
+    };
+    loop {
+        tokio::select! {
+            moved = generation.changed() => if moved.is_err() { return },
+            _ = alive.changed() => return,
+        }
+        let Some(jobs) = log.upgrade().map(|log| log.recent()) else {
             return;
         };
-        let jobs = log.recent();
         tracing::debug!(
             releases = jobs.len(),
             "dlock: master moved; replaying recent releases on the new one"
         );
         for job in jobs {
-            let _ = releases.send(job);
+            if let Err(error) = release(&backend, &settings, &job).await {
+                tracing::debug!(lock = %job.name, %error, "dlock: replayed release failed");
+            }
         }
     }
 }

@@ -45,6 +45,9 @@ struct Shared {
     /// Whether newly accepted connections are held.
     hold: Mutex<bool>,
     hold_changed: Condvar,
+    /// Whether replies are held back (read from the server, not yet passed on).
+    hold_replies: Mutex<bool>,
+    replies_released: Condvar,
     accepted: AtomicUsize,
     /// Open connections, for `reset_all`.
     connections: Mutex<Vec<Arc<Connection>>>,
@@ -82,6 +85,8 @@ impl TcpProxy {
             lose_next_reply: AtomicBool::new(false),
             hold: Mutex::new(false),
             hold_changed: Condvar::new(),
+            hold_replies: Mutex::new(false),
+            replies_released: Condvar::new(),
             accepted: AtomicUsize::new(0),
             connections: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
@@ -130,6 +135,19 @@ impl TcpProxy {
         self.shared.hold_changed.notify_all();
     }
 
+    /// Holds back everything the server sends on every connection (replies, pub/sub
+    /// messages) until [`TcpProxy::release_replies`], which delivers it in order: a client
+    /// that does not hear, for a while, what it is told. Requests still go through.
+    pub fn hold_replies(&self) {
+        *lock(&self.shared.hold_replies) = true;
+    }
+
+    /// Delivers the replies held back by [`TcpProxy::hold_replies`] and stops holding.
+    pub fn release_replies(&self) {
+        *lock(&self.shared.hold_replies) = false;
+        self.shared.replies_released.notify_all();
+    }
+
     /// Closes every open connection now (both sides), held ones included; new connections
     /// still work.
     ///
@@ -175,6 +193,9 @@ impl Shared {
         // Held connections are waiting on the condition variable: let them see `closed`.
         let _guard = lock(&self.hold);
         self.hold_changed.notify_all();
+        drop(_guard);
+        let _guard = lock(&self.hold_replies);
+        self.replies_released.notify_all();
     }
 
     fn stopping(&self) -> bool {
@@ -288,9 +309,10 @@ fn pump_both_ways(shared: &Arc<Shared>, connection: &Arc<Connection>, server: Tc
         return;
     };
     let replies_connection = Arc::clone(connection);
+    let replies_shared = Arc::clone(shared);
     let replies = thread::Builder::new()
         .name(format!("proxy-conn-{}-replies", connection.id))
-        .spawn(move || pump_replies(&replies_connection, server));
+        .spawn(move || pump_replies(&replies_shared, &replies_connection, server));
     let Ok(replies) = replies else {
         return;
     };
@@ -327,8 +349,9 @@ fn pump_requests(
     }
 }
 
-/// Server to client, dropping everything once the connection discards replies.
-fn pump_replies(connection: &Connection, mut server: TcpStream) {
+/// Server to client, dropping everything once the connection discards replies, and
+/// waiting while replies are held.
+fn pump_replies(shared: &Shared, connection: &Connection, mut server: TcpStream) {
     let mut client = &connection.client;
     let mut buffer = vec![0; BUFFER_SIZE];
     loop {
@@ -341,6 +364,15 @@ fn pump_replies(connection: &Connection, mut server: TcpStream) {
         if connection.discard_replies.load(Ordering::SeqCst) {
             continue;
         }
+        let mut held = lock(&shared.hold_replies);
+        while *held && !shared.stopping() && !connection.is_closed() {
+            held = shared
+                .replies_released
+                .wait_timeout(held, HOLD_POLL)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        drop(held);
         if client.write_all(&buffer[..read]).is_err() {
             break;
         }
@@ -430,6 +462,30 @@ mod tests {
         let value: String = redis::cmd("GET").arg("big").query(&mut via_proxy).unwrap();
         assert_eq!(value, big);
         assert_eq!(proxy.accepted(), 1);
+    }
+
+    #[test]
+    fn held_replies_arrive_in_order_once_released() {
+        let server = RedisServer::start();
+        let proxy = TcpProxy::start(server.addr());
+        let mut stream = raw_ping(proxy.addr());
+        assert_eq!(read_reply(&mut stream, SHORT).unwrap(), "+PONG\r\n");
+
+        proxy.hold_replies();
+        stream
+            .write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n")
+            .unwrap();
+        let held = read_reply(&mut stream, SHORT);
+        assert!(held.is_err(), "a reply passed while held: {held:?}");
+        // The request itself went through.
+        let value: String = redis::cmd("GET")
+            .arg("k")
+            .query(&mut server.connection())
+            .unwrap();
+        assert_eq!(value, "v");
+
+        proxy.release_replies();
+        assert_eq!(read_reply(&mut stream, SHORT).unwrap(), "+OK\r\n");
     }
 
     #[test]
