@@ -48,7 +48,8 @@ async fn acquisitions_wait_for_the_replica_and_fail_cleanly_without_it() {
     let set = RedisReplicaSet::start(1);
     let client = acked_client(&set, Duration::from_secs(5)).await;
 
-    // Healthy: locks as usual, one WAIT per acquisition.
+    // Healthy: locks as usual, with a WAIT per acquisition (more if one timed out on a
+    // busy machine and `lock()` tried again).
     let before = wait_calls(&set);
     let mut healthy = Vec::new();
     for _ in 0..5 {
@@ -57,7 +58,8 @@ async fn acquisitions_wait_for_the_replica_and_fail_cleanly_without_it() {
         healthy.push(started.elapsed());
         guard.unlock().await.unwrap();
     }
-    assert_eq!(wait_calls(&set) - before, 5, "one WAIT per acquisition");
+    let waits = wait_calls(&set) - before;
+    assert!(waits >= 5, "{waits} WAITs for 5 acquisitions");
 
     cut_replica(&set);
     let started = Instant::now();
@@ -112,7 +114,7 @@ async fn acquisitions_wait_for_the_replica_and_fail_cleanly_without_it() {
     assert_eq!(replica, 1, "the replica has the lock once it is granted");
     guard.unlock().await.unwrap();
     println!(
-        "replica_acks(1, 200ms): healthy acquisitions {healthy:?}; replica cut off → NotReplicated after {refused_after:?}, key gone {cleaned_up:?} later; lock() acquired {:?} after the replica resumed",
+        "replica_acks(1, 200ms): healthy acquisitions {healthy:?} ({waits} WAITs); replica cut off → NotReplicated after {refused_after:?}, key gone {cleaned_up:?} later; lock() acquired {:?} after the replica resumed",
         acquired_at - resumed
     );
 }
