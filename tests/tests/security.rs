@@ -142,6 +142,20 @@ fn admin(url: &str) -> redis::Connection {
 }
 
 /// `url` (`redis://127.0.0.1:PORT`) with `user:password@`.
+/// A fresh server with the user `dlock` under the single-server rule for prefix `shop:`,
+/// and an admin connection to it.
+fn server_with_shop_user() -> (RedisServer, redis::Connection) {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    set_user(
+        &mut admin,
+        "dlock",
+        ACL_PASSWORD,
+        &acl_rule(Mode::Single, "shop:"),
+    );
+    (server, admin)
+}
+
 fn with_credentials(url: &str, user: &str, password: &str) -> String {
     url.replacen("redis://", &format!("redis://{user}:{password}@"), 1)
 }
@@ -353,14 +367,7 @@ fn assert_no_password_in(texts: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_single_rule_is_enough_for_every_lock_operation() {
     capture_logs();
-    let server = RedisServer::start();
-    let mut admin = server.connection();
-    set_user(
-        &mut admin,
-        "dlock",
-        ACL_PASSWORD,
-        &acl_rule(Mode::Single, "shop:"),
-    );
+    let (server, mut admin) = server_with_shop_user();
     let url = with_credentials(&server.url(), "dlock", ACL_PASSWORD);
     let clients = app_clients(&Topology::single(url), "shop:").await;
 
@@ -385,14 +392,7 @@ async fn the_single_rule_is_enough_for_every_lock_operation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_single_rule_refuses_everything_else() {
     capture_logs();
-    let server = RedisServer::start();
-    let mut admin = server.connection();
-    set_user(
-        &mut admin,
-        "dlock",
-        ACL_PASSWORD,
-        &acl_rule(Mode::Single, "shop:"),
-    );
+    let (server, mut admin) = server_with_shop_user();
     let url = with_credentials(&server.url(), "dlock", ACL_PASSWORD);
     redis::cmd("SET")
         .arg("other:goods:1")
@@ -762,14 +762,7 @@ fn the_documented_rules_are_the_tested_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_credentials_are_clear_errors_without_the_password() {
     capture_logs();
-    let server = RedisServer::start();
-    let mut admin = server.connection();
-    set_user(
-        &mut admin,
-        "dlock",
-        ACL_PASSWORD,
-        &acl_rule(Mode::Single, "shop:"),
-    );
+    let (server, mut admin) = server_with_shop_user();
     let connect = |url: String| async move {
         let started = Instant::now();
         let result = LockClient::builder()
