@@ -16,7 +16,7 @@ use crate::lock::{check_text, Lock};
 use crate::metrics::{Metrics, Stats};
 use crate::pubsub::PubSubService;
 use crate::release::{self, ReleaseJob, ReleaseLog};
-use crate::topology::Topology;
+use crate::topology::{Topology, TopologyKind};
 use crate::watchdog::{self, Registry, Schedule};
 
 /// Shortest accepted watchdog timeout: renewal runs every third of it and needs room for a
@@ -431,7 +431,8 @@ impl LockClientBuilder {
             connect_timeout: self.connect_timeout,
             command_timeout: settings.command_timeout,
         };
-        if settings.replica_acks.is_some() && topology.mode() == "cluster" {
+        if settings.replica_acks.is_some() && matches!(topology.kind, TopologyKind::Cluster { .. })
+        {
             return Err(LockError::Config(
                 "replica_acks is not supported with a Redis Cluster: WAIT cannot follow the acquire script there; remove it or use Sentinel".to_owned(),
             ));

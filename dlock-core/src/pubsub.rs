@@ -149,9 +149,7 @@ async fn run(
                     return;
                 }
                 tracing::warn!(%error, attempt = failures + 1, "dlock: subscriber connection failed; retrying");
-                let pause = retry_backoff(retry_delay, failures).min(MAX_RECONNECT_PAUSE);
-                failures += 1;
-                tokio::time::sleep(pause).await;
+                back_off(retry_delay, &mut failures).await;
                 continue;
             }
         };
@@ -178,9 +176,7 @@ async fn run(
         }
         if !healthy {
             unconfirm_all(&shared);
-            let pause = retry_backoff(retry_delay, failures).min(MAX_RECONNECT_PAUSE);
-            failures += 1;
-            tokio::time::sleep(pause).await;
+            back_off(retry_delay, &mut failures).await;
             continue;
         }
         if failures > 0 {
@@ -244,6 +240,13 @@ async fn run(
         tracing::warn!("dlock: subscriber connection lost; reconnecting");
         unconfirm_all(&shared);
     }
+}
+
+/// Waits before the next reconnection attempt and counts the failure.
+async fn back_off(retry_delay: Duration, failures: &mut u32) {
+    let pause = retry_backoff(retry_delay, *failures).min(MAX_RECONNECT_PAUSE);
+    *failures += 1;
+    tokio::time::sleep(pause).await;
 }
 
 /// Marks every channel as not subscribed until the next connection confirms it.
