@@ -6,8 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::CallError;
-use crate::client::LockClient;
-use crate::client::ReplicaAcks;
+use crate::client::{LockClient, ReplicaAcks};
 use crate::error::{LockError, Result};
 use crate::guard::LockGuard;
 use crate::held::Held;
@@ -513,9 +512,7 @@ impl Attempt<'_> {
             }
         }
     }
-}
 
-impl Attempt<'_> {
     /// The acquire script followed by `WAIT` in one pipeline, so both run on the same
     /// connection and `WAIT` covers the script's write. Taken but not confirmed by enough
     /// replicas is an error; the lock stays `maybe_applied` and is released if the caller
