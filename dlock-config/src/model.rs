@@ -180,7 +180,13 @@ fn connect_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
 }
 
 fn command_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    duration(d, "command_timeout", &AT_LEAST_1MS)
+    let bounds = Bounds {
+        max: dlock_core::MAX_COMMAND_TIMEOUT,
+        too_long:
+            "longer than the maximum of 60s; release memos live three command timeouts in Redis",
+        ..AT_LEAST_1MS
+    };
+    duration(d, "command_timeout", &bounds)
 }
 
 fn retry_delay<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {

@@ -245,6 +245,20 @@ fn lease_and_retry_pauses_over_a_year_are_rejected() {
 }
 
 #[test]
+fn a_command_timeout_over_a_minute_is_rejected() {
+    assert_eq!(
+        error(&with_option("connection", "command_timeout", "\"61s\"")),
+        "<string>:4:19: invalid duration \"61s\" for `command_timeout`: longer than the maximum of 60s; release memos live three command timeouts in Redis"
+    );
+    let config =
+        Config::from_toml_str(&with_option("connection", "command_timeout", "\"60s\"")).unwrap();
+    assert_eq!(
+        config.connection.command_timeout,
+        Some(dlock_core::MAX_COMMAND_TIMEOUT)
+    );
+}
+
+#[test]
 fn extreme_but_meaningful_durations_are_accepted() {
     let parse = |section, key, value: &str| {
         Config::from_toml_str(&with_option(section, key, &format!("\"{value}\"")))

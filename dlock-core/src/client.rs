@@ -23,6 +23,12 @@ use crate::watchdog::{self, Registry, Schedule};
 /// round trip and a retry.
 const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(100);
 
+/// Longest accepted command timeout: 60 s. Every release leaves a memo in Redis for three
+/// command timeouts (see `Settings::memo_ttl`), so an unbounded timeout would keep memos
+/// (and re-entry markers) for as long as it says; a Redis answer that takes a minute is an
+/// outage, not a slow command.
+pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A connection to Redis that hands out distributed locks.
 ///
 /// Cheap to clone (an `Arc` inside); clones share connections, the subscriber, the
@@ -46,18 +52,23 @@ const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(100);
 /// ## Behavior
 ///
 /// - **Storage**: one Redis hash per lock, `<key_prefix><name>`, field
-///   `<client-id>:<owner-id>`, value the hold count; all changes are Lua scripts.
+///   `<client-id>:<owner-id>`, value the owner's hold count (one per live guard); all
+///   changes are Lua scripts.
 /// - **Reentrancy** follows the call chain, not the thread: see
 ///   [`LockGuard::scope`](crate::LockGuard::scope). Outside a scope every acquisition is a
-///   new owner, so two concurrent futures never share a lock by accident.
+///   new owner, so two concurrent futures never share a lock by accident. Every guard
+///   gives back its own hold; the lock is free when the owner's last hold is given back.
 /// - **Lease**: with an explicit lease the key expires after it and is never renewed.
 ///   Without one the key gets the watchdog timeout (default 30 s) and the client renews it
-///   every third of that while the guard lives.
+///   every third of that while the guard lives. A re-entry never stretches an explicit
+///   lease unless it asks for a longer explicit lease itself.
 /// - **Waiting** uses pub/sub: a waiter sleeps until a release is published, the holder's
 ///   TTL runs out, or `max_wait_recheck` passes, whichever is first. No busy polling.
 ///   Tasks of one client that want the same lock line up locally, first come first
 ///   served; only the first in line talks to Redis, and a release hands the lock to the
-///   next local task without a pub/sub round trip.
+///   next local task without a pub/sub round trip. The line never outlasts the holder's
+///   hold: when its lease runs out, it is force-unlocked or its guard is found lost, the
+///   next local task gets the lock as soon as a task of another process would.
 /// - **Connection loss**: commands are bounded by `command_timeout`; the connection
 ///   reconnects by itself; renewal keeps retrying, and a guard whose local deadline
 ///   (last confirmed acquire or renewal + lease) passes is reported lost even if Redis is
@@ -104,14 +115,11 @@ pub(crate) struct ReplicaAcks {
 }
 
 impl Settings {
-    /// How long a release memo lives in Redis: long enough to cover every retry of one
-    /// release (see `release.lua`). Capped at [`MAX_LEASE`] so that an absurd command
-    /// timeout still gives an expiry Redis accepts.
+    /// How long a release memo (or re-entry marker) lives in Redis: long enough to cover
+    /// every retry of one release (see `release.lua`), at most 3 × 60 s + 1 s with the
+    /// bounded command timeout.
     pub(crate) fn memo_ttl(&self) -> Duration {
-        self.command_timeout
-            .saturating_mul(3)
-            .saturating_add(Duration::from_secs(1))
-            .min(MAX_LEASE)
+        self.command_timeout * 3 + Duration::from_secs(1)
     }
 
     /// The pause before retrying a call that failed with `error`, or `None` to give up.
@@ -309,7 +317,8 @@ impl LockClientBuilder {
         self
     }
 
-    /// Longest wait for one Redis answer. Default 3 s.
+    /// Longest wait for one Redis answer. Default 3 s, between 1 ms and
+    /// [`MAX_COMMAND_TIMEOUT`] (60 s).
     #[must_use]
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
@@ -392,8 +401,9 @@ impl LockClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`LockError::InvalidDuration`] for a watchdog timeout outside 100 ms..=366 days or a
-    /// zero timeout / recheck interval or a retry delay over 366 days,
+    /// [`LockError::InvalidDuration`] for a watchdog timeout outside 100 ms..=366 days, a
+    /// zero timeout / recheck interval, a command timeout over 60 s or a retry delay over
+    /// 366 days,
     /// [`LockError::InvalidName`] for a key prefix over
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or with a control character,
     /// [`LockError::Config`] for a malformed address,
@@ -461,6 +471,13 @@ impl LockClientBuilder {
                 reason: "longer than the maximum of 366 days",
             });
         }
+        if self.command_timeout > MAX_COMMAND_TIMEOUT {
+            return Err(LockError::InvalidDuration {
+                what: "command_timeout",
+                value: self.command_timeout,
+                reason: "longer than the maximum of 60s; release memos live three command timeouts in Redis",
+            });
+        }
         for (what, value) in [
             ("command_timeout", self.command_timeout),
             ("connect_timeout", self.connect_timeout),
@@ -508,7 +525,10 @@ impl LockClient {
         let registry = Arc::new(Registry::default());
         let metrics = Arc::new(Metrics::default());
         let (releases, queue) = mpsc::unbounded_channel();
-        let release_log = Arc::new(ReleaseLog::new(backend.is_sentinel()));
+        let release_log = Arc::new(ReleaseLog::new(
+            backend.is_sentinel(),
+            release::replay_window(settings.memo_ttl()),
+        ));
         tokio::spawn(release::run_background(
             queue,
             backend.clone(),

@@ -119,6 +119,17 @@ pub enum LockError {
         reason: String,
     },
 
+    /// The lock's key holds a value of another type (a string, a list...): the name is
+    /// used by application data, not by a lock. Nothing was written. Give the lock
+    /// another name, or the client a `key_prefix` that keeps locks apart from data.
+    #[error("lock \"{name}\": its key holds a Redis {found}, not a lock; use another name or a key prefix")]
+    WrongType {
+        /// The lock's name.
+        name: String,
+        /// The Redis type found at the key (`string`, `list`...).
+        found: String,
+    },
+
     /// A `#[distributed_lock]` function without `client = ...` ran before a process-wide
     /// client was registered.
     #[error("no LockClient registered for #[distributed_lock]: call dlock_core::set_global(client) at start-up, or pass `client = ...` to the attribute")]
@@ -163,19 +174,36 @@ fn shown_len(shown: &str, len: usize) -> String {
 pub enum LossReason {
     /// A renewal reached Redis and found the lock no longer held by this owner.
     NotHeldOnRenewal,
+    /// A check found the lock no longer held by this owner: after an unlock message (it was
+    /// force-unlocked, or expired and was taken over), or when a re-entry found it gone.
+    NotHeldOnCheck,
     /// The local deadline (last confirmed acquire or renewal + lease) passed without a
     /// newer confirmation, e.g. because Redis was unreachable.
     LeaseExpired,
+    /// The lock's key now holds another type of value (`found`): something overwrote it.
+    WrongType {
+        /// The Redis type found at the key (`string`, `list`...).
+        found: &'static str,
+    },
 }
 
 impl std::fmt::Display for LossReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            LossReason::NotHeldOnRenewal => "a renewal found it no longer held by this owner",
-            LossReason::LeaseExpired => {
-                "its lease ran out before a renewal was confirmed (Redis unreachable or too slow)"
+        match self {
+            LossReason::NotHeldOnRenewal => {
+                f.write_str("a renewal found it no longer held by this owner")
             }
-        })
+            LossReason::NotHeldOnCheck => f.write_str(
+                "a check found it no longer held by this owner (force-unlocked, or expired and taken over)",
+            ),
+            LossReason::LeaseExpired => f.write_str(
+                "its lease ran out before a renewal was confirmed (Redis unreachable or too slow)",
+            ),
+            LossReason::WrongType { found } => write!(
+                f,
+                "its key now holds a Redis {found}: something overwrote it"
+            ),
+        }
     }
 }
 

@@ -6,13 +6,17 @@ use std::sync::Arc;
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::held::Held;
-use crate::local::Turn;
 use crate::owner;
-use crate::release::{self, ReleaseJob, ReleaseMode, Released};
+use crate::release::{self, ReleaseJob, ReleaseKind, Released};
 
-/// A held lock. Release it with [`unlock`](LockGuard::unlock).
+/// A held lock: one hold of it. Release it with [`unlock`](LockGuard::unlock).
 ///
 /// `Send` and `'static`: it can move between tasks and be stored in structs.
+///
+/// Every guard gives back exactly its own hold. A re-entry (an acquisition inside the
+/// [`scope`](LockGuard::scope) of a guard of the same lock) adds a hold under the same
+/// owner; the lock is free in Redis only when the owner's last hold is given back, so a
+/// live inner guard keeps the lock even after the outer guard was released.
 ///
 /// # Dropping
 ///
@@ -24,50 +28,37 @@ use crate::release::{self, ReleaseJob, ReleaseMode, Released};
 pub struct LockGuard {
     client: LockClient,
     held: Arc<Held>,
-    owner: u64,
-    mode: ReleaseMode,
     watchdog_id: Option<u64>,
     /// The release operation id, fixed at acquisition so that a release interrupted in
     /// `unlock` and finished by `Drop` counts once.
     release_op: u64,
     released: bool,
-    /// This task's place at the head of the client's local line for the lock; given up
-    /// (after the release) when the guard goes.
-    _turn: Option<Turn>,
 }
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
             .field("lock", &self.held.name)
-            .field("owner", &self.owner)
-            .field("reentrant", &(self.mode == ReleaseMode::One))
+            .field("owner", &self.held.field)
             .field("watchdog", &self.watchdog_id.is_some())
             .finish()
     }
 }
 
 impl LockGuard {
-    pub(crate) fn new(
-        client: LockClient,
-        held: Held,
-        owner: u64,
-        mode: ReleaseMode,
-        watchdog: bool,
-        turn: Option<Turn>,
-    ) -> LockGuard {
-        let held = Arc::new(held);
-        let watchdog_id = watchdog.then(|| client.inner.registry.register(Arc::clone(&held)));
+    /// A guard for `held`, renewed by the watchdog when it has a renewal lease.
+    pub(crate) fn new(client: LockClient, held: Arc<Held>) -> LockGuard {
+        let watchdog_id = held
+            .renewal
+            .is_some()
+            .then(|| client.inner.registry.register(Arc::clone(&held)));
         let release_op = client.inner.next_op();
         LockGuard {
             client,
             held,
-            owner,
-            mode,
             watchdog_id,
             release_op,
             released: false,
-            _turn: turn,
         }
     }
 
@@ -101,13 +92,26 @@ impl LockGuard {
     ///
     /// Futures that run concurrently *inside* the scope (e.g. `join!` in it) all belong to
     /// the chain and may all re-enter; futures outside it never share ownership.
+    ///
+    /// Each re-entry is a hold of its own, given back by its own guard: an inner guard that
+    /// leaves the scope (guards are `Send + 'static`) keeps the lock held after the outer
+    /// guard is released. A re-entry never stretches an explicit lease: without a lease of
+    /// its own it lives on the outer guard's lease (renewed with it when the outer guard
+    /// has the watchdog, expiring with it otherwise), and with an explicit lease the lock
+    /// expires no earlier than both leases.
+    ///
+    /// The scope owns the lock only while this guard does. Code that runs on after the
+    /// guard was released or lost (a task spawned inside the scope, say) acquires as a new
+    /// owner, waiting like anyone else.
+    ///
+    /// A task spawned inside the scope is a separate owner too, from the start: it does
+    /// not inherit the scope (tokio task-locals stay with their task), so its `lock()`
+    /// waits for this guard, and a scope that awaits such a task while holding the guard
+    /// waits forever. Run the spawned future inside the scope instead —
+    /// `tokio::spawn(guard.scope(work))` — or release the guard before waiting for the
+    /// task.
     pub fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
-        owner::scope(
-            self.client.inner.id_bits(),
-            self.held.keys.key.as_str().into(),
-            self.owner,
-            future,
-        )
+        owner::scope(self.client.inner.id_bits(), Arc::clone(&self.held), future)
     }
 
     /// Releases this hold and reports the outcome.
@@ -129,6 +133,7 @@ impl LockGuard {
         let outcome = release::release(&inner.backend, &inner.settings, &job).await;
         if outcome.is_ok() {
             inner.release_log.record(&job);
+            self.held.give_up_turn();
         }
         match outcome {
             Ok(Released::NotHeld) => {
@@ -146,6 +151,50 @@ impl LockGuard {
             // `released` stays false: Drop hands the same operation to the background.
             Err(error) => Err(error.into_lock_error(&self.held.name, "release")),
         }
+    }
+
+    /// How many holds this guard's owner has on the lock in Redis: 1 for a guard taken
+    /// outside any scope, one more for every live re-entry of its call chain, 0 when the
+    /// lock is no longer this owner's (lease ran out, force-unlocked).
+    ///
+    /// Unlike [`Lock::hold_count`](crate::Lock::hold_count), which asks about the current
+    /// call chain and is 0 outside the guard's [`scope`](LockGuard::scope), this asks
+    /// about the guard itself, so it is the one to use right after `lock()`.
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn hold_count(&self) -> Result<u32> {
+        let count: Option<u32> = self
+            .client
+            .inner
+            .backend
+            .query(
+                redis::cmd("HGET")
+                    .arg(&self.held.keys.key)
+                    .arg(&*self.held.field),
+            )
+            .await
+            .map_err(|e| e.into_lock_error(&self.held.name, "check"))?;
+        Ok(count.unwrap_or(0))
+    }
+
+    /// Whether this guard's owner still holds the lock in Redis (see
+    /// [`hold_count`](LockGuard::hold_count)).
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn is_held(&self) -> Result<bool> {
+        Ok(self.hold_count().await? > 0)
     }
 
     /// Completes with [`LockError::Lost`] if the lock is lost while this guard holds it: a
@@ -203,8 +252,9 @@ impl LockGuard {
             name: Arc::clone(&self.held.name),
             keys: Arc::clone(&self.held.keys),
             field: Arc::clone(&self.held.field),
-            mode: self.mode,
-            op: self.release_op,
+            kind: ReleaseKind::Hold {
+                op: self.release_op,
+            },
         }
     }
 }
@@ -217,5 +267,8 @@ impl Drop for LockGuard {
         self.stop_renewal();
         tracing::debug!(lock = %self.held.name, "dlock: guard dropped; releasing in the background");
         self.client.inner.release_in_background(self.job());
+        // The next local waiter may find the lock still held until the background
+        // release ran; it then waits for the release's unlock message like anyone else.
+        self.held.give_up_turn();
     }
 }

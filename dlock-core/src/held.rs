@@ -1,7 +1,8 @@
-//! The state one held lock shares between its guard, the watchdog and `lost()` futures.
+//! The state one held lock shares between its guard, the watchdog, `lost()` futures, the
+//! call-chain scopes and the client's local line.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -9,27 +10,33 @@ use tokio::time::Instant;
 
 use crate::error::LossReason;
 use crate::keys::LockKeys;
+use crate::local::Turn;
 use crate::metrics::Metrics;
 
 const HELD: u8 = 0;
 const RELEASED: u8 = 1;
-const LOST_NOT_HELD: u8 = 2;
-const LOST_EXPIRED: u8 = 3;
+const LOST: u8 = 2;
 
-/// One acquisition's view of its lock.
+/// One guard's view of its hold on a lock.
 pub(crate) struct Held {
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
     /// `<client-id>:<owner-id>`: the hash field this owner holds.
     pub(crate) field: Arc<str>,
-    /// The lease the last acquire or renewal asked for.
-    pub(crate) lease: Duration,
+    /// The lease renewals ask for, `None` when this hold is never renewed (an explicit
+    /// lease, or a re-entry living on its outer hold's explicit lease).
+    pub(crate) renewal: Option<Duration>,
     /// Local deadline on the monotonic clock: send time of the last confirmed acquire or
     /// renewal + lease. Redis cannot expire the lock before it, so past it the holder must
     /// assume someone else may hold the lock, even when Redis is unreachable.
     deadline: Mutex<Instant>,
     state: AtomicU8,
+    reason: OnceLock<LossReason>,
     changed: Notify,
+    /// This hold's place at the head of the client's local line, if it took one (fresh
+    /// acquisitions do, re-entries do not). Given up when the hold ends: released, lost
+    /// or expired, so local waiters never wait longer than ones in other processes.
+    turn: Mutex<Option<Turn>>,
     metrics: Arc<Metrics>,
 }
 
@@ -38,20 +45,38 @@ impl Held {
         name: Arc<str>,
         keys: Arc<LockKeys>,
         field: Arc<str>,
-        lease: Duration,
-        sent_at: Instant,
+        renewal: Option<Duration>,
+        deadline: Instant,
         metrics: Arc<Metrics>,
     ) -> Held {
         Held {
             name,
             keys,
             field,
-            lease,
-            deadline: Mutex::new(sent_at + lease),
+            renewal,
+            deadline: Mutex::new(deadline),
             state: AtomicU8::new(HELD),
+            reason: OnceLock::new(),
             changed: Notify::new(),
+            turn: Mutex::new(None),
             metrics,
         }
+    }
+
+    /// Keeps `turn` until the hold ends, and tells the line who holds it.
+    pub(crate) fn keep_turn(self: &Arc<Self>, turn: Turn) {
+        turn.hold(self);
+        *self.turn.lock().unwrap_or_else(|p| p.into_inner()) = Some(turn);
+        // Lost before the turn was stored: nobody else would give it up.
+        if self.state.load(Ordering::Acquire) == LOST {
+            self.give_up_turn();
+        }
+    }
+
+    /// Passes the local turn to the next waiter of this client, if this hold has it.
+    pub(crate) fn give_up_turn(&self) {
+        let turn = self.turn.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(turn);
     }
 
     pub(crate) fn deadline(&self) -> Instant {
@@ -60,15 +85,17 @@ impl Held {
 
     /// A renewal sent at `sent_at` was confirmed: push the deadline out (never back).
     pub(crate) fn confirm(&self, sent_at: Instant) {
+        let Some(lease) = self.renewal else {
+            return;
+        };
         let mut deadline = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
-        *deadline = (*deadline).max(sent_at + self.lease);
+        *deadline = (*deadline).max(sent_at + lease);
     }
 
     /// Why the lock is lost, if it is; a passed deadline counts as lost.
     pub(crate) fn loss(&self) -> Option<LossReason> {
         match self.state.load(Ordering::Acquire) {
-            LOST_NOT_HELD => Some(LossReason::NotHeldOnRenewal),
-            LOST_EXPIRED => Some(LossReason::LeaseExpired),
+            LOST => self.reason.get().copied(),
             RELEASED => None,
             _ if Instant::now() >= self.deadline() => {
                 self.mark_lost(LossReason::LeaseExpired);
@@ -78,30 +105,34 @@ impl Held {
         }
     }
 
+    /// Neither released nor lost: code in this hold's scope still owns the lock.
+    pub(crate) fn is_live(&self) -> bool {
+        !self.is_released() && self.loss().is_none()
+    }
+
     pub(crate) fn is_released(&self) -> bool {
         self.state.load(Ordering::Acquire) == RELEASED
     }
 
-    /// Marks the lock lost (first reason wins) and wakes every `lost()` future.
-    /// Returns `true` if this call changed the state.
+    /// Marks the lock lost (first reason wins), wakes every `lost()` future and gives up
+    /// the local turn. Returns `true` if this call changed the state.
     pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
-        let code = match reason {
-            LossReason::NotHeldOnRenewal => LOST_NOT_HELD,
-            LossReason::LeaseExpired => LOST_EXPIRED,
-        };
+        let _ = self.reason.set(reason);
         let changed = self
             .state
-            .compare_exchange(HELD, code, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(HELD, LOST, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if changed {
             self.metrics.lost();
             tracing::warn!(lock = %self.name, %reason, "dlock: lock lost");
             self.changed.notify_waiters();
+            self.give_up_turn();
         }
         changed
     }
 
-    /// The guard gave the lock back: `lost()` futures will never complete.
+    /// The guard is giving the lock back: `lost()` futures will never complete. The turn
+    /// is kept until the release is done, so the next local waiter finds the lock free.
     pub(crate) fn mark_released(&self) {
         let _ = self
             .state

@@ -18,9 +18,10 @@ pub(crate) struct LockKeys {
     pub(crate) key: String,
     /// Channel on which a full release publishes, in the key's slot.
     pub(crate) channel: String,
-    /// Start of the release memo keys (`<memo_prefix><owner>:<op>`), in the key's slot and
-    /// under the key prefix (after the tag), so that an ACL can give each application its
-    /// own memos: `dlock:release:{tag}:<key prefix>`.
+    /// Start of the release memo keys (`<memo_prefix><owner>:<op>`) and re-entry markers
+    /// (`<memo_prefix><owner>:acq:<op>`), in the key's slot and under the key prefix
+    /// (after the tag), so that an ACL can give each application its own:
+    /// `dlock:release:{tag}:<key prefix>`.
     pub(crate) memo_prefix: String,
 }
 
@@ -33,6 +34,19 @@ impl LockKeys {
             memo_prefix: format!("dlock:release:{{{anchor}}}:{prefix}"),
             key,
         }
+    }
+}
+
+impl LockKeys {
+    /// The memo that makes release operation `op` of `field` count once across retries.
+    pub(crate) fn memo(&self, field: &str, op: u64) -> String {
+        format!("{}{field}:{op}", self.memo_prefix)
+    }
+
+    /// The marker a re-entry (acquisition `op` of `field`) leaves, so that a retry of it
+    /// adds no second hold and an abandoned one can be undone exactly once.
+    pub(crate) fn marker(&self, field: &str, op: u64) -> String {
+        format!("{}{field}:acq:{op}", self.memo_prefix)
     }
 }
 
@@ -150,8 +164,9 @@ mod tests {
                 let keys = LockKeys::new(prefix, name);
                 let slot = slot_of(keys.key.as_bytes());
                 assert_eq!(slot_of(keys.channel.as_bytes()), slot, "{prefix}{name}");
-                let memo = format!("{}client:1:7", keys.memo_prefix);
-                assert_eq!(slot_of(memo.as_bytes()), slot, "{prefix}{name}");
+                for helper in [keys.memo("client:1", 7), keys.marker("client:1", 7)] {
+                    assert_eq!(slot_of(helper.as_bytes()), slot, "{prefix}{name}");
+                }
             }
         }
     }

@@ -59,7 +59,7 @@ mod sentinel;
 mod topology;
 mod watchdog;
 
-pub use client::{LockClient, LockClientBuilder};
+pub use client::{LockClient, LockClientBuilder, MAX_COMMAND_TIMEOUT};
 pub use error::{LockError, LossReason, Result};
 pub use global::{global_client, set_global};
 pub use guard::LockGuard;

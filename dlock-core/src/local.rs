@@ -5,65 +5,182 @@
 //! which needs no wake-up, usually wins again; with it a release hands the lock to the
 //! next local task without a pub/sub round trip, and local tasks are served in order.
 //! Contenders in other processes still wait through pub/sub.
+//!
+//! The line only orders this client's tasks; Redis decides who holds the lock. So the turn
+//! belongs to a hold, not to a guard object: a hold that is released, lost or expired gives
+//! it up (see [`Held`]), and the first waiter in line watches the holder so that it learns
+//! of an expired lease or a force unlock as soon as a waiter in another process would.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
-use tokio::sync::{Mutex as TurnLock, OwnedMutexGuard};
-use tokio::time::Instant;
+use tokio::sync::Notify;
+
+use crate::held::Held;
 
 /// The client's local lines, one per lock key while anyone is in it.
 #[derive(Default)]
 pub(crate) struct LocalQueues {
-    lines: Mutex<HashMap<String, Arc<TurnLock<()>>>>,
+    lines: Mutex<HashMap<Arc<str>, Line>>,
+    next_ticket: AtomicU64,
 }
 
-/// The head of a local line: held from acquisition until the lock is released.
+#[derive(Default)]
+struct Line {
+    /// The ticket that has the turn.
+    turn: Option<u64>,
+    /// The hold of the turn's owner, once it acquired the lock in Redis.
+    holder: Option<Weak<Held>>,
+    /// The tickets waiting for the turn, in arrival order, each with its wake-up.
+    waiting: VecDeque<(u64, Arc<Notify>)>,
+}
+
+impl Line {
+    /// Wakes the first waiter: it has the turn now, or it is first and must watch.
+    fn wake_first(&self) {
+        if let Some((_, wake)) = self.waiting.front() {
+            wake.notify_one();
+        }
+    }
+}
+
+/// Where a ticket stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// It has the turn: go to Redis.
+    Turn,
+    /// First in line: the next turn is its own.
+    First,
+    /// Behind other waiters.
+    Behind,
+}
+
+/// A place in a line, from arrival until the turn (then a [`Turn`]) or cancellation.
+/// Dropping it at any point leaves the line as if it never came.
+pub(crate) struct Ticket {
+    /// The membership; as a waiter's, dropping it leaves the line just the same.
+    member: Turn,
+    wake: Arc<Notify>,
+}
+
+/// Membership of a local line; once [`Ticket::into_turn`] made it one, the head of the
+/// line, held until the hold ends. Dropping it leaves the line (passing the turn on).
 pub(crate) struct Turn {
     queues: Arc<LocalQueues>,
-    key: String,
-    line: Arc<TurnLock<()>>,
-    held: Option<OwnedMutexGuard<()>>,
+    key: Arc<str>,
+    id: u64,
 }
 
 impl LocalQueues {
-    fn line(&self, key: &str) -> Arc<TurnLock<()>> {
-        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(lines.entry(key.to_owned()).or_default())
+    /// Gets in line for `key`; the ticket has the turn at once when nobody is there.
+    pub(crate) fn join(self: &Arc<Self>, key: &Arc<str>) -> Ticket {
+        let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        let wake = Arc::new(Notify::new());
+        let mut lines = self.lock_lines();
+        let line = lines.entry(Arc::clone(key)).or_default();
+        if line.turn.is_none() && line.waiting.is_empty() {
+            line.turn = Some(id);
+        } else {
+            line.waiting.push_back((id, Arc::clone(&wake)));
+        }
+        Ticket {
+            member: Turn {
+                queues: Arc::clone(self),
+                key: Arc::clone(key),
+                id,
+            },
+            wake,
+        }
     }
 
-    /// Waits for this task's turn on `key` until `deadline` (`None`: no limit); `None` if
-    /// the deadline passed first.
-    pub(crate) async fn wait_turn(
-        self: &Arc<Self>,
-        key: &str,
-        deadline: Option<Instant>,
-    ) -> Option<Turn> {
-        let line = self.line(key);
-        let waiting = Arc::clone(&line).lock_owned();
-        let held = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, waiting).await.ok(),
-            None => Some(waiting.await),
+    fn lock_lines(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Line>> {
+        self.lines.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes ticket `id` out of the line for `key`: passes the turn on if it had it,
+    /// forgets the line when nobody is left.
+    fn leave(&self, key: &Arc<str>, id: u64) {
+        let mut lines = self.lock_lines();
+        let Some(line) = lines.get_mut(key) else {
+            return;
         };
-        let turn = Turn {
-            queues: Arc::clone(self),
-            key: key.to_owned(),
-            line,
-            held,
+        if line.turn == Some(id) {
+            line.holder = None;
+            line.turn = line.waiting.pop_front().map(|(next, wake)| {
+                wake.notify_one();
+                next
+            });
+            line.wake_first();
+        } else if let Some(at) = line.waiting.iter().position(|(waiting, _)| *waiting == id) {
+            line.waiting.remove(at);
+            if at == 0 {
+                line.wake_first();
+            }
+        }
+        if line.turn.is_none() && line.waiting.is_empty() {
+            lines.remove(key);
+        }
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.lock_lines().is_empty()
+    }
+}
+
+impl Ticket {
+    /// Where this ticket stands now.
+    pub(crate) fn place(&self) -> Place {
+        let Turn { queues, key, id } = &self.member;
+        let lines = queues.lock_lines();
+        let Some(line) = lines.get(key) else {
+            return Place::Behind;
         };
-        // Dropping a turn without `held` still tidies the line up.
-        turn.held.is_some().then_some(turn)
+        if line.turn == Some(*id) {
+            Place::Turn
+        } else if line.waiting.front().is_some_and(|(first, _)| first == id) {
+            Place::First
+        } else {
+            Place::Behind
+        }
+    }
+
+    /// The hold that has the turn, once its owner acquired the lock in Redis.
+    pub(crate) fn holder(&self) -> Option<Arc<Held>> {
+        let lines = self.member.queues.lock_lines();
+        lines.get(&self.member.key)?.holder.as_ref()?.upgrade()
+    }
+
+    /// Completes when this ticket's place may have changed (it got the turn, became first,
+    /// or the holder acquired); spurious completions are possible, so re-check the place.
+    pub(crate) async fn moved(&self) {
+        self.wake.notified().await;
+    }
+
+    /// The turn, once [`place`](Ticket::place) said [`Place::Turn`].
+    pub(crate) fn into_turn(self) -> Turn {
+        self.member
+    }
+}
+
+impl Turn {
+    /// Records `held` as the holder of the turn and tells the first waiter, which watches
+    /// the holder from now on.
+    pub(crate) fn hold(&self, held: &Arc<Held>) {
+        let mut lines = self.queues.lock_lines();
+        if let Some(line) = lines.get_mut(&self.key) {
+            if line.turn == Some(self.id) {
+                line.holder = Some(Arc::downgrade(held));
+                line.wake_first();
+            }
+        }
     }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        drop(self.held.take());
-        let mut lines = self.queues.lines.lock().unwrap_or_else(|p| p.into_inner());
-        // Only the map and this turn know the line: nobody waits, forget it.
-        if Arc::strong_count(&self.line) == 2 {
-            lines.remove(&self.key);
-        }
+        self.queues.leave(&self.key, self.id);
     }
 }
 
@@ -72,37 +189,74 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Waits until `ticket` has the turn.
+    async fn turn(ticket: Ticket) -> Turn {
+        while ticket.place() != Place::Turn {
+            ticket.moved().await;
+        }
+        ticket.into_turn()
+    }
+
     #[tokio::test]
     async fn turns_are_exclusive_first_come_first_served_and_tidied_up() {
         let queues = Arc::new(LocalQueues::default());
-        let first = queues.wait_turn("k", None).await.unwrap();
-        let soon = Instant::now() + Duration::from_millis(20);
-        assert!(
-            queues.wait_turn("k", Some(soon)).await.is_none(),
-            "the line is taken"
-        );
-        let other = queues.wait_turn("other", Some(soon)).await;
-        assert!(other.is_some(), "other keys have their own line");
+        let key: Arc<str> = "k".into();
+        let first = turn(queues.join(&key)).await;
+        let second = queues.join(&key);
+        assert_eq!(second.place(), Place::First, "the line is taken");
+        let other = queues.join(&"other".into());
+        assert_eq!(other.place(), Place::Turn, "other keys have their own line");
         drop(other);
+        drop(second);
 
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
         for i in 0..3 {
-            let (queues, order) = (Arc::clone(&queues), Arc::clone(&order));
+            let ticket = queues.join(&key);
+            let order = Arc::clone(&order);
             waiters.push(tokio::spawn(async move {
-                let _turn = queues.wait_turn("k", None).await.unwrap();
+                let _turn = turn(ticket).await;
                 order.lock().unwrap().push(i);
             }));
-            tokio::task::yield_now().await;
         }
         drop(first);
         for waiter in waiters {
             waiter.await.unwrap();
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+        assert!(queues.is_empty(), "idle lines are removed");
+    }
+
+    /// Cancelled before, while and after the turn was handed over: nothing stays behind,
+    /// and the turn goes to the next waiter each time.
+    #[tokio::test]
+    async fn cancellation_at_any_point_leaves_no_entry_and_passes_the_turn_on() {
+        let queues = Arc::new(LocalQueues::default());
+        let key: Arc<str> = "k".into();
+        let holder = turn(queues.join(&key)).await;
+
+        // Cancelled while waiting behind others.
+        let first = queues.join(&key);
+        let behind = queues.join(&key);
+        let last = queues.join(&key);
+        drop(behind);
+        assert_eq!(last.place(), Place::Behind);
+
+        // The holder hands over to `first`, which is cancelled before it noticed.
+        drop(holder);
+        assert_eq!(first.place(), Place::Turn);
+        drop(first);
+        assert_eq!(last.place(), Place::Turn, "the turn passed on");
+
+        // A waiter cancelled mid-await.
+        let waiting = queues.join(&key);
+        let cancelled = tokio::time::timeout(Duration::from_millis(20), turn(waiting)).await;
+        assert!(cancelled.is_err());
+        drop(last);
         assert!(
-            queues.lines.lock().unwrap().is_empty(),
-            "idle lines are removed"
+            queues.is_empty(),
+            "no entry leaked: {:?}",
+            queues.lines.lock().unwrap().keys().collect::<Vec<_>>()
         );
     }
 }

@@ -7,14 +7,15 @@ use tokio::time::Instant;
 
 use crate::backend::CallError;
 use crate::client::{LockClient, ReplicaAcks};
-use crate::error::{LockError, Result};
+use crate::error::{LockError, LossReason, Result};
 use crate::guard::LockGuard;
 use crate::held::Held;
 use crate::keys::LockKeys;
 use crate::lease::lease_millis;
+use crate::local::{Place, Ticket, Turn};
 use crate::owner;
 use crate::pubsub::Subscription;
-use crate::release::{ReleaseJob, ReleaseMode};
+use crate::release::{ReleaseJob, ReleaseKind};
 use crate::scripts::scripts;
 
 /// The longest lock name (and the longest key prefix) accepted, in bytes: 4096.
@@ -75,6 +76,8 @@ pub struct Lock {
     client: LockClient,
     name: Arc<str>,
     keys: Arc<LockKeys>,
+    /// The key, shared with the client's local line for it.
+    line: Arc<str>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -92,6 +95,7 @@ impl Lock {
         Lock {
             client,
             name: name.into(),
+            line: keys.key.as_str().into(),
             keys: Arc::new(keys),
         }
     }
@@ -251,12 +255,14 @@ impl Lock {
     pub async fn hold_count(&self) -> Result<u32> {
         self.check_name()?;
         let inner = &self.client.inner;
-        let Some(owner) = owner::current_owner(inner.id_bits(), &self.keys.key) else {
+        let Some(held) = owner::current_hold(inner.id_bits(), &self.keys.key) else {
             return Ok(0);
         };
-        let field = format!("{}:{owner}", inner.id);
         let count: Option<u32> = self
-            .query("check", redis::cmd("HGET").arg(&self.keys.key).arg(field))
+            .query(
+                "check",
+                redis::cmd("HGET").arg(&self.keys.key).arg(&*held.field),
+            )
             .await?;
         Ok(count.unwrap_or(0))
     }
@@ -280,12 +286,14 @@ impl Lock {
     }
 
     /// Deletes the lock whoever holds it and wakes a waiter. Returns whether a lock was
-    /// deleted. The former holder's guard finds out at its next renewal (`lost()`), and
-    /// its `unlock` reports [`LockError::NotHeld`].
+    /// deleted. The former holder's guard finds out at its next renewal, or at once when a
+    /// task of its client waits for the lock (`lost()`), and its `unlock` reports
+    /// [`LockError::NotHeld`].
     ///
     /// # Errors
     ///
-    /// Redis errors.
+    /// [`LockError::WrongType`] when the key holds another type of value (application
+    /// data, which is left alone); Redis errors.
     ///
     /// # Cancel safety
     ///
@@ -298,11 +306,16 @@ impl Lock {
             .key(&self.keys.key)
             .key(&self.keys.channel)
             .arg(inner.backend.publish_command());
-        let deleted: bool = inner
+        let reply: Reply = inner
             .backend
             .invoke(&invocation)
             .await
             .map_err(|e| e.into_lock_error(&self.name, "force-unlock"))?;
+        let deleted = match reply {
+            Reply::Busy(deleted) => deleted == 1,
+            Reply::WrongType(found) => return Err(self.wrong_type(found)),
+            other => return Err(self.unexpected("force-unlock", &other)),
+        };
         tracing::info!(lock = %self.name, deleted, "dlock: force unlock");
         Ok(deleted)
     }
@@ -327,38 +340,192 @@ impl Lock {
             .map_err(|e| e.into_lock_error(&self.name, action))
     }
 
-    /// The acquisition loop. `wait: None` waits forever; `lease: None` uses the watchdog.
+    fn wrong_type(&self, found: String) -> LockError {
+        LockError::WrongType {
+            name: self.name.to_string(),
+            found,
+        }
+    }
+
+    /// The acquisition: a re-entry inside a live scope of this lock, otherwise a new owner
+    /// that lines up locally and then waits in Redis. `wait: None` waits forever;
+    /// `lease: None` uses the watchdog.
     async fn acquire(&self, wait: Option<Duration>, lease: Option<Duration>) -> Result<LockGuard> {
         self.check_name()?;
+        if let Some(lease) = lease {
+            lease_millis("lease", lease)?;
+        }
         let inner = &self.client.inner;
-        let settings = &inner.settings;
-        let watchdog = lease.is_none();
-        let lease = lease.unwrap_or(settings.watchdog_timeout);
-        let lease_ms = lease_millis("lease", lease)?;
         let started = Instant::now();
         // A wait too long to represent is a wait without end.
         let give_up_at = wait.and_then(|wait| started.checked_add(wait));
 
-        let reentered = owner::current_owner(inner.id_bits(), &self.keys.key);
-        // Local contenders line up; a re-entry already holds its chain's turn.
-        let turn = match reentered {
-            Some(_) => None,
-            None => match inner.local.wait_turn(&self.keys.key, give_up_at).await {
-                Some(turn) => Some(turn),
-                None => {
-                    inner.metrics.timed_out();
-                    return Err(self.timeout(wait));
-                }
-            },
+        if let Some(outer) = owner::current_hold(inner.id_bits(), &self.keys.key) {
+            if let Some(guard) = self.reenter(&outer, lease, started).await? {
+                return Ok(guard);
+            }
+            // The outer hold turned out to be gone (it is reported lost now): the scope
+            // owns nothing, so this is a new owner's acquisition.
+        }
+        let Some(turn) = self
+            .wait_for_turn(inner.local.join(&self.line), give_up_at)
+            .await
+        else {
+            inner.metrics.timed_out();
+            return Err(self.timeout(wait));
         };
-        let owner = reentered.unwrap_or_else(|| inner.next_owner());
-        let field: Arc<str> = format!("{}:{owner}", inner.id).into();
+        self.acquire_new(turn, wait, lease, started, give_up_at)
+            .await
+    }
+
+    /// A re-entry under `outer`'s owner: one more hold, or `None` when Redis no longer has
+    /// the outer hold.
+    ///
+    /// The lease rule: an explicit lease is never stretched by a re-entry unless the
+    /// re-entry itself asks for a longer explicit one. A re-entry without a lease inside a
+    /// watchdog hold is renewed like it; inside an explicit lease it lives on that lease
+    /// (same expiry, no renewal).
+    async fn reenter(
+        &self,
+        outer: &Arc<Held>,
+        lease: Option<Duration>,
+        started: Instant,
+    ) -> Result<Option<LockGuard>> {
+        let inner = &self.client.inner;
+        let watchdog = inner.settings.watchdog_timeout;
+        let (lease_ms, renewal, lease) = match (lease, outer.renewal) {
+            (Some(lease), _) => (lease_millis("lease", lease)?, None, Some(lease)),
+            (None, Some(_)) => (
+                lease_millis("lease", watchdog)?,
+                Some(watchdog),
+                Some(watchdog),
+            ),
+            (None, None) => (0, None, None),
+        };
+        let op = inner.next_op();
         let mut attempt = Attempt {
             lock: self,
-            field: Arc::clone(&field),
-            // Only a fresh owner may be cleaned up wholesale; a re-entry's stray hold goes
-            // with the outermost guard's release.
-            compensate: reentered.is_none(),
+            field: Arc::clone(&outer.field),
+            kind: AttemptKind::Reentry { op },
+            maybe_applied: false,
+        };
+        let (sent_at, reply) = match attempt.run(lease_ms, None).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                inner.metrics.acquire_failed();
+                return Err(error.into_lock_error(&self.name, "acquire"));
+            }
+        };
+        match reply {
+            Reply::Acquired => {
+                attempt.maybe_applied = false;
+                let deadline = lease.map_or_else(|| outer.deadline(), |lease| sent_at + lease);
+                let held = Held::new(
+                    Arc::clone(&self.name),
+                    Arc::clone(&self.keys),
+                    Arc::clone(&outer.field),
+                    renewal,
+                    deadline,
+                    Arc::clone(&inner.metrics),
+                );
+                inner.metrics.acquired(started.elapsed());
+                tracing::debug!(lock = %self.name, owner = %outer.field, "dlock: re-entered");
+                Ok(Some(LockGuard::new(self.client.clone(), Arc::new(held))))
+            }
+            Reply::NotHeld | Reply::Busy(_) => {
+                outer.mark_lost(LossReason::NotHeldOnCheck);
+                Ok(None)
+            }
+            Reply::WrongType(found) => {
+                inner.metrics.acquire_failed();
+                Err(self.wrong_type(found))
+            }
+        }
+    }
+
+    /// Waits in the client's local line until `ticket` has the turn, or `None` when
+    /// `give_up_at` passes first.
+    ///
+    /// The first waiter watches the holder: it marks the holder lost (which gives up the
+    /// turn) when its lease runs out, and checks it in Redis after every unlock message
+    /// for the lock and every `max_wait_recheck`, so that a force unlock or an expiry seen
+    /// by Redis frees the line as soon as a waiter in another process would get the lock.
+    async fn wait_for_turn(&self, ticket: Ticket, give_up_at: Option<Instant>) -> Option<Turn> {
+        let inner = &self.client.inner;
+        let recheck = inner.settings.max_wait_recheck;
+        let mut watching: Option<Subscription> = None;
+        let give_up = async {
+            match give_up_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(give_up);
+        loop {
+            let holder = match ticket.place() {
+                Place::Turn => return Some(ticket.into_turn()),
+                Place::First => ticket.holder(),
+                Place::Behind => None,
+            };
+            let Some(holder) = holder else {
+                tokio::select! {
+                    () = ticket.moved() => continue,
+                    () = &mut give_up => return None,
+                }
+            };
+            let subscription =
+                watching.get_or_insert_with(|| inner.pubsub.subscribe(&self.keys.channel));
+            tokio::select! {
+                () = ticket.moved() => {}
+                _ = holder.wait_lost() => {}
+                () = subscription.noticed() => self.check_holder(&holder).await,
+                () = tokio::time::sleep(recheck) => self.check_holder(&holder).await,
+                () = &mut give_up => return None,
+            }
+        }
+    }
+
+    /// Marks `holder` lost when Redis no longer has its hold.
+    async fn check_holder(&self, holder: &Held) {
+        if !holder.is_live() {
+            return;
+        }
+        let held: std::result::Result<bool, CallError> = self
+            .client
+            .inner
+            .backend
+            .query(
+                redis::cmd("HEXISTS")
+                    .arg(&self.keys.key)
+                    .arg(&*holder.field),
+            )
+            .await;
+        if let Ok(false) = held {
+            holder.mark_lost(LossReason::NotHeldOnCheck);
+        }
+    }
+
+    /// A new owner's acquisition, once it has the local turn: tries, then waits for
+    /// unlock messages (or the holder's TTL, or `max_wait_recheck`) and tries again, riding
+    /// out Redis errors for up to `failover_wait`.
+    async fn acquire_new(
+        &self,
+        turn: Turn,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+        started: Instant,
+        give_up_at: Option<Instant>,
+    ) -> Result<LockGuard> {
+        let inner = &self.client.inner;
+        let settings = &inner.settings;
+        let renewal = lease.is_none().then_some(settings.watchdog_timeout);
+        let lease = lease.unwrap_or(settings.watchdog_timeout);
+        let lease_ms = lease_millis("lease", lease)?;
+        let owner = inner.next_owner();
+        let mut attempt = Attempt {
+            lock: self,
+            field: format!("{}:{owner}", inner.id).into(),
+            kind: AttemptKind::New,
             maybe_applied: false,
         };
         let mut subscription: Option<Subscription> = None;
@@ -366,7 +533,7 @@ impl Lock {
         // Start of the current run of Redis errors, if any.
         let mut outage: Option<Instant> = None;
         loop {
-            let (sent_at, busy_ttl) = match attempt.run(lease_ms, give_up_at).await {
+            let (sent_at, reply) = match attempt.run(lease_ms, give_up_at).await {
                 Ok(reply) => {
                     outage = None;
                     reply
@@ -387,31 +554,31 @@ impl Lock {
                     continue;
                 }
             };
-            let Some(ttl) = busy_ttl else {
-                attempt.maybe_applied = false;
-                let held = Held::new(
-                    Arc::clone(&self.name),
-                    Arc::clone(&self.keys),
-                    field,
-                    lease,
-                    sent_at,
-                    Arc::clone(&inner.metrics),
-                );
-                inner.metrics.acquired(started.elapsed());
-                tracing::debug!(lock = %self.name, owner, reentered = reentered.is_some(), waited = ?started.elapsed(), "dlock: acquired");
-                let mode = if reentered.is_some() {
-                    ReleaseMode::One
-                } else {
-                    ReleaseMode::All
-                };
-                return Ok(LockGuard::new(
-                    self.client.clone(),
-                    held,
-                    owner,
-                    mode,
-                    watchdog,
-                    turn,
-                ));
+            let ttl = match reply {
+                Reply::Acquired => {
+                    attempt.maybe_applied = false;
+                    let held = Arc::new(Held::new(
+                        Arc::clone(&self.name),
+                        Arc::clone(&self.keys),
+                        Arc::clone(&attempt.field),
+                        renewal,
+                        sent_at + lease,
+                        Arc::clone(&inner.metrics),
+                    ));
+                    held.keep_turn(turn);
+                    inner.metrics.acquired(started.elapsed());
+                    tracing::debug!(lock = %self.name, owner, waited = ?started.elapsed(), "dlock: acquired");
+                    return Ok(LockGuard::new(self.client.clone(), held));
+                }
+                Reply::Busy(ttl) => ttl,
+                Reply::WrongType(found) => {
+                    inner.metrics.acquire_failed();
+                    return Err(self.wrong_type(found));
+                }
+                Reply::NotHeld => {
+                    inner.metrics.acquire_failed();
+                    return Err(self.unexpected("acquire", &reply));
+                }
             };
 
             let now = Instant::now();
@@ -452,29 +619,104 @@ fn before(pause: Duration, deadline: Instant) -> bool {
         .is_some_and(|end| end < deadline)
 }
 
-/// One owner's attempts to run the acquire script; queues a release if dropped while an
-/// attempt may have taken the lock (its reply never came).
+/// What a lock script answered (see `scripts/acquire.lua` and `scripts/force_unlock.lua`).
+#[derive(Debug)]
+enum Reply {
+    /// nil: the owner holds the lock now.
+    Acquired,
+    /// An integer: the other owner's TTL in ms (acquire), or whether a lock was deleted
+    /// (force unlock).
+    Busy(i64),
+    /// A re-entry found the owner's hold gone.
+    NotHeld,
+    /// The key holds a value of this Redis type, not a lock; nothing was written.
+    WrongType(String),
+}
+
+impl redis::FromRedisValue for Reply {
+    fn from_redis_value(value: redis::Value) -> std::result::Result<Reply, redis::ParsingError> {
+        match value {
+            redis::Value::Nil => Ok(Reply::Acquired),
+            redis::Value::Int(n) => Ok(Reply::Busy(n)),
+            other => {
+                let text = String::from_redis_value(other)?;
+                match text.split_once(':') {
+                    _ if text == "notheld" => Ok(Reply::NotHeld),
+                    Some(("wrongtype", found)) => Ok(Reply::WrongType(found.to_owned())),
+                    _ => Err(format!("unexpected reply from a dlock script: {text:?}").into()),
+                }
+            }
+        }
+    }
+}
+
+impl Lock {
+    /// A reply the script does not give for this call (a script of another dlock version
+    /// loaded under the same hash, say): reported, never acted on.
+    fn unexpected(&self, action: &'static str, reply: &Reply) -> LockError {
+        let source = redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "unexpected reply from a dlock script",
+            format!("{reply:?}"),
+        ));
+        LockError::Redis {
+            name: self.name.to_string(),
+            action,
+            source,
+        }
+    }
+}
+
+/// Which acquisition an [`Attempt`] makes.
+#[derive(Debug, Clone, Copy)]
+enum AttemptKind {
+    /// A new owner id, used by this acquisition only.
+    New,
+    /// One more hold for an owner whose scope we are in; `op` names its marker.
+    Reentry { op: u64 },
+}
+
+/// One acquisition's attempts to run the acquire script; if dropped while an attempt may
+/// have taken a hold (its reply never came), queues the release of exactly that hold.
 struct Attempt<'a> {
     lock: &'a Lock,
     field: Arc<str>,
-    compensate: bool,
+    kind: AttemptKind,
     maybe_applied: bool,
 }
 
 impl Attempt<'_> {
+    /// The script's keys and arguments: `(marker or key, kind, marker lifetime)`.
+    fn script_args(&self) -> (String, &'static str, u64) {
+        let keys = &self.lock.keys;
+        match self.kind {
+            // Unused by the script; the lock key keeps every key in one slot.
+            AttemptKind::New => (keys.key.clone(), "fresh", 0),
+            AttemptKind::Reentry { op } => (
+                keys.marker(&self.field, op),
+                "reenter",
+                self.lock.client.inner.settings.memo_ttl().as_millis() as u64,
+            ),
+        }
+    }
+
     /// Runs the acquire script, retrying fast transient failures. Returns the send time of
-    /// the successful call and `None` when acquired, or the holder's TTL in ms when busy.
+    /// the successful call and the script's reply.
     async fn run(
         &mut self,
         lease_ms: u64,
         give_up_at: Option<Instant>,
-    ) -> Result<(Instant, Option<i64>), CallError> {
+    ) -> Result<(Instant, Reply), CallError> {
         let inner = &self.lock.client.inner;
+        let (marker, kind, marker_ms) = self.script_args();
         let mut invocation = scripts().acquire.prepare_invoke();
         invocation
             .key(&self.lock.keys.key)
+            .key(&marker)
             .arg(lease_ms)
-            .arg(&*self.field);
+            .arg(&*self.field)
+            .arg(kind)
+            .arg(marker_ms);
         let started = Instant::now();
         let mut failures = 0;
         loop {
@@ -484,13 +726,17 @@ impl Attempt<'_> {
             self.maybe_applied = true;
             let sent_at = Instant::now();
             let outcome = match inner.settings.replica_acks {
-                None => inner.backend.invoke::<Option<i64>>(&invocation).await,
-                Some(acks) => self.acquire_replicated(lease_ms, acks).await,
+                None => inner.backend.invoke::<Reply>(&invocation).await,
+                Some(acks) => {
+                    self.acquire_replicated(lease_ms, (&marker, kind, marker_ms), acks)
+                        .await
+                }
             };
             match outcome {
                 Ok(reply) => {
-                    if reply.is_some() {
-                        // Redis answered "busy": nothing of ours is there.
+                    if !matches!(reply, Reply::Acquired) {
+                        // Redis answered "busy" or refused before writing: nothing of ours
+                        // is there.
                         self.maybe_applied = false;
                     }
                     return Ok((sent_at, reply));
@@ -515,28 +761,32 @@ impl Attempt<'_> {
 
     /// The acquire script followed by `WAIT` in one pipeline, so both run on the same
     /// connection and `WAIT` covers the script's write. Taken but not confirmed by enough
-    /// replicas is an error; the lock stays `maybe_applied` and is released if the caller
-    /// gives up (a retry by the same owner re-enters it instead).
+    /// replicas is an error; the hold stays `maybe_applied` and is released if the caller
+    /// gives up (a retry of the same acquisition finds it applied and adds nothing).
     async fn acquire_replicated(
         &self,
         lease_ms: u64,
+        (marker, kind, marker_ms): (&str, &str, u64),
         acks: ReplicaAcks,
-    ) -> Result<Option<i64>, CallError> {
+    ) -> Result<Reply, CallError> {
         let wait_ms = u64::try_from(acks.within.as_millis()).unwrap_or(u64::MAX);
         let mut pipeline = redis::pipe();
         pipeline
             .cmd("EVALSHA")
             .arg(scripts().acquire.get_hash())
-            .arg(1)
+            .arg(2)
             .arg(&self.lock.keys.key)
+            .arg(marker)
             .arg(lease_ms)
             .arg(&*self.field)
+            .arg(kind)
+            .arg(marker_ms)
             .cmd("WAIT")
             .arg(acks.replicas)
             .arg(wait_ms);
         let backend = &self.lock.client.inner.backend;
-        let (reply, acked): (Option<i64>, u64) = backend.query_pipeline(&pipeline).await?;
-        if reply.is_none() && acked < u64::from(acks.replicas) {
+        let (reply, acked): (Reply, u64) = backend.query_pipeline(&pipeline).await?;
+        if matches!(reply, Reply::Acquired) && acked < u64::from(acks.replicas) {
             tracing::warn!(lock = %self.lock.name, acked, wanted = acks.replicas, "dlock: acquisition not confirmed by enough replicas");
             return Err(CallError::NotReplicated {
                 acked,
@@ -550,16 +800,22 @@ impl Attempt<'_> {
 
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
-        if self.maybe_applied && self.compensate {
-            let inner = &self.lock.client.inner;
-            tracing::debug!(lock = %self.lock.name, "dlock: acquire outcome unknown; releasing in the background");
-            inner.release_in_background(ReleaseJob {
-                name: Arc::clone(&self.lock.name),
-                keys: Arc::clone(&self.lock.keys),
-                field: Arc::clone(&self.field),
-                mode: ReleaseMode::All,
-                op: inner.next_op(),
-            });
+        if !self.maybe_applied {
+            return;
         }
+        let inner = &self.lock.client.inner;
+        tracing::debug!(lock = %self.lock.name, "dlock: acquire outcome unknown; releasing in the background");
+        let kind = match self.kind {
+            AttemptKind::New => ReleaseKind::Owner {
+                op: inner.next_op(),
+            },
+            AttemptKind::Reentry { op } => ReleaseKind::Reentry { op },
+        };
+        inner.release_in_background(ReleaseJob {
+            name: Arc::clone(&self.lock.name),
+            keys: Arc::clone(&self.lock.keys),
+            field: Arc::clone(&self.field),
+            kind,
+        });
     }
 }

@@ -6,10 +6,14 @@
 //! inside [`LockGuard::scope`](crate::LockGuard::scope) (the attribute macro does this for
 //! its function body) makes the guard's owner visible to everything that code awaits, and
 //! an acquisition of the *same* lock there re-enters instead of deadlocking. Two futures
-//! that each acquire a lock without an enclosing scope for it never share ownership.
+//! that each acquire a lock without an enclosing scope for it never share ownership, and
+//! a scope outlives its guard's ownership: once the guard is released or lost, code still
+//! running in the scope (a spawned task, say) acquires as a new owner.
 
 use std::future::Future;
 use std::sync::Arc;
+
+use crate::held::Held;
 
 tokio::task_local! {
     static CHAIN: Arc<Frame>;
@@ -18,19 +22,20 @@ tokio::task_local! {
 /// One held lock in the current call chain.
 struct Frame {
     client_id: u128,
-    key: Arc<str>,
-    owner: u64,
+    held: Arc<Held>,
     parent: Option<Arc<Frame>>,
 }
 
-/// The owner id under which the current call chain holds `key` of client `client_id`.
-pub(crate) fn current_owner(client_id: u128, key: &str) -> Option<u64> {
+/// The hold under which the current call chain owns `key` of client `client_id`: the
+/// innermost scope of a guard of that lock that is neither released nor lost. A scope
+/// whose guard is gone (a task spawned inside it can outlive the guard) owns nothing.
+pub(crate) fn current_hold(client_id: u128, key: &str) -> Option<Arc<Held>> {
     CHAIN
         .try_with(|top| {
             let mut frame = Some(top);
             while let Some(f) = frame {
-                if f.client_id == client_id && &*f.key == key {
-                    return Some(f.owner);
+                if f.client_id == client_id && f.held.keys.key == key && f.held.is_live() {
+                    return Some(Arc::clone(&f.held));
                 }
                 frame = f.parent.as_ref();
             }
@@ -40,17 +45,15 @@ pub(crate) fn current_owner(client_id: u128, key: &str) -> Option<u64> {
         .flatten()
 }
 
-/// Runs `future` with `owner` recorded as the holder of `key` for the chain.
+/// Runs `future` with `held` recorded as a hold of the chain.
 pub(crate) fn scope<F: Future>(
     client_id: u128,
-    key: Arc<str>,
-    owner: u64,
+    held: Arc<Held>,
     future: F,
 ) -> impl Future<Output = F::Output> {
     let frame = Frame {
         client_id,
-        key,
-        owner,
+        held,
         parent: CHAIN.try_with(Arc::clone).ok(),
     };
     CHAIN.scope(Arc::new(frame), future)

@@ -33,8 +33,21 @@ struct Shared {
 struct Channel {
     waiters: usize,
     wake: Arc<Notify>,
+    /// Counts unlock messages (and reconnections, which may have lost some) for watchers
+    /// that must see every one without taking the wake-up meant for a waiter.
+    notices: Arc<watch::Sender<u64>>,
     confirmed: watch::Receiver<bool>,
     confirm: watch::Sender<bool>,
+}
+
+impl Channel {
+    /// An unlock message arrived, or may have been missed: wake one waiter (who re-tries
+    /// the lock) and tell every watcher.
+    fn notify(&self) {
+        self.wake.notify_one();
+        self.notices
+            .send_modify(|count| *count = count.wrapping_add(1));
+    }
 }
 
 enum Command {
@@ -47,6 +60,7 @@ pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: String,
     wake: Arc<Notify>,
+    notices: watch::Receiver<u64>,
     confirmed: watch::Receiver<bool>,
 }
 
@@ -74,6 +88,7 @@ impl PubSubService {
             Channel {
                 waiters: 0,
                 wake: Arc::new(Notify::new()),
+                notices: Arc::new(watch::channel(0).0),
                 confirmed,
                 confirm,
             }
@@ -83,6 +98,7 @@ impl PubSubService {
             shared: Arc::clone(&self.shared),
             channel: channel.to_owned(),
             wake: Arc::clone(&entry.wake),
+            notices: entry.notices.subscribe(),
             confirmed: entry.confirmed.clone(),
         }
     }
@@ -96,7 +112,7 @@ impl Shared {
     fn wake_all(&self) {
         for channel in self.lock_channels().values() {
             channel.wake.notify_waiters();
-            channel.wake.notify_one();
+            channel.notify();
         }
     }
 }
@@ -112,6 +128,13 @@ impl Subscription {
     /// reconnected and messages may have been missed).
     pub(crate) async fn notified(&self) {
         self.wake.notified().await;
+    }
+
+    /// Completes at the next unlock message for the channel (or reconnection), whoever
+    /// else is woken by it: for watching a lock rather than re-trying it.
+    pub(crate) async fn noticed(&mut self) {
+        // The sender lives in the shared map as long as this subscription exists.
+        let _ = self.notices.changed().await;
     }
 }
 
@@ -210,18 +233,15 @@ async fn run(
                 },
                 event = subscriber.next() => match event {
                     Some(SubscriberEvent::Message(channel)) => {
-                        if let Some(wake) = waker(&shared, &channel) {
-                            wake.notify_one();
-                        }
+                        notify(&shared, &channel, false);
                     }
                     Some(SubscriberEvent::Dropped(channel)) => {
                         // A slot moved: subscribe again (routed to the new owner) and let
                         // the waiters re-check, since a release may have been missed.
-                        if let Some(wake) = waker(&shared, &channel) {
+                        if confirmation(&shared, &channel).is_some() {
                             tracing::debug!(%channel, "dlock: sharded subscription dropped by the server; resubscribing");
                             let _ = subscriber.subscribe(&channel).await;
-                            wake.notify_waiters();
-                            wake.notify_one();
+                            notify(&shared, &channel, true);
                         }
                     }
                     Some(SubscriberEvent::Interrupted) => {
@@ -264,8 +284,17 @@ fn confirmation(shared: &Weak<Shared>, channel: &str) -> Option<watch::Sender<bo
     channels.get(channel).map(|c| c.confirm.clone())
 }
 
-fn waker(shared: &Weak<Shared>, channel: &str) -> Option<Arc<Notify>> {
-    let shared = shared.upgrade()?;
+/// Passes an unlock message on (see [`Channel::notify`]); `everyone` also wakes every
+/// waiter, for when messages may have been missed.
+fn notify(shared: &Weak<Shared>, channel: &str, everyone: bool) {
+    let Some(shared) = shared.upgrade() else {
+        return;
+    };
     let channels = shared.lock_channels();
-    channels.get(channel).map(|c| Arc::clone(&c.wake))
+    if let Some(channel) = channels.get(channel) {
+        if everyone {
+            channel.wake.notify_waiters();
+        }
+        channel.notify();
+    }
 }

@@ -15,14 +15,17 @@ use crate::keys::LockKeys;
 use crate::metrics::Metrics;
 use crate::scripts::scripts;
 
-/// Which holds a release gives back.
+/// Which hold a release gives back, with the operation id that makes it count once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReleaseMode {
-    /// One hold: the guard re-entered a lock its call chain already held.
-    One,
-    /// Every hold of the owner: the outermost guard, or an acquisition abandoned with an
-    /// unknown outcome. Holds added by acquisitions whose replies were lost go with it.
-    All,
+pub(crate) enum ReleaseKind {
+    /// A guard gives back its own hold; `op` names the release's memo.
+    Hold { op: u64 },
+    /// An acquisition by a fresh owner was abandoned with its outcome unknown. No guard of
+    /// that owner exists, so every hold it has is that acquisition's: all go.
+    Owner { op: u64 },
+    /// A re-entry was abandoned with its outcome unknown: its hold goes if its marker
+    /// (acquisition `op`) shows it was applied.
+    Reentry { op: u64 },
 }
 
 /// What the script reported.
@@ -42,9 +45,7 @@ pub(crate) struct ReleaseJob {
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) field: Arc<str>,
-    pub(crate) mode: ReleaseMode,
-    /// Identifies this release operation across retries (the memo key).
-    pub(crate) op: u64,
+    pub(crate) kind: ReleaseKind,
 }
 
 /// Runs the release script, retrying transient failures with the same memo so that a
@@ -54,16 +55,16 @@ pub(crate) async fn release(
     settings: &Settings,
     job: &ReleaseJob,
 ) -> Result<Released, CallError> {
-    let memo_key = format!("{}{}:{}", job.keys.memo_prefix, job.field, job.op);
-    let mode = match job.mode {
-        ReleaseMode::One => "one",
-        ReleaseMode::All => "all",
+    let (mode, once_key) = match job.kind {
+        ReleaseKind::Hold { op } => ("one", job.keys.memo(&job.field, op)),
+        ReleaseKind::Owner { op } => ("all", job.keys.memo(&job.field, op)),
+        ReleaseKind::Reentry { op } => ("undo", job.keys.marker(&job.field, op)),
     };
     let mut invocation = scripts().release.prepare_invoke();
     invocation
         .key(&job.keys.key)
         .key(&job.keys.channel)
-        .key(&memo_key)
+        .key(&once_key)
         .arg(&*job.field)
         .arg(mode)
         .arg(settings.memo_ttl().as_millis() as u64)
@@ -131,9 +132,19 @@ pub(crate) async fn run_background(
     }
 }
 
-/// How long releases are remembered for [`replay_after_failover`]: longer than a
+/// How long releases are remembered for [`replay_after_failover`] at most: longer than a
 /// Sentinel takes from promoting a replica to announcing it (about a second measured).
-const REPLAY_WINDOW: Duration = Duration::from_secs(3);
+/// Shorter with a short command timeout: see [`replay_window`].
+const MAX_REPLAY_WINDOW: Duration = Duration::from_secs(3);
+
+/// How long a release stays replayable for a client whose memos live `memo_ttl`: half
+/// of it, at most [`MAX_REPLAY_WINDOW`]. A replay sent at the end of the window and
+/// retried for a command timeout still finds the first attempt's memo (the memo lives
+/// 3 command timeouts + 1 s, half of that is 1.5 timeouts + 0.5 s), so a release that did
+/// reach the new master is never applied twice.
+pub(crate) fn replay_window(memo_ttl: Duration) -> Duration {
+    (memo_ttl / 2).min(MAX_REPLAY_WINDOW)
+}
 /// At most this many releases are remembered; the oldest go first.
 const REPLAY_CAPACITY: usize = 65_536;
 
@@ -142,33 +153,33 @@ const REPLAY_CAPACITY: usize = 65_536;
 pub(crate) struct ReleaseLog {
     /// `None` when the deployment cannot move its master: nothing is recorded.
     entries: Option<Mutex<VecDeque<(Instant, ReleaseJob)>>>,
+    window: Duration,
     /// Dropped with the log, which tells the replay task the client is gone.
     alive: watch::Sender<()>,
 }
 
 impl ReleaseLog {
-    pub(crate) fn new(enabled: bool) -> ReleaseLog {
+    /// A log keeping releases for `window` (see [`replay_window`]), or none at all.
+    pub(crate) fn new(enabled: bool, window: Duration) -> ReleaseLog {
         ReleaseLog {
             entries: enabled.then(Mutex::default),
+            window,
             alive: watch::channel(()).0,
         }
     }
 
-    /// Remembers a release that was applied. Only [`ReleaseMode::All`] releases are
-    /// replayable: they remove one owner's holds entirely, so applying one twice changes
-    /// nothing, and the owner id is never used again.
+    /// Remembers a release that was applied. Each kind counts once when replayed: a hold's
+    /// or an owner's release answers from its memo where the first attempt reached the new
+    /// master, and an undone re-entry's marker is gone there.
     pub(crate) fn record(&self, job: &ReleaseJob) {
         let Some(entries) = &self.entries else {
             return;
         };
-        if job.mode != ReleaseMode::All {
-            return;
-        }
         let now = Instant::now();
         let mut entries = entries.lock().unwrap_or_else(|p| p.into_inner());
         while entries
             .front()
-            .is_some_and(|(at, _)| now - *at > REPLAY_WINDOW)
+            .is_some_and(|(at, _)| now - *at > self.window)
             || entries.len() >= REPLAY_CAPACITY
         {
             entries.pop_front();
@@ -184,7 +195,7 @@ impl ReleaseLog {
         let entries = entries.lock().unwrap_or_else(|p| p.into_inner());
         entries
             .iter()
-            .filter(|(at, _)| now - *at <= REPLAY_WINDOW)
+            .filter(|(at, _)| now - *at <= self.window)
             .map(|(_, job)| job.clone())
             .collect()
     }

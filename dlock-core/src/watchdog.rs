@@ -117,18 +117,22 @@ async fn renew_round(
             invocation.key(&lock.keys.key).arg(&*lock.field);
         }
         let sent_at = Instant::now();
-        let renewed: Vec<i64> = backend.invoke(&invocation).await?;
-        for ((id, lock), still_held) in batch.iter().zip(renewed) {
-            if still_held == 1 {
-                lock.confirm(sent_at);
-                metrics.renewed();
-                tracing::trace!(lock = %lock.name, "dlock: lease renewed");
-            } else {
-                registry.unregister(*id);
-                // A guard released while this round was in flight is not "lost".
-                if !lock.is_released() {
-                    lock.mark_lost(LossReason::NotHeldOnRenewal);
+        let renewed: Vec<Renewal> = backend.invoke(&invocation).await?;
+        for ((id, lock), renewal) in batch.iter().zip(renewed) {
+            let reason = match renewal {
+                Renewal::Renewed => {
+                    lock.confirm(sent_at);
+                    metrics.renewed();
+                    tracing::trace!(lock = %lock.name, "dlock: lease renewed");
+                    continue;
                 }
+                Renewal::NotHeld => LossReason::NotHeldOnRenewal,
+                Renewal::WrongType(found) => LossReason::WrongType { found },
+            };
+            registry.unregister(*id);
+            // A guard released while this round was in flight is not "lost".
+            if !lock.is_released() {
+                lock.mark_lost(reason);
             }
         }
         Ok(())
@@ -171,4 +175,34 @@ fn expire_overdue(registry: &Registry, held: &[(u64, Arc<Held>)]) {
             registry.unregister(*id);
         }
     }
+}
+
+/// One lock's entry in the `renew` script's answer.
+#[derive(Debug, PartialEq, Eq)]
+enum Renewal {
+    Renewed,
+    NotHeld,
+    /// The key holds a value of this Redis type: something overwrote the lock.
+    WrongType(&'static str),
+}
+
+impl redis::FromRedisValue for Renewal {
+    fn from_redis_value(value: redis::Value) -> Result<Renewal, redis::ParsingError> {
+        match value {
+            redis::Value::Int(1) => Ok(Renewal::Renewed),
+            redis::Value::Int(0) => Ok(Renewal::NotHeld),
+            other => Ok(Renewal::WrongType(redis_type(&String::from_redis_value(
+                other,
+            )?))),
+        }
+    }
+}
+
+/// The name of a Redis type as a `'static` string, for [`LossReason::WrongType`].
+fn redis_type(name: &str) -> &'static str {
+    const TYPES: [&str; 7] = ["string", "list", "set", "zset", "hash", "stream", "none"];
+    TYPES
+        .into_iter()
+        .find(|known| *known == name)
+        .unwrap_or("value of another type")
 }

@@ -55,13 +55,19 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
         )?;
         let names = parameter_names(function);
         for piece in &pieces {
-            if let Piece::Placeholder(path) = piece {
-                if !names.contains(&path[0]) {
+            match piece {
+                Piece::Placeholder(path) if !names.contains(&path[0]) => {
                     errors.push(syn::Error::new_spanned(
                         literal,
                         unknown_placeholder(&path[0], &names),
                     ));
                 }
+                Piece::Text(text) => {
+                    for message in parameters_written_as_text(text, &names) {
+                        errors.push(syn::Error::new_spanned(literal, message));
+                    }
+                }
+                Piece::Placeholder(_) => {}
             }
         }
         Some(key_expression(&pieces, literal))
@@ -191,6 +197,35 @@ fn unknown_placeholder(name: &str, names: &BTreeSet<String>) -> String {
         "unknown placeholder `{name}` in key; parameters: {}",
         list.join(", ")
     )
+}
+
+/// Parameters named in the key's literal text the way other tools insert them: `{id}`
+/// (format strings) or `#id` (lock4j's SpEL). Both are literal text here, so every call
+/// would share one lock; each is reported with the `<id>` to write instead.
+fn parameters_written_as_text(text: &str, names: &BTreeSet<String>) -> Vec<String> {
+    let mut mistakes = Vec::new();
+    for (at, sigil) in text.char_indices().filter(|(_, c)| matches!(c, '{' | '#')) {
+        let after = &text[at + 1..];
+        let end = after
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+            .unwrap_or(after.len());
+        let path = after[..end].trim_end_matches('.');
+        let root = path.split('.').next().unwrap_or_default();
+        if !names.contains(root) || root == "self" && path == "self" {
+            continue;
+        }
+        let closed = after[end..].starts_with('}');
+        match sigil {
+            '{' if closed && end == path.len() => mistakes.push(format!(
+                "`{{{path}}}` in the key is literal text (braces are Redis Cluster hash tags), so every call would take the same lock; write `<{path}>` to insert the parameter (or `{{<{path}>}}` for a hash tag made of it)"
+            )),
+            '#' => mistakes.push(format!(
+                "`#{path}` in the key is literal text, so every call would take the same lock; write `<{path}>` to insert the parameter (the `#param` of lock4j's SpEL is `<param>` here)"
+            )),
+            _ => {}
+        }
+    }
+    mistakes
 }
 
 /// Whether failure can be returned as `Err(LockError.into())`: the return type is a path

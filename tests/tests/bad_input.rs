@@ -398,9 +398,24 @@ async fn absurd_client_settings_are_refused_or_work() {
         "{err}"
     );
 
-    // Timeouts and waits beyond any deadline, the longest retry pause: usable, no overflow.
-    let client = LockClient::builder()
+    // A command timeout past 60 s would keep release memos that long: refused.
+    let err = LockClient::builder()
         .command_timeout(Duration::MAX)
+        .connect(&server.url())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "invalid command_timeout {}: longer than the maximum of 60s; release memos live three command timeouts in Redis",
+            humantime::format_duration(Duration::MAX)
+        )
+    );
+
+    // Timeouts and waits beyond any deadline, the longest command timeout and retry pause:
+    // usable, no overflow.
+    let client = LockClient::builder()
+        .command_timeout(dlock_core::MAX_COMMAND_TIMEOUT)
         .connect_timeout(Duration::MAX)
         .max_wait_recheck(Duration::MAX)
         .failover_wait(Duration::MAX)
@@ -419,14 +434,15 @@ async fn absurd_client_settings_are_refused_or_work() {
     let guard = lock.lock().await.unwrap();
     assert!(lock.try_lock().await.unwrap_err().is_timeout());
     guard.unlock().await.unwrap();
-    // The release memo got an expiry Redis accepted.
-    let memos: Vec<String> = server.connection().keys("dlock:release:*").unwrap();
+    // A release memo lives three command timeouts and a second, no longer: this client's
+    // 3 × 60 s + 1 s.
+    let memos: Vec<String> = server
+        .connection()
+        .keys(format!("dlock:release:*{}*", client.id()))
+        .unwrap();
     assert!(!memos.is_empty());
     for memo in memos {
         let ttl: i64 = server.connection().pttl(&memo).unwrap();
-        assert!(
-            ttl > 0 && ttl <= MAX_LEASE.as_millis() as i64,
-            "{memo}: PTTL {ttl}"
-        );
+        assert!(ttl > 180_000 && ttl <= 181_000, "{memo}: PTTL {ttl}");
     }
 }

@@ -27,6 +27,7 @@ const COMMON_COMMANDS: &[&str] = &[
     "+hdel",
     "+pttl",
     "+pexpire",
+    "+type",
     "+get",
     "+set",
     "+del",

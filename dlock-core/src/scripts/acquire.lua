@@ -1,30 +1,61 @@
--- Acquire or re-enter a reentrant lock.
+-- Acquire a reentrant lock for a new owner, or re-enter it for an owner that holds it.
 --
--- KEYS[1]  the lock hash: field = owner, value = hold count
--- ARGV[1]  lease in milliseconds (the client validated it; checked again before any write,
---          because a PEXPIRE that fails after HSET would leave a lock that never expires)
+-- KEYS[1]  the lock hash: field = owner, value = hold count (one per live guard)
+-- KEYS[2]  re-entries: this acquisition's marker (same slot as KEYS[1]); fresh: unused
+-- ARGV[1]  lease in milliseconds; for a re-entry 0 leaves the expiry as it is (the client
+--          validated it; checked again before any write, because a PEXPIRE that fails
+--          after HSET would leave a lock that never expires)
 -- ARGV[2]  owner field "<client-id>:<owner-id>"
+-- ARGV[3]  'fresh' (a new owner id, used by this acquisition only) or 'reenter'
+-- ARGV[4]  re-entries: marker lifetime in milliseconds
 --
--- Returns nil when the lock is now held by the owner, otherwise the remaining time to live
--- of the other owner's lock in milliseconds (-1 when it has no expiry).
+-- Returns nil when the owner now holds the lock; the remaining time to live of another
+-- owner's lock in milliseconds (-1 when it has no expiry); 'notheld' when a re-entry finds
+-- the owner's hold gone; 'wrongtype:<type>' when the key holds another type of value
+-- (nothing is written then).
+--
+-- Both kinds are idempotent, so a call retried after a lost reply adds no second hold: a
+-- fresh owner id belongs to one acquisition only, so finding it means the call was applied;
+-- a re-entry finds its marker. The marker also lets an abandoned re-entry be undone once.
 local lease = tonumber(ARGV[1])
-if lease == nil or lease < 1 or lease > 31622400000 then
-  return redis.error_reply('ERR dlock acquire: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[1]))
+local reenter = ARGV[3] == 'reenter'
+local lowest = 1
+if reenter then
+  lowest = 0
+end
+if lease == nil or lease < lowest or lease > 31622400000 then
+  return redis.error_reply('ERR dlock acquire: lease must be ' .. lowest .. '..31622400000 ms, got ' .. tostring(ARGV[1]))
 end
 
-if redis.call('exists', KEYS[1]) == 0 then
+if not reenter and redis.call('exists', KEYS[1]) == 0 then
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], lease)
   return nil
 end
 
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  -- Re-entry never shortens what an outer acquisition asked for.
-  if redis.call('pttl', KEYS[1]) < lease then
-    redis.call('pexpire', KEYS[1], lease)
-  end
+if reenter and redis.call('exists', KEYS[2]) == 1 then
   return nil
 end
 
-return redis.call('pttl', KEYS[1])
+local mine = redis.pcall('hexists', KEYS[1], ARGV[2])
+if type(mine) == 'table' and mine.err then
+  return 'wrongtype:' .. redis.call('type', KEYS[1]).ok
+end
+
+if not reenter then
+  if mine == 1 then
+    return nil
+  end
+  return redis.call('pttl', KEYS[1])
+end
+
+if mine == 0 then
+  return 'notheld'
+end
+redis.call('hincrby', KEYS[1], ARGV[2], 1)
+-- A re-entry never shortens the expiry, and only lengthens it when it asked for a lease.
+if lease > 0 and redis.call('pttl', KEYS[1]) < lease then
+  redis.call('pexpire', KEYS[1], lease)
+end
+redis.call('set', KEYS[2], 1, 'px', ARGV[4])
+return nil

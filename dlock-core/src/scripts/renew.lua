@@ -5,7 +5,9 @@
 -- ARGV[i+1]  owner field for KEYS[i]
 --
 -- Returns an array: 1 where the owner still holds the lock (its expiry is now at least the
--- lease), 0 where it does not (the lock is lost).
+-- lease), 0 where it does not (the lock is lost), and the Redis type name where the key
+-- holds another type of value. A key of another type affects only its own entry: the
+-- other locks of the batch are renewed all the same.
 local lease = tonumber(ARGV[1])
 if lease == nil or lease < 1 or lease > 31622400000 then
   return redis.error_reply('ERR dlock renew: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[1]))
@@ -13,7 +15,10 @@ end
 
 local renewed = {}
 for i, key in ipairs(KEYS) do
-  if redis.call('hexists', key, ARGV[i + 1]) == 1 then
+  local held = redis.pcall('hexists', key, ARGV[i + 1])
+  if type(held) == 'table' and held.err then
+    renewed[i] = redis.call('type', key).ok
+  elseif held == 1 then
     if redis.call('pttl', key) < lease then
       redis.call('pexpire', key, lease)
     end

@@ -30,6 +30,13 @@ pub async fn free_function(id: u64, qty: u32) -> Result<u32, AppError> {
     Ok(u32::try_from(id).map_err(|_| AppError)?)
 }
 
+/// Braces and `#` that do not name a parameter are literal text: a hash tag of constant
+/// text, one made of a parameter, and a `#` in the name.
+#[distributed_lock(key = "{goods}:{<id>}:#1:{qty")]
+async fn hash_tags(id: u64, qty: u32) -> AppResult<u64> {
+    Ok(id + u64::from(qty))
+}
+
 #[distributed_lock(key = "any")]
 async fn alias_result() -> AppResult<()> {
     Ok(())
