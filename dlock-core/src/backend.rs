@@ -17,6 +17,7 @@ use redis::{
 };
 use tokio::sync::{mpsc, watch};
 
+use crate::background::Background;
 use crate::error::LockError;
 use crate::scripts::scripts;
 use crate::sentinel;
@@ -296,6 +297,7 @@ impl Backend {
     pub(crate) async fn connect(
         topology: &Topology,
         options: ConnectOptions,
+        background: &Background,
     ) -> Result<Backend, LockError> {
         install_tls_provider();
         let root_ca = topology.root_ca.as_deref();
@@ -370,7 +372,9 @@ impl Backend {
             .await
             .map_err(|e| connect_error(shown.clone(), e))?;
         if let Route::Sentinel(route) = &backend.shared.route {
-            backend.watch_sentinels(&route.sentinels, &shown).await;
+            backend
+                .watch_sentinels(&route.sentinels, &shown, background)
+                .await;
         }
         Ok(backend)
     }
@@ -379,14 +383,25 @@ impl Backend {
     /// until each has tried to subscribe: a failover in the first moments of the client's
     /// life would otherwise go unnoticed, and the client would keep writing to the old
     /// master, which stays writable for seconds.
-    async fn watch_sentinels(&self, sentinels: &[redis::Client], shown: &str) {
+    async fn watch_sentinels(
+        &self,
+        sentinels: &[redis::Client],
+        shown: &str,
+        background: &Background,
+    ) {
         let (attempted, mut attempts) = mpsc::channel(sentinels.len().max(1));
         for sentinel in sentinels {
-            tokio::spawn(watch_switch_master(
-                Arc::downgrade(&self.shared),
-                sentinel.clone(),
-                attempted.clone(),
-            ));
+            let shared = Arc::downgrade(&self.shared);
+            let sentinel = sentinel.clone();
+            // Only the first start reports its first attempt.
+            let first_attempt = Mutex::new(Some(attempted.clone()));
+            background.start("sentinel watcher", move || {
+                let attempted = first_attempt
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                watch_switch_master(shared.clone(), sentinel.clone(), attempted)
+            });
         }
         drop(attempted);
         let all_tried = async { while attempts.recv().await.is_some() {} };
@@ -718,10 +733,9 @@ fn announced_master<'a>(channel: &str, payload: &'a str) -> Option<(&'a str, &'a
 async fn watch_switch_master(
     shared: Weak<Shared>,
     sentinel: redis::Client,
-    attempted: mpsc::Sender<()>,
+    mut attempted: Option<mpsc::Sender<()>>,
 ) {
     let mut failures: u32 = 0;
-    let mut attempted = Some(attempted);
     let mut subscribed_before = false;
     loop {
         if shared.strong_count() == 0 {

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::backend::{Backend, CallError, ConnectOptions};
+use crate::background::Background;
 use crate::error::{LockError, Result};
 use crate::lease::{lease_millis, MAX_LEASE};
 use crate::local::LocalQueues;
@@ -89,6 +90,8 @@ pub(crate) struct ClientInner {
     releases: mpsc::UnboundedSender<ReleaseJob>,
     /// Recent releases, replayed on a new master after a Sentinel failover.
     pub(crate) release_log: Arc<ReleaseLog>,
+    /// The tasks above run on; restarted on the caller's runtime when theirs is gone.
+    background: Background,
     next_owner: AtomicU64,
     next_op: AtomicU64,
 }
@@ -244,8 +247,15 @@ impl ClientInner {
         self.id.as_u128()
     }
 
+    /// Restarts background tasks whose runtime shut down, on the current runtime. Called
+    /// by every operation that relies on them (acquire, release).
+    pub(crate) fn keep_running(&self) {
+        self.background.keep_running();
+    }
+
     /// Hands a release to the background task; never blocks, works outside a runtime.
     pub(crate) fn release_in_background(&self, job: ReleaseJob) {
+        self.keep_running();
         // The receiver lives as long as any clone of the client (this one included).
         let _ = self.releases.send(job);
     }
@@ -447,9 +457,10 @@ impl LockClientBuilder {
                 "replica_acks is not supported with a Redis Cluster: WAIT cannot follow the acquire script there; remove it or use Sentinel".to_owned(),
             ));
         }
-        let backend = Backend::connect(topology, options).await?;
+        let background = Background::default();
+        let backend = Backend::connect(topology, options, &background).await?;
         tracing::debug!(mode = topology.mode(), "dlock: connected");
-        Ok(LockClient::start(backend, settings))
+        Ok(LockClient::start(backend, settings, background))
     }
 
     fn validate(&self) -> Result<Settings> {
@@ -521,7 +532,7 @@ impl LockClientBuilder {
 }
 
 impl LockClient {
-    fn start(backend: Backend, settings: Settings) -> LockClient {
+    fn start(backend: Backend, settings: Settings, background: Background) -> LockClient {
         let registry = Arc::new(Registry::default());
         let metrics = Arc::new(Metrics::default());
         let (releases, queue) = mpsc::unbounded_channel();
@@ -529,30 +540,44 @@ impl LockClient {
             backend.is_sentinel(),
             release::replay_window(settings.memo_ttl()),
         ));
-        tokio::spawn(release::run_background(
-            queue,
-            backend.clone(),
-            settings.clone(),
-            Arc::clone(&metrics),
-            Arc::clone(&release_log),
-        ));
-        if backend.is_sentinel() {
-            tokio::spawn(release::replay_after_failover(
-                backend.clone(),
-                settings.clone(),
-                Arc::downgrade(&release_log),
-            ));
+        {
+            let queue = Arc::new(tokio::sync::Mutex::new(queue));
+            let (backend, settings) = (backend.clone(), Arc::new(settings.clone()));
+            let (metrics, log) = (Arc::clone(&metrics), Arc::clone(&release_log));
+            background.start("background releases", move || {
+                release::run_background(
+                    Arc::clone(&queue),
+                    backend.clone(),
+                    Arc::clone(&settings),
+                    Arc::clone(&metrics),
+                    Arc::clone(&log),
+                )
+            });
         }
-        tokio::spawn(watchdog::run(
-            Arc::downgrade(&registry),
-            backend.clone(),
-            Schedule {
+        if backend.is_sentinel() {
+            let (backend, settings) = (backend.clone(), settings.clone());
+            let log = Arc::downgrade(&release_log);
+            background.start("release replay", move || {
+                release::replay_after_failover(backend.clone(), settings.clone(), log.clone())
+            });
+        }
+        {
+            let (registry, backend) = (Arc::downgrade(&registry), backend.clone());
+            let schedule = Schedule {
                 lease: settings.watchdog_timeout,
                 retry_delay: settings.retry_delay,
-            },
-            Arc::clone(&metrics),
-        ));
-        let pubsub = PubSubService::start(backend.clone(), settings.retry_delay);
+            };
+            let metrics = Arc::clone(&metrics);
+            background.start("watchdog", move || {
+                watchdog::run(
+                    registry.clone(),
+                    backend.clone(),
+                    schedule,
+                    Arc::clone(&metrics),
+                )
+            });
+        }
+        let pubsub = PubSubService::start(backend.clone(), settings.retry_delay, &background);
         let id = Uuid::new_v4();
         tracing::debug!(client = %id, "dlock: client started");
         LockClient {
@@ -566,6 +591,7 @@ impl LockClient {
                 metrics,
                 releases,
                 release_log,
+                background,
                 next_owner: AtomicU64::new(1),
                 next_op: AtomicU64::new(1),
             }),

@@ -129,6 +129,7 @@ impl LockGuard {
     pub async fn unlock(mut self) -> Result<()> {
         self.stop_renewal();
         let inner = &self.client.inner;
+        inner.keep_running();
         let job = self.job();
         let outcome = release::release(&inner.backend, &inner.settings, &job).await;
         if outcome.is_ok() {

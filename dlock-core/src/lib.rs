@@ -41,6 +41,7 @@
 #[path = "private.rs"]
 pub mod __private;
 mod backend;
+mod background;
 mod client;
 mod error;
 mod global;

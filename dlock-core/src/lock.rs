@@ -356,6 +356,7 @@ impl Lock {
             lease_millis("lease", lease)?;
         }
         let inner = &self.client.inner;
+        inner.keep_running();
         let started = Instant::now();
         // A wait too long to represent is a wait without end.
         let give_up_at = wait.and_then(|wait| started.checked_add(wait));

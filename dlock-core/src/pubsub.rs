@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::backend::{Backend, SubscriberEvent};
+use crate::background::Background;
 use crate::client::retry_backoff;
 
 /// The longest pause between two attempts to reconnect the subscriber. Waiters do not
@@ -66,13 +67,26 @@ pub(crate) struct Subscription {
 
 impl PubSubService {
     /// Starts the subscriber task; it runs until the service is dropped.
-    pub(crate) fn start(backend: Backend, retry_delay: Duration) -> PubSubService {
+    pub(crate) fn start(
+        backend: Backend,
+        retry_delay: Duration,
+        background: &Background,
+    ) -> PubSubService {
         let (commands, receiver) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
             commands,
         });
-        tokio::spawn(run(Arc::downgrade(&shared), receiver, backend, retry_delay));
+        let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
+        let weak = Arc::downgrade(&shared);
+        background.start("subscriber", move || {
+            run(
+                weak.clone(),
+                Arc::clone(&receiver),
+                backend.clone(),
+                retry_delay,
+            )
+        });
         PubSubService { shared }
     }
 
@@ -157,10 +171,11 @@ impl Drop for Subscription {
 /// The subscriber task: (re)connects, keeps the wanted channels subscribed, routes messages.
 async fn run(
     shared: Weak<Shared>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
+    commands: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Command>>>,
     backend: Backend,
     retry_delay: Duration,
 ) {
+    let mut commands = commands.lock().await;
     let mut generation = backend.generation();
     let mut failures: u32 = 0;
     loop {

@@ -94,15 +94,19 @@ pub(crate) async fn release(
     }
 }
 
+/// The queue of background releases; shared, so that the task can be restarted on another
+/// runtime (see [`Background`](crate::background::Background)) without losing jobs.
+pub(crate) type ReleaseQueue = Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<ReleaseJob>>>;
+
 /// The background release task: one spawned release per job, until the client is gone.
 pub(crate) async fn run_background(
-    mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
+    jobs: ReleaseQueue,
     backend: Backend,
-    settings: Settings,
+    settings: Arc<Settings>,
     metrics: Arc<Metrics>,
     log: Arc<ReleaseLog>,
 ) {
-    let settings = Arc::new(settings);
+    let mut jobs = jobs.lock().await;
     while let Some(job) = jobs.recv().await {
         let backend = backend.clone();
         let settings = Arc::clone(&settings);

@@ -54,6 +54,7 @@ impl Registry {
 }
 
 /// Timing of the renewal loop.
+#[derive(Clone, Copy)]
 pub(crate) struct Schedule {
     /// The watchdog timeout (validated by the client builder).
     pub(crate) lease: Duration,

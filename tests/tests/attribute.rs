@@ -103,6 +103,17 @@ impl Shop {
         Ok(self.ttl(&format!("leased:{id}")))
     }
 
+    #[distributed_lock(key = "leased:<id>", lease = "500ms", client = self.locks)]
+    async fn leased_outer(&self, id: u64) -> Result<i64, AppError> {
+        self.watched_inner(id).await
+    }
+
+    /// No lease of its own: inside `leased_outer` it lives on the outer 500 ms lease.
+    #[distributed_lock(key = "leased:<id>", client = self.locks)]
+    async fn watched_inner(&self, id: u64) -> Result<i64, AppError> {
+        Ok(self.ttl(&format!("leased:{id}")))
+    }
+
     #[distributed_lock(key = "short:<id>", lease = "300ms", client = self.locks)]
     async fn outlive_lease(&self, id: u64) -> Result<bool, AppError> {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -282,6 +293,18 @@ async fn an_explicit_lease_sets_the_ttl_and_is_not_renewed() {
 
     // A body that outlives its lease runs on without the lock: the key expired.
     assert!(!shop.outlive_lease(1).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_nested_call_without_a_lease_does_not_stretch_the_outer_lease() {
+    let server = RedisServer::start();
+    let shop = Shop::open(&server).await;
+    let ttl = shop.leased_outer(2).await.unwrap();
+    assert!(
+        (1..=500).contains(&ttl),
+        "the nested call raised the 500 ms lease to {ttl} ms"
+    );
+    assert!(shop.holds("leased:2").is_empty(), "both holds released");
 }
 
 #[tokio::test]

@@ -1,0 +1,88 @@
+//! A client outlives the Tokio runtime that built it: the usual case is `set_global` in
+//! one `#[tokio::test]` and use in the next. Its background work (renewal, waking
+//! waiters, releasing dropped guards) must go on on whatever runtime uses it.
+
+use std::time::{Duration, Instant};
+
+use dlock_core::LockClient;
+use dlock_tests::RedisServer;
+use redis::Commands;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_client_keeps_renewing_waking_and_releasing_on_the_next_runtime() {
+    let server = RedisServer::start();
+    let first = runtime();
+    let client = first.block_on(async {
+        let client = LockClient::builder()
+            .watchdog_timeout(Duration::from_millis(600))
+            .connect(&server.url())
+            .await
+            .unwrap();
+        // Used once on its own runtime, so every background task has started.
+        client
+            .lock("warm-up")
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+        client
+    });
+    drop(first);
+
+    let second = runtime();
+    second.block_on(async {
+        let rival = LockClient::connect(&server.url()).await.unwrap();
+        // Renewal: held for three watchdog timeouts, nobody else gets in.
+        let guard = client.lock("renewed").lock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1_800)).await;
+        assert!(
+            !guard.is_lost(),
+            "the watchdog stopped with the old runtime"
+        );
+        let attempt = rival.lock("renewed").try_lock().await;
+        assert!(
+            attempt.as_ref().is_err_and(|e| e.is_timeout()),
+            "{attempt:?}"
+        );
+        guard.unlock().await.unwrap();
+
+        // Waking: a waiter of this client is woken by another client's release.
+        let held = rival.lock("woken").lock().await.unwrap();
+        let lock = client.lock("woken");
+        let waiter = tokio::spawn(async move {
+            let guard = lock.try_lock_for(Duration::from_secs(5)).await.unwrap();
+            (guard, Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released_at = Instant::now();
+        held.unlock().await.unwrap();
+        let (guard, acquired_at) = waiter.await.unwrap();
+        assert!(
+            acquired_at - released_at < Duration::from_millis(150),
+            "woken after {:?}: no subscriber",
+            acquired_at - released_at
+        );
+
+        // Releasing in the background: a dropped guard's lock is gone at once.
+        drop(guard);
+        let dropped_at = Instant::now();
+        let mut conn = server.connection();
+        while conn.exists::<_, bool>("woken").unwrap() {
+            assert!(
+                dropped_at.elapsed() < Duration::from_millis(500),
+                "a dropped guard was not released"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+}
