@@ -6,9 +6,19 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{LockClient, LockError};
+use dlock_core::{Lock, LockClient, LockError, LockGuard};
 use dlock_tests::RedisServer;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+
+/// A task of the client that waits up to `wait` for `lock`; it answers the guard and when
+/// it got it.
+fn waiter(lock: Lock, wait: Duration) -> JoinHandle<Result<(LockGuard, Instant), LockError>> {
+    tokio::spawn(async move {
+        let guard = lock.try_lock_for(wait).await?;
+        Ok((guard, Instant::now()))
+    })
+}
 
 /// A waiter of the holder's own client and one of another client race for the lock after
 /// the holder's 300 ms lease ran out; both must get it within 50 ms of the expiry.
@@ -22,11 +32,7 @@ async fn after_an_explicit_lease_expires_a_local_waiter_gets_the_lock_within_50m
         .await
         .unwrap();
     let expires_at = Instant::from_std(holder.deadline());
-    let lock = client.lock("expiring");
-    let waiter = tokio::spawn(async move {
-        let guard = lock.try_lock_for(Duration::from_secs(2)).await?;
-        Ok::<_, LockError>((guard, Instant::now()))
-    });
+    let waiter = waiter(client.lock("expiring"), Duration::from_secs(2));
     let (guard, acquired_at) = waiter
         .await
         .unwrap()
@@ -66,11 +72,7 @@ async fn after_force_unlock_a_local_waiter_gets_the_lock_within_100ms() {
     let client = LockClient::connect(&server.url()).await.unwrap();
     let admin = LockClient::connect(&server.url()).await.unwrap();
     let holder = client.lock("forced").lock().await.unwrap();
-    let lock = client.lock("forced");
-    let waiter = tokio::spawn(async move {
-        let guard = lock.try_lock_for(Duration::from_secs(3)).await?;
-        Ok::<_, LockError>((guard, Instant::now()))
-    });
+    let waiter = waiter(client.lock("forced"), Duration::from_secs(3));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let forced_at = Instant::now();
     assert!(admin.lock("forced").force_unlock().await.unwrap());
@@ -99,11 +101,7 @@ async fn a_lost_watchdog_guard_gives_up_its_turn_within_a_renewal_period() {
         .await
         .unwrap();
     let holder = client.lock("vanished").lock().await.unwrap();
-    let lock = client.lock("vanished");
-    let waiter = tokio::spawn(async move {
-        let guard = lock.try_lock_for(Duration::from_secs(3)).await?;
-        Ok::<_, LockError>((guard, Instant::now()))
-    });
+    let waiter = waiter(client.lock("vanished"), Duration::from_secs(3));
     tokio::time::sleep(Duration::from_millis(50)).await;
     // Deleted without a message: only the renewal can find out.
     let deleted_at = Instant::now();
