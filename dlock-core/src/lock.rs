@@ -312,7 +312,7 @@ impl Lock {
             .await
             .map_err(|e| e.into_lock_error(&self.name, "force-unlock"))?;
         let deleted = match reply {
-            Reply::Busy(deleted) => deleted == 1,
+            Reply::Number(deleted) => deleted == 1,
             Reply::WrongType(found) => return Err(self.wrong_type(found)),
             other => return Err(self.unexpected("force-unlock", &other)),
         };
@@ -433,7 +433,7 @@ impl Lock {
                 tracing::debug!(lock = %self.name, owner = %outer.field, "dlock: re-entered");
                 Ok(Some(LockGuard::new(self.client.clone(), Arc::new(held))))
             }
-            Reply::NotHeld | Reply::Busy(_) => {
+            Reply::NotHeld | Reply::Number(_) => {
                 outer.mark_lost(LossReason::NotHeldOnCheck);
                 Ok(None)
             }
@@ -571,7 +571,7 @@ impl Lock {
                     tracing::debug!(lock = %self.name, owner, waited = ?started.elapsed(), "dlock: acquired");
                     return Ok(LockGuard::new(self.client.clone(), held));
                 }
-                Reply::Busy(ttl) => ttl,
+                Reply::Number(ttl) => ttl,
                 Reply::WrongType(found) => {
                     inner.metrics.acquire_failed();
                     return Err(self.wrong_type(found));
@@ -625,9 +625,9 @@ fn before(pause: Duration, deadline: Instant) -> bool {
 enum Reply {
     /// nil: the owner holds the lock now.
     Acquired,
-    /// An integer: the other owner's TTL in ms (acquire), or whether a lock was deleted
-    /// (force unlock).
-    Busy(i64),
+    /// An integer: the other owner's TTL in ms (acquire: busy), or 1 / 0 for whether a
+    /// lock was deleted (force unlock).
+    Number(i64),
     /// A re-entry found the owner's hold gone.
     NotHeld,
     /// The key holds a value of this Redis type, not a lock; nothing was written.
@@ -638,7 +638,7 @@ impl redis::FromRedisValue for Reply {
     fn from_redis_value(value: redis::Value) -> std::result::Result<Reply, redis::ParsingError> {
         match value {
             redis::Value::Nil => Ok(Reply::Acquired),
-            redis::Value::Int(n) => Ok(Reply::Busy(n)),
+            redis::Value::Int(n) => Ok(Reply::Number(n)),
             other => {
                 let text = String::from_redis_value(other)?;
                 match text.split_once(':') {
@@ -687,14 +687,12 @@ struct Attempt<'a> {
 }
 
 impl Attempt<'_> {
-    /// The script's keys and arguments: `(marker or key, kind, marker lifetime)`.
-    fn script_args(&self) -> (String, &'static str, u64) {
-        let keys = &self.lock.keys;
+    /// The script's marker (re-entries only), kind and marker lifetime.
+    fn script_args(&self) -> (Option<String>, &'static str, u64) {
         match self.kind {
-            // Unused by the script; the lock key keeps every key in one slot.
-            AttemptKind::New => (keys.key.clone(), "fresh", 0),
+            AttemptKind::New => (None, "fresh", 0),
             AttemptKind::Reentry { op } => (
-                keys.marker(&self.field, op),
+                Some(self.lock.keys.marker(&self.field, op)),
                 "reenter",
                 self.lock.client.inner.settings.memo_ttl().as_millis() as u64,
             ),
@@ -710,10 +708,12 @@ impl Attempt<'_> {
     ) -> Result<(Instant, Reply), CallError> {
         let inner = &self.lock.client.inner;
         let (marker, kind, marker_ms) = self.script_args();
+        // A new owner has no marker; the lock key fills the slot (one slot for every key).
+        let marker = marker.as_deref().unwrap_or(&self.lock.keys.key);
         let mut invocation = scripts().acquire.prepare_invoke();
         invocation
             .key(&self.lock.keys.key)
-            .key(&marker)
+            .key(marker)
             .arg(lease_ms)
             .arg(&*self.field)
             .arg(kind)
@@ -729,7 +729,7 @@ impl Attempt<'_> {
             let outcome = match inner.settings.replica_acks {
                 None => inner.backend.invoke::<Reply>(&invocation).await,
                 Some(acks) => {
-                    self.acquire_replicated(lease_ms, (&marker, kind, marker_ms), acks)
+                    self.acquire_replicated(lease_ms, (marker, kind, marker_ms), acks)
                         .await
                 }
             };
