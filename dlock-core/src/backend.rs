@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::{
-    ConnectionLike, ConnectionManager, ConnectionManagerConfig, PubSubSink, PubSubStream,
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection, PubSubSink,
+    PubSubStream,
 };
 use redis::cluster_async::ClusterConnection;
 use redis::{
@@ -19,6 +20,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::background::Background;
 use crate::error::LockError;
+use crate::exclusive::ExclusivePool;
 use crate::scripts::scripts;
 use crate::sentinel;
 use crate::topology::{Auth, Topology, TopologyKind};
@@ -117,6 +119,8 @@ struct Shared {
     options: ConnectOptions,
     /// Bumped when the subscriber must reconnect (a Sentinel failover moved the master).
     generation: watch::Sender<u64>,
+    /// Connections for calls that block the connection they run on (`WAIT`).
+    exclusive: ExclusivePool,
 }
 
 enum Route {
@@ -365,6 +369,7 @@ impl Backend {
                 route,
                 options,
                 generation: watch::channel(0).0,
+                exclusive: ExclusivePool::default(),
             }),
         };
         backend
@@ -456,17 +461,25 @@ impl Backend {
         self.after(result).await
     }
 
-    /// Runs a pipeline on one connection, bounded by the command timeout. A `NOSCRIPT`
-    /// error (script cache emptied by a restart or failover) reloads the scripts and runs
-    /// the pipeline once more.
-    pub(crate) async fn query_pipeline<T: FromRedisValue>(
+    /// Runs a pipeline that blocks the connection it runs on (`WAIT`), on a connection of
+    /// its own (see [`ExclusivePool`]), bounded by the command timeout. A `NOSCRIPT` error
+    /// (script cache emptied by a restart or failover) reloads the scripts and runs the
+    /// pipeline once more.
+    pub(crate) async fn query_blocking<T: FromRedisValue>(
         &self,
         pipeline: &Pipeline,
     ) -> Result<T, CallError> {
-        let run = || async {
-            let mut conn = self.conn();
-            self.bounded(async move { pipeline.query_async(&mut conn).await })
-                .await
+        let run = || {
+            self.bounded(async {
+                let generation = *self.shared.generation.borrow();
+                let pool = &self.shared.exclusive;
+                let mut lent = pool.take(generation, || self.open_exclusive()).await?;
+                let result = pipeline.query_async(lent.conn()).await;
+                if result.is_ok() {
+                    lent.give_back();
+                }
+                result
+            })
         };
         let result = match run().await {
             Err(CallError::Redis(e))
@@ -478,6 +491,28 @@ impl Backend {
             other => other,
         };
         self.after(result).await
+    }
+
+    /// A new connection to the master, for [`ExclusivePool`].
+    async fn open_exclusive(&self) -> RedisResult<MultiplexedConnection> {
+        let client = match &self.shared.route {
+            Route::Direct(node) => node.client.clone(),
+            Route::Sentinel(route) => route.node().client,
+            // Refused when the client is built: `WAIT` cannot follow a script in a cluster.
+            Route::Cluster { .. } => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "blocking calls need one master, not a cluster",
+                )))
+            }
+        };
+        let options = self.shared.options;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.command_timeout));
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
     }
 
     /// Runs a plain command, bounded by the command timeout.

@@ -370,6 +370,8 @@ impl LockClientBuilder {
 
     /// Before an acquisition counts, require `replicas` replicas to confirm it within
     /// `within` (Redis `WAIT`, on the connection that ran the acquire script). Default: off.
+    /// That connection is one of up to 16 the client opens for this alone: a pending
+    /// `WAIT` blocks its connection, and must not delay the client's other commands.
     ///
     /// Replication is asynchronous: a lock written to a master that fails before a
     /// replica has it is gone after the failover, and another client can take it. With

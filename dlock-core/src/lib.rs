@@ -44,6 +44,7 @@ mod backend;
 mod background;
 mod client;
 mod error;
+mod exclusive;
 mod global;
 mod guard;
 mod held;

@@ -761,7 +761,8 @@ impl Attempt<'_> {
     }
 
     /// The acquire script followed by `WAIT` in one pipeline, so both run on the same
-    /// connection and `WAIT` covers the script's write. Taken but not confirmed by enough
+    /// connection and `WAIT` covers the script's write. The connection is one of its own:
+    /// `WAIT` blocks it, and must not delay the client's other commands. Taken but not confirmed by enough
     /// replicas is an error; the hold stays `maybe_applied` and is released if the caller
     /// gives up (a retry of the same acquisition finds it applied and adds nothing).
     async fn acquire_replicated(
@@ -786,7 +787,7 @@ impl Attempt<'_> {
             .arg(acks.replicas)
             .arg(wait_ms);
         let backend = &self.lock.client.inner.backend;
-        let (reply, acked): (Reply, u64) = backend.query_pipeline(&pipeline).await?;
+        let (reply, acked): (Reply, u64) = backend.query_blocking(&pipeline).await?;
         if matches!(reply, Reply::Acquired) && acked < u64::from(acks.replicas) {
             tracing::warn!(lock = %self.lock.name, acked, wanted = acks.replicas, "dlock: acquisition not confirmed by enough replicas");
             return Err(CallError::NotReplicated {

@@ -1,7 +1,8 @@
 //! `LockClientBuilder::replica_acks`: an acquisition counts only once replicas confirmed
-//! it (Redis `WAIT` after the acquire script, on the same connection). With the replica
-//! cut off, `try_lock` reports `NotReplicated` and leaves nothing behind; `lock()` waits
-//! until the replica is back.
+//! it (Redis `WAIT` after the acquire script, on the same connection, one the `WAIT`
+//! has to itself). With the replica cut off, `try_lock` reports `NotReplicated` and
+//! leaves nothing behind; `lock()` waits until the replica is back; the client's other
+//! commands are not delayed.
 
 use std::time::{Duration, Instant};
 
@@ -146,4 +147,70 @@ async fn bad_replica_ack_settings_are_refused() {
         Err(LockError::Config(message)) => assert!(message.contains("Cluster"), "{message}"),
         other => panic!("cluster: {other:?}"),
     }
+}
+
+/// `WAIT` blocks the connection it runs on. With the replica cut off, 20 acquisitions
+/// keep a `WAIT` pending at every moment for 2 s; on a shared connection the client's
+/// other commands queued behind them (seconds per call, renewals included, so unrelated
+/// locks were lost). Each `WAIT` must get a connection of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_wait_delays_no_other_command() {
+    let set = RedisReplicaSet::start(1);
+    let topology = Topology::master_replicas(set.master_url(), set.replica_urls());
+    let client = LockClient::builder()
+        .replica_acks(1, WITHIN)
+        .watchdog_timeout(Duration::from_secs(1))
+        .connect_to(&topology)
+        .await
+        .unwrap();
+    let held = client.lock("acked:watched").lock().await.unwrap();
+    cut_replica(&set);
+
+    let until = Instant::now() + Duration::from_secs(2);
+    let acquirers: Vec<_> = (0..20)
+        .map(|n| {
+            let lock = client.lock(&format!("acked:crowd:{n}"));
+            tokio::spawn(async move {
+                let (mut refused, mut granted) = (0u32, 0u32);
+                while Instant::now() < until {
+                    match lock.try_lock().await {
+                        Ok(_) => granted += 1,
+                        Err(_) => refused += 1,
+                    }
+                }
+                (refused, granted)
+            })
+        })
+        .collect();
+
+    let unrelated = client.lock("acked:unrelated");
+    let mut latencies = Vec::new();
+    while Instant::now() < until {
+        let started = Instant::now();
+        assert!(!unrelated.is_locked().await.unwrap());
+        latencies.push(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (mut refused, mut granted) = (0, 0);
+    for acquirer in acquirers {
+        let (r, g) = acquirer.await.unwrap();
+        refused += r;
+        granted += g;
+    }
+    latencies.sort();
+    let p99 = latencies[latencies.len() * 99 / 100];
+    let worst = *latencies.last().unwrap();
+    println!(
+        "20 acquisitions waiting for a cut replica: {refused} refused, {granted} granted; unrelated is_locked over {} calls: p99 {p99:?}, worst {worst:?}",
+        latencies.len()
+    );
+    assert_eq!(granted, 0, "an acquisition counted without its replica");
+    assert!(
+        refused >= 20,
+        "the WAITs did not happen: {refused} refusals"
+    );
+    assert!(p99 <= Duration::from_millis(50), "p99 {p99:?}");
+    assert!(!held.is_lost(), "a pending WAIT starved the watchdog");
+    assert!(client.lock("acked:watched").is_locked().await.unwrap());
+    held.unlock().await.unwrap();
 }
