@@ -11,6 +11,7 @@ use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection, PubSubSink,
     PubSubStream,
 };
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{
     Cmd, FromRedisValue, Pipeline, PushInfo, PushKind, RedisError, RedisFuture, RedisResult,
@@ -21,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use crate::background::Background;
 use crate::error::LockError;
 use crate::exclusive::ExclusivePool;
+use crate::runtime_probe::RuntimeProbe;
 use crate::scripts::scripts;
 use crate::sentinel;
 use crate::topology::{Auth, Topology, TopologyKind};
@@ -121,14 +123,19 @@ struct Shared {
     generation: watch::Sender<u64>,
     /// Connections for calls that block the connection they run on (`WAIT`).
     exclusive: ExclusivePool,
+    /// Tells when the runtime that drives the connections has shut down.
+    probe: Mutex<RuntimeProbe>,
+    /// Held while reopening the connections on a new runtime, so that it happens once.
+    reopening: tokio::sync::Mutex<()>,
 }
 
 enum Route {
     /// One server (also the master of a master/replicas deployment).
-    Direct(Box<Node>),
+    Direct(RwLock<Node>),
     Sentinel(Box<SentinelRoute>),
     Cluster {
-        conn: ClusterConnection,
+        client: ClusterClient,
+        conn: RwLock<ClusterConnection>,
         /// Sharded pub/sub messages; taken by the subscriber task.
         pushes: Mutex<Option<mpsc::UnboundedReceiver<PushInfo>>>,
     },
@@ -309,7 +316,7 @@ impl Backend {
             TopologyKind::Single { address } => {
                 let client = open(address, &topology.auth, root_ca)?;
                 (
-                    Route::Direct(Box::new(connect_node(client, address, options).await?)),
+                    Route::Direct(RwLock::new(connect_node(client, address, options).await?)),
                     redact(address),
                 )
             }
@@ -319,7 +326,7 @@ impl Backend {
                 }
                 let client = open(master, &topology.auth, root_ca)?;
                 (
-                    Route::Direct(Box::new(connect_node(client, master, options).await?)),
+                    Route::Direct(RwLock::new(connect_node(client, master, options).await?)),
                     redact(master),
                 )
             }
@@ -343,22 +350,22 @@ impl Backend {
                     .iter()
                     .map(|node| connection_info(node, &topology.auth))
                     .collect::<Result<Vec<_>, _>>()?;
-                let (conn, pushes) =
-                    connect_cluster(infos, root_ca, options)
-                        .await
-                        .map_err(|e| match e {
-                            CallError::Redis(source)
-                                if source.kind() == redis::ErrorKind::InvalidClientConfig =>
-                            {
-                                LockError::Config(format!(
-                                    "invalid cluster nodes {}: {source}",
-                                    list(nodes)
-                                ))
-                            }
-                            other => connect_error(shown.clone(), other),
-                        })?;
+                let (client, conn, pushes) = connect_cluster(infos, root_ca, options)
+                    .await
+                    .map_err(|e| match e {
+                        CallError::Redis(source)
+                            if source.kind() == redis::ErrorKind::InvalidClientConfig =>
+                        {
+                            LockError::Config(format!(
+                                "invalid cluster nodes {}: {source}",
+                                list(nodes)
+                            ))
+                        }
+                        other => connect_error(shown.clone(), other),
+                    })?;
                 let route = Route::Cluster {
-                    conn,
+                    client,
+                    conn: RwLock::new(conn),
                     pushes: Mutex::new(Some(pushes)),
                 };
                 (route, shown)
@@ -370,6 +377,8 @@ impl Backend {
                 options,
                 generation: watch::channel(0).0,
                 exclusive: ExclusivePool::default(),
+                probe: Mutex::new(RuntimeProbe::start()),
+                reopening: tokio::sync::Mutex::new(()),
             }),
         };
         backend
@@ -423,9 +432,11 @@ impl Backend {
     async fn load_scripts(&self) -> Result<(), CallError> {
         let all = scripts();
         for script in [&all.acquire, &all.release, &all.renew, &all.force_unlock] {
-            let mut conn = self.conn();
-            self.bounded(async move { script.load_async(&mut conn).await })
-                .await?;
+            self.bounded_call(async {
+                let mut conn = self.conn().await?;
+                script.load_async(&mut conn).await.map_err(CallError::Redis)
+            })
+            .await?;
         }
         Ok(())
     }
@@ -454,9 +465,14 @@ impl Backend {
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, CallError> {
-        let mut conn = self.conn();
         let result = self
-            .bounded(async move { invocation.invoke_async(&mut conn).await })
+            .bounded_call(async {
+                let mut conn = self.conn().await?;
+                invocation
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(CallError::Redis)
+            })
             .await;
         self.after(result).await
     }
@@ -470,15 +486,19 @@ impl Backend {
         pipeline: &Pipeline,
     ) -> Result<T, CallError> {
         let run = || {
-            self.bounded(async {
+            self.bounded_call(async {
+                self.follow_runtime().await?;
                 let generation = *self.shared.generation.borrow();
                 let pool = &self.shared.exclusive;
-                let mut lent = pool.take(generation, || self.open_exclusive()).await?;
+                let mut lent = pool
+                    .take(generation, || self.open_exclusive())
+                    .await
+                    .map_err(CallError::Redis)?;
                 let result = pipeline.query_async(lent.conn()).await;
                 if result.is_ok() {
                     lent.give_back();
                 }
-                result
+                result.map_err(CallError::Redis)
             })
         };
         let result = match run().await {
@@ -496,7 +516,7 @@ impl Backend {
     /// A new connection to the master, for [`ExclusivePool`].
     async fn open_exclusive(&self) -> RedisResult<MultiplexedConnection> {
         let client = match &self.shared.route {
-            Route::Direct(node) => node.client.clone(),
+            Route::Direct(node) => read(node).client.clone(),
             Route::Sentinel(route) => route.node().client,
             // Refused when the client is built: `WAIT` cannot follow a script in a cluster.
             Route::Cluster { .. } => {
@@ -517,9 +537,11 @@ impl Backend {
 
     /// Runs a plain command, bounded by the command timeout.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, CallError> {
-        let mut conn = self.conn();
         let result = self
-            .bounded(async move { cmd.query_async(&mut conn).await })
+            .bounded_call(async {
+                let mut conn = self.conn().await?;
+                cmd.query_async(&mut conn).await.map_err(CallError::Redis)
+            })
             .await;
         self.after(result).await
     }
@@ -528,16 +550,21 @@ impl Backend {
     /// [`generation`](Backend::generation) moves on, the subscriber is stale.
     pub(crate) async fn subscriber(&self) -> Result<Subscriber, CallError> {
         match &self.shared.route {
-            Route::Direct(node) => self.dedicated(node.client.clone()).await,
+            Route::Direct(node) => {
+                let client = read(node).client.clone();
+                self.dedicated(client).await
+            }
             Route::Sentinel(route) => {
                 let client = route.node().client;
                 self.dedicated(client).await
             }
-            Route::Cluster { conn, pushes } => {
+            Route::Cluster { conn, pushes, .. } => {
+                self.follow_runtime().await?;
+                let conn = read(conn).clone();
                 let taken = pushes.lock().unwrap_or_else(|p| p.into_inner()).take();
                 match taken {
                     Some(receiver) => Ok(Subscriber::Sharded {
-                        conn: conn.clone(),
+                        conn,
                         pushes: PushLease {
                             receiver: Some(receiver),
                             shared: Arc::clone(&self.shared),
@@ -564,12 +591,63 @@ impl Backend {
         self.shared.generation.subscribe()
     }
 
-    fn conn(&self) -> Conn {
-        match &self.shared.route {
-            Route::Direct(node) => Conn::Node(node.conn.clone()),
+    /// The connection for the next call, reopened first if its runtime has shut down.
+    async fn conn(&self) -> Result<Conn, CallError> {
+        self.follow_runtime().await?;
+        Ok(match &self.shared.route {
+            Route::Direct(node) => Conn::Node(read(node).conn.clone()),
             Route::Sentinel(route) => Conn::Node(route.node().conn),
-            Route::Cluster { conn, .. } => Conn::Cluster(conn.clone()),
+            Route::Cluster { conn, .. } => Conn::Cluster(read(conn).clone()),
+        })
+    }
+
+    /// Reopens the connections on the current runtime when the one that drove them has
+    /// shut down (see [`RuntimeProbe`]). One atomic load when nothing changed.
+    async fn follow_runtime(&self) -> Result<(), CallError> {
+        let alive = || {
+            self.shared
+                .probe
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .runtime_is_alive()
+        };
+        if alive() {
+            return Ok(());
         }
+        let _reopening = self.shared.reopening.lock().await;
+        if alive() {
+            return Ok(()); // another caller reopened them while we waited
+        }
+        tracing::info!("dlock: the runtime that drove the client's connections shut down; reopening them on this one");
+        let options = self.shared.options;
+        match &self.shared.route {
+            Route::Direct(node) => {
+                let client = read(node).client.clone();
+                let fresh = Node::connect(client, options)
+                    .await
+                    .map_err(CallError::Redis)?;
+                *node.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+            }
+            Route::Sentinel(route) => {
+                let fresh = Node::connect(route.node().client, options)
+                    .await
+                    .map_err(CallError::Redis)?;
+                *route.current.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+            }
+            Route::Cluster { client, conn, .. } => {
+                let fresh = client
+                    .get_async_connection()
+                    .await
+                    .map_err(CallError::Redis)?;
+                *conn.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+            }
+        }
+        *self.shared.probe.lock().unwrap_or_else(|p| p.into_inner()) = RuntimeProbe::start();
+        // Subscribers and lent connections of the old runtime are stale too.
+        self.shared
+            .generation
+            .send_modify(|generation| *generation += 1);
+        Ok(())
     }
 
     /// After a failed call in Sentinel mode, checks whether the master moved, so that the
@@ -620,11 +698,24 @@ async fn connect_node(
     }
 }
 
+/// The value behind `lock`, also after a panic elsewhere poisoned it (the value is
+/// replaced whole, never left half-written).
+fn read<T: Clone>(lock: &RwLock<T>) -> T {
+    lock.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
 async fn connect_cluster(
     nodes: Vec<redis::ConnectionInfo>,
     root_ca: Option<&[u8]>,
     options: ConnectOptions,
-) -> Result<(ClusterConnection, mpsc::UnboundedReceiver<PushInfo>), CallError> {
+) -> Result<
+    (
+        ClusterClient,
+        ClusterConnection,
+        mpsc::UnboundedReceiver<PushInfo>,
+    ),
+    CallError,
+> {
     let (sender, pushes) = mpsc::unbounded_channel();
     let builder = redis::cluster::ClusterClientBuilder::new(nodes)
         .use_protocol(redis::ProtocolVersion::RESP3)
@@ -638,7 +729,7 @@ async fn connect_cluster(
     let client = builder.build().map_err(CallError::Redis)?;
     let connecting = client.get_async_connection();
     match tokio::time::timeout(options.connect_timeout, connecting).await {
-        Ok(Ok(conn)) => Ok((conn, pushes)),
+        Ok(Ok(conn)) => Ok((client, conn, pushes)),
         Ok(Err(e)) => Err(CallError::Redis(e)),
         Err(_) => Err(CallError::Timeout(options.connect_timeout)),
     }

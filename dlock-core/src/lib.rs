@@ -56,6 +56,7 @@ mod metrics;
 mod owner;
 mod pubsub;
 mod release;
+mod runtime_probe;
 mod scripts;
 mod sentinel;
 mod topology;

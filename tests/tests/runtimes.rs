@@ -86,3 +86,56 @@ fn a_client_keeps_renewing_waking_and_releasing_on_the_next_runtime() {
         }
     });
 }
+
+/// The first call on the new runtime must not pay for the old one: the connections the
+/// client opened died with their runtime, and a call that does not wait (`try_lock`,
+/// `is_locked`) has no second attempt to hide that behind.
+fn first_calls_on_a_new_runtime_succeed(topology: dlock_core::Topology) {
+    let first = runtime();
+    let client = first.block_on(async {
+        let client = LockClient::builder().connect_to(&topology).await.unwrap();
+        let guard = client.lock("before").try_lock().await.unwrap();
+        guard.unlock().await.unwrap();
+        client
+    });
+    drop(first);
+
+    runtime().block_on(async {
+        let lock = client.lock("after");
+        assert!(!lock.is_locked().await.unwrap());
+        let guard = lock.try_lock().await.unwrap();
+        assert!(lock.is_locked().await.unwrap());
+        guard.unlock().await.unwrap();
+
+        // The subscriber follows as well: a release by another client wakes a waiter.
+        let rival = LockClient::builder().connect_to(&topology).await.unwrap();
+        let held = rival.lock("woken").lock().await.unwrap();
+        let lock = client.lock("woken");
+        let waiter = tokio::spawn(async move {
+            let guard = lock.try_lock_for(Duration::from_secs(5)).await.unwrap();
+            (guard, Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released_at = Instant::now();
+        held.unlock().await.unwrap();
+        let (guard, acquired_at) = waiter.await.unwrap();
+        assert!(
+            acquired_at - released_at < Duration::from_millis(200),
+            "woken after {:?}: no subscriber",
+            acquired_at - released_at
+        );
+        guard.unlock().await.unwrap();
+    });
+}
+
+#[test]
+fn first_calls_on_a_new_runtime_succeed_on_one_server() {
+    let server = RedisServer::start();
+    first_calls_on_a_new_runtime_succeed(dlock_core::Topology::single(server.url()));
+}
+
+#[test]
+fn first_calls_on_a_new_runtime_succeed_on_a_cluster() {
+    let cluster = dlock_tests::RedisCluster::start();
+    first_calls_on_a_new_runtime_succeed(dlock_core::Topology::cluster(cluster.node_urls()));
+}
