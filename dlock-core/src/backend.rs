@@ -134,7 +134,8 @@ enum Route {
     Direct(RwLock<Node>),
     Sentinel(Box<SentinelRoute>),
     Cluster {
-        client: ClusterClient,
+        /// Opens the connection again on a new runtime (boxed: the largest part).
+        client: Box<ClusterClient>,
         conn: RwLock<ClusterConnection>,
         /// Sharded pub/sub messages; taken by the subscriber task.
         pushes: Mutex<Option<mpsc::UnboundedReceiver<PushInfo>>>,
@@ -364,7 +365,7 @@ impl Backend {
                         other => connect_error(shown.clone(), other),
                     })?;
                 let route = Route::Cluster {
-                    client,
+                    client: Box::new(client),
                     conn: RwLock::new(conn),
                     pushes: Mutex::new(Some(pushes)),
                 };
