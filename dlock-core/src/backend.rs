@@ -131,15 +131,17 @@ struct Shared {
 
 enum Route {
     /// One server (also the master of a master/replicas deployment).
-    Direct(RwLock<Node>),
+    Direct(Box<RwLock<Node>>),
     Sentinel(Box<SentinelRoute>),
-    Cluster {
-        /// Opens the connection again on a new runtime (boxed: the largest part).
-        client: Box<ClusterClient>,
-        conn: RwLock<ClusterConnection>,
-        /// Sharded pub/sub messages; taken by the subscriber task.
-        pushes: Mutex<Option<mpsc::UnboundedReceiver<PushInfo>>>,
-    },
+    Cluster(Box<ClusterRoute>),
+}
+
+struct ClusterRoute {
+    /// Opens the connection again on a new runtime.
+    client: ClusterClient,
+    conn: RwLock<ClusterConnection>,
+    /// Sharded pub/sub messages; taken by the subscriber task.
+    pushes: Mutex<Option<mpsc::UnboundedReceiver<PushInfo>>>,
 }
 
 /// A connection to one server.
@@ -317,7 +319,9 @@ impl Backend {
             TopologyKind::Single { address } => {
                 let client = open(address, &topology.auth, root_ca)?;
                 (
-                    Route::Direct(RwLock::new(connect_node(client, address, options).await?)),
+                    Route::Direct(Box::new(RwLock::new(
+                        connect_node(client, address, options).await?,
+                    ))),
                     redact(address),
                 )
             }
@@ -327,7 +331,9 @@ impl Backend {
                 }
                 let client = open(master, &topology.auth, root_ca)?;
                 (
-                    Route::Direct(RwLock::new(connect_node(client, master, options).await?)),
+                    Route::Direct(Box::new(RwLock::new(
+                        connect_node(client, master, options).await?,
+                    ))),
                     redact(master),
                 )
             }
@@ -364,11 +370,11 @@ impl Backend {
                         }
                         other => connect_error(shown.clone(), other),
                     })?;
-                let route = Route::Cluster {
-                    client: Box::new(client),
+                let route = Route::Cluster(Box::new(ClusterRoute {
+                    client,
                     conn: RwLock::new(conn),
                     pushes: Mutex::new(Some(pushes)),
-                };
+                }));
                 (route, shown)
             }
         };
@@ -446,7 +452,7 @@ impl Backend {
     /// that the message only travels within the lock's shard.
     pub(crate) fn publish_command(&self) -> &'static str {
         match self.shared.route {
-            Route::Cluster { .. } => "spublish",
+            Route::Cluster(_) => "spublish",
             _ => "publish",
         }
     }
@@ -458,7 +464,7 @@ impl Backend {
 
     /// Whether renewals must be grouped by cluster slot (one multi-key script per slot).
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.shared.route, Route::Cluster { .. })
+        matches!(self.shared.route, Route::Cluster(_))
     }
 
     /// Runs a script, bounded by the command timeout.
@@ -520,7 +526,7 @@ impl Backend {
             Route::Direct(node) => read(node).client.clone(),
             Route::Sentinel(route) => route.node().client,
             // Refused when the client is built: `WAIT` cannot follow a script in a cluster.
-            Route::Cluster { .. } => {
+            Route::Cluster(_) => {
                 return Err(RedisError::from((
                     redis::ErrorKind::InvalidClientConfig,
                     "blocking calls need one master, not a cluster",
@@ -559,10 +565,14 @@ impl Backend {
                 let client = route.node().client;
                 self.dedicated(client).await
             }
-            Route::Cluster { conn, pushes, .. } => {
+            Route::Cluster(route) => {
                 self.follow_runtime().await?;
-                let conn = read(conn).clone();
-                let taken = pushes.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let conn = read(&route.conn);
+                let taken = route
+                    .pushes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
                 match taken {
                     Some(receiver) => Ok(Subscriber::Sharded {
                         conn,
@@ -596,9 +606,9 @@ impl Backend {
     async fn conn(&self) -> Result<Conn, CallError> {
         self.follow_runtime().await?;
         Ok(match &self.shared.route {
-            Route::Direct(node) => Conn::Node(read(node).conn.clone()),
+            Route::Direct(node) => Conn::Node(read(node).conn),
             Route::Sentinel(route) => Conn::Node(route.node().conn),
-            Route::Cluster { conn, .. } => Conn::Cluster(read(conn).clone()),
+            Route::Cluster(route) => Conn::Cluster(read(&route.conn)),
         })
     }
 
@@ -635,12 +645,13 @@ impl Backend {
                     .map_err(CallError::Redis)?;
                 *route.current.write().unwrap_or_else(|p| p.into_inner()) = fresh;
             }
-            Route::Cluster { client, conn, .. } => {
-                let fresh = client
+            Route::Cluster(route) => {
+                let fresh = route
+                    .client
                     .get_async_connection()
                     .await
                     .map_err(CallError::Redis)?;
-                *conn.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+                *route.conn.write().unwrap_or_else(|p| p.into_inner()) = fresh;
             }
         }
         *self.shared.probe.lock().unwrap_or_else(|p| p.into_inner()) = RuntimeProbe::start();
@@ -946,10 +957,9 @@ pub(crate) struct PushLease {
 
 impl Drop for PushLease {
     fn drop(&mut self) {
-        if let (Some(receiver), Route::Cluster { pushes, .. }) =
-            (self.receiver.take(), &self.shared.route)
+        if let (Some(receiver), Route::Cluster(route)) = (self.receiver.take(), &self.shared.route)
         {
-            *pushes.lock().unwrap_or_else(|p| p.into_inner()) = Some(receiver);
+            *route.pushes.lock().unwrap_or_else(|p| p.into_inner()) = Some(receiver);
         }
     }
 }
