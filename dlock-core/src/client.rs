@@ -579,7 +579,12 @@ impl LockClient {
                 )
             });
         }
-        let pubsub = PubSubService::start(backend.clone(), settings.retry_delay, &background);
+        let pubsub = PubSubService::start(
+            backend.clone(),
+            settings.retry_delay,
+            settings.command_timeout,
+            &background,
+        );
         let id = Uuid::new_v4();
         tracing::debug!(client = %id, "dlock: client started");
         LockClient {

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use redis::{RedisError, RedisResult};
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::backend::{Backend, SubscriberEvent};
@@ -67,9 +68,13 @@ pub(crate) struct Subscription {
 
 impl PubSubService {
     /// Starts the subscriber task; it runs until the service is dropped.
+    ///
+    /// `command_timeout` bounds every subscribe and unsubscribe: on a half-open connection
+    /// they would wait forever, and with them every waiter's wake-up.
     pub(crate) fn start(
         backend: Backend,
         retry_delay: Duration,
+        command_timeout: Duration,
         background: &Background,
     ) -> PubSubService {
         let (commands, receiver) = mpsc::unbounded_channel();
@@ -84,7 +89,10 @@ impl PubSubService {
                 weak.clone(),
                 Arc::clone(&receiver),
                 backend.clone(),
-                retry_delay,
+                Timing {
+                    retry_delay,
+                    command_timeout,
+                },
             )
         });
         PubSubService { shared }
@@ -168,13 +176,24 @@ impl Drop for Subscription {
     }
 }
 
+/// The subscriber's pauses and bounds.
+#[derive(Clone, Copy)]
+struct Timing {
+    retry_delay: Duration,
+    command_timeout: Duration,
+}
+
 /// The subscriber task: (re)connects, keeps the wanted channels subscribed, routes messages.
 async fn run(
     shared: Weak<Shared>,
     commands: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Command>>>,
     backend: Backend,
-    retry_delay: Duration,
+    timing: Timing,
 ) {
+    let Timing {
+        retry_delay,
+        command_timeout,
+    } = timing;
     let mut commands = commands.lock().await;
     let mut generation = backend.generation();
     let mut failures: u32 = 0;
@@ -203,7 +222,7 @@ async fn run(
         };
         let mut healthy = true;
         for (name, confirm) in &wanted {
-            if let Err(error) = subscriber.subscribe(name).await {
+            if let Err(error) = within(command_timeout, subscriber.subscribe(name)).await {
                 // Back off as for a failed connection: a server that refuses the
                 // subscription (an ACL without the channel, say) must not be hammered.
                 tracing::warn!(%error, channel = %name, attempt = failures + 1, "dlock: subscribing failed; reconnecting");
@@ -233,7 +252,8 @@ async fn run(
                         let Some(confirm) = confirmation(&shared, &name) else {
                             continue; // unsubscribed again before we got to it
                         };
-                        if subscriber.subscribe(&name).await.is_err() {
+                        if let Err(error) = within(command_timeout, subscriber.subscribe(&name)).await {
+                            tracing::warn!(%error, channel = %name, "dlock: subscribing failed; reconnecting");
                             healthy = false;
                         } else {
                             confirm.send_replace(true);
@@ -241,7 +261,11 @@ async fn run(
                     }
                     Some(Command::Unsubscribe(name)) => {
                         let wanted_again = confirmation(&shared, &name).is_some();
-                        if !wanted_again && subscriber.unsubscribe(&name).await.is_err() {
+                        if wanted_again {
+                            continue;
+                        }
+                        if let Err(error) = within(command_timeout, subscriber.unsubscribe(&name)).await {
+                            tracing::warn!(%error, channel = %name, "dlock: unsubscribing failed; reconnecting");
                             healthy = false;
                         }
                     }
@@ -255,7 +279,9 @@ async fn run(
                         // the waiters re-check, since a release may have been missed.
                         if confirmation(&shared, &channel).is_some() {
                             tracing::debug!(%channel, "dlock: sharded subscription dropped by the server; resubscribing");
-                            let _ = subscriber.subscribe(&channel).await;
+                            if within(command_timeout, subscriber.subscribe(&channel)).await.is_err() {
+                                healthy = false;
+                            }
                             notify(&shared, &channel, true);
                         }
                     }
@@ -275,6 +301,22 @@ async fn run(
         tracing::warn!("dlock: subscriber connection lost; reconnecting");
         unconfirm_all(&shared);
     }
+}
+
+/// A subscribe or unsubscribe, failed with a timeout error when Redis does not answer
+/// within `timeout`: the connection is then replaced.
+async fn within(
+    timeout: Duration,
+    call: impl std::future::Future<Output = RedisResult<()>>,
+) -> RedisResult<()> {
+    tokio::time::timeout(timeout, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(RedisError::from((
+                redis::ErrorKind::Io,
+                "no answer within the command timeout",
+            )))
+        })
 }
 
 /// Waits before the next reconnection attempt and counts the failure.

@@ -10,7 +10,8 @@
 //!   (`SIGSTOP`) and resumed to simulate a hung server.
 //! - [`TcpProxy`] forwards connections to a server and can lose the reply to the next
 //!   request (applied by Redis, failed for the client), hold new connections, hold back
-//!   everything the server sends for a while, or reset all open connections.
+//!   everything the server sends for a while, silence one connection for good (half
+//!   open), or reset all open connections.
 //! - [`RedisReplicaSet`] is a master with replicas (`--replicaof`), ready once every
 //!   replica's link is up.
 //! - [`RedisSentinelGroup`] is a master, two replicas and three sentinels monitoring them

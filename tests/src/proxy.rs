@@ -19,7 +19,7 @@ const BUFFER_SIZE: usize = 16 * 1024;
 
 /// A TCP proxy on a free `127.0.0.1` port forwarding every connection to an upstream
 /// address (usually a [`RedisServer`](crate::RedisServer)), with deterministic fault
-/// injection: lost replies, held connections and connection resets.
+/// injection: lost replies, held connections, silenced connections and connection resets.
 ///
 /// Every accepted connection gets its own upstream connection and two pump threads
 /// (client to server, server to client). Dropping the proxy stops its listener, closes all
@@ -146,6 +146,21 @@ impl TcpProxy {
     pub fn release_replies(&self) {
         *lock(&self.shared.hold_replies) = false;
         self.shared.replies_released.notify_all();
+    }
+
+    /// From now on, connection `number` (1 for the first accepted, as counted by
+    /// [`TcpProxy::accepted`]) still passes requests to Redis, but Redis' replies on it
+    /// are dropped: a half-open connection whose peer never answers, while every other
+    /// connection works. Returns `false` when no such connection is open.
+    pub fn silence(&self, number: usize) -> bool {
+        let connections = lock(&self.shared.connections);
+        let found = connections
+            .iter()
+            .find(|connection| connection.id == number);
+        if let Some(connection) = found {
+            connection.discard_replies.store(true, Ordering::SeqCst);
+        }
+        found.is_some()
     }
 
     /// Closes every open connection now (both sides), held ones included; new connections
