@@ -416,7 +416,7 @@ impl Backend {
             let sentinel = sentinel.clone();
             // Only the first start reports its first attempt.
             let first_attempt = Mutex::new(Some(attempted.clone()));
-            background.start("sentinel watcher", move || {
+            background.start_until_dropped("sentinel watcher", move || {
                 let attempted = first_attempt
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())

@@ -7,19 +7,36 @@
 //! would renew them, wake waiters or release dropped guards. So each task is started by
 //! a factory that rebuilds it from shared state, knows when its future was dropped, and
 //! is started again on the caller's runtime by the next operation that finds it dead.
+//!
+//! Tasks whose work ends with the client (renewals, Sentinel watchers) are started with
+//! [`Background::start_until_dropped`]: they stop as soon as the `Background` is dropped
+//! (with the client, or with a connect that was cancelled), not at their next wake-up,
+//! and close their connections with them.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::watch;
+
 type TaskFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 type Factory = Box<dyn Fn() -> TaskFuture + Send + Sync>;
 
 /// The client's restartable tasks.
-#[derive(Default)]
 pub(crate) struct Background {
     tasks: Mutex<Vec<Task>>,
+    /// Never sent on: its receivers learn that the `Background` is gone when it drops.
+    alive: watch::Sender<()>,
+}
+
+impl Default for Background {
+    fn default() -> Background {
+        Background {
+            tasks: Mutex::default(),
+            alive: watch::channel(()).0,
+        }
+    }
 }
 
 struct Task {
@@ -76,6 +93,27 @@ impl Background {
         };
         task.spawn();
         self.lock_tasks().push(task);
+    }
+
+    /// Like [`start`](Background::start), for a task that has no work left once the
+    /// `Background` is dropped: it is stopped then, wherever it is waiting.
+    pub(crate) fn start_until_dropped<F, Fut>(&self, name: &'static str, start: F)
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let alive = self.alive.subscribe();
+        self.start(name, move || {
+            let task = start();
+            let mut alive = alive.clone();
+            async move {
+                tokio::select! {
+                    () = task => {}
+                    // Nothing is ever sent: this ends when the sender is dropped.
+                    _ = alive.changed() => {}
+                }
+            }
+        });
     }
 
     /// Restarts, on the current runtime, every task whose runtime is gone. Cheap when all

@@ -74,6 +74,13 @@ pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 ///   reconnects by itself; renewal keeps retrying, and a guard whose local deadline
 ///   (last confirmed acquire or renewal + lease) passes is reported lost even if Redis is
 ///   unreachable, so the holder learns before anyone else can take the lock.
+/// - **Runtimes**: a client keeps working on whatever Tokio runtime uses it; when the
+///   runtime that built it shuts down, its connections are reopened and its background
+///   tasks restarted on the next one that calls it.
+/// - **Dropping**: the client lives while a handle (clones, [`Lock`](crate::Lock)s,
+///   guards) does. When the last one goes, pending releases are still sent; then every
+///   connection (to Redis and to the sentinels) is closed and every task ends, within
+///   milliseconds.
 #[derive(Clone)]
 pub struct LockClient {
     pub(crate) inner: Arc<ClientInner>,
@@ -570,7 +577,7 @@ impl LockClient {
                 retry_delay: settings.retry_delay,
             };
             let metrics = Arc::clone(&metrics);
-            background.start("watchdog", move || {
+            background.start_until_dropped("watchdog", move || {
                 watchdog::run(
                     registry.clone(),
                     backend.clone(),

@@ -47,11 +47,23 @@ async fn a_silent_subscriber_connection_is_replaced() {
     // Connection 1 carries the commands, connection 2 (opened at start) the subscriber.
     let opened = Instant::now();
     while proxy.accepted() < 2 {
-        assert!(opened.elapsed() < Duration::from_secs(2), "no subscriber connection");
+        assert!(
+            opened.elapsed() < Duration::from_secs(2),
+            "no subscriber connection"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let healthy = hand_off(&client, &holder, "stall:healthy", Duration::from_millis(100)).await;
-    assert!(healthy < Duration::from_millis(150), "healthy hand-off {healthy:?}");
+    let healthy = hand_off(
+        &client,
+        &holder,
+        "stall:healthy",
+        Duration::from_millis(100),
+    )
+    .await;
+    assert!(
+        healthy < Duration::from_millis(150),
+        "healthy hand-off {healthy:?}"
+    );
 
     assert!(proxy.silence(2));
     let started = Instant::now();
