@@ -110,6 +110,12 @@ impl LockGuard {
     /// waits forever. Run the spawned future inside the scope instead —
     /// `tokio::spawn(guard.scope(work))` — or release the guard before waiting for the
     /// task.
+    ///
+    /// Outside a scope, the same task taking the lock again while it holds it
+    /// (`lock()` twice) waits for itself, forever with `lock()`. That cannot be refused
+    /// outright: the same state is legitimate when another future of the task (under
+    /// `join!`) holds the lock and will release it. After 5 s of such a wait dlock logs a
+    /// warning naming the lock and this method.
     pub fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
         owner::scope(self.client.inner.id_bits(), Arc::clone(&self.held), future)
     }

@@ -37,6 +37,9 @@ pub(crate) struct Held {
     /// acquisitions do, re-entries do not). Given up when the hold ends: released, lost
     /// or expired, so local waiters never wait longer than ones in other processes.
     turn: Mutex<Option<Turn>>,
+    /// The task that acquired it (`None` outside any task, as in `block_on`), to diagnose
+    /// a task waiting for a lock it holds itself.
+    pub(crate) acquired_in: Option<tokio::task::Id>,
     metrics: Arc<Metrics>,
 }
 
@@ -59,6 +62,7 @@ impl Held {
             reason: OnceLock::new(),
             changed: Notify::new(),
             turn: Mutex::new(None),
+            acquired_in: tokio::task::try_id(),
             metrics,
         }
     }

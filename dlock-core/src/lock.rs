@@ -451,10 +451,16 @@ impl Lock {
     /// turn) when its lease runs out, and checks it in Redis after every unlock message
     /// for the lock and every `max_wait_recheck`, so that a force unlock or an expiry seen
     /// by Redis frees the line as soon as a waiter in another process would get the lock.
+    ///
+    /// A task waiting behind a hold it took itself (`lock()` twice without `scope`) waits
+    /// forever; the same state is legitimate when another future of the task holds it
+    /// (`join!`), so it cannot be refused. After [`SELF_WAIT_WARNING`] it is logged.
     async fn wait_for_turn(&self, ticket: Ticket, give_up_at: Option<Instant>) -> Option<Turn> {
         let inner = &self.client.inner;
         let recheck = inner.settings.max_wait_recheck;
         let mut watching: Option<Subscription> = None;
+        let warn_at = tokio::time::Instant::now() + SELF_WAIT_WARNING;
+        let mut warned = false;
         let give_up = async {
             match give_up_at {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -476,11 +482,17 @@ impl Lock {
             };
             let subscription =
                 watching.get_or_insert_with(|| inner.pubsub.subscribe(&self.keys.channel));
+            // Outside any task (the body of `block_on`, `#[tokio::main]`) both are `None`.
+            let own_hold = !warned && holder.acquired_in == tokio::task::try_id();
             tokio::select! {
                 () = ticket.moved() => {}
                 _ = holder.wait_lost() => {}
                 () = subscription.noticed() => self.check_holder(&holder).await,
                 () = tokio::time::sleep(recheck) => self.check_holder(&holder).await,
+                () = tokio::time::sleep_until(warn_at), if own_hold => {
+                    warned = true;
+                    tracing::warn!(lock = %self.name, "dlock: this task has waited {} for a lock it acquired itself and still holds; unless another future of the task (join!) releases it, this never ends. To take a lock again inside its own critical section, run that code in `guard.scope(...)`", humantime::format_duration(SELF_WAIT_WARNING));
+                }
                 () = &mut give_up => return None,
             }
         }
@@ -612,6 +624,10 @@ impl Lock {
         }
     }
 }
+
+/// How long a task waits behind a hold it acquired itself before that is logged (see
+/// `Lock::wait_for_turn`).
+const SELF_WAIT_WARNING: Duration = Duration::from_secs(5);
 
 /// Whether `pause` from now ends before `deadline`; a pause too long to represent does not.
 fn before(pause: Duration, deadline: Instant) -> bool {
