@@ -8,7 +8,6 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::backend::{Backend, CallError, ConnectOptions};
 use crate::background::Background;
 use crate::error::{LockError, Result};
 use crate::lease::{lease_millis, MAX_LEASE};
@@ -16,8 +15,9 @@ use crate::local::LocalQueues;
 use crate::lock::{check_text, Lock};
 use crate::metrics::{Metrics, Stats};
 use crate::pubsub::PubSubService;
+use crate::redis::{Backend, CallError, ConnectOptions};
+use crate::redis::{Topology, TopologyKind};
 use crate::release::{self, ReleaseJob, ReleaseLog};
-use crate::topology::{Topology, TopologyKind};
 use crate::watchdog::{self, Registry, Schedule};
 
 /// Shortest accepted watchdog timeout: renewal runs every third of it and needs room for a

@@ -40,11 +40,9 @@
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
-mod backend;
 mod background;
 mod client;
 mod error;
-mod exclusive;
 mod global;
 mod guard;
 mod held;
@@ -55,13 +53,13 @@ mod lock;
 mod metrics;
 mod owner;
 mod pubsub;
+mod redact;
+mod redis;
 mod release;
-mod runtime_probe;
 mod scripts;
-mod sentinel;
-mod topology;
 mod watchdog;
 
+pub use crate::redis::Topology;
 pub use client::{LockClient, LockClientBuilder, MAX_COMMAND_TIMEOUT};
 pub use error::{LockError, LossReason, Result};
 pub use global::{global_client, set_global};
@@ -69,7 +67,6 @@ pub use guard::LockGuard;
 pub use lease::MAX_LEASE;
 pub use lock::{Lock, MAX_NAME_LEN};
 pub use metrics::{Stats, LATENCY_BOUNDS};
-pub use topology::Topology;
 
 /// `url` with any password replaced by `***`, for logs and error messages.
 ///
@@ -80,7 +77,7 @@ pub use topology::Topology;
 /// );
 /// ```
 pub fn redact_url(url: &str) -> String {
-    backend::redact(url)
+    redact::redact(url)
 }
 
 /// Runs an async function's body while holding a distributed lock.

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::CallError;
 use crate::client::{LockClient, ReplicaAcks};
 use crate::error::{LockError, LossReason, Result};
 use crate::guard::LockGuard;
@@ -15,6 +14,7 @@ use crate::lease::lease_millis;
 use crate::local::{Place, Ticket, Turn};
 use crate::owner;
 use crate::pubsub::Subscription;
+use crate::redis::CallError;
 use crate::release::{ReleaseJob, ReleaseKind};
 use crate::scripts::scripts;
 

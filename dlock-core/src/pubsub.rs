@@ -14,9 +14,9 @@ use std::time::Duration;
 use redis::{RedisError, RedisResult};
 use tokio::sync::{mpsc, watch, Notify};
 
-use crate::backend::{Backend, SubscriberEvent};
 use crate::background::Background;
 use crate::client::retry_backoff;
+use crate::redis::{Backend, SubscriberEvent};
 
 /// The longest pause between two attempts to reconnect the subscriber. Waiters do not
 /// depend on it alone: they re-check the lock every `max_wait_recheck` anyway.

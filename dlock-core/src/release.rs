@@ -9,10 +9,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::backend::{Backend, CallError};
 use crate::client::Settings;
 use crate::keys::LockKeys;
 use crate::metrics::Metrics;
+use crate::redis::{Backend, CallError};
 use crate::scripts::scripts;
 
 /// Which hold a release gives back, with the operation id that makes it count once.

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::Backend;
 use crate::error::LossReason;
 use crate::held::Held;
 use crate::keys::slot_of;
 use crate::metrics::Metrics;
+use crate::redis::Backend;
 use crate::scripts::scripts;
 
 /// Locks per `renew` script call.
@@ -108,7 +108,7 @@ async fn renew_round(
     schedule: &Schedule,
     held: &[(u64, Arc<Held>)],
     metrics: &Metrics,
-) -> Result<(), crate::backend::CallError> {
+) -> Result<(), crate::redis::CallError> {
     let batches = batches(held, backend.is_cluster());
     let lease_ms = schedule.lease.as_millis() as u64;
     let rounds = batches.iter().map(|batch| async move {

@@ -132,7 +132,7 @@ impl Topology {
 /// Never shows passwords.
 impl std::fmt::Debug for Topology {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::backend::redact;
+        use crate::redact::redact;
         let all = |urls: &[String]| urls.iter().map(|u| redact(u)).collect::<Vec<_>>();
         let password = self.auth.password.as_ref().map(|_| "***");
         match &self.kind {

@@ -1,0 +1,176 @@
+//! Opening connections: addresses with the topology's credentials and database applied,
+//! TLS with a configured root certificate, and connect errors that name the address but
+//! never the password.
+
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, RedisResult};
+use tokio::sync::mpsc;
+
+use super::topology::Auth;
+use super::{CallError, ConnectOptions, Node};
+use crate::error::LockError;
+use crate::redact::redact;
+
+/// `url` with the topology's credentials and database applied; errors name the address
+/// but never the password.
+pub(super) fn connection_info(url: &str, auth: &Auth) -> Result<redis::ConnectionInfo, LockError> {
+    use redis::IntoConnectionInfo;
+    let info = url
+        .into_connection_info()
+        .map_err(|e| LockError::Config(format!("invalid Redis address {:?}: {e}", redact(url))))?;
+    let mut settings = info.redis_settings().clone();
+    if let Some(username) = &auth.username {
+        settings = settings.set_username(username);
+    }
+    if let Some(password) = &auth.password {
+        settings = settings.set_password(password);
+    }
+    if let Some(database) = auth.database {
+        settings = settings.set_db(database);
+    }
+    Ok(info.set_redis_settings(settings))
+}
+
+/// Opens `url` as a client (see [`connection_info`]), trusting `root_ca` for TLS.
+pub(super) fn open(
+    url: &str,
+    auth: &Auth,
+    root_ca: Option<&[u8]>,
+) -> Result<redis::Client, LockError> {
+    let info = connection_info(url, auth)?;
+    let client = match root_ca {
+        Some(pem) => tls_client(info, pem),
+        None => redis::Client::open(info),
+    };
+    client.map_err(|e| LockError::Config(format!("invalid Redis address {:?}: {e}", redact(url))))
+}
+
+#[cfg(feature = "tls")]
+fn tls_client(info: redis::ConnectionInfo, pem: &[u8]) -> RedisResult<redis::Client> {
+    redis::Client::build_with_tls(info, certificates(pem))
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(_: redis::ConnectionInfo, _: &[u8]) -> RedisResult<redis::Client> {
+    Err(no_tls())
+}
+
+#[cfg(feature = "tls")]
+fn certificates(pem: &[u8]) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem.to_vec()),
+    }
+}
+
+#[cfg(feature = "tls")]
+fn cluster_root_ca(
+    builder: redis::cluster::ClusterClientBuilder,
+    pem: &[u8],
+) -> Result<redis::cluster::ClusterClientBuilder, CallError> {
+    Ok(builder.certs(certificates(pem)))
+}
+
+#[cfg(not(feature = "tls"))]
+fn cluster_root_ca(
+    _: redis::cluster::ClusterClientBuilder,
+    _: &[u8],
+) -> Result<redis::cluster::ClusterClientBuilder, CallError> {
+    Err(CallError::Redis(no_tls()))
+}
+
+#[cfg(not(feature = "tls"))]
+fn no_tls() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        "TLS needs dlock-core's `tls` feature",
+    ))
+}
+
+/// rustls needs a process-wide crypto provider; install ring's unless the application
+/// chose one already.
+pub(super) fn install_tls_provider() {
+    #[cfg(feature = "tls")]
+    {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+pub(super) fn connect_error(address: String, error: CallError) -> LockError {
+    match error {
+        CallError::Redis(source) => LockError::Connect {
+            address,
+            source: Some(source),
+        },
+        // Connecting sends no acquisition, so it cannot miss replica acknowledgements.
+        CallError::Timeout(_) | CallError::NotReplicated { .. } => LockError::Connect {
+            address,
+            source: None,
+        },
+    }
+}
+
+pub(super) async fn connect_node(
+    client: redis::Client,
+    address: &str,
+    options: ConnectOptions,
+) -> Result<Node, LockError> {
+    let shown = redact(address);
+    match tokio::time::timeout(options.connect_timeout, Node::connect(client, options)).await {
+        Ok(Ok(node)) => Ok(node),
+        Ok(Err(source)) => Err(LockError::Connect {
+            address: shown,
+            source: Some(source),
+        }),
+        Err(_) => Err(LockError::Connect {
+            address: shown,
+            source: None,
+        }),
+    }
+}
+
+pub(super) async fn connect_cluster(
+    nodes: Vec<redis::ConnectionInfo>,
+    root_ca: Option<&[u8]>,
+    options: ConnectOptions,
+) -> Result<
+    (
+        ClusterClient,
+        ClusterConnection,
+        mpsc::UnboundedReceiver<PushInfo>,
+    ),
+    CallError,
+> {
+    let (sender, pushes) = mpsc::unbounded_channel();
+    let builder = redis::cluster::ClusterClientBuilder::new(nodes)
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .push_sender(sender)
+        .connection_timeout(options.connect_timeout)
+        .response_timeout(options.command_timeout);
+    let builder = match root_ca {
+        Some(pem) => cluster_root_ca(builder, pem)?,
+        None => builder,
+    };
+    let client = builder.build().map_err(CallError::Redis)?;
+    let connecting = client.get_async_connection();
+    match tokio::time::timeout(options.connect_timeout, connecting).await {
+        Ok(Ok(conn)) => Ok((client, conn, pushes)),
+        Ok(Err(e)) => Err(CallError::Redis(e)),
+        Err(_) => Err(CallError::Timeout(options.connect_timeout)),
+    }
+}
+
+/// A client for the master at `host:port` with the topology's credentials and database.
+pub(super) fn master_client(
+    host: &str,
+    port: u16,
+    settings: &redis::RedisConnectionInfo,
+) -> Result<redis::Client, CallError> {
+    use redis::IntoConnectionInfo;
+    let info = redis::ConnectionAddr::Tcp(host.to_owned(), port)
+        .into_connection_info()
+        .map_err(CallError::Redis)?
+        .set_redis_settings(settings.clone());
+    redis::Client::open(info).map_err(CallError::Redis)
+}

@@ -1,0 +1,461 @@
+//! The connection seam: every command dlock sends to Redis goes through [`Backend`], which
+//! hides the deployment (one server, a Sentinel-managed master, a Cluster) from the lock
+//! logic above it.
+//!
+//! - `call`: what a failed call means ([`CallError`]);
+//! - `connect`: addresses, credentials and TLS, opening connections;
+//! - `sentinel`: finding, following and watching a Sentinel-managed master;
+//! - `subscriber`: the connection that receives unlock messages;
+//! - `exclusive`: connections lent to one blocking call (`WAIT`);
+//! - `runtime_probe`: noticing that the runtime driving the connections shut down;
+//! - `topology`: the public description of a deployment.
+
+mod call;
+mod connect;
+mod exclusive;
+mod runtime_probe;
+mod sentinel;
+mod subscriber;
+mod topology;
+
+pub(crate) use call::CallError;
+pub(crate) use subscriber::SubscriberEvent;
+use topology::Auth;
+pub use topology::Topology;
+pub(crate) use topology::TopologyKind;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    Cmd, FromRedisValue, Pipeline, PushInfo, RedisError, RedisFuture, RedisResult,
+    ScriptInvocation, Value,
+};
+use tokio::sync::{mpsc, watch};
+
+use crate::background::Background;
+use crate::error::LockError;
+use crate::redact::{list, redact};
+use crate::scripts::scripts;
+use connect::{
+    connect_cluster, connect_error, connect_node, connection_info, install_tls_provider, open,
+};
+use exclusive::ExclusivePool;
+use runtime_probe::RuntimeProbe;
+use sentinel::SentinelRoute;
+
+/// Connection options the backend needs from the client settings.
+#[derive(Clone, Copy)]
+pub(crate) struct ConnectOptions {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+}
+
+/// How the client reaches Redis. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Backend {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    route: Route,
+    options: ConnectOptions,
+    /// Bumped when the subscriber must reconnect (a Sentinel failover moved the master).
+    generation: watch::Sender<u64>,
+    /// Connections for calls that block the connection they run on (`WAIT`).
+    exclusive: ExclusivePool,
+    /// Tells when the runtime that drives the connections has shut down.
+    probe: Mutex<RuntimeProbe>,
+    /// Held while reopening the connections on a new runtime, so that it happens once.
+    reopening: tokio::sync::Mutex<()>,
+}
+
+enum Route {
+    /// One server (also the master of a master/replicas deployment).
+    Direct(Box<RwLock<Node>>),
+    Sentinel(Box<SentinelRoute>),
+    Cluster(Box<ClusterRoute>),
+}
+
+struct ClusterRoute {
+    /// Opens the connection again on a new runtime.
+    client: ClusterClient,
+    conn: RwLock<ClusterConnection>,
+    /// Sharded pub/sub messages; taken by the subscriber task.
+    pushes: Mutex<Option<mpsc::UnboundedReceiver<PushInfo>>>,
+}
+
+/// A connection to one server.
+#[derive(Clone)]
+struct Node {
+    client: redis::Client,
+    conn: ConnectionManager,
+}
+
+impl Node {
+    async fn connect(client: redis::Client, options: ConnectOptions) -> RedisResult<Node> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.command_timeout))
+            .set_number_of_retries(2);
+        let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+        Ok(Node { client, conn })
+    }
+
+    fn address(&self) -> String {
+        self.client.get_connection_info().addr().to_string()
+    }
+}
+
+/// A connection for one call.
+enum Conn {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Node(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Node(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+impl Backend {
+    /// Connects to `topology` and loads the scripts.
+    pub(crate) async fn connect(
+        topology: &Topology,
+        options: ConnectOptions,
+        background: &Background,
+    ) -> Result<Backend, LockError> {
+        install_tls_provider();
+        let root_ca = topology.root_ca.as_deref();
+        let (route, shown) = match &topology.kind {
+            TopologyKind::Single { address } => {
+                let client = open(address, &topology.auth, root_ca)?;
+                (
+                    Route::Direct(Box::new(RwLock::new(
+                        connect_node(client, address, options).await?,
+                    ))),
+                    redact(address),
+                )
+            }
+            TopologyKind::MasterReplicas { master, replicas } => {
+                for replica in replicas {
+                    open(replica, &topology.auth, root_ca)?;
+                }
+                let client = open(master, &topology.auth, root_ca)?;
+                (
+                    Route::Direct(Box::new(RwLock::new(
+                        connect_node(client, master, options).await?,
+                    ))),
+                    redact(master),
+                )
+            }
+            TopologyKind::Sentinel {
+                master_name,
+                sentinels,
+            } => {
+                let shown = format!("sentinel master {master_name:?} via {}", list(sentinels));
+                let sentinels = sentinels
+                    .iter()
+                    .map(|sentinel| open(sentinel, &Auth::default(), None))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let route = SentinelRoute::connect(master_name, sentinels, &topology.auth, options)
+                    .await
+                    .map_err(|e| connect_error(shown.clone(), e))?;
+                (Route::Sentinel(Box::new(route)), shown)
+            }
+            TopologyKind::Cluster { nodes } => {
+                let shown = format!("cluster via {}", list(nodes));
+                let infos = nodes
+                    .iter()
+                    .map(|node| connection_info(node, &topology.auth))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let (client, conn, pushes) = connect_cluster(infos, root_ca, options)
+                    .await
+                    .map_err(|e| match e {
+                        CallError::Redis(source)
+                            if source.kind() == redis::ErrorKind::InvalidClientConfig =>
+                        {
+                            LockError::Config(format!(
+                                "invalid cluster nodes {}: {source}",
+                                list(nodes)
+                            ))
+                        }
+                        other => connect_error(shown.clone(), other),
+                    })?;
+                let route = Route::Cluster(Box::new(ClusterRoute {
+                    client,
+                    conn: RwLock::new(conn),
+                    pushes: Mutex::new(Some(pushes)),
+                }));
+                (route, shown)
+            }
+        };
+        let backend = Backend {
+            shared: Arc::new(Shared {
+                route,
+                options,
+                generation: watch::channel(0).0,
+                exclusive: ExclusivePool::default(),
+                probe: Mutex::new(RuntimeProbe::start()),
+                reopening: tokio::sync::Mutex::new(()),
+            }),
+        };
+        backend
+            .load_scripts()
+            .await
+            .map_err(|e| connect_error(shown.clone(), e))?;
+        if let Route::Sentinel(route) = &backend.shared.route {
+            backend
+                .watch_sentinels(&route.sentinels, &shown, background)
+                .await;
+        }
+        Ok(backend)
+    }
+
+    /// Loads every script up front, so the first lock operation is one `EVALSHA` round
+    /// trip. (After a restart or failover `NOSCRIPT` makes `invoke` reload them.)
+    async fn load_scripts(&self) -> Result<(), CallError> {
+        let all = scripts();
+        for script in [&all.acquire, &all.release, &all.renew, &all.force_unlock] {
+            self.bounded_call(async {
+                let mut conn = self.conn().await?;
+                script.load_async(&mut conn).await.map_err(CallError::Redis)
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The command that announces a release on a lock's channel: sharded in a cluster, so
+    /// that the message only travels within the lock's shard.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        match self.shared.route {
+            Route::Cluster(_) => "spublish",
+            _ => "publish",
+        }
+    }
+
+    /// Whether the master can move under the client (Sentinel failovers).
+    pub(crate) fn is_sentinel(&self) -> bool {
+        matches!(self.shared.route, Route::Sentinel(_))
+    }
+
+    /// Whether renewals must be grouped by cluster slot (one multi-key script per slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.shared.route, Route::Cluster(_))
+    }
+
+    /// Runs a script, bounded by the command timeout.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, CallError> {
+        let result = self
+            .bounded_call(async {
+                let mut conn = self.conn().await?;
+                invocation
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(CallError::Redis)
+            })
+            .await;
+        self.after(result).await
+    }
+
+    /// Runs a pipeline that blocks the connection it runs on (`WAIT`), on a connection of
+    /// its own (see [`ExclusivePool`]), bounded by the command timeout. A `NOSCRIPT` error
+    /// (script cache emptied by a restart or failover) reloads the scripts and runs the
+    /// pipeline once more.
+    pub(crate) async fn query_blocking<T: FromRedisValue>(
+        &self,
+        pipeline: &Pipeline,
+    ) -> Result<T, CallError> {
+        let run = || {
+            self.bounded_call(async {
+                self.follow_runtime().await?;
+                let generation = *self.shared.generation.borrow();
+                let pool = &self.shared.exclusive;
+                let mut lent = pool
+                    .take(generation, || self.open_exclusive())
+                    .await
+                    .map_err(CallError::Redis)?;
+                let result = pipeline.query_async(lent.conn()).await;
+                if result.is_ok() {
+                    lent.give_back();
+                }
+                result.map_err(CallError::Redis)
+            })
+        };
+        let result = match run().await {
+            Err(CallError::Redis(e))
+                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                self.load_scripts().await?;
+                run().await
+            }
+            other => other,
+        };
+        self.after(result).await
+    }
+
+    /// A new connection to the master, for [`ExclusivePool`].
+    async fn open_exclusive(&self) -> RedisResult<MultiplexedConnection> {
+        let client = match &self.shared.route {
+            Route::Direct(node) => read(node).client.clone(),
+            Route::Sentinel(route) => route.node().client,
+            // Refused when the client is built: `WAIT` cannot follow a script in a cluster.
+            Route::Cluster(_) => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "blocking calls need one master, not a cluster",
+                )))
+            }
+        };
+        let options = self.shared.options;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.command_timeout));
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
+    /// Runs a plain command, bounded by the command timeout.
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, CallError> {
+        let result = self
+            .bounded_call(async {
+                let mut conn = self.conn().await?;
+                cmd.query_async(&mut conn).await.map_err(CallError::Redis)
+            })
+            .await;
+        self.after(result).await
+    }
+
+    /// Changes whenever the subscriber must be re-established on a new master.
+    pub(crate) fn generation(&self) -> watch::Receiver<u64> {
+        self.shared.generation.subscribe()
+    }
+
+    /// The connection for the next call, reopened first if its runtime has shut down.
+    async fn conn(&self) -> Result<Conn, CallError> {
+        self.follow_runtime().await?;
+        Ok(match &self.shared.route {
+            Route::Direct(node) => Conn::Node(read(node).conn),
+            Route::Sentinel(route) => Conn::Node(route.node().conn),
+            Route::Cluster(route) => Conn::Cluster(read(&route.conn)),
+        })
+    }
+
+    /// Reopens the connections on the current runtime when the one that drove them has
+    /// shut down (see [`RuntimeProbe`]). One atomic load when nothing changed.
+    async fn follow_runtime(&self) -> Result<(), CallError> {
+        let alive = || {
+            self.shared
+                .probe
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .runtime_is_alive()
+        };
+        if alive() {
+            return Ok(());
+        }
+        let _reopening = self.shared.reopening.lock().await;
+        if alive() {
+            return Ok(()); // another caller reopened them while we waited
+        }
+        tracing::info!("dlock: the runtime that drove the client's connections shut down; reopening them on this one");
+        let options = self.shared.options;
+        match &self.shared.route {
+            Route::Direct(node) => {
+                let client = read(node).client.clone();
+                let fresh = Node::connect(client, options)
+                    .await
+                    .map_err(CallError::Redis)?;
+                *node.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+            }
+            Route::Sentinel(route) => {
+                let fresh = Node::connect(route.node().client, options)
+                    .await
+                    .map_err(CallError::Redis)?;
+                route.replace_node(fresh);
+            }
+            Route::Cluster(route) => {
+                let fresh = route
+                    .client
+                    .get_async_connection()
+                    .await
+                    .map_err(CallError::Redis)?;
+                *route.conn.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+            }
+        }
+        *self.shared.probe.lock().unwrap_or_else(|p| p.into_inner()) = RuntimeProbe::start();
+        // Subscribers and lent connections of the old runtime are stale too.
+        self.shared
+            .generation
+            .send_modify(|generation| *generation += 1);
+        Ok(())
+    }
+
+    /// After a failed call in Sentinel mode, checks whether the master moved, so that the
+    /// caller's retry goes to the new one.
+    async fn after<T>(&self, result: Result<T, CallError>) -> Result<T, CallError> {
+        if let (Err(error), Route::Sentinel(route)) = (&result, &self.shared.route) {
+            if error.is_transient() {
+                let _ = self.bounded_call(route.resolve(&self.shared)).await;
+            }
+        }
+        result
+    }
+
+    async fn bounded<T>(&self, call: impl Future<Output = RedisResult<T>>) -> Result<T, CallError> {
+        self.bounded_call(async { call.await.map_err(CallError::Redis) })
+            .await
+    }
+
+    async fn bounded_call<T>(
+        &self,
+        call: impl Future<Output = Result<T, CallError>>,
+    ) -> Result<T, CallError> {
+        let timeout = self.shared.options.command_timeout;
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Err(CallError::Redis(e))) if e.is_timeout() => Err(CallError::Timeout(timeout)),
+            Ok(result) => result,
+            Err(_) => Err(CallError::Timeout(timeout)),
+        }
+    }
+}
+
+/// The value behind `lock`, also after a panic elsewhere poisoned it (the value is
+/// replaced whole, never left half-written).
+fn read<T: Clone>(lock: &RwLock<T>) -> T {
+    lock.read().unwrap_or_else(|p| p.into_inner()).clone()
+}

@@ -1,0 +1,144 @@
+//! The connection that receives unlock messages: a dedicated pub/sub connection to the
+//! master, or sharded subscriptions through the cluster connection.
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
+use redis::cluster_async::ClusterConnection;
+use redis::{FromRedisValue, PushInfo, PushKind, RedisError, RedisResult};
+use tokio::sync::mpsc;
+
+use super::{read, Backend, CallError, Route, Shared};
+
+/// A connection that receives unlock messages.
+pub(crate) enum Subscriber {
+    /// A dedicated pub/sub connection to one server.
+    Dedicated {
+        sink: PubSubSink,
+        stream: PubSubStream,
+    },
+    /// Sharded subscriptions through the cluster connection; messages arrive as pushes.
+    Sharded {
+        conn: ClusterConnection,
+        pushes: PushLease,
+    },
+}
+
+/// The cluster connection's push receiver, lent to one subscriber at a time. The cluster
+/// connection outlives any subscriber, so a subscriber dropped after a failed
+/// `SSUBSCRIBE` hands the receiver back for the next one.
+pub(crate) struct PushLease {
+    receiver: Option<mpsc::UnboundedReceiver<PushInfo>>,
+    shared: Arc<Shared>,
+}
+
+impl Drop for PushLease {
+    fn drop(&mut self) {
+        if let (Some(receiver), Route::Cluster(route)) = (self.receiver.take(), &self.shared.route)
+        {
+            *route.pushes.lock().unwrap_or_else(|p| p.into_inner()) = Some(receiver);
+        }
+    }
+}
+
+/// What a subscriber reports.
+pub(crate) enum SubscriberEvent {
+    /// An unlock message on this channel.
+    Message(String),
+    /// The server dropped the subscription to this channel (a slot moved).
+    Dropped(String),
+    /// A connection behind the subscriber was lost and restored: messages may be missing.
+    Interrupted,
+}
+
+impl Subscriber {
+    pub(crate) async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Subscriber::Dedicated { sink, .. } => sink.subscribe(channel).await,
+            Subscriber::Sharded { conn, .. } => conn.ssubscribe(channel).await,
+        }
+    }
+
+    pub(crate) async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Subscriber::Dedicated { sink, .. } => sink.unsubscribe(channel).await,
+            Subscriber::Sharded { conn, .. } => conn.sunsubscribe(channel).await,
+        }
+    }
+
+    /// The next event; `None` when the subscriber is gone and must be replaced.
+    pub(crate) async fn next(&mut self) -> Option<SubscriberEvent> {
+        match self {
+            Subscriber::Dedicated { stream, .. } => {
+                let message = stream.next().await?;
+                Some(SubscriberEvent::Message(
+                    message.get_channel_name().to_owned(),
+                ))
+            }
+            Subscriber::Sharded { pushes, .. } => loop {
+                let push = pushes.receiver.as_mut()?.recv().await?;
+                let channel = push
+                    .data
+                    .first()
+                    .and_then(|value| String::from_redis_value(value.clone()).ok());
+                match (push.kind, channel) {
+                    (PushKind::SMessage | PushKind::Message, Some(channel)) => {
+                        return Some(SubscriberEvent::Message(channel))
+                    }
+                    (PushKind::SUnsubscribe, Some(channel)) => {
+                        return Some(SubscriberEvent::Dropped(channel))
+                    }
+                    (PushKind::Disconnection, _) => return Some(SubscriberEvent::Interrupted),
+                    _ => {}
+                }
+            },
+        }
+    }
+}
+
+impl Backend {
+    /// A subscriber on the current deployment, and the generation it belongs to: when
+    /// [`generation`](Backend::generation) moves on, the subscriber is stale.
+    pub(crate) async fn subscriber(&self) -> Result<Subscriber, CallError> {
+        match &self.shared.route {
+            Route::Direct(node) => {
+                let client = read(node).client.clone();
+                self.dedicated(client).await
+            }
+            Route::Sentinel(route) => {
+                let client = route.node().client;
+                self.dedicated(client).await
+            }
+            Route::Cluster(route) => {
+                self.follow_runtime().await?;
+                let conn = read(&route.conn);
+                let taken = route
+                    .pushes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                match taken {
+                    Some(receiver) => Ok(Subscriber::Sharded {
+                        conn,
+                        pushes: PushLease {
+                            receiver: Some(receiver),
+                            shared: Arc::clone(&self.shared),
+                        },
+                    }),
+                    // The receiver ended with the cluster connection: nothing to reconnect.
+                    None => Err(CallError::Redis(RedisError::from((
+                        redis::ErrorKind::Io,
+                        "the cluster connection's message channel is closed",
+                    )))),
+                }
+            }
+        }
+    }
+
+    async fn dedicated(&self, client: redis::Client) -> Result<Subscriber, CallError> {
+        let pubsub = self.bounded(client.get_async_pubsub()).await?;
+        let (sink, stream) = pubsub.split();
+        Ok(Subscriber::Dedicated { sink, stream })
+    }
+}
