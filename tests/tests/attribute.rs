@@ -28,6 +28,8 @@ struct Shop {
     redis: redis::Client,
     inside: Arc<AtomicBool>,
     entries: Arc<AtomicUsize>,
+    /// Entries that found another caller inside.
+    overlaps: Arc<AtomicUsize>,
 }
 
 impl Shop {
@@ -41,6 +43,7 @@ impl Shop {
             redis: server.client(),
             inside: Arc::new(AtomicBool::new(false)),
             entries: Arc::new(AtomicUsize::new(0)),
+            overlaps: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -52,12 +55,11 @@ impl Shop {
         self.redis.get_connection().unwrap().pttl(key).unwrap()
     }
 
-    /// Marks the critical section occupied for `hold`; panics on overlap.
+    /// Marks the critical section occupied for `hold`; counts entries and overlaps.
     async fn occupy(&self, hold: Duration) {
-        assert!(
-            !self.inside.swap(true, Ordering::SeqCst),
-            "two callers inside at once"
-        );
+        if self.inside.swap(true, Ordering::SeqCst) {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
         self.entries.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(hold).await;
         self.inside.store(false, Ordering::SeqCst);
@@ -82,6 +84,14 @@ impl Shop {
 
     #[distributed_lock(key = "exit:<path>", client = self.locks)]
     async fn exit_by(&self, path: &str) -> Result<&'static str, AppError> {
+        // Held here, so that "gone afterwards" is about a lock that was taken.
+        let holds = self.holds(&format!("exit:{path}"));
+        assert_eq!(
+            holds.values().sum::<u32>(),
+            1,
+            "not held in the body: {holds:?}"
+        );
+        self.entries.fetch_add(1, Ordering::SeqCst);
         match path {
             "err" => return Err(AppError::Refused),
             "question-mark" => Err(AppError::Refused)?,
@@ -181,12 +191,43 @@ async fn calls_joined_in_one_task_exclude_each_other() {
     b.unwrap();
     c.unwrap();
     assert_eq!(shop.entries.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        shop.overlaps.load(Ordering::SeqCst),
+        0,
+        "two callers inside at once"
+    );
 
     // Also for a free function taking its client as a parameter.
     let client = shop.locks.clone();
     let (a, b) = tokio::join!(free_sell(&client, 2, &shop), free_sell(&client, 2, &shop));
     a.unwrap();
     b.unwrap();
+    assert_eq!(shop.entries.load(Ordering::SeqCst), 5);
+    assert_eq!(
+        shop.overlaps.load(Ordering::SeqCst),
+        0,
+        "two callers inside at once"
+    );
+
+    // Control: the same joined calls on distinct keys do overlap, so the flag would have
+    // caught the lock letting them in together.
+    let (a, b, c) = tokio::join!(shop.sell(4, hold), shop.sell(5, hold), shop.sell(6, hold));
+    a.unwrap();
+    b.unwrap();
+    c.unwrap();
+    let method_overlaps = shop.overlaps.load(Ordering::SeqCst);
+    assert!(
+        method_overlaps > 0,
+        "joined calls on distinct keys never overlapped"
+    );
+    let (a, b) = tokio::join!(free_sell(&client, 7, &shop), free_sell(&client, 8, &shop));
+    a.unwrap();
+    b.unwrap();
+    assert!(
+        shop.overlaps.load(Ordering::SeqCst) > method_overlaps,
+        "joined free-function calls on distinct keys never overlapped"
+    );
+    assert_eq!(shop.entries.load(Ordering::SeqCst), 10);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,6 +237,7 @@ async fn calls_from_two_clients_exclude_each_other() {
     let mut second = Shop::open(&server).await;
     second.inside = first.inside.clone();
     second.entries = first.entries.clone();
+    second.overlaps = first.overlaps.clone();
     let mut tasks = Vec::new();
     for shop in [first.clone(), second.clone(), first.clone(), second] {
         tasks.push(tokio::spawn(async move {
@@ -208,6 +250,11 @@ async fn calls_from_two_clients_exclude_each_other() {
         task.await.unwrap();
     }
     assert_eq!(first.entries.load(Ordering::SeqCst), 20);
+    assert_eq!(
+        first.overlaps.load(Ordering::SeqCst),
+        0,
+        "two callers inside at once"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,25 +277,37 @@ async fn the_lock_is_released_on_every_exit_path() {
     let server = RedisServer::start();
     let shop = Shop::open(&server).await;
 
+    let entered = || shop.entries.load(Ordering::SeqCst);
     assert_eq!(shop.exit_by("ok").await.unwrap(), "ok");
+    assert_eq!(entered(), 1);
     gone_within(&shop, "exit:ok", Duration::from_millis(100)).await;
 
     assert!(matches!(shop.exit_by("err").await, Err(AppError::Refused)));
+    assert_eq!(entered(), 2);
     gone_within(&shop, "exit:err", Duration::from_millis(100)).await;
 
     assert!(matches!(
         shop.exit_by("question-mark").await,
         Err(AppError::Refused)
     ));
+    assert_eq!(entered(), 3);
     gone_within(&shop, "exit:question-mark", Duration::from_millis(100)).await;
 
     let panicking = shop.clone();
     let outcome = tokio::spawn(async move { panicking.exit_by("panic").await }).await;
-    assert!(outcome.unwrap_err().is_panic());
+    // The body's own panic, not the "held in the body" check or a failed acquisition.
+    let payload = outcome.unwrap_err().into_panic();
+    let message = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
+    assert_eq!(message, Some("boom in the body"));
+    assert_eq!(entered(), 4);
     gone_within(&shop, "exit:panic", Duration::from_millis(100)).await;
 
-    let cancelled = tokio::time::timeout(Duration::from_millis(100), shop.exit_by("hang")).await;
+    let cancelled = tokio::time::timeout(Duration::from_millis(500), shop.exit_by("hang")).await;
     assert!(cancelled.is_err());
+    assert_eq!(entered(), 5, "cancelled before the body held the lock");
     gone_within(&shop, "exit:hang", Duration::from_millis(100)).await;
 }
 

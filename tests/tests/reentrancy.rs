@@ -56,31 +56,52 @@ async fn is_held_and_hold_count_are_per_call_chain() {
     guard.unlock().await.unwrap();
 }
 
+/// Five rounds of taking lock `name` for 20 ms; counts entries that found another future
+/// inside.
+async fn critical(
+    client: LockClient,
+    name: &str,
+    inside: Arc<AtomicBool>,
+    overlaps: Arc<AtomicUsize>,
+) {
+    for _ in 0..5 {
+        let guard = client.lock(name).lock().await.unwrap();
+        if inside.swap(true, Ordering::SeqCst) {
+            overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        inside.store(false, Ordering::SeqCst);
+        guard.unlock().await.unwrap();
+    }
+}
+
 /// Both futures hold the lock for a while; a shared flag catches any overlap.
 #[tokio::test(flavor = "current_thread")]
 async fn two_futures_joined_in_one_task_exclude_each_other() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
     let inside = Arc::new(AtomicBool::new(false));
-    let entries = Arc::new(AtomicUsize::new(0));
-    let critical = |client: LockClient, inside: Arc<AtomicBool>, entries: Arc<AtomicUsize>| async move {
-        for _ in 0..5 {
-            let guard = client.lock("joined").lock().await.unwrap();
-            assert!(
-                !inside.swap(true, Ordering::SeqCst),
-                "two futures inside at once"
-            );
-            entries.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            inside.store(false, Ordering::SeqCst);
-            guard.unlock().await.unwrap();
-        }
-    };
+    let overlaps = Arc::new(AtomicUsize::new(0));
     tokio::join!(
-        critical(client.clone(), inside.clone(), entries.clone()),
-        critical(client.clone(), inside.clone(), entries.clone()),
+        critical(client.clone(), "joined", inside.clone(), overlaps.clone()),
+        critical(client.clone(), "joined", inside.clone(), overlaps.clone()),
     );
-    assert_eq!(entries.load(Ordering::SeqCst), 10);
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two futures inside at once"
+    );
+
+    // Control: with distinct lock names the same futures do overlap, so the flag would
+    // have caught a lock that let both in.
+    tokio::join!(
+        critical(client.clone(), "joined-a", inside.clone(), overlaps.clone()),
+        critical(client.clone(), "joined-b", inside.clone(), overlaps.clone()),
+    );
+    assert!(
+        overlaps.load(Ordering::SeqCst) > 0,
+        "distinct locks never overlapped"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -89,23 +110,28 @@ async fn inside_a_scope_other_locks_still_exclude_joined_futures() {
     let client = LockClient::connect(&server.url()).await.unwrap();
     let outer = client.lock("outer").lock().await.unwrap();
     let inside = Arc::new(AtomicBool::new(false));
-    let critical = || {
-        let client = client.clone();
-        let inside = inside.clone();
-        async move {
-            let guard = client.lock("inner").lock().await.unwrap();
-            assert!(
-                !inside.swap(true, Ordering::SeqCst),
-                "two futures inside `inner` at once"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            inside.store(false, Ordering::SeqCst);
-            guard.unlock().await.unwrap();
-        }
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let joined = |a: &'static str, b: &'static str| {
+        outer.scope(async {
+            tokio::join!(
+                critical(client.clone(), a, inside.clone(), overlaps.clone()),
+                critical(client.clone(), b, inside.clone(), overlaps.clone()),
+            )
+        })
     };
-    outer
-        .scope(async { tokio::join!(critical(), critical()) })
-        .await;
+    joined("inner", "inner").await;
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two futures inside `inner` at once"
+    );
+
+    // Control: the same scope with distinct inner locks lets both in together.
+    joined("inner-a", "inner-b").await;
+    assert!(
+        overlaps.load(Ordering::SeqCst) > 0,
+        "distinct locks never overlapped"
+    );
     outer.unlock().await.unwrap();
 }
 

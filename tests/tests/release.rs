@@ -1,5 +1,6 @@
 //! Release on every exit path, cancellation safety, safe retries and a dead Redis.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dlock_core::{LockClient, LockError};
@@ -20,6 +21,30 @@ async fn both_connections_up(proxy: &TcpProxy) -> usize {
     // Let the subscriber finish its handshake.
     tokio::time::sleep(Duration::from_millis(50)).await;
     proxy.accepted()
+}
+
+/// How many times Redis ran each command (scripts' inner commands included), by name.
+fn command_calls(server: &RedisServer) -> HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.connection())
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The message of a caught panic (`panic!` with a literal or a formatted message).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("<not a string>")
 }
 
 /// Polls until `key` is gone; returns how long that took.
@@ -44,6 +69,9 @@ async fn dropping_a_guard_releases_within_100ms() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
     let guard = client.lock("dropped").lock().await.unwrap();
+    // Else "gone" below would hold for a lock never taken.
+    let exists: bool = server.connection().exists("dropped").unwrap();
+    assert!(exists, "not locked before the drop");
     drop(guard);
     gone_within(&server, "dropped", Duration::from_millis(100)).await;
 }
@@ -53,11 +81,16 @@ async fn a_panic_in_the_critical_section_releases_within_100ms() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
     let lock = client.lock("panicked");
+    let redis = server.client();
     let task = tokio::spawn(async move {
         let _guard = lock.lock().await.unwrap();
+        let exists: bool = redis.get_connection().unwrap().exists("panicked").unwrap();
+        assert!(exists, "not locked in the body");
         panic!("boom inside the critical section");
     });
-    assert!(task.await.unwrap_err().is_panic());
+    // The body's own panic, not a failed acquisition or check before it.
+    let payload = task.await.unwrap_err().into_panic();
+    assert_eq!(panic_message(&*payload), "boom inside the critical section");
     gone_within(&server, "panicked", Duration::from_millis(100)).await;
 }
 
@@ -66,13 +99,16 @@ async fn cancelling_the_holding_future_releases_within_100ms() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
     let lock = client.lock("cancelled");
+    let mut held = false;
     let holding = async {
         let _guard = lock.lock().await.unwrap();
+        held = server.connection().exists("cancelled").unwrap();
         std::future::pending::<()>().await;
     };
-    assert!(tokio::time::timeout(Duration::from_millis(100), holding)
+    assert!(tokio::time::timeout(Duration::from_millis(500), holding)
         .await
         .is_err());
+    assert!(held, "cancelled before the lock was held");
     gone_within(&server, "cancelled", Duration::from_millis(100)).await;
 }
 
@@ -80,7 +116,9 @@ async fn cancelling_the_holding_future_releases_within_100ms() {
 async fn acquisitions_cancelled_at_random_points_leave_no_lock_behind() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
-    for round in 0..4 {
+    let mut guards: u64 = 0;
+    let before = command_calls(&server);
+    for round in 0..8 {
         let name = format!("raced-{round}");
         let mut tasks = Vec::new();
         for i in 0..64u64 {
@@ -91,14 +129,30 @@ async fn acquisitions_cancelled_at_random_points_leave_no_lock_behind() {
                 if let Ok(Ok(guard)) = tokio::time::timeout(budget, lock.lock()).await {
                     tokio::time::sleep(Duration::from_micros(300)).await;
                     drop(guard);
+                    return 1;
                 }
+                0
             }));
         }
         for task in tasks {
-            task.await.unwrap();
+            guards += task.await.unwrap();
         }
         gone_within(&server, &name, Duration::from_millis(500)).await;
     }
+    // Every grant is one HSET by the acquire script (nothing else here runs HSET: no
+    // re-entries). Grants beyond the guards handed out are the dangerous case: the
+    // script took the lock, the caller was cancelled before it saw the reply.
+    let after = command_calls(&server);
+    let calls =
+        |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    let grants = calls("hset");
+    let cancelled_after_grant = grants - guards;
+    eprintln!("{grants} grants, {guards} guards handed out, {cancelled_after_grant} cancelled after the grant");
+    assert!(
+        cancelled_after_grant > 0,
+        "no cancellation landed after the acquire script took the lock ({grants} grants, {guards} guards)"
+    );
+    assert_eq!(calls("hdel"), grants, "every hold given back exactly once");
 }
 
 #[tokio::test]
@@ -112,6 +166,7 @@ async fn a_release_whose_reply_was_lost_is_retried_as_a_success() {
         .unwrap();
     let guard = client.lock("lost-reply").lock().await.unwrap();
     let connections = both_connections_up(&proxy).await;
+    let before = command_calls(&server);
 
     proxy.lose_next_reply();
     guard
@@ -124,6 +179,15 @@ async fn a_release_whose_reply_was_lost_is_retried_as_a_success() {
     );
     let exists: bool = server.connection().exists("lost-reply").unwrap();
     assert!(!exists);
+    // The lost reply was the release's: its script ran twice (each run reads the memo
+    // with GET), and only the first one gave the hold back.
+    let after = command_calls(&server);
+    let calls =
+        |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    let scripts = calls("evalsha") + calls("eval");
+    assert!(scripts >= 2, "the release ran {scripts} time(s): {after:?}");
+    assert!(calls("get") >= 2, "the retry never reached the memo");
+    assert_eq!(calls("hdel"), 1, "the hold was given back once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,6 +36,13 @@ async fn failover_while_locking(group: &Arc<RedisSentinelGroup>, config: &dlock_
 
     // Waiters blocked on a held lock across the failover.
     let holder = client.lock("failover:held").lock().await.unwrap();
+    // On the replicas before the failover, so the release below happens on the new master.
+    {
+        let group = Arc::clone(group);
+        tokio::task::spawn_blocking(move || group.wait_replicated())
+            .await
+            .unwrap();
+    }
     let mut waiters = Vec::new();
     for _ in 0..3 {
         let lock = config.build().await.unwrap().lock("failover:held");
@@ -99,19 +106,41 @@ async fn failover_while_locking(group: &Arc<RedisSentinelGroup>, config: &dlock_
 
     // The holder releases on the new master (the lock was replicated); waiters acquire.
     let released = Instant::now();
-    match holder.unlock().await {
-        Ok(()) => {}
+    let replicated = match holder.unlock().await {
+        Ok(()) => true,
         // Asynchronous replication may lose the lock in a failover: then it is gone.
-        Err(e) => assert!(e.is_not_held(), "{e}"),
-    }
+        Err(e) => {
+            assert!(e.is_not_held(), "{e}");
+            false
+        }
+    };
+    let mut acquired = Vec::new();
     for waiter in waiters {
-        let acquired = tokio::time::timeout(Duration::from_secs(10), waiter)
-            .await
-            .expect("waiters acquire after the failover")
-            .unwrap();
-        eprintln!(
-            "sentinel failover: waiter acquired {:?} after the release",
-            acquired.saturating_duration_since(released)
+        acquired.push(
+            tokio::time::timeout(Duration::from_secs(10), waiter)
+                .await
+                .expect("waiters acquire after the failover")
+                .unwrap(),
         );
     }
+    acquired.sort();
+    // Each waiter is woken by the release before it (the holder's, then the previous
+    // waiter's), all on the new master: the subscriber followed it. A missed message
+    // would cost the 1 s recheck; 200 ms leaves room for a loaded machine.
+    let mut previous = released;
+    for at in acquired {
+        let woken = at.saturating_duration_since(previous);
+        eprintln!("sentinel failover: waiter acquired {woken:?} after the release before it");
+        if replicated {
+            assert!(
+                woken <= Duration::from_millis(200),
+                "a waiter acquired {woken:?} after the release before it on the new master"
+            );
+        }
+        previous = at;
+    }
+    assert!(
+        replicated,
+        "the replicated lock was lost in the failover; the wake-ups were not measured"
+    );
 }

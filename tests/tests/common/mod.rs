@@ -128,8 +128,9 @@ async fn waiter_woken_by_unlock(a: &LockClient, b: &LockClient) {
     for _ in 0..3 {
         worst = worst.max(handoff(a, b, "suite:handoff").await);
     }
+    // A missed unlock message costs the 1 s recheck; 150 ms is slack for a loaded machine.
     assert!(
-        worst <= Duration::from_millis(50),
+        worst <= Duration::from_millis(150),
         "wake-up: hand-off took {worst:?}"
     );
     eprintln!("wake-up: worst hand-off {worst:?}");
@@ -146,7 +147,7 @@ async fn try_lock_for_times_out(a: &LockClient, b: &LockClient) {
     let waited = started.elapsed();
     assert!(err.is_timeout(), "timeout: {err}");
     assert!(
-        (Duration::from_millis(300)..Duration::from_millis(500)).contains(&waited),
+        (Duration::from_millis(300)..Duration::from_millis(600)).contains(&waited),
         "timeout: waited {waited:?}"
     );
     guard.unlock().await.unwrap();
