@@ -5,20 +5,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::background::Background;
 use crate::error::{LockError, Result};
 use crate::lease::{lease_millis, MAX_LEASE};
-use crate::local::LocalQueues;
 use crate::lock::{check_text, Lock};
-use crate::metrics::{Metrics, Stats};
-use crate::pubsub::PubSubService;
-use crate::redis::{Backend, CallError, ConnectOptions};
+use crate::redis::{Backend, ConnectOptions};
 use crate::redis::{Topology, TopologyKind};
-use crate::release::{self, ReleaseJob, ReleaseLog};
-use crate::watchdog::{self, Registry, Schedule};
+use crate::sync::background::Background;
+use crate::sync::held::Held;
+use crate::sync::local::LocalQueues;
+use crate::sync::metrics::{Metrics, Stats};
+use crate::sync::pubsub::PubSubService;
+use crate::sync::release::ReleaseTiming;
+use crate::sync::release::{self, ReleaseJob, ReleaseLog};
+use crate::sync::retry::RetryPolicy;
+use crate::sync::watchdog::{self, Registry, Schedule};
 
 /// Shortest accepted watchdog timeout: renewal runs every third of it and needs room for a
 /// round trip and a retry.
@@ -92,7 +94,7 @@ pub(crate) struct ClientInner {
     pub(crate) backend: Backend,
     pub(crate) pubsub: PubSubService,
     pub(crate) registry: Arc<Registry>,
-    pub(crate) local: Arc<LocalQueues>,
+    pub(crate) local: Arc<LocalQueues<Held>>,
     pub(crate) metrics: Arc<Metrics>,
     releases: mpsc::UnboundedSender<ReleaseJob>,
     /// Recent releases, replayed on a new master after a Sentinel failover.
@@ -132,37 +134,21 @@ impl Settings {
         self.command_timeout * 3 + Duration::from_secs(1)
     }
 
-    /// The pause before retrying a call that failed with `error`, or `None` to give up.
-    ///
-    /// Only fast, transient failures (dropped or refused connections, failover errors) are
-    /// retried, and only while the whole operation stays within one command timeout: a
-    /// caller never waits much longer than `command_timeout` for an answer.
-    ///
-    /// The first retry goes out at once: the connection that failed is already being
-    /// replaced (the connection manager reconnects on the failure, a Sentinel or cluster
-    /// route is re-resolved), and a retry simply waits for that. A killed connection then
-    /// costs a reconnect, not a `retry_delay`. Later retries back off from `retry_delay`.
-    pub(crate) fn retry_after(
-        &self,
-        error: &CallError,
-        failures: u32,
-        started: Instant,
-    ) -> Option<Duration> {
-        if !error.is_quick_to_retry() || failures >= self.retry_attempts {
-            return None;
+    /// How calls of this client are retried.
+    pub(crate) fn retry(&self) -> RetryPolicy {
+        RetryPolicy {
+            attempts: self.retry_attempts,
+            delay: self.retry_delay,
+            within: self.command_timeout,
         }
-        let delay = retry_backoff(self.retry_delay, failures);
-        (started.elapsed().saturating_add(delay) < self.command_timeout).then_some(delay)
     }
-}
 
-/// The pause before the retry that follows `failures` failed attempts: none before the
-/// first retry (the failed connection is already being replaced; the retry waits for
-/// that), then `retry_delay`, doubling up to 256 × `retry_delay`.
-pub(crate) fn retry_backoff(retry_delay: Duration, failures: u32) -> Duration {
-    match failures {
-        0 => Duration::ZERO,
-        n => retry_delay.saturating_mul(2u32.saturating_pow((n - 1).min(8))),
+    /// How releases of this client are retried and remembered.
+    pub(crate) fn release_timing(&self) -> ReleaseTiming {
+        ReleaseTiming {
+            retry: self.retry(),
+            memo_ttl: self.memo_ttl(),
+        }
     }
 }
 
@@ -551,23 +537,23 @@ impl LockClient {
         ));
         {
             let queue = Arc::new(tokio::sync::Mutex::new(queue));
-            let (backend, settings) = (backend.clone(), Arc::new(settings.clone()));
+            let (backend, timing) = (backend.clone(), settings.release_timing());
             let (metrics, log) = (Arc::clone(&metrics), Arc::clone(&release_log));
             background.start("background releases", move || {
                 release::run_background(
                     Arc::clone(&queue),
                     backend.clone(),
-                    Arc::clone(&settings),
+                    timing,
                     Arc::clone(&metrics),
                     Arc::clone(&log),
                 )
             });
         }
         if backend.is_sentinel() {
-            let (backend, settings) = (backend.clone(), settings.clone());
+            let (backend, timing) = (backend.clone(), settings.release_timing());
             let log = Arc::downgrade(&release_log);
             background.start("release replay", move || {
-                release::replay_after_failover(backend.clone(), settings.clone(), log.clone())
+                release::replay_after_failover(backend.clone(), timing, log.clone())
             });
         }
         {

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
-use crate::held::Held;
-use crate::owner;
-use crate::release::{self, ReleaseJob, ReleaseKind, Released};
+use crate::sync::held::Held;
+use crate::sync::owner;
+use crate::sync::release::{self, ReleaseJob, ReleaseKind, Released};
 
 /// A held lock: one hold of it. Release it with [`unlock`](LockGuard::unlock).
 ///
@@ -137,7 +137,7 @@ impl LockGuard {
         let inner = &self.client.inner;
         inner.keep_running();
         let job = self.job();
-        let outcome = release::release(&inner.backend, &inner.settings, &job).await;
+        let outcome = release::release(&inner.backend, inner.settings.release_timing(), &job).await;
         if outcome.is_ok() {
             inner.release_log.record(&job);
             self.held.give_up_turn();

@@ -40,24 +40,17 @@
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
-mod background;
 mod client;
 mod error;
 mod global;
 mod guard;
-mod held;
 mod keys;
 mod lease;
-mod local;
 mod lock;
-mod metrics;
-mod owner;
-mod pubsub;
 mod redact;
 mod redis;
-mod release;
 mod scripts;
-mod watchdog;
+mod sync;
 
 pub use crate::redis::Topology;
 pub use client::{LockClient, LockClientBuilder, MAX_COMMAND_TIMEOUT};
@@ -66,7 +59,7 @@ pub use global::{global_client, set_global};
 pub use guard::LockGuard;
 pub use lease::MAX_LEASE;
 pub use lock::{Lock, MAX_NAME_LEN};
-pub use metrics::{Stats, LATENCY_BOUNDS};
+pub use sync::metrics::{Stats, LATENCY_BOUNDS};
 
 /// `url` with any password replaced by `***`, for logs and error messages.
 ///

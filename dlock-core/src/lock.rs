@@ -8,15 +8,15 @@ use tokio::time::Instant;
 use crate::client::{LockClient, ReplicaAcks};
 use crate::error::{LockError, LossReason, Result};
 use crate::guard::LockGuard;
-use crate::held::Held;
 use crate::keys::LockKeys;
 use crate::lease::lease_millis;
-use crate::local::{Place, Ticket, Turn};
-use crate::owner;
-use crate::pubsub::Subscription;
 use crate::redis::CallError;
-use crate::release::{ReleaseJob, ReleaseKind};
 use crate::scripts::scripts;
+use crate::sync::held::Held;
+use crate::sync::local::{Place, Ticket, Turn};
+use crate::sync::owner;
+use crate::sync::pubsub::Subscription;
+use crate::sync::release::{ReleaseJob, ReleaseKind};
 
 /// The longest lock name (and the longest key prefix) accepted, in bytes: 4096.
 ///
@@ -455,7 +455,11 @@ impl Lock {
     /// A task waiting behind a hold it took itself (`lock()` twice without `scope`) waits
     /// forever; the same state is legitimate when another future of the task holds it
     /// (`join!`), so it cannot be refused. After [`SELF_WAIT_WARNING`] it is logged.
-    async fn wait_for_turn(&self, ticket: Ticket, give_up_at: Option<Instant>) -> Option<Turn> {
+    async fn wait_for_turn(
+        &self,
+        ticket: Ticket<Held>,
+        give_up_at: Option<Instant>,
+    ) -> Option<Turn<Held>> {
         let inner = &self.client.inner;
         let recheck = inner.settings.max_wait_recheck;
         let mut watching: Option<Subscription> = None;
@@ -523,7 +527,7 @@ impl Lock {
     /// out Redis errors for up to `failover_wait`.
     async fn acquire_new(
         &self,
-        turn: Turn,
+        turn: Turn<Held>,
         wait: Option<Duration>,
         lease: Option<Duration>,
         started: Instant,
@@ -761,6 +765,7 @@ impl Attempt<'_> {
                 Err(error) => {
                     let retry = inner
                         .settings
+                        .retry()
                         .retry_after(&error, failures, started)
                         .filter(|delay| give_up_at.is_none_or(|at| before(*delay, at)));
                     match retry {

@@ -10,8 +10,8 @@ use tokio::time::Instant;
 
 use crate::error::LossReason;
 use crate::keys::LockKeys;
-use crate::local::Turn;
-use crate::metrics::Metrics;
+use crate::sync::local::Turn;
+use crate::sync::metrics::Metrics;
 
 const HELD: u8 = 0;
 const RELEASED: u8 = 1;
@@ -36,7 +36,7 @@ pub(crate) struct Held {
     /// This hold's place at the head of the client's local line, if it took one (fresh
     /// acquisitions do, re-entries do not). Given up when the hold ends: released, lost
     /// or expired, so local waiters never wait longer than ones in other processes.
-    turn: Mutex<Option<Turn>>,
+    turn: Mutex<Option<Turn<Held>>>,
     /// The task that acquired it (`None` outside any task, as in `block_on`), to diagnose
     /// a task waiting for a lock it holds itself.
     pub(crate) acquired_in: Option<tokio::task::Id>,
@@ -68,7 +68,7 @@ impl Held {
     }
 
     /// Keeps `turn` until the hold ends, and tells the line who holds it.
-    pub(crate) fn keep_turn(self: &Arc<Self>, turn: Turn) {
+    pub(crate) fn keep_turn(self: &Arc<Self>, turn: Turn<Held>) {
         turn.hold(self);
         *self.turn.lock().unwrap_or_else(|p| p.into_inner()) = Some(turn);
         // Lost before the turn was stored: nobody else would give it up.

@@ -14,9 +14,9 @@ use std::time::Duration;
 use redis::{RedisError, RedisResult};
 use tokio::sync::{mpsc, watch, Notify};
 
-use crate::background::Background;
-use crate::client::retry_backoff;
 use crate::redis::{Backend, SubscriberEvent};
+use crate::sync::background::Background;
+use crate::sync::retry::backoff;
 
 /// The longest pause between two attempts to reconnect the subscriber. Waiters do not
 /// depend on it alone: they re-check the lock every `max_wait_recheck` anyway.
@@ -321,7 +321,7 @@ async fn within(
 
 /// Waits before the next reconnection attempt and counts the failure.
 async fn back_off(retry_delay: Duration, failures: &mut u32) {
-    let pause = retry_backoff(retry_delay, *failures).min(MAX_RECONNECT_PAUSE);
+    let pause = backoff(retry_delay, *failures).min(MAX_RECONNECT_PAUSE);
     *failures += 1;
     tokio::time::sleep(pause).await;
 }

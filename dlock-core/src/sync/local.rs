@@ -8,8 +8,10 @@
 //!
 //! The line only orders this client's tasks; Redis decides who holds the lock. So the turn
 //! belongs to a hold, not to a guard object: a hold that is released, lost or expired gives
-//! it up (see [`Held`]), and the first waiter in line watches the holder so that it learns
-//! of an expired lease or a force unlock as soon as a waiter in another process would.
+//! it up, and the first waiter in line watches the holder so that it learns of an expired
+//! lease or a force unlock as soon as a waiter in another process would. The line is
+//! generic over that holder (`H`, a primitive's hold state), which it only hands to the
+//! first waiter.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,26 +19,41 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
 
-use crate::held::Held;
-
 /// The client's local lines, one per lock key while anyone is in it.
-#[derive(Default)]
-pub(crate) struct LocalQueues {
-    lines: Mutex<HashMap<Arc<str>, Line>>,
+pub(crate) struct LocalQueues<H> {
+    lines: Mutex<HashMap<Arc<str>, Line<H>>>,
     next_ticket: AtomicU64,
 }
 
-#[derive(Default)]
-struct Line {
+impl<H> Default for LocalQueues<H> {
+    fn default() -> Self {
+        LocalQueues {
+            lines: Mutex::default(),
+            next_ticket: AtomicU64::default(),
+        }
+    }
+}
+
+struct Line<H> {
     /// The ticket that has the turn.
     turn: Option<u64>,
     /// The hold of the turn's owner, once it acquired the lock in Redis.
-    holder: Option<Weak<Held>>,
+    holder: Option<Weak<H>>,
     /// The tickets waiting for the turn, in arrival order, each with its wake-up.
     waiting: VecDeque<(u64, Arc<Notify>)>,
 }
 
-impl Line {
+impl<H> Default for Line<H> {
+    fn default() -> Self {
+        Line {
+            turn: None,
+            holder: None,
+            waiting: VecDeque::new(),
+        }
+    }
+}
+
+impl<H> Line<H> {
     /// Wakes the first waiter: it has the turn now, or it is first and must watch.
     fn wake_first(&self) {
         if let Some((_, wake)) = self.waiting.front() {
@@ -58,23 +75,23 @@ pub(crate) enum Place {
 
 /// A place in a line, from arrival until the turn (then a [`Turn`]) or cancellation.
 /// Dropping it at any point leaves the line as if it never came.
-pub(crate) struct Ticket {
+pub(crate) struct Ticket<H> {
     /// The membership; as a waiter's, dropping it leaves the line just the same.
-    member: Turn,
+    member: Turn<H>,
     wake: Arc<Notify>,
 }
 
 /// Membership of a local line; once [`Ticket::into_turn`] made it one, the head of the
 /// line, held until the hold ends. Dropping it leaves the line (passing the turn on).
-pub(crate) struct Turn {
-    queues: Arc<LocalQueues>,
+pub(crate) struct Turn<H> {
+    queues: Arc<LocalQueues<H>>,
     key: Arc<str>,
     id: u64,
 }
 
-impl LocalQueues {
+impl<H> LocalQueues<H> {
     /// Gets in line for `key`; the ticket has the turn at once when nobody is there.
-    pub(crate) fn join(self: &Arc<Self>, key: &Arc<str>) -> Ticket {
+    pub(crate) fn join(self: &Arc<Self>, key: &Arc<str>) -> Ticket<H> {
         let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
         let mut lines = self.lock_lines();
@@ -94,7 +111,7 @@ impl LocalQueues {
         }
     }
 
-    fn lock_lines(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Line>> {
+    fn lock_lines(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Line<H>>> {
         self.lines.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -129,7 +146,7 @@ impl LocalQueues {
     }
 }
 
-impl Ticket {
+impl<H> Ticket<H> {
     /// Where this ticket stands now.
     pub(crate) fn place(&self) -> Place {
         let Turn { queues, key, id } = &self.member;
@@ -147,7 +164,7 @@ impl Ticket {
     }
 
     /// The hold that has the turn, once its owner acquired the lock in Redis.
-    pub(crate) fn holder(&self) -> Option<Arc<Held>> {
+    pub(crate) fn holder(&self) -> Option<Arc<H>> {
         let lines = self.member.queues.lock_lines();
         lines.get(&self.member.key)?.holder.as_ref()?.upgrade()
     }
@@ -159,15 +176,15 @@ impl Ticket {
     }
 
     /// The turn, once [`place`](Ticket::place) said [`Place::Turn`].
-    pub(crate) fn into_turn(self) -> Turn {
+    pub(crate) fn into_turn(self) -> Turn<H> {
         self.member
     }
 }
 
-impl Turn {
+impl<H> Turn<H> {
     /// Records `held` as the holder of the turn and tells the first waiter, which watches
     /// the holder from now on.
-    pub(crate) fn hold(&self, held: &Arc<Held>) {
+    pub(crate) fn hold(&self, held: &Arc<H>) {
         let mut lines = self.queues.lock_lines();
         if let Some(line) = lines.get_mut(&self.key) {
             if line.turn == Some(self.id) {
@@ -178,7 +195,7 @@ impl Turn {
     }
 }
 
-impl Drop for Turn {
+impl<H> Drop for Turn<H> {
     fn drop(&mut self) {
         self.queues.leave(&self.key, self.id);
     }
@@ -190,7 +207,7 @@ mod tests {
     use std::time::Duration;
 
     /// Waits until `ticket` has the turn.
-    async fn turn(ticket: Ticket) -> Turn {
+    async fn turn(ticket: Ticket<()>) -> Turn<()> {
         while ticket.place() != Place::Turn {
             ticket.moved().await;
         }
@@ -199,7 +216,7 @@ mod tests {
 
     #[tokio::test]
     async fn turns_are_exclusive_first_come_first_served_and_tidied_up() {
-        let queues = Arc::new(LocalQueues::default());
+        let queues = Arc::new(LocalQueues::<()>::default());
         let key: Arc<str> = "k".into();
         let first = turn(queues.join(&key)).await;
         let second = queues.join(&key);
@@ -231,7 +248,7 @@ mod tests {
     /// and the turn goes to the next waiter each time.
     #[tokio::test]
     async fn cancellation_at_any_point_leaves_no_entry_and_passes_the_turn_on() {
-        let queues = Arc::new(LocalQueues::default());
+        let queues = Arc::new(LocalQueues::<()>::default());
         let key: Arc<str> = "k".into();
         let holder = turn(queues.join(&key)).await;
 

@@ -14,11 +14,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::LossReason;
-use crate::held::Held;
 use crate::keys::slot_of;
-use crate::metrics::Metrics;
 use crate::redis::Backend;
 use crate::scripts::scripts;
+use crate::sync::held::Held;
+use crate::sync::metrics::Metrics;
+use crate::sync::retry::backoff;
 
 /// Locks per `renew` script call.
 const BATCH: usize = 512;
@@ -87,9 +88,7 @@ pub(crate) async fn run(
                 metrics.renewal_failed();
                 failures += 1;
                 expire_overdue(&registry, &held);
-                let backoff = schedule
-                    .retry_delay
-                    .saturating_mul(2u32.saturating_pow(failures.min(8) - 1));
+                let backoff = backoff(schedule.retry_delay, failures);
                 tracing::warn!(%error, locks = held.len(), attempt = failures, "dlock: lease renewal failed; retrying");
                 next = Instant::now() + backoff.min(period);
             }

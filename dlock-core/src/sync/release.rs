@@ -9,11 +9,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::client::Settings;
 use crate::keys::LockKeys;
-use crate::metrics::Metrics;
 use crate::redis::{Backend, CallError};
 use crate::scripts::scripts;
+use crate::sync::metrics::Metrics;
+use crate::sync::retry::RetryPolicy;
 
 /// Which hold a release gives back, with the operation id that makes it count once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +39,13 @@ pub(crate) enum Released {
     StillHeld(u32),
 }
 
+/// How releases are retried, and how long their memos live in Redis.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReleaseTiming {
+    pub(crate) retry: RetryPolicy,
+    pub(crate) memo_ttl: Duration,
+}
+
 /// One release to perform.
 #[derive(Clone)]
 pub(crate) struct ReleaseJob {
@@ -52,7 +59,7 @@ pub(crate) struct ReleaseJob {
 /// retry cannot turn a successful release into "not held".
 pub(crate) async fn release(
     backend: &Backend,
-    settings: &Settings,
+    timing: ReleaseTiming,
     job: &ReleaseJob,
 ) -> Result<Released, CallError> {
     let (mode, once_key) = match job.kind {
@@ -67,7 +74,7 @@ pub(crate) async fn release(
         .key(&once_key)
         .arg(&*job.field)
         .arg(mode)
-        .arg(settings.memo_ttl().as_millis() as u64)
+        .arg(timing.memo_ttl.as_millis() as u64)
         .arg(backend.publish_command());
     let started = Instant::now();
     let mut failures = 0;
@@ -82,7 +89,7 @@ pub(crate) async fn release(
                 tracing::debug!(lock = %job.name, ?released, "dlock: released");
                 return Ok(released);
             }
-            Err(error) => match settings.retry_after(&error, failures, started) {
+            Err(error) => match timing.retry.retry_after(&error, failures, started) {
                 Some(delay) => {
                     failures += 1;
                     tracing::debug!(lock = %job.name, %error, "dlock: release failed; retrying");
@@ -95,25 +102,24 @@ pub(crate) async fn release(
 }
 
 /// The queue of background releases; shared, so that the task can be restarted on another
-/// runtime (see [`Background`](crate::background::Background)) without losing jobs.
+/// runtime (see [`Background`](crate::sync::background::Background)) without losing jobs.
 pub(crate) type ReleaseQueue = Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<ReleaseJob>>>;
 
 /// The background release task: one spawned release per job, until the client is gone.
 pub(crate) async fn run_background(
     jobs: ReleaseQueue,
     backend: Backend,
-    settings: Arc<Settings>,
+    timing: ReleaseTiming,
     metrics: Arc<Metrics>,
     log: Arc<ReleaseLog>,
 ) {
     let mut jobs = jobs.lock().await;
     while let Some(job) = jobs.recv().await {
         let backend = backend.clone();
-        let settings = Arc::clone(&settings);
         let metrics = Arc::clone(&metrics);
         let log = Arc::clone(&log);
         tokio::spawn(async move {
-            let outcome = release(&backend, &settings, &job).await;
+            let outcome = release(&backend, timing, &job).await;
             if outcome.is_ok() {
                 log.record(&job);
             }
@@ -217,7 +223,7 @@ impl ReleaseLog {
 /// Ends when the log is dropped (the client is gone).
 pub(crate) async fn replay_after_failover(
     backend: Backend,
-    settings: Settings,
+    timing: ReleaseTiming,
     log: Weak<ReleaseLog>,
 ) {
     let (mut generation, mut alive) = match log.upgrade() {
@@ -237,7 +243,7 @@ pub(crate) async fn replay_after_failover(
             "dlock: master moved; replaying recent releases on the new one"
         );
         for job in jobs {
-            if let Err(error) = release(&backend, &settings, &job).await {
+            if let Err(error) = release(&backend, timing, &job).await {
                 tracing::debug!(lock = %job.name, %error, "dlock: replayed release failed");
             }
         }

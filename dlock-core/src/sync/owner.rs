@@ -13,7 +13,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::held::Held;
+use crate::sync::held::Held;
 
 tokio::task_local! {
     static CHAIN: Arc<Frame>;
