@@ -26,9 +26,9 @@ use crate::stats::{error, machine_busy, micros, process_cpu, Result};
 use crate::target::{self, Target};
 
 /// dlock's acquire script, byte for byte.
-const ACQUIRE: &str = include_str!("../../dlock-core/src/scripts/acquire.lua");
+const ACQUIRE: &str = include_str!("../../dlock-core/src/lock/scripts/acquire.lua");
 /// dlock's release script, byte for byte.
-const RELEASE: &str = include_str!("../../dlock-core/src/scripts/release.lua");
+const RELEASE: &str = include_str!("../../dlock-core/src/lock/scripts/release.lua");
 
 /// Lease of the limit's locks: dlock's default watchdog lease, as S1 uses.
 const LEASE_MS: u64 = 30_000;

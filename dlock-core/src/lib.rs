@@ -40,25 +40,25 @@
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+mod background;
 mod client;
 mod error;
-mod global;
-mod guard;
-mod keys;
 mod lease;
 mod lock;
+mod names;
 mod redact;
 mod redis;
 mod scripts;
 mod sync;
 
 pub use crate::redis::Topology;
+pub use client::global::{global_client, set_global};
 pub use client::{LockClient, LockClientBuilder, MAX_COMMAND_TIMEOUT};
 pub use error::{LockError, LossReason, Result};
-pub use global::{global_client, set_global};
-pub use guard::LockGuard;
 pub use lease::MAX_LEASE;
-pub use lock::{Lock, MAX_NAME_LEN};
+pub use lock::guard::LockGuard;
+pub use lock::Lock;
+pub use names::MAX_NAME_LEN;
 pub use sync::metrics::{Stats, LATENCY_BOUNDS};
 
 /// `url` with any password replaced by `***`, for logs and error messages.

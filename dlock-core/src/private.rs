@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::Result;
-use crate::guard::LockGuard;
+use crate::lock::guard::LockGuard;
 
-pub use crate::global::global_client;
+pub use crate::client::global::global_client;
 
 /// What `client = expr` may evaluate to.
 pub trait IntoClient {

@@ -1,4 +1,6 @@
-//! The Lua scripts behind every state change, loaded once per process.
+//! The registry of Lua scripts: every primitive's scripts, built once per process and
+//! loaded into each server when a client connects (see `Backend::connect`). A primitive's
+//! `.lua` files live in its own folder; adding a primitive adds its scripts here.
 //!
 //! `redis::Script` sends `EVALSHA` and falls back to loading the script on `NOSCRIPT`
 //! (after a server restart or failover the script cache is empty).
@@ -7,6 +9,7 @@ use std::sync::OnceLock;
 
 use redis::Script;
 
+/// The reentrant lock's scripts (`lock/scripts/`).
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
     pub(crate) release: Script,
@@ -17,9 +20,9 @@ pub(crate) struct Scripts {
 pub(crate) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::new(include_str!("scripts/acquire.lua")),
-        release: Script::new(include_str!("scripts/release.lua")),
-        renew: Script::new(include_str!("scripts/renew.lua")),
-        force_unlock: Script::new(include_str!("scripts/force_unlock.lua")),
+        acquire: Script::new(include_str!("lock/scripts/acquire.lua")),
+        release: Script::new(include_str!("lock/scripts/release.lua")),
+        renew: Script::new(include_str!("lock/scripts/renew.lua")),
+        force_unlock: Script::new(include_str!("lock/scripts/force_unlock.lua")),
     })
 }

@@ -86,7 +86,9 @@ async fn the_acquire_script_itself_refuses_a_bad_lease_without_writing() {
     // without expiry. Load the shipped script and call it directly.
     let server = RedisServer::start();
     let mut conn = server.connection();
-    let script = redis::Script::new(include_str!("../../dlock-core/src/scripts/acquire.lua"));
+    let script = redis::Script::new(include_str!(
+        "../../dlock-core/src/lock/scripts/acquire.lua"
+    ));
     for lease in ["0", "-1", "9223372036854775807", "abc"] {
         let result: redis::RedisResult<Option<i64>> = script
             .key("raw")

@@ -39,10 +39,10 @@ use redis::{
 };
 use tokio::sync::{mpsc, watch};
 
+use crate::background::Background;
 use crate::error::LockError;
 use crate::redact::{list, redact};
 use crate::scripts::scripts;
-use crate::sync::background::Background;
 use connect::{
     connect_cluster, connect_error, connect_node, connection_info, install_tls_provider, open,
 };

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use super::connect::master_client;
 use super::topology::Auth;
 use super::{Backend, CallError, ConnectOptions, Node, Route, Shared};
-use crate::sync::background::Background;
+use crate::background::Background;
 
 /// One sentinel's view of the master.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::LossReason;
-use crate::keys::LockKeys;
+use crate::names::LockKeys;
 use crate::sync::local::Turn;
 use crate::sync::metrics::Metrics;
 

@@ -1,9 +1,8 @@
 //! What every primitive shares: holds and their loss, the local line, call-chain
-//! ownership, unlock notifications, renewal, release, background tasks, retries and
-//! statistics. Nothing here knows a particular primitive; each primitive (the reentrant
-//! lock in `lock/`) builds on these.
+//! ownership, unlock notifications, renewal, release, retries and statistics. Each
+//! primitive (the reentrant lock in `lock/`) builds on these. Renewal and release still
+//! run the reentrant lock's scripts and key layout (`names::LockKeys`).
 
-pub(crate) mod background;
 pub(crate) mod held;
 pub(crate) mod local;
 pub(crate) mod metrics;

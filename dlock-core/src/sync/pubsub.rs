@@ -14,8 +14,8 @@ use std::time::Duration;
 use redis::{RedisError, RedisResult};
 use tokio::sync::{mpsc, watch, Notify};
 
+use crate::background::Background;
 use crate::redis::{Backend, SubscriberEvent};
-use crate::sync::background::Background;
 use crate::sync::retry::backoff;
 
 /// The longest pause between two attempts to reconnect the subscriber. Waiters do not

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::keys::LockKeys;
+use crate::names::LockKeys;
 use crate::redis::{Backend, CallError};
 use crate::scripts::scripts;
 use crate::sync::metrics::Metrics;
@@ -102,7 +102,7 @@ pub(crate) async fn release(
 }
 
 /// The queue of background releases; shared, so that the task can be restarted on another
-/// runtime (see [`Background`](crate::sync::background::Background)) without losing jobs.
+/// runtime (see [`Background`](crate::background::Background)) without losing jobs.
 pub(crate) type ReleaseQueue = Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<ReleaseJob>>>;
 
 /// The background release task: one spawned release per job, until the client is gone.

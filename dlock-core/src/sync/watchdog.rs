@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::LossReason;
-use crate::keys::slot_of;
+use crate::names::slot_of;
 use crate::redis::Backend;
 use crate::scripts::scripts;
 use crate::sync::held::Held;

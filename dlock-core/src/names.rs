@@ -1,4 +1,5 @@
-//! Redis key names for a lock: the hash itself, its unlock channel and its release memos.
+//! Names: what a lock name may be, and the Redis key names for a lock (the hash itself,
+//! its unlock channel and its release memos).
 //!
 //! In Redis Cluster a script may only touch keys of one slot, and a sharded unlock message
 //! must be published in the slot of the lock. So every helper name embeds a hash tag that
@@ -8,6 +9,40 @@
 //! be wrong for names such as `{}` or `a{b}}`, whose slot is that of the whole name.
 
 use std::sync::OnceLock;
+
+use crate::error::{LockError, Result};
+
+/// The longest lock name (and the longest key prefix) accepted, in bytes: 4096.
+///
+/// The name is repeated in the lock's unlock channel and release memo keys, in every
+/// unlock message and in every log line about the lock, so a runaway name (say, a request
+/// body used as a key by mistake) multiplies. Longer names are reported as
+/// [`LockError::InvalidName`] by every operation; nothing is sent to Redis.
+pub const MAX_NAME_LEN: usize = 4096;
+
+/// Checks a lock name or key prefix (`what`) for what every name must satisfy: at most
+/// [`MAX_NAME_LEN`] bytes and no ASCII control characters. Control characters (NUL, line
+/// breaks, escape...) are never meant in a key, and would corrupt log lines that show it.
+pub(crate) fn check_text(what: &'static str, text: &str) -> Result<()> {
+    if text.len() > MAX_NAME_LEN {
+        return Err(LockError::invalid_name(
+            what,
+            text,
+            format!("a {what} is at most {MAX_NAME_LEN} bytes"),
+        ));
+    }
+    if let Some((at, control)) = text.char_indices().find(|(_, c)| c.is_ascii_control()) {
+        return Err(LockError::invalid_name(
+            what,
+            text,
+            format!(
+                "a {what} must not contain ASCII control characters; found U+{:04X} at byte {at}",
+                u32::from(control)
+            ),
+        ));
+    }
+    Ok(())
+}
 
 const SLOTS: usize = 16_384;
 

@@ -1,0 +1,294 @@
+//! [`LockClientBuilder`]: every setting a client has, checked before anything connects.
+
+use std::time::Duration;
+
+use super::settings::{ReplicaAcks, Settings};
+use super::LockClient;
+use crate::background::Background;
+use crate::error::{LockError, Result};
+use crate::lease::{lease_millis, MAX_LEASE};
+use crate::names::check_text;
+use crate::redis::Backend;
+use crate::redis::{ConnectOptions, Topology, TopologyKind};
+
+/// Shortest accepted watchdog timeout: renewal runs every third of it and needs room for a
+/// round trip and a retry.
+const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Longest accepted command timeout: 60 s. Every release leaves a memo in Redis for three
+/// command timeouts (see `Settings::memo_ttl`), so an unbounded timeout would keep memos
+/// (and re-entry markers) for as long as it says; a Redis answer that takes a minute is an
+/// outage, not a slow command.
+pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Settings for a [`LockClient`]; finish with [`connect`](LockClientBuilder::connect).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock_core::Result<()> {
+/// # let server = dlock_tests::RedisServer::start();
+/// # let redis_url = server.url();
+/// use std::time::Duration;
+///
+/// let client = dlock_core::LockClient::builder()
+///     .key_prefix("shop:")
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .connect(&redis_url)
+///     .await?;
+/// assert_eq!(client.lock("goods:42").key(), "shop:goods:42");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockClientBuilder {
+    watchdog_timeout: Duration,
+    key_prefix: String,
+    command_timeout: Duration,
+    connect_timeout: Duration,
+    max_wait_recheck: Duration,
+    failover_wait: Duration,
+    default_wait: Option<Duration>,
+    retry_attempts: u32,
+    retry_delay: Duration,
+    replica_acks: Option<ReplicaAcks>,
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        LockClientBuilder {
+            watchdog_timeout: Duration::from_secs(30),
+            key_prefix: String::new(),
+            command_timeout: Duration::from_secs(3),
+            connect_timeout: Duration::from_secs(5),
+            max_wait_recheck: Duration::from_secs(1),
+            failover_wait: Duration::from_secs(10),
+            default_wait: None,
+            retry_attempts: 3,
+            retry_delay: Duration::from_millis(50),
+            replica_acks: None,
+        }
+    }
+}
+
+impl LockClientBuilder {
+    /// Lease of locks taken without an explicit one; renewed every third of it.
+    /// Default 30 s, at least 100 ms.
+    #[must_use]
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// Prefix of every lock key, e.g. `"shop:"`. Default: none. Like a lock name, at most
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes without ASCII control characters.
+    #[must_use]
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Longest wait for one Redis answer. Default 3 s, between 1 ms and
+    /// [`MAX_COMMAND_TIMEOUT`] (60 s).
+    #[must_use]
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Longest wait for the first connection. Default 5 s.
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// A waiter re-checks the lock at least this often even without an unlock message,
+    /// bounding the cost of a lost pub/sub message. Default 1 s.
+    #[must_use]
+    pub fn max_wait_recheck(mut self, interval: Duration) -> Self {
+        self.max_wait_recheck = interval;
+        self
+    }
+
+    /// The longest [`Lock::lock`] and [`Lock::lock_with_lease`] (and `#[distributed_lock]`
+    /// without `wait`) wait before failing with [`LockError::Timeout`]. Default `None`:
+    /// they wait as long as it takes.
+    #[must_use]
+    pub fn default_wait(mut self, wait: Option<Duration>) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// How long an acquisition that may wait (everything but `try_lock`) keeps trying
+    /// through Redis errors, such as a failover or a reconnect, before it reports the
+    /// error; never longer than its own wait. Default 10 s; zero reports the first error.
+    #[must_use]
+    pub fn failover_wait(mut self, wait: Duration) -> Self {
+        self.failover_wait = wait;
+        self
+    }
+
+    /// Before an acquisition counts, require `replicas` replicas to confirm it within
+    /// `within` (Redis `WAIT`, on the connection that ran the acquire script). Default: off.
+    /// That connection is one of up to 16 the client opens for this alone: a pending
+    /// `WAIT` blocks its connection, and must not delay the client's other commands.
+    ///
+    /// Replication is asynchronous: a lock written to a master that fails before a
+    /// replica has it is gone after the failover, and another client can take it. With
+    /// this set, such an acquisition is released again and reported as
+    /// [`LockError::NotReplicated`] (`try_lock`), or retried like a Redis outage
+    /// (`lock`, `try_lock_for`; see [`failover_wait`](Self::failover_wait)). It costs one
+    /// round trip to the replicas per acquisition. It narrows the window rather than
+    /// closing it: `WAIT` confirms that replicas received the lock, not that the one
+    /// promoted will be among them, so ask for all replicas for the most safety. Renewals
+    /// are not waited for.
+    ///
+    /// Not available with a Redis Cluster (`connect_to` reports [`LockError::Config`]).
+    /// `replicas` must be at least 1 and `within` between 1 ms and the command timeout.
+    #[must_use]
+    pub fn replica_acks(mut self, replicas: u32, within: Duration) -> Self {
+        self.replica_acks = Some(ReplicaAcks { replicas, within });
+        self
+    }
+
+    /// How often a call that failed on a dropped or refused connection is retried, within
+    /// one command timeout. Default 3; 0 disables retries.
+    #[must_use]
+    pub fn retry_attempts(mut self, attempts: u32) -> Self {
+        self.retry_attempts = attempts;
+        self
+    }
+
+    /// Pause before the second retry, doubled for each further one (the first retry
+    /// follows the failure at once, on the replacement connection). Default 50 ms, at most
+    /// 366 days.
+    #[must_use]
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry_delay = delay;
+        self
+    }
+
+    /// Validates the settings, connects to the Redis server at `url` and starts the
+    /// client's background tasks (subscriber, watchdog, background release).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidDuration`] for a watchdog timeout outside 100 ms..=366 days, a
+    /// zero timeout / recheck interval, a command timeout over 60 s or a retry delay over
+    /// 366 days,
+    /// [`LockError::InvalidName`] for a key prefix over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or with a control character,
+    /// [`LockError::Config`] for a malformed address,
+    /// [`LockError::Connect`] when Redis cannot be reached.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime (it spawns tasks).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a cancelled connect leaves nothing behind.
+    pub async fn connect(self, url: &str) -> Result<LockClient> {
+        self.connect_to(&Topology::single(url)).await
+    }
+
+    /// Like [`connect`](LockClientBuilder::connect), for any deployment: a master with
+    /// replicas, a Sentinel group or a Cluster (see [`Topology`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`connect`](LockClientBuilder::connect); for Sentinel, also when no sentinel
+    /// knows the master.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a cancelled connect leaves nothing behind.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime (it spawns tasks).
+    pub async fn connect_to(self, topology: &Topology) -> Result<LockClient> {
+        let settings = self.validate()?;
+        let options = ConnectOptions {
+            connect_timeout: self.connect_timeout,
+            command_timeout: settings.command_timeout,
+        };
+        if settings.replica_acks.is_some() && matches!(topology.kind, TopologyKind::Cluster { .. })
+        {
+            return Err(LockError::Config(
+                "replica_acks is not supported with a Redis Cluster: WAIT cannot follow the acquire script there; remove it or use Sentinel".to_owned(),
+            ));
+        }
+        let background = Background::default();
+        let backend = Backend::connect(topology, options, &background).await?;
+        tracing::debug!(mode = topology.mode(), "dlock: connected");
+        Ok(LockClient::start(backend, settings, background))
+    }
+
+    fn validate(&self) -> Result<Settings> {
+        let lease_ms = lease_millis("watchdog_timeout", self.watchdog_timeout)?;
+        if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT {
+            return Err(LockError::InvalidDuration {
+                what: "watchdog_timeout",
+                value: self.watchdog_timeout,
+                reason: "shorter than 100ms; renewal runs every third of it and needs time for a round trip",
+            });
+        }
+        debug_assert!(lease_ms >= 100);
+        check_text("key prefix", &self.key_prefix)?;
+        // Backoffs multiply the retry delay; a bounded one cannot overflow.
+        if self.retry_delay > MAX_LEASE {
+            return Err(LockError::InvalidDuration {
+                what: "retry_delay",
+                value: self.retry_delay,
+                reason: "longer than the maximum of 366 days",
+            });
+        }
+        if self.command_timeout > MAX_COMMAND_TIMEOUT {
+            return Err(LockError::InvalidDuration {
+                what: "command_timeout",
+                value: self.command_timeout,
+                reason: "longer than the maximum of 60s; release memos live three command timeouts in Redis",
+            });
+        }
+        for (what, value) in [
+            ("command_timeout", self.command_timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("max_wait_recheck", self.max_wait_recheck),
+        ] {
+            if value.as_millis() == 0 {
+                return Err(LockError::InvalidDuration {
+                    what,
+                    value,
+                    reason: "must be at least 1ms",
+                });
+            }
+        }
+        if let Some(acks) = self.replica_acks {
+            if acks.replicas == 0 {
+                return Err(LockError::Config(
+                    "replica_acks needs at least 1 replica; leave it out to not wait for replicas"
+                        .to_owned(),
+                ));
+            }
+            if acks.within.as_millis() == 0 || acks.within >= self.command_timeout {
+                return Err(LockError::InvalidDuration {
+                    what: "replica_acks wait",
+                    value: acks.within,
+                    reason: "must be at least 1ms and shorter than the command timeout",
+                });
+            }
+        }
+        Ok(Settings {
+            watchdog_timeout: self.watchdog_timeout,
+            key_prefix: self.key_prefix.clone(),
+            command_timeout: self.command_timeout,
+            max_wait_recheck: self.max_wait_recheck,
+            failover_wait: self.failover_wait,
+            default_wait: self.default_wait,
+            retry_attempts: self.retry_attempts,
+            retry_delay: self.retry_delay,
+            replica_acks: self.replica_acks,
+        })
+    }
+}

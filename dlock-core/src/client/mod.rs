@@ -1,0 +1,264 @@
+//! [`LockClient`]: the handle an application keeps.
+
+pub(crate) mod builder;
+pub(crate) mod global;
+pub(crate) mod settings;
+
+pub use builder::{LockClientBuilder, MAX_COMMAND_TIMEOUT};
+pub(crate) use settings::{ReplicaAcks, Settings};
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::background::Background;
+use crate::error::Result;
+use crate::redis::Backend;
+use crate::sync::held::Held;
+use crate::sync::local::LocalQueues;
+use crate::sync::metrics::{Metrics, Stats};
+use crate::sync::pubsub::PubSubService;
+use crate::sync::release::{self, ReleaseJob, ReleaseLog};
+use crate::sync::watchdog::{self, Registry, Schedule};
+
+/// A connection to Redis that hands out distributed locks.
+///
+/// Cheap to clone (an `Arc` inside); clones share connections, the subscriber, the
+/// watchdog and the client id. Build one per process with [`LockClient::connect`] or
+/// [`LockClient::builder`] and keep it for the life of the application. Building a client
+/// spawns background tasks, so it must happen inside a Tokio runtime.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock_core::Result<()> {
+/// # let server = dlock_tests::RedisServer::start();
+/// # let redis_url = server.url();
+/// let client = dlock_core::LockClient::connect(&redis_url).await?;
+/// let guard = client.lock("goods:42").lock().await?;
+/// // ... the critical section ...
+/// guard.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ## Behavior
+///
+/// - **Storage**: one Redis hash per lock, `<key_prefix><name>`, field
+///   `<client-id>:<owner-id>`, value the owner's hold count (one per live guard); all
+///   changes are Lua scripts.
+/// - **Reentrancy** follows the call chain, not the thread: see
+///   [`LockGuard::scope`](crate::LockGuard::scope). Outside a scope every acquisition is a
+///   new owner, so two concurrent futures never share a lock by accident. Every guard
+///   gives back its own hold; the lock is free when the owner's last hold is given back.
+/// - **Lease**: with an explicit lease the key expires after it and is never renewed.
+///   Without one the key gets the watchdog timeout (default 30 s) and the client renews it
+///   every third of that while the guard lives. A re-entry never stretches an explicit
+///   lease unless it asks for a longer explicit lease itself.
+/// - **Waiting** uses pub/sub: a waiter sleeps until a release is published, the holder's
+///   TTL runs out, or `max_wait_recheck` passes, whichever is first. No busy polling.
+///   Tasks of one client that want the same lock line up locally, first come first
+///   served; only the first in line talks to Redis, and a release hands the lock to the
+///   next local task without a pub/sub round trip. The line never outlasts the holder's
+///   hold: when its lease runs out, it is force-unlocked or its guard is found lost, the
+///   next local task gets the lock as soon as a task of another process would.
+/// - **Connection loss**: commands are bounded by `command_timeout`; the connection
+///   reconnects by itself; renewal keeps retrying, and a guard whose local deadline
+///   (last confirmed acquire or renewal + lease) passes is reported lost even if Redis is
+///   unreachable, so the holder learns before anyone else can take the lock.
+/// - **Runtimes**: a client keeps working on whatever Tokio runtime uses it; when the
+///   runtime that built it shuts down, its connections are reopened and its background
+///   tasks restarted on the next one that calls it.
+/// - **Dropping**: the client lives while a handle (clones, [`Lock`](crate::Lock)s,
+///   guards) does. When the last one goes, pending releases are still sent; then every
+///   connection (to Redis and to the sentinels) is closed and every task ends, within
+///   milliseconds.
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) id: Uuid,
+    pub(crate) settings: Settings,
+    pub(crate) backend: Backend,
+    pub(crate) pubsub: PubSubService,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) local: Arc<LocalQueues<Held>>,
+    pub(crate) metrics: Arc<Metrics>,
+    releases: mpsc::UnboundedSender<ReleaseJob>,
+    /// Recent releases, replayed on a new master after a Sentinel failover.
+    pub(crate) release_log: Arc<ReleaseLog>,
+    /// The tasks above run on; restarted on the caller's runtime when theirs is gone.
+    background: Background,
+    next_owner: AtomicU64,
+    next_op: AtomicU64,
+}
+
+impl LockClient {
+    /// Connects to the Redis server at `url` with default settings.
+    ///
+    /// `url` is `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS when the
+    /// `redis` crate's TLS support is enabled.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Config`] for a malformed address, [`LockError::Connect`] when the
+    /// server cannot be reached within the connect timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a cancelled connect leaves nothing behind.
+    pub async fn connect(url: &str) -> Result<LockClient> {
+        LockClient::builder().connect(url).await
+    }
+
+    /// Starts building a client with non-default settings.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::default()
+    }
+
+    /// This client's id: the first half of every owner field it writes.
+    pub fn id(&self) -> Uuid {
+        self.inner.id
+    }
+
+    /// The watchdog timeout: the lease of locks taken without an explicit one.
+    pub fn watchdog_timeout(&self) -> Duration {
+        self.inner.settings.watchdog_timeout
+    }
+
+    /// Counters and the acquisition-latency histogram since the client was built, for
+    /// export to a metrics system.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// client.lock("report").lock().await?.unlock().await?;
+    /// let stats = client.stats();
+    /// assert_eq!((stats.acquired, stats.released), (1, 1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.inner.metrics.snapshot()
+    }
+
+    /// The prefix put in front of every lock name to form its Redis key.
+    pub fn key_prefix(&self) -> &str {
+        &self.inner.settings.key_prefix
+    }
+}
+
+impl std::fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClient")
+            .field("id", &self.inner.id)
+            .field("settings", &self.inner.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientInner {
+    pub(crate) fn next_owner(&self) -> u64 {
+        self.next_owner.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn next_op(&self) -> u64 {
+        self.next_op.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn id_bits(&self) -> u128 {
+        self.id.as_u128()
+    }
+
+    /// Restarts background tasks whose runtime shut down, on the current runtime. Called
+    /// by every operation that relies on them (acquire, release).
+    pub(crate) fn keep_running(&self) {
+        self.background.keep_running();
+    }
+
+    /// Hands a release to the background task; never blocks, works outside a runtime.
+    pub(crate) fn release_in_background(&self, job: ReleaseJob) {
+        self.keep_running();
+        // The receiver lives as long as any clone of the client (this one included).
+        let _ = self.releases.send(job);
+    }
+}
+
+impl LockClient {
+    fn start(backend: Backend, settings: Settings, background: Background) -> LockClient {
+        let registry = Arc::new(Registry::default());
+        let metrics = Arc::new(Metrics::default());
+        let (releases, queue) = mpsc::unbounded_channel();
+        let release_log = Arc::new(ReleaseLog::new(
+            backend.is_sentinel(),
+            release::replay_window(settings.memo_ttl()),
+        ));
+        {
+            let queue = Arc::new(tokio::sync::Mutex::new(queue));
+            let (backend, timing) = (backend.clone(), settings.release_timing());
+            let (metrics, log) = (Arc::clone(&metrics), Arc::clone(&release_log));
+            background.start("background releases", move || {
+                release::run_background(
+                    Arc::clone(&queue),
+                    backend.clone(),
+                    timing,
+                    Arc::clone(&metrics),
+                    Arc::clone(&log),
+                )
+            });
+        }
+        if backend.is_sentinel() {
+            let (backend, timing) = (backend.clone(), settings.release_timing());
+            let log = Arc::downgrade(&release_log);
+            background.start("release replay", move || {
+                release::replay_after_failover(backend.clone(), timing, log.clone())
+            });
+        }
+        {
+            let (registry, backend) = (Arc::downgrade(&registry), backend.clone());
+            let schedule = Schedule {
+                lease: settings.watchdog_timeout,
+                retry_delay: settings.retry_delay,
+            };
+            let metrics = Arc::clone(&metrics);
+            background.start_until_dropped("watchdog", move || {
+                watchdog::run(
+                    registry.clone(),
+                    backend.clone(),
+                    schedule,
+                    Arc::clone(&metrics),
+                )
+            });
+        }
+        let pubsub = PubSubService::start(
+            backend.clone(),
+            settings.retry_delay,
+            settings.command_timeout,
+            &background,
+        );
+        let id = Uuid::new_v4();
+        tracing::debug!(client = %id, "dlock: client started");
+        LockClient {
+            inner: Arc::new(ClientInner {
+                id,
+                settings,
+                backend,
+                pubsub,
+                registry,
+                local: Arc::default(),
+                metrics,
+                releases,
+                release_log,
+                background,
+                next_owner: AtomicU64::new(1),
+                next_op: AtomicU64::new(1),
+            }),
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! A client's validated settings, and what the shared machinery derives from them.
+
+use std::time::Duration;
+
+use crate::sync::release::ReleaseTiming;
+use crate::sync::retry::RetryPolicy;
+
+/// Validated settings of a client.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) watchdog_timeout: Duration,
+    pub(crate) key_prefix: String,
+    pub(crate) command_timeout: Duration,
+    pub(crate) max_wait_recheck: Duration,
+    pub(crate) failover_wait: Duration,
+    pub(crate) default_wait: Option<Duration>,
+    pub(crate) retry_attempts: u32,
+    pub(crate) retry_delay: Duration,
+    pub(crate) replica_acks: Option<ReplicaAcks>,
+}
+
+/// How many replicas must confirm an acquisition, and how long to wait for them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReplicaAcks {
+    pub(crate) replicas: u32,
+    pub(crate) within: Duration,
+}
+
+impl Settings {
+    /// How long a release memo (or re-entry marker) lives in Redis: long enough to cover
+    /// every retry of one release (see `release.lua`), at most 3 × 60 s + 1 s with the
+    /// bounded command timeout.
+    pub(crate) fn memo_ttl(&self) -> Duration {
+        self.command_timeout * 3 + Duration::from_secs(1)
+    }
+
+    /// How calls of this client are retried.
+    pub(crate) fn retry(&self) -> RetryPolicy {
+        RetryPolicy {
+            attempts: self.retry_attempts,
+            delay: self.retry_delay,
+            within: self.command_timeout,
+        }
+    }
+
+    /// How releases of this client are retried and remembered.
+    pub(crate) fn release_timing(&self) -> ReleaseTiming {
+        ReleaseTiming {
+            retry: self.retry(),
+            memo_ttl: self.memo_ttl(),
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! [`Lock`]: a named lock handle and the acquisition loop.
+
+mod acquire;
+pub(crate) mod guard;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use acquire::Reply;
+
+use crate::client::LockClient;
+use crate::error::{LockError, Result};
+use crate::lock::guard::LockGuard;
+use crate::names::check_text;
+use crate::names::LockKeys;
+use crate::scripts::scripts;
+use crate::sync::owner;
+
+/// A handle to one named lock, from [`LockClient::lock`]. Cheap to clone; creating it does
+/// not talk to Redis. A name that is empty, longer than [`MAX_NAME_LEN`] bytes or contains
+/// an ASCII control character is reported as [`LockError::InvalidName`] by every
+/// operation.
+///
+/// Every acquisition method returns a [`LockGuard`]. They differ in how long they wait
+/// and whether the lock has an explicit lease:
+///
+/// | method | waits | lease |
+/// |---|---|---|
+/// | [`lock`](Lock::lock) | until acquired (or the client's `default_wait`) | watchdog |
+/// | [`lock_with_lease`](Lock::lock_with_lease) | until acquired (or `default_wait`) | explicit |
+/// | [`try_lock`](Lock::try_lock) | no | watchdog |
+/// | [`try_lock_for`](Lock::try_lock_for) | up to `wait` | watchdog |
+/// | [`try_lock_with`](Lock::try_lock_with) | up to `wait` | explicit |
+///
+/// # Cancel safety
+///
+/// All acquisition methods are cancel safe: dropping the future never leaves a lock
+/// behind. If the acquire script may have run when the future is dropped (its reply was
+/// outstanding), a release for the same owner is queued in the background.
+#[derive(Clone)]
+pub struct Lock {
+    client: LockClient,
+    name: Arc<str>,
+    keys: Arc<LockKeys>,
+    /// The key, shared with the client's local line for it.
+    line: Arc<str>,
+}
+
+impl LockClient {
+    /// A handle to the lock called `name` (the key is the client's key prefix + `name`).
+    ///
+    /// Creating a handle does not talk to Redis; an empty name, one over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or one with an ASCII control character
+    /// is reported by the handle's operations as [`LockError::InvalidName`].
+    pub fn lock(&self, name: &str) -> Lock {
+        Lock::new(self.clone(), name)
+    }
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.name)
+            .field("key", &self.keys.key)
+            .finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(client: LockClient, name: &str) -> Lock {
+        let keys = LockKeys::new(&client.inner.settings.key_prefix, name);
+        Lock {
+            client,
+            name: name.into(),
+            line: keys.key.as_str().into(),
+            keys: Arc::new(keys),
+        }
+    }
+
+    /// Names are checked when used, so that `client.lock(name)` stays infallible.
+    fn check_name(&self) -> Result<()> {
+        if self.name.is_empty() {
+            return Err(LockError::invalid_name(
+                "lock name",
+                "",
+                "a lock name must not be empty".to_owned(),
+            ));
+        }
+        check_text("lock name", &self.name)
+    }
+
+    /// The lock's name, without the key prefix.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis key of the lock hash (key prefix + name).
+    pub fn key(&self) -> &str {
+        &self.keys.key
+    }
+
+    /// Acquires the lock, waiting as long as it takes (or the client's `default_wait`);
+    /// the watchdog keeps the lease alive while the guard lives.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// let lock = client.lock("goods:42");
+    /// let guard = lock.lock().await?;
+    /// assert!(lock.is_locked().await?);
+    /// guard.unlock().await?;
+    /// assert!(!lock.is_locked().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis fails (after
+    /// waiting through a failover for up to the client's `failover_wait`);
+    /// [`LockError::Timeout`] only when the client has a `default_wait`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.acquire(self.client.inner.settings.default_wait, None)
+            .await
+    }
+
+    /// Acquires the lock, waiting as long as it takes; the key expires after `lease` and is
+    /// not renewed.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidDuration`] for a lease under 1 ms or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE) (nothing is sent to Redis); Redis errors as for
+    /// [`lock`](Lock::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire(self.client.inner.settings.default_wait, Some(lease))
+            .await
+    }
+
+    /// One attempt, no waiting; the watchdog keeps the lease alive.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Timeout`] when another owner holds the lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
+    pub async fn try_lock(&self) -> Result<LockGuard> {
+        self.acquire(Some(Duration::ZERO), None).await
+    }
+
+    /// Waits up to `wait` for the lock; the watchdog keeps the lease alive.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Timeout`] when `wait` passes before the lock is free.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<LockGuard> {
+        self.acquire(Some(wait), None).await
+    }
+
+    /// Waits up to `wait` for the lock; the key expires after `lease` and is not renewed.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Timeout`] when `wait` passes first; [`LockError::InvalidDuration`] for
+    /// a bad lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
+    pub async fn try_lock_with(&self, wait: Duration, lease: Duration) -> Result<LockGuard> {
+        self.acquire(Some(wait), Some(lease)).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.check_name()?;
+        let exists: bool = self
+            .query("check", redis::cmd("EXISTS").arg(&self.keys.key))
+            .await?;
+        Ok(exists)
+    }
+
+    /// Whether the current call chain holds the lock: code inside
+    /// [`LockGuard::scope`] of a guard of this lock (or inside a `#[distributed_lock]`
+    /// function). Outside such a scope there is no call-chain owner and this is `false`.
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn is_held(&self) -> Result<bool> {
+        Ok(self.hold_count().await? > 0)
+    }
+
+    /// How many times the current call chain holds the lock (0 outside a guard's
+    /// [`scope`](LockGuard::scope), or when the lease ran out).
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn hold_count(&self) -> Result<u32> {
+        self.check_name()?;
+        let inner = &self.client.inner;
+        let Some(held) = owner::current_hold(inner.id_bits(), &self.keys.key) else {
+            return Ok(0);
+        };
+        let count: Option<u32> = self
+            .query(
+                "check",
+                redis::cmd("HGET").arg(&self.keys.key).arg(&*held.field),
+            )
+            .await?;
+        Ok(count.unwrap_or(0))
+    }
+
+    /// Time until the lock expires; `None` when it is not locked (or has no expiry, which
+    /// dlock never creates).
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        self.check_name()?;
+        let ttl: i64 = self
+            .query("check", redis::cmd("PTTL").arg(&self.keys.key))
+            .await?;
+        Ok(u64::try_from(ttl).ok().map(Duration::from_millis))
+    }
+
+    /// Deletes the lock whoever holds it and wakes a waiter. Returns whether a lock was
+    /// deleted. The former holder's guard finds out at its next renewal, or at once when a
+    /// task of its client waits for the lock (`lost()`), and its `unlock` reports
+    /// [`LockError::NotHeld`].
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::WrongType`] when the key holds another type of value (application
+    /// data, which is left alone); Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// If cancelled after the command was sent, the lock may or may not have been deleted.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.check_name()?;
+        let inner = &self.client.inner;
+        let mut invocation = scripts().force_unlock.prepare_invoke();
+        invocation
+            .key(&self.keys.key)
+            .key(&self.keys.channel)
+            .arg(inner.backend.publish_command());
+        let reply: Reply = inner
+            .backend
+            .invoke(&invocation)
+            .await
+            .map_err(|e| e.into_lock_error(&self.name, "force-unlock"))?;
+        let deleted = match reply {
+            Reply::Number(deleted) => deleted == 1,
+            Reply::WrongType(found) => return Err(self.wrong_type(found)),
+            other => return Err(self.unexpected("force-unlock", &other)),
+        };
+        tracing::info!(lock = %self.name, deleted, "dlock: force unlock");
+        Ok(deleted)
+    }
+
+    fn timeout(&self, wait: Option<Duration>) -> LockError {
+        LockError::Timeout {
+            name: self.name.to_string(),
+            waited: wait.unwrap_or_default(),
+        }
+    }
+
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        action: &'static str,
+        cmd: &redis::Cmd,
+    ) -> Result<T> {
+        self.client
+            .inner
+            .backend
+            .query(cmd)
+            .await
+            .map_err(|e| e.into_lock_error(&self.name, action))
+    }
+
+    fn wrong_type(&self, found: String) -> LockError {
+        LockError::WrongType {
+            name: self.name.to_string(),
+            found,
+        }
+    }
+}
