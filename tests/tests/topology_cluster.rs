@@ -105,8 +105,13 @@ async fn failover_while_locking(cluster: &Arc<RedisCluster>, config: &dlock_conf
     let load = failover::CycleLoad::start(&client, &vec![name.to_owned(); 4]);
 
     // A waiter of another client, subscribed on the old owner, blocked across the failover.
+    // Its periodic recheck is longer than the holder's TTL (30 s lease), so it naps until
+    // a message or a resubscription wakes it: only the release published on the new
+    // owner, heard through a subscription that followed the slot, can wake it in time.
+    let mut patient = config.clone();
+    patient.lock.max_wait_recheck = Some(Duration::from_secs(60));
     let holder = client.lock(held).lock().await.unwrap();
-    let lock = config.build().await.unwrap().lock(held);
+    let lock = patient.build().await.unwrap().lock(held);
     let waiting = tokio::spawn(async move {
         let guard = lock.lock().await.unwrap();
         let at = Instant::now();
@@ -134,14 +139,18 @@ async fn failover_while_locking(cluster: &Arc<RedisCluster>, config: &dlock_conf
     );
 
     // The waiter is woken by the release on the new owner: its sharded subscription
-    // followed the slot. A missed message costs the 1 s recheck; 200 ms is slack for a
-    // loaded machine.
+    // followed the slot. A missed message leaves it napping for the holder's TTL (20 s or
+    // more), far past the 5 s bound; 200 ms is slack for a loaded machine.
     assert!(!waiting.is_finished(), "the waiter got a held lock");
     let released = Instant::now();
     holder.unlock().await.unwrap();
     let acquired = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
-        .expect("the waiter acquires after the failover")
+        .unwrap_or_else(|_| {
+            panic!(
+                "the waiter was not woken within 5 s of the release on the new owner {new_owner}"
+            )
+        })
         .unwrap();
     let woken = acquired.saturating_duration_since(released);
     eprintln!(

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use dlock_core::{LockClient, LockError, LossReason};
-use dlock_tests::RedisServer;
+use dlock_tests::{RedisServer, TcpProxy};
 use redis::Commands;
 
 async fn client_with_watchdog(server: &RedisServer, timeout: Duration) -> LockClient {
@@ -110,13 +110,33 @@ async fn deleting_the_key_behind_the_holders_back_completes_lost_within_a_renewa
     assert!(guard.unlock().await.unwrap_err().is_not_held());
 }
 
+/// How many `PEXPIRE`s the server has run (scripts' commands included): the count goes up
+/// the moment a renewal sets the expiry, whether or not its reply has reached the client.
+fn pexpire_calls(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_pexpire:"))
+        .and_then(|rest| rest.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
 #[tokio::test]
 async fn a_holder_cut_off_from_redis_learns_of_the_loss_by_its_local_deadline() {
     let server = RedisServer::start();
-    let holder = client_with_watchdog(&server, Duration::from_secs(1)).await;
+    // The holder talks to Redis through a proxy that can hold its replies back; the test
+    // reads Redis directly.
+    let proxy = TcpProxy::start(server.addr());
+    let mut direct = server.connection();
+    let holder = LockClient::builder()
+        .watchdog_timeout(Duration::from_secs(1))
+        // Longer than the reply is held below: the delayed renewal must succeed.
+        .command_timeout(Duration::from_secs(1))
+        .connect(&proxy.url())
+        .await
+        .unwrap();
     let guard = holder.lock("stopped").lock().await.unwrap();
-    // Wait for a renewal, so the deadline is a renewed one and the next renewal is a full
-    // period (333 ms) away: none can land between the PTTL read and the pause.
+    // Wait for a renewal, so the next one is a full period (333 ms) away and the script
+    // is loaded: holding replies from here on delays only that next renewal's reply.
     let acquired_deadline = guard.deadline();
     let waiting_since = Instant::now();
     while guard.deadline() == acquired_deadline {
@@ -127,20 +147,51 @@ async fn a_holder_cut_off_from_redis_learns_of_the_loss_by_its_local_deadline() 
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let renewed_deadline = guard.deadline();
+    let applied_before = pexpire_calls(&mut direct);
+
+    // Redis applies the next renewal when its request arrives; its reply reaches the
+    // client 200 ms later. The local deadline must count from when the renewal was sent,
+    // not from when it was confirmed, or it outlives the key by those 200 ms.
+    proxy.hold_replies();
+    let holding_since = Instant::now();
+    while pexpire_calls(&mut direct) == applied_before {
+        assert!(
+            holding_since.elapsed() < Duration::from_secs(1),
+            "no renewal reached Redis within 1 s"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let applied_by = Instant::now();
+    tokio::time::sleep(Duration::from_millis(200)).await;
     // Redis' own expiry: the key lives until `PTTL` ms (truncated, so up to 1 ms more)
     // after the command ran, which was before its reply arrived.
-    let pttl: i64 = server.connection().pttl("stopped").unwrap();
+    let pttl: i64 = direct.pttl("stopped").unwrap();
     let read_at = Instant::now();
     assert!(pttl > 0, "PTTL {pttl}");
     let redis_expiry_at_most =
         read_at + Duration::from_millis(pttl.unsigned_abs()) + Duration::from_millis(1);
+    assert_eq!(
+        guard.deadline(),
+        renewed_deadline,
+        "the renewal's reply passed the proxy while replies were held"
+    );
 
+    // No renewal after this one reaches Redis; then let the held reply through.
     server.pause();
-    // Any reply already on the wire arrives within this pause.
+    proxy.release_replies();
+    while guard.deadline() == renewed_deadline {
+        assert!(
+            applied_by.elapsed() < Duration::from_secs(1),
+            "the delayed renewal was not confirmed"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let confirmed_after = applied_by.elapsed();
+    let delayed_deadline = guard.deadline();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let deadline = guard.deadline();
     assert_eq!(
-        deadline, renewed_deadline,
+        deadline, delayed_deadline,
         "a renewal was confirmed after the PTTL read"
     );
     assert!(deadline > Instant::now(), "the lease has not run out yet");
@@ -152,7 +203,7 @@ async fn a_holder_cut_off_from_redis_learns_of_the_loss_by_its_local_deadline() 
         deadline - redis_expiry_at_most
     );
     eprintln!(
-        "local deadline {:?} before Redis' expiry (upper estimate)",
+        "renewal confirmed {confirmed_after:?} after Redis applied it; local deadline {:?} before Redis' expiry (upper estimate)",
         redis_expiry_at_most - deadline
     );
     let err = guard.lost().await;
