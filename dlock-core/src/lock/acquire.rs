@@ -7,17 +7,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::guard::LockGuard;
+use super::release_ops::{release_job, ReleaseKind};
 use super::Lock;
 use crate::client::ReplicaAcks;
 use crate::error::{LockError, LossReason, Result};
 use crate::lease::lease_millis;
 use crate::redis::CallError;
 use crate::scripts::scripts;
-use crate::sync::held::Held;
+use crate::sync::held::{Held, HoldOwner};
 use crate::sync::local::{Place, Ticket, Turn};
 use crate::sync::owner;
 use crate::sync::pubsub::Subscription;
-use crate::sync::release::{ReleaseJob, ReleaseKind};
 
 impl Lock {
     /// The acquisition: a re-entry inside a live scope of this lock, otherwise a new owner
@@ -99,16 +99,18 @@ impl Lock {
                 attempt.maybe_applied = false;
                 let deadline = lease.map_or_else(|| outer.deadline(), |lease| sent_at + lease);
                 let held = Held::new(
-                    Arc::clone(&self.name),
-                    Arc::clone(&self.keys),
-                    Arc::clone(&outer.field),
+                    self.hold_owner(&outer.field),
                     renewal,
                     deadline,
                     Arc::clone(&inner.metrics),
                 );
                 inner.metrics.acquired(started.elapsed());
                 tracing::debug!(lock = %self.name, owner = %outer.field, "dlock: re-entered");
-                Ok(Some(LockGuard::new(self.client.clone(), Arc::new(held))))
+                Ok(Some(LockGuard::new(
+                    self.client.clone(),
+                    Arc::clone(&self.keys),
+                    Arc::new(held),
+                )))
             }
             Reply::NotHeld | Reply::Number(_) => {
                 outer.mark_lost(LossReason::NotHeldOnCheck);
@@ -176,6 +178,16 @@ impl Lock {
                 }
                 () = &mut give_up => return None,
             }
+        }
+    }
+
+    /// Who holds a hold of this lock taken by the owner `field`.
+    fn hold_owner(&self, field: &Arc<str>) -> HoldOwner {
+        HoldOwner {
+            name: Arc::clone(&self.name),
+            key: Arc::clone(&self.line),
+            renew_script: &scripts().renew,
+            field: Arc::clone(field),
         }
     }
 
@@ -252,9 +264,7 @@ impl Lock {
                 Reply::Acquired => {
                     attempt.maybe_applied = false;
                     let held = Arc::new(Held::new(
-                        Arc::clone(&self.name),
-                        Arc::clone(&self.keys),
-                        Arc::clone(&attempt.field),
+                        self.hold_owner(&attempt.field),
                         renewal,
                         sent_at + lease,
                         Arc::clone(&inner.metrics),
@@ -262,7 +272,11 @@ impl Lock {
                     held.keep_turn(turn);
                     inner.metrics.acquired(started.elapsed());
                     tracing::debug!(lock = %self.name, owner, waited = ?started.elapsed(), "dlock: acquired");
-                    return Ok(LockGuard::new(self.client.clone(), held));
+                    return Ok(LockGuard::new(
+                        self.client.clone(),
+                        Arc::clone(&self.keys),
+                        held,
+                    ));
                 }
                 Reply::Number(ttl) => ttl,
                 Reply::WrongType(found) => {
@@ -511,11 +525,11 @@ impl Drop for Attempt<'_> {
             },
             AttemptKind::Reentry { op } => ReleaseKind::Reentry { op },
         };
-        inner.release_in_background(ReleaseJob {
-            name: Arc::clone(&self.lock.name),
-            keys: Arc::clone(&self.lock.keys),
-            field: Arc::clone(&self.field),
+        inner.release_in_background(release_job(
+            &self.lock.name,
+            &self.lock.keys,
+            &self.field,
             kind,
-        });
+        ));
     }
 }

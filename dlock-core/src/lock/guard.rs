@@ -3,11 +3,13 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use super::release_ops::{release_job, ReleaseKind};
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
+use crate::names::LockKeys;
 use crate::sync::held::Held;
 use crate::sync::owner;
-use crate::sync::release::{self, ReleaseJob, ReleaseKind, Released};
+use crate::sync::release::{self, ReleaseJob, Released};
 
 /// A held lock: one hold of it. Release it with [`unlock`](LockGuard::unlock).
 ///
@@ -27,6 +29,7 @@ use crate::sync::release::{self, ReleaseJob, ReleaseKind, Released};
 #[must_use = "dropping the guard releases the lock in the background at once"]
 pub struct LockGuard {
     client: LockClient,
+    keys: Arc<LockKeys>,
     held: Arc<Held>,
     watchdog_id: Option<u64>,
     /// The release operation id, fixed at acquisition so that a release interrupted in
@@ -47,7 +50,7 @@ impl std::fmt::Debug for LockGuard {
 
 impl LockGuard {
     /// A guard for `held`, renewed by the watchdog when it has a renewal lease.
-    pub(crate) fn new(client: LockClient, held: Arc<Held>) -> LockGuard {
+    pub(crate) fn new(client: LockClient, keys: Arc<LockKeys>, held: Arc<Held>) -> LockGuard {
         let watchdog_id = held
             .renewal
             .is_some()
@@ -55,6 +58,7 @@ impl LockGuard {
         let release_op = client.inner.next_op();
         LockGuard {
             client,
+            keys,
             held,
             watchdog_id,
             release_op,
@@ -182,7 +186,7 @@ impl LockGuard {
             .backend
             .query(
                 redis::cmd("HGET")
-                    .arg(&self.held.keys.key)
+                    .arg(&self.keys.key)
                     .arg(&*self.held.field),
             )
             .await
@@ -255,14 +259,14 @@ impl LockGuard {
     }
 
     fn job(&self) -> ReleaseJob {
-        ReleaseJob {
-            name: Arc::clone(&self.held.name),
-            keys: Arc::clone(&self.held.keys),
-            field: Arc::clone(&self.held.field),
-            kind: ReleaseKind::Hold {
+        release_job(
+            &self.held.name,
+            &self.keys,
+            &self.held.field,
+            ReleaseKind::Hold {
                 op: self.release_op,
             },
-        }
+        )
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod acquire;
 pub(crate) mod guard;
+mod release_ops;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,7 +43,7 @@ pub struct Lock {
     client: LockClient,
     name: Arc<str>,
     keys: Arc<LockKeys>,
-    /// The key, shared with the client's local line for it.
+    /// The key, shared with the client's local line for it and with its holds.
     line: Arc<str>,
 }
 

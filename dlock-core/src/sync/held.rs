@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use redis::Script;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::LossReason;
-use crate::names::LockKeys;
 use crate::sync::local::Turn;
 use crate::sync::metrics::Metrics;
 
@@ -20,7 +20,11 @@ const LOST: u8 = 2;
 /// One guard's view of its hold on a lock.
 pub(crate) struct Held {
     pub(crate) name: Arc<str>,
-    pub(crate) keys: Arc<LockKeys>,
+    /// The key the hold lives in: renewed, and grouped by its cluster slot, by the watchdog.
+    pub(crate) key: Arc<str>,
+    /// The primitive's renew script (see [`watchdog`](crate::sync::watchdog) for its
+    /// contract), used while `renewal` is set.
+    pub(crate) renew_script: &'static Script,
     /// `<client-id>:<owner-id>`: the hash field this owner holds.
     pub(crate) field: Arc<str>,
     /// The lease renewals ask for, `None` when this hold is never renewed (an explicit
@@ -43,18 +47,32 @@ pub(crate) struct Held {
     metrics: Arc<Metrics>,
 }
 
+/// Whose hold it is, and where it lives.
+pub(crate) struct HoldOwner {
+    pub(crate) name: Arc<str>,
+    pub(crate) key: Arc<str>,
+    pub(crate) renew_script: &'static Script,
+    /// `<client-id>:<owner-id>`.
+    pub(crate) field: Arc<str>,
+}
+
 impl Held {
     pub(crate) fn new(
-        name: Arc<str>,
-        keys: Arc<LockKeys>,
-        field: Arc<str>,
+        owner: HoldOwner,
         renewal: Option<Duration>,
         deadline: Instant,
         metrics: Arc<Metrics>,
     ) -> Held {
+        let HoldOwner {
+            name,
+            key,
+            renew_script,
+            field,
+        } = owner;
         Held {
             name,
-            keys,
+            key,
+            renew_script,
             field,
             renewal,
             deadline: Mutex::new(deadline),

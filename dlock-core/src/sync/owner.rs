@@ -34,7 +34,7 @@ pub(crate) fn current_hold(client_id: u128, key: &str) -> Option<Arc<Held>> {
         .try_with(|top| {
             let mut frame = Some(top);
             while let Some(f) = frame {
-                if f.client_id == client_id && f.held.keys.key == key && f.held.is_live() {
+                if f.client_id == client_id && *f.held.key == *key && f.held.is_live() {
                     return Some(Arc::clone(&f.held));
                 }
                 frame = f.parent.as_ref();

@@ -1,32 +1,21 @@
-//! Releasing a lock: the `release` script with safe retries, in the foreground
+//! Releasing a hold: a primitive's release script with safe retries, in the foreground
 //! ([`LockGuard::unlock`](crate::LockGuard::unlock)) or in the background (dropped guards,
-//! abandoned acquisitions).
+//! abandoned acquisitions), and replayed on a new master after a Sentinel failover.
+//!
+//! The primitive says what to run (a [`ReleaseOp`]); this module runs it until Redis
+//! answers, records it for replay, and reports the outcome.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use redis::Script;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::names::LockKeys;
 use crate::redis::{Backend, CallError};
-use crate::scripts::scripts;
 use crate::sync::metrics::Metrics;
 use crate::sync::retry::RetryPolicy;
-
-/// Which hold a release gives back, with the operation id that makes it count once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReleaseKind {
-    /// A guard gives back its own hold; `op` names the release's memo.
-    Hold { op: u64 },
-    /// An acquisition by a fresh owner was abandoned with its outcome unknown. No guard of
-    /// that owner exists, so every hold it has is that acquisition's: all go.
-    Owner { op: u64 },
-    /// A re-entry was abandoned with its outcome unknown: its hold goes if its marker
-    /// (acquisition `op`) shows it was applied.
-    Reentry { op: u64 },
-}
 
 /// What the script reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,13 +35,28 @@ pub(crate) struct ReleaseTiming {
     pub(crate) memo_ttl: Duration,
 }
 
-/// One release to perform.
+/// One primitive's release: its script with keys and arguments.
+///
+/// Every release script follows one contract, so that this module can run, retry and
+/// replay any of them:
+/// - it counts once per operation: a memo key among `keys` remembers the outcome, so a
+///   retry (or a replay on a new master) answers from it instead of applying again;
+/// - after the primitive's own arguments it receives two more: the memo's lifetime in
+///   ms and the command that announces a release (`publish`, `spublish` in a cluster);
+/// - it answers with an integer: the owner's holds left (0: the lock is free now), or a
+///   negative number when the owner held nothing.
+#[derive(Clone)]
+pub(crate) struct ReleaseOp {
+    pub(crate) script: &'static Script,
+    pub(crate) keys: Vec<String>,
+    pub(crate) args: Vec<String>,
+}
+
+/// One release to perform, with the lock name it is logged under.
 #[derive(Clone)]
 pub(crate) struct ReleaseJob {
     pub(crate) name: Arc<str>,
-    pub(crate) keys: Arc<LockKeys>,
-    pub(crate) field: Arc<str>,
-    pub(crate) kind: ReleaseKind,
+    pub(crate) op: ReleaseOp,
 }
 
 /// Runs the release script, retrying transient failures with the same memo so that a
@@ -62,18 +66,14 @@ pub(crate) async fn release(
     timing: ReleaseTiming,
     job: &ReleaseJob,
 ) -> Result<Released, CallError> {
-    let (mode, once_key) = match job.kind {
-        ReleaseKind::Hold { op } => ("one", job.keys.memo(&job.field, op)),
-        ReleaseKind::Owner { op } => ("all", job.keys.memo(&job.field, op)),
-        ReleaseKind::Reentry { op } => ("undo", job.keys.marker(&job.field, op)),
-    };
-    let mut invocation = scripts().release.prepare_invoke();
+    let mut invocation = job.op.script.prepare_invoke();
+    for key in &job.op.keys {
+        invocation.key(key);
+    }
+    for arg in &job.op.args {
+        invocation.arg(arg);
+    }
     invocation
-        .key(&job.keys.key)
-        .key(&job.keys.channel)
-        .key(&once_key)
-        .arg(&*job.field)
-        .arg(mode)
         .arg(timing.memo_ttl.as_millis() as u64)
         .arg(backend.publish_command());
     let started = Instant::now();
@@ -178,9 +178,8 @@ impl ReleaseLog {
         }
     }
 
-    /// Remembers a release that was applied. Each kind counts once when replayed: a hold's
-    /// or an owner's release answers from its memo where the first attempt reached the new
-    /// master, and an undone re-entry's marker is gone there.
+    /// Remembers a release that was applied. It counts once when replayed (see
+    /// [`ReleaseOp`]): where the first attempt reached the new master, its memo answers.
     pub(crate) fn record(&self, job: &ReleaseJob) {
         let Some(entries) = &self.entries else {
             return;

@@ -1,10 +1,17 @@
-//! Lease renewal for locks held without an explicit lease.
+//! Lease renewal for holds taken without an explicit lease.
 //!
-//! One task per client renews every registered lock once per period (watchdog timeout / 3),
-//! in batches: one `renew` script call carries up to [`BATCH`] locks, so 10,000 held locks
-//! cost a handful of round trips per period instead of 10,000 timers. A failed round is
-//! retried with backoff until the next period; only a definitive "not held" from Redis, or
-//! the local deadline passing, marks a guard lost.
+//! One task per client renews every registered hold once per period (watchdog timeout /
+//! 3), in batches: one renew script call carries up to [`BATCH`] holds, so 10,000 held
+//! locks cost a handful of round trips per period instead of 10,000 timers. A failed round
+//! is retried with backoff until the next period; only a definitive "not held" from Redis,
+//! or the local deadline passing, marks a guard lost.
+//!
+//! Each hold names its primitive's renew script ([`Held::renew_script`]); a batch holds
+//! one script's holds (of one slot in a cluster). Every renew script follows one contract:
+//! `ARGV[1]` is the lease in ms, then hold `i` is `KEYS[i]` with its owner in
+//! `ARGV[i + 1]`; it answers one entry per hold: 1 renewed, 0 not held by that owner, or
+//! the Redis type found when the key holds something else (a per-hold failure never
+//! aborts the batch).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +23,6 @@ use tokio::time::Instant;
 use crate::error::LossReason;
 use crate::names::slot_of;
 use crate::redis::Backend;
-use crate::scripts::scripts;
 use crate::sync::held::Held;
 use crate::sync::metrics::Metrics;
 use crate::sync::retry::backoff;
@@ -111,10 +117,11 @@ async fn renew_round(
     let batches = batches(held, backend.is_cluster());
     let lease_ms = schedule.lease.as_millis() as u64;
     let rounds = batches.iter().map(|batch| async move {
-        let mut invocation = scripts().renew.prepare_invoke();
+        // One script per batch: `batches` groups by it.
+        let mut invocation = batch[0].1.renew_script.prepare_invoke();
         invocation.arg(lease_ms);
         for (_, lock) in batch {
-            invocation.key(&lock.keys.key).arg(&*lock.field);
+            invocation.key(&*lock.key).arg(&*lock.field);
         }
         let sent_at = Instant::now();
         let renewed: Vec<Renewal> = backend.invoke(&invocation).await?;
@@ -143,17 +150,21 @@ async fn renew_round(
         .collect()
 }
 
-/// Splits `held` into renew calls of at most [`BATCH`] locks (of one slot in a cluster).
-fn batches(held: &[(u64, Arc<Held>)], per_slot: bool) -> Vec<Vec<(u64, Arc<Held>)>> {
-    let mut groups: HashMap<usize, Vec<(u64, Arc<Held>)>> = HashMap::new();
+/// A registered hold and its registry id.
+type Entry = (u64, Arc<Held>);
+
+/// Splits `held` into renew calls of at most [`BATCH`] holds of one renew script (and of
+/// one slot in a cluster). Never empty.
+fn batches(held: &[(u64, Arc<Held>)], per_slot: bool) -> Vec<Vec<Entry>> {
+    let mut groups: HashMap<(&str, usize), Vec<Entry>> = HashMap::new();
     for (id, lock) in held {
         let slot = if per_slot {
-            slot_of(lock.keys.key.as_bytes())
+            slot_of(lock.key.as_bytes())
         } else {
             0
         };
         groups
-            .entry(slot)
+            .entry((lock.renew_script.get_hash(), slot))
             .or_default()
             .push((*id, Arc::clone(lock)));
     }
