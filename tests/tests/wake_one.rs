@@ -154,7 +154,11 @@ async fn each_release_lets_exactly_one_waiting_task_try_in_redis() {
         "the last release, with nobody waiting, caused an acquire attempt"
     );
     served.sort_unstable();
-    assert_eq!(served, (0..WAITERS).collect::<Vec<_>>(), "every task served once");
+    assert_eq!(
+        served,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "every task served once"
+    );
     eprintln!("lining up: {lining_up} attempts; per release: {per_release:?}");
 }
 
