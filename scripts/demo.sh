@@ -5,5 +5,6 @@
 # demo, e.g. ./scripts/demo.sh --no-lock   or   ./scripts/demo.sh --mode hot --hold 50ms
 set -euo pipefail
 cd "$(dirname "$0")/.."
+./scripts/toolchain.sh
 ./scripts/install-redis.sh
 cargo run --release -p stock-demo -- "$@"

@@ -7,6 +7,9 @@ step() {
     printf '\n==> %s\n' "$*"
 }
 
+step "Rust toolchain (rust-toolchain.toml)"
+./scripts/toolchain.sh
+
 step "Redis"
 ./scripts/install-redis.sh
 redis-server --version

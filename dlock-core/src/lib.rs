@@ -61,6 +61,14 @@ pub use lock::Lock;
 pub use names::MAX_NAME_LEN;
 pub use sync::metrics::{Stats, LATENCY_BOUNDS};
 
+/// The repository README's code blocks, compiled as doc tests so that the quick start
+/// cannot drift from the API: Rust blocks that need a Redis server are `no_run` (compiled,
+/// not run), the configuration example is `ignore` (it needs `dlock-config`), output is
+/// `text`.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod readme {}
+
 /// `url` with any password replaced by `***`, for logs and error messages.
 ///
 /// ```

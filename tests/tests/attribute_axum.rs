@@ -33,10 +33,8 @@ impl From<LockError> for Busy {
     }
 }
 
-/// Buys one item: a read-modify-write of the stock that only the lock protects.
-/// `<id>` names the binding inside the `Path(id)` pattern.
-#[distributed_lock(key = "goods:<id>", wait = "2s", client = state.locks)]
-async fn buy(State(state): State<AppState>, Path(id): Path<u64>) -> Result<String, Busy> {
+/// Sells one item: a read-modify-write of the stock that only a lock can protect.
+async fn sell_one(state: &AppState, id: u64) -> Result<String, Busy> {
     let mut redis = state.redis.clone();
     let stock: i64 = redis.get(format!("stock:{id}")).await.unwrap_or(0);
     if stock <= 0 {
@@ -47,8 +45,24 @@ async fn buy(State(state): State<AppState>, Path(id): Path<u64>) -> Result<Strin
     Ok("sold".into())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_annotated_handler_serves_through_a_router_without_overselling() {
+/// Buys one item under the lock. `<id>` names the binding inside the `Path(id)` pattern.
+#[distributed_lock(key = "goods:<id>", wait = "2s", client = state.locks)]
+async fn buy(State(state): State<AppState>, Path(id): Path<u64>) -> Result<String, Busy> {
+    sell_one(&state, id).await
+}
+
+/// The control: the same handler without the attribute.
+async fn buy_unlocked(State(state): State<AppState>, Path(id): Path<u64>) -> Result<String, Busy> {
+    sell_one(&state, id).await
+}
+
+/// Sets the stock of item 42 to 5, sends 12 concurrent buys through a `Router` serving
+/// `handler`; returns the "sold" answers and the stock left.
+async fn sell_concurrently<H, T>(handler: H) -> (i64, i64)
+where
+    H: axum::handler::Handler<T, AppState>,
+    T: 'static,
+{
     let server = RedisServer::start();
     let state = AppState {
         locks: LockClient::connect(&server.url()).await.unwrap(),
@@ -61,7 +75,7 @@ async fn an_annotated_handler_serves_through_a_router_without_overselling() {
     let mut redis = state.redis.clone();
     let () = redis.set("stock:42", 5).await.unwrap();
     let app = Router::new()
-        .route("/goods/{id}/buy", post(buy))
+        .route("/goods/{id}/buy", post(handler))
         .with_state(state);
 
     let mut calls = Vec::new();
@@ -84,9 +98,27 @@ async fn an_annotated_handler_serves_through_a_router_without_overselling() {
         }
     }
     let stock: i64 = redis.get("stock:42").await.unwrap();
+    (sold, stock)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_annotated_handler_serves_through_a_router_without_overselling() {
+    let (sold, stock) = sell_concurrently(buy).await;
     assert_eq!(
         (sold, stock),
         (5, 0),
         "exactly the stock was sold, never more"
     );
+}
+
+/// The oracle above can fire: without the lock the same load sells more than the stock
+/// (every "sold" beyond 5 - stock left is an item sold twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_the_same_handler_without_the_lock_oversells() {
+    let (sold, stock) = sell_concurrently(buy_unlocked).await;
+    assert!(
+        sold > 5 - stock,
+        "without the lock {sold} sold and {stock} left of 5: no oversell, so the locked test proves nothing"
+    );
+    eprintln!("control: {sold} sold, {stock} left of 5");
 }

@@ -74,3 +74,22 @@ fn hot_mode_sells_one_item_from_every_process() {
     assert_eq!(report["items"].as_array().unwrap().len(), 1);
     assert_eq!(code, Some(0));
 }
+
+/// The control for hot mode: every request on one item, no lock. Hot mode serialises all
+/// requests on one key, so it is where a lock that does not exclude would show; this shows
+/// the report's oversold count catches it there too.
+#[test]
+fn hot_mode_control_without_the_lock_oversells_and_fails() {
+    let (code, report) = demo(&["--mode", "hot", "--no-lock"]);
+    assert!(
+        number(&report, "oversold") > 0,
+        "the hot-mode control must oversell: {report}"
+    );
+    assert_eq!(report["items"].as_array().unwrap().len(), 1);
+    assert_eq!(code, Some(1), "an oversold run exits non-zero");
+    eprintln!(
+        "hot-mode control: {} sold of 40, oversold {}",
+        number(&report, "sold"),
+        number(&report, "oversold")
+    );
+}
