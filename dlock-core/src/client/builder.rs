@@ -110,7 +110,7 @@ impl LockClientBuilder {
         self
     }
 
-    /// The longest [`Lock::lock`] and [`Lock::lock_with_lease`] (and `#[distributed_lock]`
+    /// The longest [`Lock::lock`](crate::Lock::lock) and [`Lock::lock_with_lease`](crate::Lock::lock_with_lease) (and `#[distributed_lock]`
     /// without `wait`) wait before failing with [`LockError::Timeout`]. Default `None`:
     /// they wait as long as it takes.
     #[must_use]

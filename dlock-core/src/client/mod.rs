@@ -105,7 +105,7 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`LockError::Config`] for a malformed address, [`LockError::Connect`] when the
+    /// [`LockError::Config`](crate::LockError::Config) for a malformed address, [`LockError::Connect`](crate::LockError::Connect) when the
     /// server cannot be reached within the connect timeout.
     ///
     /// # Cancel safety

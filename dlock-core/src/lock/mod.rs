@@ -18,7 +18,7 @@ use crate::scripts::scripts;
 use crate::sync::owner;
 
 /// A handle to one named lock, from [`LockClient::lock`]. Cheap to clone; creating it does
-/// not talk to Redis. A name that is empty, longer than [`MAX_NAME_LEN`] bytes or contains
+/// not talk to Redis. A name that is empty, longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or contains
 /// an ASCII control character is reported as [`LockError::InvalidName`] by every
 /// operation.
 ///
