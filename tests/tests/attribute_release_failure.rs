@@ -7,48 +7,17 @@
 //! Log lines are captured by a `tracing` subscriber writing to a buffer; tests in this
 //! binary run in parallel, so each looks only at lines naming its own lock.
 
-use std::io::Write;
-use std::sync::{Mutex, Once, PoisonError};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use dlock_core::{distributed_lock, LockClient, LockError, LockGuard};
+use dlock_tests::logs::{capture_logs, captured};
 use dlock_tests::{RedisServer, TcpProxy};
 use tokio::time::Instant;
 
-static CAPTURED: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-
-struct Capture;
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        CAPTURED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn capture_logs() {
-    static START: Once = Once::new();
-    START.call_once(|| {
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_ansi(false)
-            .with_writer(|| Capture)
-            .try_init()
-            .expect("no other global subscriber in this test binary");
-    });
-}
-
 /// Captured WARN lines about `lock` that report the attribute's failed release.
 fn release_warnings(lock: &str) -> Vec<String> {
-    let captured = CAPTURED.lock().unwrap_or_else(PoisonError::into_inner);
-    String::from_utf8_lossy(&captured)
+    captured()
         .lines()
         .filter(|line| line.contains("WARN"))
         .filter(|line| line.contains(&format!("lock={lock}")))
@@ -112,7 +81,7 @@ async fn cut_off(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_replaced_during_the_body_is_logged_and_the_result_kept() {
-    capture_logs();
+    capture_logs(tracing::Level::DEBUG);
     let server = RedisServer::start();
     let locks = LockClient::connect(&server.url()).await.unwrap();
     let other = LockClient::connect(&server.url()).await.unwrap();
@@ -140,7 +109,7 @@ async fn a_lock_replaced_during_the_body_is_logged_and_the_result_kept() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_redis_during_the_release_is_logged_and_the_result_kept() {
-    capture_logs();
+    capture_logs(tracing::Level::DEBUG);
     let server = RedisServer::start();
     let proxy = TcpProxy::start(server.addr());
     let locks = LockClient::builder()

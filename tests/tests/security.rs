@@ -4,12 +4,11 @@
 //! applications' locks apart. TLS is covered in `tls.rs`.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
-use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
 use dlock_config::{Config, ConfigError};
 use dlock_core::{LockClient, LockError, Topology};
+use dlock_tests::logs::{capture_logs, captured};
 use dlock_tests::{RedisCluster, RedisReplicaSet, RedisSentinelGroup, RedisServer};
 
 /// Commands every mode needs: the four scripts run with `EVALSHA` (reloaded with
@@ -367,7 +366,7 @@ fn assert_no_password_in(texts: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_single_rule_is_enough_for_every_lock_operation() {
-    capture_logs();
+    capture_logs(tracing::Level::TRACE);
     let (server, mut admin) = server_with_shop_user();
     let url = with_credentials(&server.url(), "dlock", ACL_PASSWORD);
     let clients = app_clients(&Topology::single(url), "shop:").await;
@@ -392,7 +391,7 @@ async fn the_single_rule_is_enough_for_every_lock_operation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_single_rule_refuses_everything_else() {
-    capture_logs();
+    capture_logs(tracing::Level::TRACE);
     let (server, mut admin) = server_with_shop_user();
     let url = with_credentials(&server.url(), "dlock", ACL_PASSWORD);
     redis::cmd("SET")
@@ -509,7 +508,7 @@ async fn the_single_rule_refuses_everything_else() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_command_of_the_single_rule_is_needed() {
-    capture_logs();
+    capture_logs(tracing::Level::TRACE);
     let server = RedisServer::start();
     let mut admin = server.connection();
     let started = Instant::now();
@@ -534,7 +533,7 @@ async fn every_command_of_the_single_rule_is_needed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn master_slave_mode_needs_only_the_single_rule() {
-    capture_logs();
+    capture_logs(tracing::Level::TRACE);
     let set = RedisReplicaSet::start(1);
     let mut admins: Vec<redis::Connection> = std::iter::once(set.master_url())
         .chain(set.replica_urls())
@@ -560,7 +559,7 @@ async fn master_slave_mode_needs_only_the_single_rule() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_mode_needs_only_the_single_rule() {
-    capture_logs();
+    capture_logs(tracing::Level::TRACE);
     let group = RedisSentinelGroup::start();
     let mut admins: Vec<redis::Connection> = group
         .servers()
@@ -601,7 +600,7 @@ async fn sentinel_mode_needs_only_the_single_rule() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_mode_needs_sharded_pubsub_and_the_slot_map() {
-    capture_logs();
+    capture_logs(tracing::Level::TRACE);
     let cluster = RedisCluster::start();
     let mut admins: Vec<redis::Connection> = cluster
         .nodes()
@@ -710,7 +709,7 @@ async fn cluster_mode_needs_sharded_pubsub_and_the_slot_map() {
 /// the refused subscription in a tight loop of new connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_subscribe_is_retried_with_back_off() {
-    capture_logs();
+    capture_logs(tracing::Level::TRACE);
     let server = RedisServer::start();
     let mut admin = server.connection();
     let rule: Vec<String> = acl_rule(Mode::Single, "shop:")
@@ -769,7 +768,7 @@ fn the_documented_rules_are_the_tested_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_credentials_are_clear_errors_without_the_password() {
-    capture_logs();
+    capture_logs(tracing::Level::TRACE);
     let (server, mut admin) = server_with_shop_user();
     let connect = |url: String| async move {
         let started = Instant::now();
@@ -845,46 +844,9 @@ async fn wrong_credentials_are_clear_errors_without_the_password() {
 
 // ---------- secrets in logs, Debug and errors
 
-/// Every log line of this test binary, from the first call to [`capture_logs`] on.
-static CAPTURED: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-
-struct Capture;
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        CAPTURED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Sends every `tracing` event and `log` record (redis-rs logs through `log`) at TRACE
-/// level to [`CAPTURED`].
-fn capture_logs() {
-    static START: Once = Once::new();
-    START.call_once(|| {
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(|| Capture)
-            .try_init()
-            .expect("no other global subscriber in this test binary");
-    });
-}
-
-fn captured() -> String {
-    String::from_utf8_lossy(&CAPTURED.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passwords_never_reach_logs_debug_output_or_errors() {
-    capture_logs();
+    capture_logs(tracing::Level::TRACE);
     let server = RedisServer::start();
     let port = server.port();
     let mut admin = server.connection();
@@ -1017,7 +979,7 @@ async fn passwords_never_reach_logs_debug_output_or_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_prefixes_keep_two_applications_apart() {
-    capture_logs();
+    capture_logs(tracing::Level::TRACE);
     let server = RedisServer::start();
     let mut admin = server.connection();
     set_user(
@@ -1121,7 +1083,7 @@ async fn key_prefixes_keep_two_applications_apart() {
 /// subscriber used to drop the cluster connection's only push receiver.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_pubsub_recovers_after_a_refused_ssubscribe() {
-    capture_logs();
+    capture_logs(tracing::Level::TRACE);
     let cluster = RedisCluster::start();
     let mut admins: Vec<redis::Connection> = cluster
         .nodes()

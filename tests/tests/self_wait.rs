@@ -4,38 +4,15 @@
 //! release it), so dlock names the likely mistake in a warning after 5 s of waiting, and
 //! only for a task waiting for its own hold.
 
-use std::io::Write;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use dlock_core::LockClient;
+use dlock_tests::logs::{capture_logs, captured};
 use dlock_tests::RedisServer;
-
-static CAPTURED: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-
-struct Capture;
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        CAPTURED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_waiting_for_its_own_lock_is_told_why() {
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(|| Capture)
-        .init();
+    capture_logs(tracing::Level::WARN);
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
 
@@ -68,8 +45,7 @@ async fn a_task_waiting_for_its_own_lock_is_told_why() {
         "{other_wait:?}"
     );
 
-    let logs = String::from_utf8_lossy(&CAPTURED.lock().unwrap_or_else(PoisonError::into_inner))
-        .into_owned();
+    let logs = captured();
     println!("{logs}");
     let warnings: Vec<&str> = logs
         .lines()
