@@ -18,6 +18,7 @@ use crate::sync::held::{Held, HoldOwner};
 use crate::sync::local::{Place, Ticket, Turn};
 use crate::sync::owner;
 use crate::sync::pubsub::Subscription;
+use crate::sync::wait::{ends_before, GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl Lock {
     /// The acquisition: a re-entry inside a live scope of this lock, otherwise a new owner
@@ -234,34 +235,19 @@ impl Lock {
             kind: AttemptKind::New,
             maybe_applied: false,
         };
-        let mut subscription: Option<Subscription> = None;
-
-        // Start of the current run of Redis errors, if any.
-        let mut outage: Option<Instant> = None;
+        let mut waiter = Waiter::new(
+            &inner.pubsub,
+            &self.keys.channel,
+            WaitPolicy {
+                recheck: settings.max_wait_recheck,
+                failover_wait: settings.failover_wait,
+                give_up_at,
+                patient: wait != Some(Duration::ZERO),
+            },
+        );
         loop {
-            let (sent_at, reply) = match attempt.run(lease_ms, give_up_at).await {
-                Ok(reply) => {
-                    outage = None;
-                    reply
-                }
-                Err(error) => {
-                    let since = *outage.get_or_insert_with(Instant::now);
-                    let pause = settings.max_wait_recheck.min(Duration::from_millis(200));
-                    let patient = wait != Some(Duration::ZERO)
-                        && error.is_transient()
-                        && since.elapsed().saturating_add(pause) < settings.failover_wait
-                        && give_up_at.is_none_or(|at| before(pause, at));
-                    if !patient {
-                        inner.metrics.acquire_failed();
-                        return Err(error.into_lock_error(&self.name, "acquire"));
-                    }
-                    tracing::debug!(lock = %self.name, %error, "dlock: Redis unavailable while waiting; retrying");
-                    tokio::time::sleep(pause).await;
-                    continue;
-                }
-            };
-            let ttl = match reply {
-                Reply::Acquired => {
+            let not_yet = match attempt.run(lease_ms, give_up_at).await {
+                Ok((sent_at, Reply::Acquired)) => {
                     attempt.maybe_applied = false;
                     let held = Arc::new(Held::new(
                         self.hold_owner(&attempt.field),
@@ -278,42 +264,27 @@ impl Lock {
                         held,
                     ));
                 }
-                Reply::Number(ttl) => ttl,
-                Reply::WrongType(found) => {
+                Ok((_, Reply::Number(ttl_ms))) => NotYet::Busy { ttl_ms },
+                Ok((_, Reply::WrongType(found))) => {
                     inner.metrics.acquire_failed();
                     return Err(self.wrong_type(found));
                 }
-                Reply::NotHeld => {
+                Ok((_, reply @ Reply::NotHeld)) => {
                     inner.metrics.acquire_failed();
                     return Err(self.unexpected("acquire", &reply));
                 }
+                Err(error) => NotYet::Unavailable(error),
             };
-
-            let now = Instant::now();
-            let remaining = match give_up_at {
-                Some(at) if at <= now => {
+            match waiter.wait(not_yet).await {
+                Ok(()) => {}
+                Err(GiveUp::TimedOut) => {
                     tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
                     inner.metrics.timed_out();
                     return Err(self.timeout(wait));
                 }
-                Some(at) => at - now,
-                None => Duration::MAX,
-            };
-            let recheck = settings.max_wait_recheck.min(remaining);
-            match &mut subscription {
-                None => {
-                    // Subscribe, then try again once Redis confirmed: a release published
-                    // between our attempt and the subscription would otherwise be missed.
-                    tracing::trace!(lock = %self.name, ttl, "dlock: waiting for release");
-                    let new = subscription.insert(inner.pubsub.subscribe(&self.keys.channel));
-                    let _ = tokio::time::timeout(recheck, new.confirmed()).await;
-                }
-                Some(subscription) => {
-                    // Never sleep past the holder's TTL, the recheck interval or the budget.
-                    let nap = u64::try_from(ttl)
-                        .map(Duration::from_millis)
-                        .map_or(recheck, |ttl| ttl.min(recheck));
-                    let _ = tokio::time::timeout(nap, subscription.notified()).await;
+                Err(GiveUp::Unavailable(error)) => {
+                    inner.metrics.acquire_failed();
+                    return Err(error.into_lock_error(&self.name, "acquire"));
                 }
             }
         }
@@ -323,13 +294,6 @@ impl Lock {
 /// How long a task waits behind a hold it acquired itself before that is logged (see
 /// `Lock::wait_for_turn`).
 const SELF_WAIT_WARNING: Duration = Duration::from_secs(5);
-
-/// Whether `pause` from now ends before `deadline`; a pause too long to represent does not.
-fn before(pause: Duration, deadline: Instant) -> bool {
-    Instant::now()
-        .checked_add(pause)
-        .is_some_and(|end| end < deadline)
-}
 
 /// What a lock script answered (see `scripts/acquire.lua` and `scripts/force_unlock.lua`).
 #[derive(Debug)]
@@ -458,7 +422,7 @@ impl Attempt<'_> {
                         .settings
                         .retry()
                         .retry_after(&error, failures, started)
-                        .filter(|delay| give_up_at.is_none_or(|at| before(*delay, at)));
+                        .filter(|delay| give_up_at.is_none_or(|at| ends_before(*delay, at)));
                     match retry {
                         Some(delay) => {
                             failures += 1;

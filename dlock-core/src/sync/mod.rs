@@ -1,7 +1,8 @@
 //! What every primitive shares: holds and their loss, the local line, call-chain
-//! ownership, unlock notifications, renewal, release, retries and statistics. Each
-//! primitive (the reentrant lock in `lock/`) builds on these. Renewal and release still
-//! run the reentrant lock's scripts and key layout (`names::LockKeys`).
+//! ownership, unlock notifications, the wait between tries, renewal, release, retries
+//! and statistics. Each primitive (the reentrant lock in `lock/`) builds on these and
+//! plugs its own scripts in: a release is a `release::ReleaseOp`, a hold names its renew
+//! script, a try step hands its outcome to `wait::Waiter`.
 
 pub(crate) mod held;
 pub(crate) mod local;
@@ -10,4 +11,5 @@ pub(crate) mod owner;
 pub(crate) mod pubsub;
 pub(crate) mod release;
 pub(crate) mod retry;
+pub(crate) mod wait;
 pub(crate) mod watchdog;

@@ -1,0 +1,132 @@
+//! The wait between tries, for every primitive: after a busy answer, subscribe to the
+//! lock's channel and sleep until an unlock message, the holder's TTL or the recheck
+//! interval; after a Redis error, ride the outage out for up to `failover_wait`; stop at
+//! the caller's deadline.
+//!
+//! The primitive keeps its own try step (its script, its reply); it hands each outcome
+//! that is not a success to [`Waiter::wait`], which either waits and returns so the
+//! primitive tries again, or says why to give up.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::redis::CallError;
+use crate::sync::pubsub::{PubSubService, Subscription};
+
+/// A try that did not acquire.
+pub(crate) enum NotYet {
+    /// Another owner holds it; its remaining TTL in ms (negative: no expiry or unknown).
+    Busy { ttl_ms: i64 },
+    /// Redis did not answer or refused.
+    Unavailable(CallError),
+}
+
+/// Why to stop trying.
+#[derive(Debug)]
+pub(crate) enum GiveUp {
+    /// The caller's wait ran out while the lock was busy.
+    TimedOut,
+    /// Redis stayed unavailable past `failover_wait` or the deadline, or failed in a way
+    /// waiting cannot fix.
+    Unavailable(CallError),
+}
+
+/// How long and how to wait.
+pub(crate) struct WaitPolicy {
+    /// The longest sleep without trying again (a missed unlock message costs this).
+    pub(crate) recheck: Duration,
+    /// How long a run of Redis errors is ridden out.
+    pub(crate) failover_wait: Duration,
+    /// When to give up; `None` waits as long as it takes.
+    pub(crate) give_up_at: Option<Instant>,
+    /// `false` for a single try (`wait` of zero): errors are reported at once.
+    pub(crate) patient: bool,
+}
+
+/// One acquisition's waiting state: its subscription (kept across tries, so no unlock
+/// message is missed between them) and the start of the current outage.
+pub(crate) struct Waiter<'a> {
+    pubsub: &'a PubSubService,
+    channel: &'a str,
+    policy: WaitPolicy,
+    subscription: Option<Subscription>,
+    outage: Option<Instant>,
+}
+
+impl<'a> Waiter<'a> {
+    pub(crate) fn new(pubsub: &'a PubSubService, channel: &'a str, policy: WaitPolicy) -> Self {
+        Waiter {
+            pubsub,
+            channel,
+            policy,
+            subscription: None,
+            outage: None,
+        }
+    }
+
+    /// Waits after `outcome` until the next try is worth it, or says why to give up.
+    pub(crate) async fn wait(&mut self, outcome: NotYet) -> Result<(), GiveUp> {
+        match outcome {
+            NotYet::Busy { ttl_ms } => {
+                self.outage = None;
+                self.wait_for_release(ttl_ms).await
+            }
+            NotYet::Unavailable(error) => self.ride_out(error).await,
+        }
+    }
+
+    async fn wait_for_release(&mut self, ttl_ms: i64) -> Result<(), GiveUp> {
+        let now = Instant::now();
+        let remaining = match self.policy.give_up_at {
+            Some(at) if at <= now => return Err(GiveUp::TimedOut),
+            Some(at) => at - now,
+            None => Duration::MAX,
+        };
+        let recheck = self.policy.recheck.min(remaining);
+        match &mut self.subscription {
+            None => {
+                // Subscribe, then try again once Redis confirmed: a release published
+                // between the try and the subscription would otherwise be missed.
+                tracing::trace!(channel = %self.channel, ttl_ms, "dlock: waiting for release");
+                let new = self
+                    .subscription
+                    .insert(self.pubsub.subscribe(self.channel));
+                let _ = tokio::time::timeout(recheck, new.confirmed()).await;
+            }
+            Some(subscription) => {
+                // Never sleep past the holder's TTL, the recheck interval or the deadline.
+                let nap = u64::try_from(ttl_ms)
+                    .map(Duration::from_millis)
+                    .map_or(recheck, |ttl| ttl.min(recheck));
+                let _ = tokio::time::timeout(nap, subscription.notified()).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn ride_out(&mut self, error: CallError) -> Result<(), GiveUp> {
+        let since = *self.outage.get_or_insert_with(Instant::now);
+        let pause = self.policy.recheck.min(Duration::from_millis(200));
+        let patient = self.policy.patient
+            && error.is_transient()
+            && since.elapsed().saturating_add(pause) < self.policy.failover_wait
+            && self
+                .policy
+                .give_up_at
+                .is_none_or(|at| ends_before(pause, at));
+        if !patient {
+            return Err(GiveUp::Unavailable(error));
+        }
+        tracing::debug!(channel = %self.channel, %error, "dlock: Redis unavailable while waiting; retrying");
+        tokio::time::sleep(pause).await;
+        Ok(())
+    }
+}
+
+/// Whether `pause` from now ends before `deadline`; a pause too long to represent does not.
+pub(crate) fn ends_before(pause: Duration, deadline: Instant) -> bool {
+    Instant::now()
+        .checked_add(pause)
+        .is_some_and(|end| end < deadline)
+}
