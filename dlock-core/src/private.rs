@@ -35,6 +35,13 @@ impl<T: IntoClient + ?Sized> IntoClient for Arc<T> {
     }
 }
 
+/// Whether a `lease` of `secs` s + `nanos` ns is within [`MAX_LEASE`](crate::MAX_LEASE);
+/// the attribute checks its `lease` with it at compile time.
+pub const fn lease_fits(secs: u64, nanos: u32) -> bool {
+    let max = crate::MAX_LEASE.as_secs();
+    secs < max || (secs == max && nanos == 0)
+}
+
 /// Acquires `key` the way the attribute's `wait` / `lease` options say.
 pub async fn acquire(
     client: Result<LockClient>,

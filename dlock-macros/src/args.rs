@@ -8,9 +8,6 @@ use syn::{Expr, Ident, LitStr, Path, Token};
 
 const OPTIONS: &str = "`key`, `lease`, `wait`, `client`, `on_fail`";
 
-/// The longest lease dlock accepts (`dlock_core::MAX_LEASE`, 366 days).
-const MAX_LEASE: Duration = Duration::from_secs(366 * 24 * 60 * 60);
-
 /// `#[distributed_lock(key = "...", lease = "...", wait = "...", client = expr, on_fail = path)]`
 ///
 /// Options with a mistake are left `None` and the mistake recorded, so that one compile
@@ -18,10 +15,17 @@ const MAX_LEASE: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 #[derive(Default)]
 pub(crate) struct Args {
     pub(crate) key: Option<LitStr>,
-    pub(crate) lease: Option<Duration>,
+    pub(crate) lease: Option<Lease>,
     pub(crate) wait: Option<Duration>,
     pub(crate) client: Option<Expr>,
     pub(crate) on_fail: Option<Path>,
+}
+
+/// A `lease` and where it was written. Its upper bound is `dlock_core::MAX_LEASE`, which
+/// this crate cannot name at expansion time: the expansion checks it at compile time.
+pub(crate) struct Lease {
+    pub(crate) duration: Duration,
+    pub(crate) span: Span,
 }
 
 impl Args {
@@ -46,7 +50,13 @@ impl Args {
                 "key" => args.key = Some(input.parse::<LitStr>()?),
                 "lease" => {
                     let literal: LitStr = input.parse()?;
-                    args.lease = errors.keep(parse_duration(&literal, "lease", true));
+                    args.lease =
+                        errors
+                            .keep(parse_duration(&literal, "lease", true))
+                            .map(|duration| Lease {
+                                duration,
+                                span: literal.span(),
+                            });
                 }
                 "wait" => {
                     let literal: LitStr = input.parse()?;
@@ -92,12 +102,6 @@ fn parse_duration(literal: &LitStr, option: &str, is_lease: bool) -> syn::Result
         return Err(syn::Error::new_spanned(
             literal,
             format!("`lease` {text:?} is shorter than 1ms; Redis would delete the lock at once. Leave `lease` out to use the watchdog"),
-        ));
-    }
-    if is_lease && duration > MAX_LEASE {
-        return Err(syn::Error::new_spanned(
-            literal,
-            format!("`lease` {text:?} is longer than the maximum of 366 days; leave `lease` out to use the watchdog"),
         ));
     }
     Ok(duration)

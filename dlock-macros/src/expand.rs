@@ -116,7 +116,15 @@ fn rewrite(function: &ItemFn, args: &Args, key: TokenStream) -> TokenStream {
         None => quote!(#private::global_client()),
     };
     let wait = optional_duration(args.wait);
-    let lease = optional_duration(args.lease);
+    let lease = optional_duration(args.lease.as_ref().map(|lease| lease.duration));
+    // Checked against dlock-core's limit when the expansion compiles, pointing at the lease.
+    let lease_check = args.lease.as_ref().map(|lease| {
+        let (secs, nanos) = (lease.duration.as_secs(), lease.duration.subsec_nanos());
+        quote_spanned!(lease.span=> const _: () = ::core::assert!(
+            #private::lease_fits(#secs, #nanos),
+            "`lease` is longer than `dlock_core::MAX_LEASE`; leave `lease` out to use the watchdog"
+        );)
+    });
     // Typing the body's future with the declared return type lets `?` and `return` inside
     // it infer as they would in the original function.
     let body = match returned_type(&sig.output) {
@@ -128,6 +136,7 @@ fn rewrite(function: &ItemFn, args: &Args, key: TokenStream) -> TokenStream {
         #(#outer)*
         #vis #sig {
             #(#inner)*
+            #lease_check
             let __dlock_key: ::std::string::String = #key;
             let __dlock_guard = match #private::acquire(#client, __dlock_key, #wait, #lease).await {
                 ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,

@@ -1,5 +1,9 @@
 /// Sells one.
 pub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> {
+    const _: () = ::core::assert!(
+        ::dlock_core::__private::lease_fits(5u64, 0u32),
+        "`lease` is longer than `dlock_core::MAX_LEASE`; leave `lease` out to use the watchdog"
+    );
     let __dlock_key: ::std::string::String = ::std::format!("goods:{}", id);
     let __dlock_guard = match ::dlock_core::__private::acquire(
             ::dlock_core::__private::global_client(),

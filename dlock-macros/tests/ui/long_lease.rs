@@ -1,0 +1,8 @@
+use dlock_core::{distributed_lock, LockError};
+
+#[distributed_lock(key = "goods:<id>", lease = "367days")]
+async fn buy(id: u64) -> Result<u64, LockError> {
+    Ok(id)
+}
+
+fn main() {}
