@@ -2,31 +2,46 @@
 //! once under the lock (exact) and once without it (lost updates), plus re-entry and a
 //! bounded wait.
 //!
-//! Uses the Redis at `DLOCK_REDIS_URL`, or starts a throw-away `redis-server` on a free
-//! loopback port when that is not set.
+//! Uses the Redis at `DLOCK_REDIS_URL`, by default `redis://127.0.0.1:6379`. It writes
+//! keys under `quickstart:` (and dlock's short-lived `dlock:release:` memos).
 
 use std::time::{Duration, Instant};
 
 use dlock_core::LockClient;
-use dlock_tests::workload::{increment_counter, Guarding};
-use dlock_tests::RedisServer;
 use redis::AsyncCommands;
 
 const CLIENTS: usize = 2;
 const TASKS: usize = 8;
 const INCREMENTS: usize = 100;
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (_server, url) = match std::env::var("DLOCK_REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = RedisServer::start();
-            let url = server.url();
-            println!("started redis-server at {url}");
-            (Some(server), url)
+/// `INCREMENTS` read-modify-write increments of `counter`: a `GET`, a pause where other
+/// tasks can interleave (as real work would), a `SET`. Only the lock keeps it exact.
+async fn increment(
+    lock: dlock_core::Lock,
+    mut redis: redis::aio::MultiplexedConnection,
+    counter: &'static str,
+    locked: bool,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    for _ in 0..INCREMENTS {
+        let guard = if locked {
+            Some(lock.lock().await?)
+        } else {
+            None
+        };
+        let value: Option<i64> = redis.get(counter).await?;
+        tokio::time::sleep(Duration::from_micros(200)).await;
+        let () = redis.set(counter, value.unwrap_or(0) + 1).await?;
+        if let Some(guard) = guard {
+            guard.unlock().await?;
         }
-    };
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let url =
+        std::env::var("DLOCK_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
         clients.push(
@@ -42,24 +57,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let expected = (CLIENTS * TASKS * INCREMENTS) as i64;
 
     let mut exact = true;
-    for (guarding, counter) in [
-        (Guarding::Locked, "quickstart:counter:locked"),
-        (Guarding::Unlocked, "quickstart:counter:unlocked"),
+    for (locked, label, counter) in [
+        (true, "Locked", "quickstart:counter:locked"),
+        (false, "Unlocked", "quickstart:counter:unlocked"),
     ] {
         let () = redis.del(counter).await?;
         let started = Instant::now();
-        let runs = clients.iter().map(|client| {
-            increment_counter(
-                client, &url, "counter", counter, guarding, TASKS, INCREMENTS,
-            )
-        });
-        futures_util::future::join_all(runs).await;
+        let mut tasks = Vec::new();
+        for client in &clients {
+            for _ in 0..TASKS {
+                let (lock, conn) = (client.lock("counter"), redis.clone());
+                tasks.push(tokio::spawn(increment(lock, conn, counter, locked)));
+            }
+        }
+        for result in futures_util::future::join_all(tasks).await {
+            result??;
+        }
         let total: i64 = redis.get(counter).await?;
         println!(
-            "{guarding:?}: {CLIENTS} clients x {TASKS} tasks x {INCREMENTS} increments -> counter {total} of {expected} in {:.2?}",
+            "{label}: {CLIENTS} clients x {TASKS} tasks x {INCREMENTS} increments -> counter {total} of {expected} in {:.2?}",
             started.elapsed()
         );
-        if guarding == Guarding::Locked {
+        if locked {
             exact = total == expected;
         }
     }

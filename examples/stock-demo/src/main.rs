@@ -7,6 +7,7 @@
 
 mod app;
 mod load;
+mod local_redis;
 mod store;
 
 use std::net::TcpListener;
@@ -17,9 +18,9 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand, ValueEnum};
 use dlock_config::Config;
 use dlock_core::LockClient;
-use dlock_tests::RedisServer;
 
 use crate::app::AppState;
+use crate::local_redis::LocalRedis;
 use crate::store::StockStore;
 
 #[derive(Parser)]
@@ -207,8 +208,8 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             )
         }
         None => {
-            let server = RedisServer::start();
-            let url = server.url();
+            let server = LocalRedis::start(free_port()?)?;
+            let url = server.url().to_owned();
             eprintln!("started redis-server at {url}");
             (Some(server), vec!["--redis-url".to_owned(), url])
         }

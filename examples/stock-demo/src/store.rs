@@ -1,9 +1,9 @@
 //! Where the stock lives: plain integers in Redis, read with GET and written with SET —
 //! a deliberate read-modify-write that only the lock keeps correct.
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, FromRedisValue};
 
 use dlock_config::{Config, Redis};
 
@@ -53,40 +53,19 @@ impl StockStore {
 
     /// The stock of item `id` (0 when never set).
     pub async fn read(&self, id: u64) -> redis::RedisResult<i64> {
-        let value: Option<i64> = AsyncCommands::get(&mut self.clone(), key(id)).await?;
+        let value: Option<i64> = self.query(redis::cmd("GET").arg(key(id))).await?;
         Ok(value.unwrap_or(0))
     }
 
     /// Sets the stock of item `id`.
     pub async fn write(&self, id: u64, stock: i64) -> redis::RedisResult<()> {
-        AsyncCommands::set(&mut self.clone(), key(id), stock).await
-    }
-}
-
-impl ConnectionLike for StockStore {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            StockStore::Server(conn) => conn.req_packed_command(cmd),
-            StockStore::Cluster(conn) => conn.req_packed_command(cmd),
-        }
+        self.query(redis::cmd("SET").arg(key(id)).arg(stock)).await
     }
 
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            StockStore::Server(conn) => conn.req_packed_commands(pipeline, offset, count),
-            StockStore::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            StockStore::Server(conn) => conn.get_db(),
-            StockStore::Cluster(conn) => conn.get_db(),
+    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> redis::RedisResult<T> {
+        match self.clone() {
+            StockStore::Server(mut conn) => cmd.query_async(&mut conn).await,
+            StockStore::Cluster(mut conn) => cmd.query_async(&mut conn).await,
         }
     }
 }
