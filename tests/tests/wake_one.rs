@@ -74,6 +74,17 @@ async fn logged_commands(admin: &mut MultiplexedConnection) -> Vec<Vec<String>> 
     commands
 }
 
+/// How many `SUBSCRIBE` / `UNSUBSCRIBE` commands the server saw since the last reset.
+async fn subscription_changes(admin: &mut MultiplexedConnection) -> usize {
+    logged_commands(admin)
+        .await
+        .iter()
+        .filter(|args| {
+            args[0].eq_ignore_ascii_case("subscribe") || args[0].eq_ignore_ascii_case("unsubscribe")
+        })
+        .count()
+}
+
 /// How many runs of the acquire script the server saw since the last reset.
 async fn acquire_attempts(admin: &mut MultiplexedConnection) -> usize {
     logged_commands(admin)
@@ -124,6 +135,7 @@ async fn each_release_lets_exactly_one_waiting_task_try_in_redis() {
     let mut current = holder;
     let mut served = Vec::new();
     let mut per_release = Vec::new();
+    let mut churn = Vec::new();
     for _ in 0..WAITERS {
         reset_log(&mut admin).await;
         let released_at = Instant::now();
@@ -137,6 +149,7 @@ async fn each_release_lets_exactly_one_waiting_task_try_in_redis() {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let attempts = acquire_attempts(&mut admin).await;
         per_release.push(attempts);
+        churn.push(subscription_changes(&mut admin).await);
         assert_eq!(
             attempts, 1,
             "release {} (hand-off to task {task} in {handoff:?}) let {attempts} acquire attempts reach Redis",
@@ -153,13 +166,21 @@ async fn each_release_lets_exactly_one_waiting_task_try_in_redis() {
         0,
         "the last release, with nobody waiting, caused an acquire attempt"
     );
+    // The line keeps the channel subscribed while anyone waits: a hand-off does not
+    // unsubscribe and subscribe again (only the last waiter, leaving, unsubscribes).
+    assert!(
+        churn[..WAITERS - 1].iter().all(|&changes| changes == 0) && churn[WAITERS - 1] <= 1,
+        "(un)subscriptions per hand-off: {churn:?}"
+    );
     served.sort_unstable();
     assert_eq!(
         served,
         (0..WAITERS).collect::<Vec<_>>(),
         "every task served once"
     );
-    eprintln!("lining up: {lining_up} attempts; per release: {per_release:?}");
+    eprintln!(
+        "lining up: {lining_up} attempts; per release: {per_release:?}; (un)subscriptions per release: {churn:?}"
+    );
 }
 
 /// The holder releases, which hands the local turn to the first waiter; that waiter is

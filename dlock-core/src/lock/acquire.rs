@@ -46,14 +46,14 @@ impl Lock {
             // The outer hold turned out to be gone (it is reported lost now): the scope
             // owns nothing, so this is a new owner's acquisition.
         }
-        let Some(turn) = self
+        let Some((turn, subscription)) = self
             .wait_for_turn(inner.local.join(&self.line), give_up_at)
             .await
         else {
             inner.metrics.timed_out();
             return Err(self.timeout(wait));
         };
-        self.acquire_new(turn, wait, lease, started, give_up_at)
+        self.acquire_new(turn, subscription, wait, lease, started, give_up_at)
             .await
     }
 
@@ -125,7 +125,9 @@ impl Lock {
     }
 
     /// Waits in the client's local line until `ticket` has the turn, or `None` when
-    /// `give_up_at` passes first.
+    /// `give_up_at` passes first. Returns the turn with the lock's channel subscription if
+    /// it had to wait: kept for the wait in Redis, so that a busy line does not unsubscribe
+    /// and subscribe again at every hand-off.
     ///
     /// The first waiter watches the holder: it marks the holder lost (which gives up the
     /// turn) when its lease runs out, and checks it in Redis after every unlock message
@@ -139,10 +141,12 @@ impl Lock {
         &self,
         ticket: Ticket<Held>,
         give_up_at: Option<Instant>,
-    ) -> Option<Turn<Held>> {
+    ) -> Option<(Turn<Held>, Option<Subscription>)> {
         let inner = &self.client.inner;
         let recheck = inner.settings.max_wait_recheck;
         let mut watching: Option<Subscription> = None;
+        // The holder being watched, and since when it was seen.
+        let mut watched: Option<(Arc<Held>, Instant)> = None;
         let warn_at = tokio::time::Instant::now() + SELF_WAIT_WARNING;
         let mut warned = false;
         let give_up = async {
@@ -154,18 +158,38 @@ impl Lock {
         tokio::pin!(give_up);
         loop {
             let holder = match ticket.place() {
-                Place::Turn => return Some(ticket.into_turn()),
+                Place::Turn => return Some((ticket.into_turn(), watching)),
                 Place::First => ticket.holder(),
                 Place::Behind => None,
             };
+            // Every waiter in line holds a subscription to the lock's channel, so that it
+            // stays subscribed from hand-off to hand-off while anyone waits.
+            let subscription =
+                watching.get_or_insert_with(|| inner.pubsub.subscribe(&self.keys.channel));
             let Some(holder) = holder else {
                 tokio::select! {
                     () = ticket.moved() => continue,
                     () = &mut give_up => return None,
                 }
             };
-            let subscription =
-                watching.get_or_insert_with(|| inner.pubsub.subscribe(&self.keys.channel));
+            // A busy line hands over faster than WATCH_GRACE: only a holder that keeps the
+            // lock longer is worth watching (and checking in Redis on unlock messages).
+            let since = match &watched {
+                Some((seen, since)) if Arc::ptr_eq(seen, &holder) => *since,
+                _ => {
+                    let now = Instant::now();
+                    watched = Some((Arc::clone(&holder), now));
+                    now
+                }
+            };
+            if since.elapsed() < WATCH_GRACE {
+                tokio::select! {
+                    () = ticket.moved() => {}
+                    () = tokio::time::sleep_until(since + WATCH_GRACE) => {}
+                    () = &mut give_up => return None,
+                }
+                continue;
+            }
             // Outside any task (the body of `block_on`, `#[tokio::main]`) both are `None`.
             let own_hold = !warned && holder.acquired_in == tokio::task::try_id();
             tokio::select! {
@@ -218,6 +242,7 @@ impl Lock {
     async fn acquire_new(
         &self,
         turn: Turn<Held>,
+        subscription: Option<Subscription>,
         wait: Option<Duration>,
         lease: Option<Duration>,
         started: Instant,
@@ -238,6 +263,7 @@ impl Lock {
         let mut waiter = Waiter::new(
             &inner.pubsub,
             &self.keys.channel,
+            subscription,
             WaitPolicy {
                 recheck: settings.max_wait_recheck,
                 failover_wait: settings.failover_wait,
@@ -290,6 +316,11 @@ impl Lock {
         }
     }
 }
+
+/// How long the first waiter lets a new holder hold before watching it (see
+/// `Lock::wait_for_turn`): far below the promised bounds for noticing an expired lease
+/// (50 ms) or a force unlock (100 ms), far above a busy line's hand-off interval.
+const WATCH_GRACE: Duration = Duration::from_millis(20);
 
 /// How long a task waits behind a hold it acquired itself before that is logged (see
 /// `Lock::wait_for_turn`).

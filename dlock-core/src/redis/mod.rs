@@ -369,8 +369,11 @@ impl Backend {
     async fn conn(&self) -> Result<Conn, CallError> {
         self.follow_runtime().await?;
         Ok(match &self.shared.route {
-            Route::Direct(node) => Conn::Node(read(node).conn),
-            Route::Sentinel(route) => Conn::Node(route.node().conn),
+            // Only the connection is cloned (a handle), not the node's client and address.
+            Route::Direct(node) => {
+                Conn::Node(node.read().unwrap_or_else(|p| p.into_inner()).conn.clone())
+            }
+            Route::Sentinel(route) => Conn::Node(route.connection()),
             Route::Cluster(route) => Conn::Cluster(read(&route.conn)),
         })
     }

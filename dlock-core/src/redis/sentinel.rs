@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::StreamExt;
+use redis::aio::ConnectionManager;
 use redis::{RedisError, RedisResult};
 use tokio::sync::mpsc;
 
@@ -146,6 +147,15 @@ impl SentinelRoute {
     /// Replaces the connection to the master (same server) with `node`.
     pub(super) fn replace_node(&self, node: Node) {
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = node;
+    }
+
+    /// The connection to the current master.
+    pub(super) fn connection(&self) -> ConnectionManager {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .conn
+            .clone()
     }
 
     pub(super) fn node(&self) -> Node {

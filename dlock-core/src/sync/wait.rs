@@ -51,16 +51,25 @@ pub(crate) struct Waiter<'a> {
     channel: &'a str,
     policy: WaitPolicy,
     subscription: Option<Subscription>,
+    /// Whether a busy try has waited for the subscription's confirmation yet.
+    confirmed: bool,
     outage: Option<Instant>,
 }
 
 impl<'a> Waiter<'a> {
-    pub(crate) fn new(pubsub: &'a PubSubService, channel: &'a str, policy: WaitPolicy) -> Self {
+    /// A waiter on `channel`, adopting `subscription` to it when the caller has one.
+    pub(crate) fn new(
+        pubsub: &'a PubSubService,
+        channel: &'a str,
+        subscription: Option<Subscription>,
+        policy: WaitPolicy,
+    ) -> Self {
         Waiter {
             pubsub,
             channel,
             policy,
-            subscription: None,
+            subscription,
+            confirmed: false,
             outage: None,
         }
     }
@@ -84,23 +93,21 @@ impl<'a> Waiter<'a> {
             None => Duration::MAX,
         };
         let recheck = self.policy.recheck.min(remaining);
-        match &mut self.subscription {
-            None => {
-                // Subscribe, then try again once Redis confirmed: a release published
-                // between the try and the subscription would otherwise be missed.
-                tracing::trace!(channel = %self.channel, ttl_ms, "dlock: waiting for release");
-                let new = self
-                    .subscription
-                    .insert(self.pubsub.subscribe(self.channel));
-                let _ = tokio::time::timeout(recheck, new.confirmed()).await;
-            }
-            Some(subscription) => {
-                // Never sleep past the holder's TTL, the recheck interval or the deadline.
-                let nap = u64::try_from(ttl_ms)
-                    .map(Duration::from_millis)
-                    .map_or(recheck, |ttl| ttl.min(recheck));
-                let _ = tokio::time::timeout(nap, subscription.notified()).await;
-            }
+        let (pubsub, channel) = (self.pubsub, self.channel);
+        let subscription = self
+            .subscription
+            .get_or_insert_with(|| pubsub.subscribe(channel));
+        if !std::mem::replace(&mut self.confirmed, true) {
+            // Try again once Redis confirmed the subscription: a release published between
+            // the try and the subscription would otherwise be missed.
+            tracing::trace!(channel = %self.channel, ttl_ms, "dlock: waiting for release");
+            let _ = tokio::time::timeout(recheck, subscription.confirmed()).await;
+        } else {
+            // Never sleep past the holder's TTL, the recheck interval or the deadline.
+            let nap = u64::try_from(ttl_ms)
+                .map(Duration::from_millis)
+                .map_or(recheck, |ttl| ttl.min(recheck));
+            let _ = tokio::time::timeout(nap, subscription.notified()).await;
         }
         Ok(())
     }
