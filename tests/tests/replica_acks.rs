@@ -108,6 +108,19 @@ async fn acquisitions_wait_for_the_replica_and_fail_cleanly_without_it() {
     set.replicas[0].resume();
     let (acquired_at, guard) = waiting.await.unwrap();
     let guard = guard.unwrap_or_else(|e| panic!("lock() after the replica came back: {e}"));
+    // Its first attempt wrote the lock a second ago; the attempt that counted restarted
+    // the lease, so the holder's deadline is not later than Redis' expiry.
+    let read_at = std::time::Instant::now();
+    let pttl: u64 = redis::cmd("PTTL")
+        .arg("acked:blocking")
+        .query(&mut set.master.connection())
+        .unwrap();
+    let expiry = read_at + Duration::from_millis(pttl + 1);
+    assert!(
+        guard.deadline() <= expiry,
+        "the holder's deadline is {:?} after Redis' expiry",
+        guard.deadline() - expiry
+    );
     let replica: i64 = redis::cmd("EXISTS")
         .arg("acked:blocking")
         .query(&mut set.replicas[0].connection())
@@ -210,7 +223,10 @@ async fn a_pending_wait_delays_no_other_command() {
         "the WAITs did not happen: {refused} refusals"
     );
     assert!(p99 <= Duration::from_millis(50), "p99 {p99:?}");
-    assert!(!held.is_lost(), "a pending WAIT starved the watchdog");
+    if held.is_lost() {
+        let reason = tokio::time::timeout(Duration::from_millis(10), held.lost()).await;
+        panic!("a pending WAIT starved the watchdog: {reason:?}");
+    }
     assert!(client.lock("acked:watched").is_locked().await.unwrap());
     held.unlock().await.unwrap();
 }

@@ -17,6 +17,8 @@
 -- Both kinds are idempotent, so a call retried after a lost reply adds no second hold: a
 -- fresh owner id belongs to one acquisition only, so finding it means the call was applied;
 -- a re-entry finds its marker. The marker also lets an abandoned re-entry be undone once.
+-- A retry sets the expiry as the first attempt would have, counted from the retry: the
+-- client's deadline is counted from it.
 local lease = tonumber(ARGV[1])
 local reenter = ARGV[3] == 'reenter'
 local lowest = 1
@@ -33,10 +35,6 @@ if not reenter and redis.call('exists', KEYS[1]) == 0 then
   return nil
 end
 
-if reenter and redis.call('exists', KEYS[2]) == 1 then
-  return nil
-end
-
 local mine = redis.pcall('hexists', KEYS[1], ARGV[2])
 if type(mine) == 'table' and mine.err then
   return 'wrongtype:' .. redis.call('type', KEYS[1]).ok
@@ -44,6 +42,11 @@ end
 
 if not reenter then
   if mine == 1 then
+    -- An earlier attempt of this acquisition was applied (its reply was lost, or the
+    -- replicas did not confirm it in time). The client counts the lease from this
+    -- attempt, so the expiry must start now too, or the lock would end before the
+    -- holder's deadline.
+    redis.call('pexpire', KEYS[1], lease)
     return nil
   end
   return redis.call('pttl', KEYS[1])
@@ -52,10 +55,13 @@ end
 if mine == 0 then
   return 'notheld'
 end
-redis.call('hincrby', KEYS[1], ARGV[2], 1)
+-- A retried re-entry finds its marker: its hold is there already.
+if redis.call('exists', KEYS[2]) == 0 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('set', KEYS[2], 1, 'px', ARGV[4])
+end
 -- A re-entry never shortens the expiry, and only lengthens it when it asked for a lease.
 if lease > 0 and redis.call('pttl', KEYS[1]) < lease then
   redis.call('pexpire', KEYS[1], lease)
 end
-redis.call('set', KEYS[2], 1, 'px', ARGV[4])
 return nil
