@@ -17,6 +17,18 @@ pub(crate) struct Scripts {
     pub(crate) force_unlock: Script,
 }
 
+/// Every script of every primitive: what a client loads into each server.
+pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
+    let lock = scripts();
+    [
+        &lock.acquire,
+        &lock.release,
+        &lock.renew,
+        &lock.force_unlock,
+    ]
+    .into_iter()
+}
+
 pub(crate) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {

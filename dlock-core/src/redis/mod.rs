@@ -42,7 +42,7 @@ use tokio::sync::{mpsc, watch};
 use crate::background::Background;
 use crate::error::LockError;
 use crate::redact::{list, redact};
-use crate::scripts::scripts;
+use crate::scripts::every_script;
 use connect::{
     connect_cluster, connect_error, connect_node, connection_info, install_tls_provider, open,
 };
@@ -244,8 +244,7 @@ impl Backend {
     /// Loads every script up front, so the first lock operation is one `EVALSHA` round
     /// trip. (After a restart or failover `NOSCRIPT` makes `invoke` reload them.)
     async fn load_scripts(&self) -> Result<(), CallError> {
-        let all = scripts();
-        for script in [&all.acquire, &all.release, &all.renew, &all.force_unlock] {
+        for script in every_script() {
             self.bounded_call(async {
                 let mut conn = self.conn().await?;
                 script.load_async(&mut conn).await.map_err(CallError::Redis)
