@@ -145,6 +145,7 @@ struct Bounds {
     min: Duration,
     too_short: &'static str,
     max: Duration,
+    /// Why there is a maximum, after "longer than the maximum of <max>"; may be empty.
     too_long: &'static str,
     /// Advice for a number too large to represent.
     huge: &'static str,
@@ -168,9 +169,6 @@ const AT_LEAST_1MS: Bounds = Bounds {
     ..ANY
 };
 
-/// The longest lease and retry pause dlock-core accepts.
-const YEAR: &str = "longer than the maximum of 366 days";
-
 // One function per option, so that every message names its key. The checks repeat the
 // client builder's, which only runs at `build()` and cannot say where in the file the
 // value is.
@@ -182,8 +180,7 @@ fn connect_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
 fn command_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let bounds = Bounds {
         max: dlock_core::MAX_COMMAND_TIMEOUT,
-        too_long:
-            "longer than the maximum of 60s; release memos live three command timeouts in Redis",
+        too_long: "; release memos live three command timeouts in Redis",
         ..AT_LEAST_1MS
     };
     duration(d, "command_timeout", &bounds)
@@ -192,7 +189,6 @@ fn command_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
 fn retry_delay<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let bounds = Bounds {
         max: dlock_core::MAX_LEASE,
-        too_long: YEAR,
         ..ANY
     };
     duration(d, "retry_delay", &bounds)
@@ -204,7 +200,6 @@ fn watchdog_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>,
         too_short:
             "shorter than 100ms; renewal runs every third of it and needs time for a round trip",
         max: dlock_core::MAX_LEASE,
-        too_long: YEAR,
         ..ANY
     };
     duration(d, "watchdog_timeout", &bounds)
@@ -252,7 +247,11 @@ fn parse_duration(text: &str, key: &str, bounds: &Bounds) -> Result<Duration, St
     } else {
         match humantime::parse_duration(trimmed) {
             Ok(value) if value < bounds.min => bounds.too_short.to_owned(),
-            Ok(value) if value > bounds.max => bounds.too_long.to_owned(),
+            Ok(value) if value > bounds.max => format!(
+                "longer than the maximum of {}{}",
+                shown(bounds.max),
+                bounds.too_long
+            ),
             Ok(value) => return Ok(value),
             Err(humantime::DurationError::NumberOverflow) => format!(
                 "the number is too large to represent, or finer than 1ns; {}",
@@ -262,6 +261,18 @@ fn parse_duration(text: &str, key: &str, bounds: &Bounds) -> Result<Duration, St
         }
     };
     Err(format!("invalid duration {text:?} for `{key}`: {problem}"))
+}
+
+/// A maximum as the messages show it: whole days as "366 days", whole seconds as "60s".
+fn shown(max: Duration) -> String {
+    const DAY: u64 = 24 * 60 * 60;
+    match max.as_secs() {
+        secs if secs >= DAY && secs % DAY == 0 && max.subsec_nanos() == 0 => {
+            format!("{} days", secs / DAY)
+        }
+        secs if max.subsec_nanos() == 0 => format!("{secs}s"),
+        _ => humantime::format_duration(max).to_string(),
+    }
 }
 
 /// Reads the string of a duration option; any other type is an error naming the option.

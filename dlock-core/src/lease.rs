@@ -15,6 +15,17 @@ use crate::error::{LockError, Result};
 /// unit mistake, and a bounded value keeps every expiry far from Redis's overflow limits.
 pub const MAX_LEASE: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
+/// The reason given for a duration over [`MAX_LEASE`], written once (a test checks that
+/// it names the same number of days).
+macro_rules! over_max_lease {
+    () => {
+        "longer than the maximum of 366 days"
+    };
+}
+
+/// The reason for a setting over [`MAX_LEASE`].
+pub(crate) const OVER_MAX_LEASE: &str = over_max_lease!();
+
 /// Converts `lease` to whole milliseconds for `PEXPIRE`, rejecting values Redis would
 /// misinterpret. `what` names the setting in the error ("lease", "watchdog_timeout").
 pub(crate) fn lease_millis(what: &'static str, lease: Duration) -> Result<u64> {
@@ -24,9 +35,10 @@ pub(crate) fn lease_millis(what: &'static str, lease: Duration) -> Result<u64> {
         reason,
     };
     if lease > MAX_LEASE {
-        return Err(invalid(
-            "longer than the maximum of 366 days; use the watchdog (no lease) for long critical sections",
-        ));
+        return Err(invalid(concat!(
+            over_max_lease!(),
+            "; use the watchdog (no lease) for long critical sections"
+        )));
     }
     let millis = lease.as_millis();
     if millis == 0 {
@@ -41,6 +53,15 @@ pub(crate) fn lease_millis(what: &'static str, lease: Duration) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reason_names_the_maximum() {
+        let days = MAX_LEASE.as_secs() / (24 * 60 * 60);
+        assert!(
+            OVER_MAX_LEASE.ends_with(&format!(" {days} days")),
+            "{OVER_MAX_LEASE}"
+        );
+    }
 
     #[test]
     fn accepts_whole_milliseconds_and_truncates_fractions() {

@@ -6,7 +6,7 @@ use super::settings::{ReplicaAcks, Settings};
 use super::LockClient;
 use crate::background::Background;
 use crate::error::{LockError, Result};
-use crate::lease::{lease_millis, MAX_LEASE};
+use crate::lease::{lease_millis, MAX_LEASE, OVER_MAX_LEASE};
 use crate::names::check_text;
 use crate::redis::Backend;
 use crate::redis::{ConnectOptions, Topology, TopologyKind};
@@ -241,7 +241,7 @@ impl LockClientBuilder {
             return Err(LockError::InvalidDuration {
                 what: "retry_delay",
                 value: self.retry_delay,
-                reason: "longer than the maximum of 366 days",
+                reason: OVER_MAX_LEASE,
             });
         }
         if self.command_timeout > MAX_COMMAND_TIMEOUT {
