@@ -59,10 +59,16 @@ impl ExclusivePool {
     where
         F: std::future::Future<Output = redis::RedisResult<MultiplexedConnection>>,
     {
+        // The pool never closes its semaphore; if it ever did, the call fails cleanly.
         let permit = std::sync::Arc::clone(&self.permits)
             .acquire_owned()
             .await
-            .expect("the pool never closes its semaphore");
+            .map_err(|_| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the pool of exclusive connections is closed",
+                ))
+            })?;
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             idle.retain(|entry| entry.generation == generation);
