@@ -20,6 +20,7 @@
 //!   created with `redis-cli --cluster create`; the `DLOCK_REDIS_CLI` environment
 //!   variable, else `redis-cli` from `PATH`), with a bounded, fully observed
 //!   [`RedisCluster::failover_slot`].
+//! - [`commandstats`] counts the commands a server ran (`INFO commandstats`).
 //! - [`logs`] captures what dlock logs, for tests that check it.
 //! - [`overlap`] merges the critical sections that separate processes recorded on the
 //!   monotonic clock (the `dlock-overlap` binary) and counts overlaps and lost sections.
@@ -40,6 +41,7 @@
 //! Redis must be installed: `apt-get install -y redis-server redis-sentinel redis-tools`.
 
 mod cluster;
+pub mod commandstats;
 pub mod logs;
 pub mod overlap;
 mod proxy;

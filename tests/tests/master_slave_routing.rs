@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dlock_core::{LockClient, Topology};
+use dlock_tests::commandstats::parse_command_calls;
 use dlock_tests::RedisReplicaSet;
 use redis::aio::MultiplexedConnection;
 
@@ -59,19 +60,7 @@ impl Counters {
             .query_async(conn)
             .await
             .unwrap();
-        let calls = commandstats
-            .lines()
-            .filter_map(|line| {
-                let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-                let calls = rest
-                    .strip_prefix("calls=")?
-                    .split(',')
-                    .next()?
-                    .parse()
-                    .ok()?;
-                Some((name.to_owned(), calls))
-            })
-            .collect();
+        let calls = parse_command_calls(&commandstats).into_iter().collect();
         Counters {
             connections_received,
             calls,

@@ -1,9 +1,9 @@
 //! Release on every exit path, cancellation safety, safe retries and a dead Redis.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dlock_core::{LockClient, LockError};
+use dlock_tests::commandstats::command_calls;
 use dlock_tests::{RedisServer, TcpProxy};
 use redis::Commands;
 
@@ -21,21 +21,6 @@ async fn both_connections_up(proxy: &TcpProxy) -> usize {
     // Let the subscriber finish its handshake.
     tokio::time::sleep(Duration::from_millis(50)).await;
     proxy.accepted()
-}
-
-/// How many times Redis ran each command (scripts' inner commands included), by name.
-fn command_calls(server: &RedisServer) -> HashMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.connection())
-        .unwrap();
-    info.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
-        .collect()
 }
 
 /// The message of a caught panic (`panic!` with a literal or a formatted message).
@@ -117,7 +102,7 @@ async fn acquisitions_cancelled_at_random_points_leave_no_lock_behind() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
     let mut guards: u64 = 0;
-    let before = command_calls(&server);
+    let before = command_calls(&mut server.connection());
     for round in 0..8 {
         let name = format!("raced-{round}");
         let mut tasks = Vec::new();
@@ -142,7 +127,7 @@ async fn acquisitions_cancelled_at_random_points_leave_no_lock_behind() {
     // Every grant is one HSET by the acquire script (nothing else here runs HSET: no
     // re-entries). Grants beyond the guards handed out are the dangerous case: the
     // script took the lock, the caller was cancelled before it saw the reply.
-    let after = command_calls(&server);
+    let after = command_calls(&mut server.connection());
     let calls =
         |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
     let grants = calls("hset");
@@ -166,7 +151,7 @@ async fn a_release_whose_reply_was_lost_is_retried_as_a_success() {
         .unwrap();
     let guard = client.lock("lost-reply").lock().await.unwrap();
     let connections = both_connections_up(&proxy).await;
-    let before = command_calls(&server);
+    let before = command_calls(&mut server.connection());
 
     proxy.lose_next_reply();
     guard
@@ -181,7 +166,7 @@ async fn a_release_whose_reply_was_lost_is_retried_as_a_success() {
     assert!(!exists);
     // The lost reply was the release's: its script ran twice (each run reads the memo
     // with GET), and only the first one gave the hold back.
-    let after = command_calls(&server);
+    let after = command_calls(&mut server.connection());
     let calls =
         |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
     let scripts = calls("evalsha") + calls("eval");

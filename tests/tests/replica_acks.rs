@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use dlock_core::{LockClient, LockError, Topology};
+use dlock_tests::commandstats::command_calls;
 use dlock_tests::RedisReplicaSet;
 
 const WITHIN: Duration = Duration::from_millis(200);
@@ -22,14 +23,9 @@ async fn acked_client(set: &RedisReplicaSet, failover_wait: Duration) -> LockCli
 }
 
 fn wait_calls(set: &RedisReplicaSet) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut set.master.connection())
-        .unwrap();
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_wait:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|calls| calls.parse().ok())
+    command_calls(&mut set.master.connection())
+        .get("wait")
+        .copied()
         .unwrap_or(0)
 }
 

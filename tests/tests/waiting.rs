@@ -4,22 +4,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dlock_core::LockClient;
+use dlock_tests::commandstats::command_calls;
 use dlock_tests::RedisServer;
 use redis::Commands;
-
-fn command_calls(server: &RedisServer) -> HashMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.connection())
-        .unwrap();
-    info.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_acquires_within_150ms_of_the_release_not_after_the_ttl() {
@@ -71,7 +58,7 @@ async fn a_waiter_sends_only_a_handful_of_commands_while_it_waits() {
     assert!(err.is_timeout(), "{err}");
     assert!(started.elapsed() >= Duration::from_secs(2));
 
-    let calls = command_calls(&server);
+    let calls = command_calls(&mut server.connection());
     let scripts =
         calls.get("evalsha").copied().unwrap_or(0) + calls.get("eval").copied().unwrap_or(0);
     // Initial try, one after the subscription is confirmed, one per second of rechecks.

@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use dlock_core::{LockClient, LockError, LossReason};
+use dlock_tests::commandstats::command_calls;
 use dlock_tests::{RedisServer, TcpProxy};
 use redis::Commands;
 
@@ -113,11 +114,7 @@ async fn deleting_the_key_behind_the_holders_back_completes_lost_within_a_renewa
 /// How many `PEXPIRE`s the server has run (scripts' commands included): the count goes up
 /// the moment a renewal sets the expiry, whether or not its reply has reached the client.
 fn pexpire_calls(conn: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_pexpire:"))
-        .and_then(|rest| rest.split(',').find_map(|kv| kv.strip_prefix("calls=")))
-        .map_or(0, |calls| calls.parse().unwrap())
+    command_calls(conn).get("pexpire").copied().unwrap_or(0)
 }
 
 #[tokio::test]
