@@ -329,7 +329,7 @@ impl Backend {
     /// A new connection to the master, for [`ExclusivePool`].
     async fn open_exclusive(&self) -> RedisResult<MultiplexedConnection> {
         let client = match &self.shared.route {
-            Route::Direct(node) => read(node).client.clone(),
+            Route::Direct(node) => read(node).client,
             Route::Sentinel(route) => route.node().client,
             // Refused when the client is built: `WAIT` cannot follow a script in a cluster.
             Route::Cluster(_) => {
@@ -398,7 +398,7 @@ impl Backend {
         let options = self.shared.options;
         match &self.shared.route {
             Route::Direct(node) => {
-                let client = read(node).client.clone();
+                let client = read(node).client;
                 let fresh = Node::connect(client, options)
                     .await
                     .map_err(CallError::Redis)?;

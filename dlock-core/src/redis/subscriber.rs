@@ -103,7 +103,7 @@ impl Backend {
     pub(crate) async fn subscriber(&self) -> Result<Subscriber, CallError> {
         match &self.shared.route {
             Route::Direct(node) => {
-                let client = read(node).client.clone();
+                let client = read(node).client;
                 self.dedicated(client).await
             }
             Route::Sentinel(route) => {

@@ -140,6 +140,11 @@ impl Shared {
 }
 
 impl Subscription {
+    /// Whether Redis has confirmed the subscription (unlock messages arrive).
+    pub(crate) fn is_confirmed(&self) -> bool {
+        *self.confirmed.borrow()
+    }
+
     /// Completes once Redis confirmed the subscription (unlock messages will arrive).
     pub(crate) async fn confirmed(&mut self) {
         // The sender lives in the shared map as long as this subscription exists.

@@ -51,13 +51,15 @@ pub(crate) struct Waiter<'a> {
     channel: &'a str,
     policy: WaitPolicy,
     subscription: Option<Subscription>,
-    /// Whether a busy try has waited for the subscription's confirmation yet.
+    /// Whether the subscription was confirmed before the last try, so that no unlock
+    /// message since that try can have been missed.
     confirmed: bool,
     outage: Option<Instant>,
 }
 
 impl<'a> Waiter<'a> {
-    /// A waiter on `channel`, adopting `subscription` to it when the caller has one.
+    /// A waiter on `channel`, adopting `subscription` to it when the caller has one (an
+    /// already confirmed one saves the re-try that waits for the confirmation).
     pub(crate) fn new(
         pubsub: &'a PubSubService,
         channel: &'a str,
@@ -68,8 +70,10 @@ impl<'a> Waiter<'a> {
             pubsub,
             channel,
             policy,
+            confirmed: subscription
+                .as_ref()
+                .is_some_and(Subscription::is_confirmed),
             subscription,
-            confirmed: false,
             outage: None,
         }
     }
