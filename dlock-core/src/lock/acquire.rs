@@ -107,11 +107,7 @@ impl Lock {
                 );
                 inner.metrics.acquired(started.elapsed());
                 tracing::debug!(lock = %self.name, owner = %outer.field, "dlock: re-entered");
-                Ok(Some(LockGuard::new(
-                    self.client.clone(),
-                    Arc::clone(&self.keys),
-                    Arc::new(held),
-                )))
+                Ok(Some(self.guard(Arc::new(held))))
             }
             Reply::NotHeld | Reply::Number(_) => {
                 outer.mark_lost(LossReason::NotHeldOnCheck);
@@ -206,6 +202,18 @@ impl Lock {
         }
     }
 
+    /// The guard of `held`, given back with the lock's release script.
+    fn guard(&self, held: Arc<Held>) -> LockGuard {
+        LockGuard::new(self.client.clone(), Arc::clone(&held), |op| {
+            release_job(
+                &self.name,
+                &self.keys,
+                &held.field,
+                ReleaseKind::Hold { op },
+            )
+        })
+    }
+
     /// Who holds a hold of this lock taken by the owner `field`.
     fn hold_owner(&self, field: &Arc<str>) -> HoldOwner {
         HoldOwner {
@@ -284,11 +292,7 @@ impl Lock {
                     held.keep_turn(turn);
                     inner.metrics.acquired(started.elapsed());
                     tracing::debug!(lock = %self.name, owner, waited = ?started.elapsed(), "dlock: acquired");
-                    return Ok(LockGuard::new(
-                        self.client.clone(),
-                        Arc::clone(&self.keys),
-                        held,
-                    ));
+                    return Ok(self.guard(held));
                 }
                 Ok((_, Reply::Number(ttl_ms))) => NotYet::Busy { ttl_ms },
                 Ok((_, Reply::WrongType(found))) => {

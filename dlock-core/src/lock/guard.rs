@@ -3,10 +3,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use super::release_ops::{release_job, ReleaseKind};
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
-use crate::names::LockKeys;
 use crate::sync::held::Held;
 use crate::sync::owner;
 use crate::sync::release::{self, ReleaseJob, Released};
@@ -29,12 +27,11 @@ use crate::sync::release::{self, ReleaseJob, Released};
 #[must_use = "dropping the guard releases the lock in the background at once"]
 pub struct LockGuard {
     client: LockClient,
-    keys: Arc<LockKeys>,
     held: Arc<Held>,
     watchdog_id: Option<u64>,
-    /// The release operation id, fixed at acquisition so that a release interrupted in
-    /// `unlock` and finished by `Drop` counts once.
-    release_op: u64,
+    /// The release, built at acquisition with its own operation id, so that a release
+    /// interrupted in `unlock` and finished by `Drop` counts once.
+    release: ReleaseJob,
     released: bool,
 }
 
@@ -49,19 +46,27 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    /// A guard for `held`, renewed by the watchdog when it has a renewal lease.
-    pub(crate) fn new(client: LockClient, keys: Arc<LockKeys>, held: Arc<Held>) -> LockGuard {
+    /// A guard for `held`, renewed by the watchdog when it has a renewal lease, and given
+    /// back by the primitive's release `release(op)` (`op`: the release's operation id).
+    ///
+    /// Every primitive hands out this guard: the hold's owner field in its hash
+    /// ([`Held::key`], [`Held::field`]) counts its holds, and the release operation says
+    /// how to give one back.
+    pub(crate) fn new(
+        client: LockClient,
+        held: Arc<Held>,
+        release: impl FnOnce(u64) -> ReleaseJob,
+    ) -> LockGuard {
         let watchdog_id = held
             .renewal
             .is_some()
             .then(|| client.inner.registry.register(Arc::clone(&held)));
-        let release_op = client.inner.next_op();
+        let release = release(client.inner.next_op());
         LockGuard {
             client,
-            keys,
             held,
             watchdog_id,
-            release_op,
+            release,
             released: false,
         }
     }
@@ -140,10 +145,10 @@ impl LockGuard {
         self.stop_renewal();
         let inner = &self.client.inner;
         inner.keep_running();
-        let job = self.job();
-        let outcome = release::release(&inner.backend, inner.settings.release_timing(), &job).await;
+        let job = &self.release;
+        let outcome = release::release(&inner.backend, inner.settings.release_timing(), job).await;
         if outcome.is_ok() {
-            inner.release_log.record(&job);
+            inner.release_log.record(job);
             self.held.give_up_turn();
         }
         match outcome {
@@ -186,7 +191,7 @@ impl LockGuard {
             .backend
             .query(
                 redis::cmd("HGET")
-                    .arg(&self.keys.key)
+                    .arg(&*self.held.key)
                     .arg(&*self.held.field),
             )
             .await
@@ -257,17 +262,6 @@ impl LockGuard {
             self.client.inner.registry.unregister(id);
         }
     }
-
-    fn job(&self) -> ReleaseJob {
-        release_job(
-            &self.held.name,
-            &self.keys,
-            &self.held.field,
-            ReleaseKind::Hold {
-                op: self.release_op,
-            },
-        )
-    }
 }
 
 impl Drop for LockGuard {
@@ -277,7 +271,9 @@ impl Drop for LockGuard {
         }
         self.stop_renewal();
         tracing::debug!(lock = %self.held.name, "dlock: guard dropped; releasing in the background");
-        self.client.inner.release_in_background(self.job());
+        self.client
+            .inner
+            .release_in_background(self.release.clone());
         // The next local waiter may find the lock still held until the background
         // release ran; it then waits for the release's unlock message like anyone else.
         self.held.give_up_turn();
