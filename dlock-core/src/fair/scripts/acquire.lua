@@ -80,8 +80,11 @@ local nap = -1
 if not free then
   nap = redis.call('pttl', KEYS[1])
 end
-if head ~= nil and head ~= me then
-  local until_dead = tonumber(redis.call('zscore', KEYS[3], head)) - now
+-- (Both sets always change and expire together; a head without a deadline would be
+-- another version's data, and is left to the recheck.)
+local head_deadline = head ~= nil and head ~= me and redis.call('zscore', KEYS[3], head)
+if head_deadline then
+  local until_dead = tonumber(head_deadline) - now
   if nap < 0 or until_dead < nap then
     nap = until_dead
   end
