@@ -186,3 +186,67 @@ async fn control_without_the_lock_the_counter_loses_updates() {
         "the control must lose updates, got an exact {total}"
     );
 }
+
+/// Bad names and durations are refused before anything reaches Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_names_and_durations_are_refused_before_redis() {
+    use dlock_core::LockError;
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let lock = client.fair_lock("bad");
+    for timeout in [
+        Duration::ZERO,
+        Duration::from_millis(29),
+        dlock_core::MAX_LEASE + Duration::from_millis(1),
+    ] {
+        let err = lock
+            .clone()
+            .with_entry_timeout(timeout)
+            .try_lock()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LockError::InvalidDuration {
+                    what: "entry_timeout",
+                    ..
+                }
+            ),
+            "{timeout:?}: {err}"
+        );
+    }
+    let err = lock
+        .try_lock_with(Duration::ZERO, Duration::from_micros(500))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::InvalidDuration { what: "lease", .. }),
+        "{err}"
+    );
+    for name in ["", "a\nb"] {
+        let err = client.fair_lock(name).lock().await.unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidName { .. }),
+            "{name:?}: {err}"
+        );
+        let err = client.fair_lock(name).queue_len().await.unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidName { .. }),
+            "{name:?}: {err}"
+        );
+    }
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.connection())
+        .unwrap();
+    assert!(keys.is_empty(), "written: {keys:?}");
+    // The shortest accepted entry timeout works.
+    lock.with_entry_timeout(Duration::from_millis(30))
+        .try_lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+}
