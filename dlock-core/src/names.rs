@@ -83,6 +83,16 @@ impl LockKeys {
     pub(crate) fn marker(&self, field: &str, op: u64) -> String {
         format!("{}{field}:acq:{op}", self.memo_prefix)
     }
+
+    /// The read-write lock's set of waiting writers (a sorted set: writer owner → server
+    /// deadline of its entry), in the key's slot.
+    pub(crate) fn waiting_writers(&self) -> String {
+        format!(
+            "dlock:rwwait:{{{}}}:{}",
+            slot_anchor(self.key.as_bytes()),
+            self.key
+        )
+    }
 }
 
 /// A hash tag body that hashes to the same cluster slot as `key`.
@@ -199,7 +209,11 @@ mod tests {
                 let keys = LockKeys::new(prefix, name);
                 let slot = slot_of(keys.key.as_bytes());
                 assert_eq!(slot_of(keys.channel.as_bytes()), slot, "{prefix}{name}");
-                for helper in [keys.memo("client:1", 7), keys.marker("client:1", 7)] {
+                for helper in [
+                    keys.memo("client:1", 7),
+                    keys.marker("client:1", 7),
+                    keys.waiting_writers(),
+                ] {
                     assert_eq!(slot_of(helper.as_bytes()), slot, "{prefix}{name}");
                 }
             }
