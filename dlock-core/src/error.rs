@@ -138,6 +138,16 @@ pub enum LockError {
     /// The client could not be configured (bad address, bad option).
     #[error("invalid configuration: {0}")]
     Config(String),
+
+    /// A write lock was asked for by a call chain that holds the read lock of the same
+    /// [`ReadWriteLock`](crate::ReadWriteLock) (inside a read guard's `scope`) and no write
+    /// lock. Upgrading is refused at once: two readers upgrading together would each wait
+    /// for the other's read hold forever. Nothing was sent to Redis.
+    #[error("read-write lock \"{name}\": this call chain holds the read lock and asked for the write lock; upgrading is not supported (two upgraders would deadlock). Release the read hold first, or take the write lock from the start (a writer may take the read lock too)")]
+    UpgradeNotSupported {
+        /// The lock's name.
+        name: String,
+    },
 }
 
 /// Characters of a rejected name kept in [`LockError::InvalidName`].

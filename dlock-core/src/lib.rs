@@ -49,6 +49,7 @@ mod lock;
 mod names;
 mod redact;
 mod redis;
+mod rw;
 mod scripts;
 mod sync;
 
@@ -61,6 +62,7 @@ pub use lease::MAX_LEASE;
 pub use lock::guard::LockGuard;
 pub use lock::Lock;
 pub use names::MAX_NAME_LEN;
+pub use rw::{ReadLock, ReadWriteLock, WriteLock};
 pub use sync::metrics::{Stats, LATENCY_BOUNDS};
 
 /// The repository README's code blocks, compiled as doc tests so that the quick start

@@ -83,6 +83,16 @@ impl LockKeys {
     pub(crate) fn marker(&self, field: &str, op: u64) -> String {
         format!("{}{field}:acq:{op}", self.memo_prefix)
     }
+
+    /// The read-write lock's set of waiting writers (a sorted set: writer owner → server
+    /// deadline of its entry), in the key's slot.
+    pub(crate) fn waiting_writers(&self) -> String {
+        format!(
+            "dlock:rwwait:{{{}}}:{}",
+            slot_anchor(self.key.as_bytes()),
+            self.key
+        )
+    }
 }
 
 /// The fair lock's extra names (`FairLock`), in the lock key's slot: its queue of waiters,
@@ -228,6 +238,7 @@ mod tests {
                 for helper in [
                     keys.memo("client:1", 7),
                     keys.marker("client:1", 7),
+                    keys.waiting_writers(),
                     fair.queue,
                     fair.deadlines,
                     format!("{}client:1", fair.wake_prefix),

@@ -25,9 +25,18 @@ pub(crate) struct FairScripts {
     pub(crate) queue_len: Script,
 }
 
+/// The read-write lock's scripts (`rw/scripts/`), each prefixed with the shared
+/// `common.lua`.
+pub(crate) struct RwScripts {
+    pub(crate) acquire: Script,
+    pub(crate) release: Script,
+    pub(crate) renew_read: Script,
+    pub(crate) renew_write: Script,
+}
+
 /// Every script of every primitive: what a client loads into each server.
 pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
-    let (lock, fair) = (scripts(), fair_scripts());
+    let (lock, fair, rw) = (scripts(), fair_scripts(), rw_scripts());
     [
         &lock.acquire,
         &lock.release,
@@ -37,8 +46,23 @@ pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
         &fair.release,
         &fair.force_unlock,
         &fair.queue_len,
+        &rw.acquire,
+        &rw.release,
+        &rw.renew_read,
+        &rw.renew_write,
     ]
     .into_iter()
+}
+
+/// A script made of a primitive's shared functions (`$common`), then its own body
+/// (`$file`), both in the primitive's `scripts/` folder `$dir`.
+macro_rules! prefixed_script {
+    ($dir:literal, $common:literal, $file:literal) => {
+        Script::new(concat!(
+            include_str!(concat!($dir, "/scripts/", $common)),
+            include_str!(concat!($dir, "/scripts/", $file))
+        ))
+    };
 }
 
 pub(crate) fn scripts() -> &'static Scripts {
@@ -51,22 +75,22 @@ pub(crate) fn scripts() -> &'static Scripts {
     })
 }
 
-/// A fair-lock script: the shared functions of `queue.lua`, then the script itself.
-macro_rules! fair_script {
-    ($file:literal) => {
-        Script::new(concat!(
-            include_str!("fair/scripts/queue.lua"),
-            include_str!(concat!("fair/scripts/", $file))
-        ))
-    };
-}
-
 pub(crate) fn fair_scripts() -> &'static FairScripts {
     static SCRIPTS: OnceLock<FairScripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| FairScripts {
-        acquire: fair_script!("acquire.lua"),
-        release: fair_script!("release.lua"),
-        force_unlock: fair_script!("force_unlock.lua"),
-        queue_len: fair_script!("queue_len.lua"),
+        acquire: prefixed_script!("fair", "queue.lua", "acquire.lua"),
+        release: prefixed_script!("fair", "queue.lua", "release.lua"),
+        force_unlock: prefixed_script!("fair", "queue.lua", "force_unlock.lua"),
+        queue_len: prefixed_script!("fair", "queue.lua", "queue_len.lua"),
+    })
+}
+
+pub(crate) fn rw_scripts() -> &'static RwScripts {
+    static SCRIPTS: OnceLock<RwScripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| RwScripts {
+        acquire: prefixed_script!("rw", "common.lua", "acquire.lua"),
+        release: prefixed_script!("rw", "common.lua", "release.lua"),
+        renew_read: prefixed_script!("rw", "common.lua", "renew_read.lua"),
+        renew_write: prefixed_script!("rw", "common.lua", "renew_write.lua"),
     })
 }

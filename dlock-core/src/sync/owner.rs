@@ -30,11 +30,26 @@ struct Frame {
 /// innermost scope of a guard of that lock that is neither released nor lost. A scope
 /// whose guard is gone (a task spawned inside it can outlive the guard) owns nothing.
 pub(crate) fn current_hold(client_id: u128, key: &str) -> Option<Arc<Held>> {
+    find_hold(client_id, key, |_| true)
+}
+
+/// Like [`current_hold`], but the innermost live hold that `which` accepts: for a
+/// primitive whose holds come in kinds (the read-write lock's read and write holds), so
+/// that it can ask whether the chain holds a kind anywhere, not only innermost.
+pub(crate) fn find_hold(
+    client_id: u128,
+    key: &str,
+    which: impl Fn(&Held) -> bool,
+) -> Option<Arc<Held>> {
     CHAIN
         .try_with(|top| {
             let mut frame = Some(top);
             while let Some(f) = frame {
-                if f.client_id == client_id && *f.held.key == *key && f.held.is_live() {
+                if f.client_id == client_id
+                    && *f.held.key == *key
+                    && which(&f.held)
+                    && f.held.is_live()
+                {
                     return Some(Arc::clone(&f.held));
                 }
                 frame = f.parent.as_ref();

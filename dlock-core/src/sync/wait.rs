@@ -55,6 +55,9 @@ pub(crate) struct Waiter<'a> {
     /// message since that try can have been missed.
     confirmed: bool,
     outage: Option<Instant>,
+    /// Whether every unlock message wakes this waiter (see
+    /// [`Waiter::woken_by_every_message`]) rather than one waiter per message.
+    every_message: bool,
 }
 
 impl<'a> Waiter<'a> {
@@ -75,7 +78,19 @@ impl<'a> Waiter<'a> {
                 .is_some_and(Subscription::is_confirmed),
             subscription,
             outage: None,
+            every_message: false,
         }
+    }
+
+    /// Makes every unlock message on the channel wake this waiter, whoever else it wakes.
+    ///
+    /// A message normally wakes one waiter of the client: one hand-off admits one owner.
+    /// When one release admits many owners at once (a writer's release admits every
+    /// waiting reader), each of them must try again, and waking them one per message
+    /// would serialise them behind messages that never come.
+    pub(crate) fn woken_by_every_message(mut self) -> Self {
+        self.every_message = true;
+        self
     }
 
     /// Waits after `outcome` until the next try is worth it, or says why to give up.
@@ -111,7 +126,11 @@ impl<'a> Waiter<'a> {
             let nap = u64::try_from(ttl_ms)
                 .map(Duration::from_millis)
                 .map_or(recheck, |ttl| ttl.min(recheck));
-            let _ = tokio::time::timeout(nap, subscription.notified()).await;
+            if self.every_message {
+                let _ = tokio::time::timeout(nap, subscription.noticed()).await;
+            } else {
+                let _ = tokio::time::timeout(nap, subscription.notified()).await;
+            }
         }
         Ok(())
     }

@@ -1,0 +1,125 @@
+-- Acquire a read or write hold of a read-write lock (see the layout at the top).
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the waiting writers: sorted set, writer owner -> server deadline of its entry
+-- KEYS[3]  re-entries: this acquisition's marker; fresh owners: KEYS[1] (unused)
+-- ARGV[1]  lease in ms (1..31622400000; a re-entry may pass 0: the deadline stays)
+-- ARGV[2]  owner "<client-id>:<owner-id>"
+-- ARGV[3]  'read' or 'write'
+-- ARGV[4]  'fresh' (a new owner id, used by this acquisition only) or 'reenter' (an owner
+--          whose scope the caller runs in: a re-entrant read or write, or a downgrade)
+-- ARGV[5]  re-entries: marker lifetime in ms
+-- ARGV[6]  fresh writers: lifetime in ms of the waiting entry left when the lock is busy
+--          (0: a single try, no entry)
+--
+-- Returns nil when the hold is taken; a busy hint in ms (how long before the next try is
+-- worth it at the latest) when it is not; 'notheld' when a re-entry finds its owner gone;
+-- 'upgrade' when a write re-entry finds an owner that only reads; 'wrongtype:<type>'
+-- when the key holds another type of value (nothing is written then).
+--
+-- Writer preference: while a live writer waits, new readers are refused (re-entrant reads
+-- and downgrades pass), so a flood of readers cannot starve writers. A waiting writer
+-- refreshes its entry at every try; a dead one's entry lapses after its lifetime.
+--
+-- Idempotent like the reentrant lock's acquire: a fresh owner found holding means an
+-- earlier attempt of the same acquisition was applied; a re-entry finds its marker.
+local lease = tonumber(ARGV[1])
+local owner = ARGV[2]
+local write = ARGV[3] == 'write'
+local reenter = ARGV[4] == 'reenter'
+local lowest = 1
+if reenter then
+  lowest = 0
+end
+if lease == nil or lease < lowest or lease > 31622400000 then
+  return redis.error_reply('ERR dlock rw acquire: lease must be ' .. lowest .. '..31622400000 ms, got ' .. tostring(ARGV[1]))
+end
+local found = redis.call('type', KEYS[1]).ok
+if found ~= 'none' and found ~= 'hash' then
+  return 'wrongtype:' .. found
+end
+
+local now = rw_now()
+local deadlines, writer = rw_purge(KEYS[1], now)
+redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+local latest = rw_latest(deadlines)
+local field = owner
+if write then
+  field = owner .. ':w'
+end
+local reads = tonumber(redis.call('hget', KEYS[1], owner)) or 0
+local writes = tonumber(redis.call('hget', KEYS[1], owner .. ':w')) or 0
+
+-- Extends `owner`'s deadline to now + lease (never shortens it) and the hash with it.
+local function hold_until(deadline)
+  local mine = deadlines[owner] or 0
+  if deadline > mine then
+    redis.call('hset', KEYS[1], owner .. ':t', deadline)
+    mine = deadline
+  end
+  redis.call('pexpire', KEYS[1], math.max(latest, mine) - now)
+end
+
+if reenter then
+  if reads + writes == 0 then
+    return 'notheld'
+  end
+  if write and writes == 0 then
+    return 'upgrade'
+  end
+  if redis.call('exists', KEYS[3]) == 0 then
+    redis.call('hincrby', KEYS[1], field, 1)
+    redis.call('set', KEYS[3], 1, 'px', ARGV[5])
+  end
+  if lease > 0 then
+    hold_until(now + lease)
+  end
+  return nil
+end
+
+-- A fresh owner already holding: an earlier attempt was applied. The client counts the
+-- lease from this attempt, so the deadline is counted from now too.
+if (write and writes > 0) or (not write and reads > 0) then
+  if write then
+    redis.call('zrem', KEYS[2], owner)
+  end
+  hold_until(now + lease)
+  return nil
+end
+
+-- How long until the holders' leases run out (at least 1 ms).
+local function busy(until_ms)
+  return math.max(1, until_ms - now)
+end
+
+if write then
+  if next(deadlines) ~= nil then
+    local entry = tonumber(ARGV[6])
+    if entry > 0 then
+      redis.call('zadd', KEYS[2], now + entry, owner)
+      if redis.call('pttl', KEYS[2]) < entry then
+        redis.call('pexpire', KEYS[2], entry)
+      end
+    end
+    return busy(latest)
+  end
+  redis.call('zrem', KEYS[2], owner)
+  redis.call('hset', KEYS[1], 'mode', 'write', field, 1, owner .. ':t', now + lease)
+  redis.call('pexpire', KEYS[1], lease)
+  return nil
+end
+
+if writer then
+  return busy(latest)
+end
+local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
+if #first > 0 then
+  -- A writer waits: it goes first. Its release (or its giving up) publishes.
+  if latest > now then
+    return busy(latest)
+  end
+  return busy(tonumber(first[2]))
+end
+redis.call('hset', KEYS[1], 'mode', 'read', field, 1, owner .. ':t', now + lease)
+redis.call('pexpire', KEYS[1], math.max(latest, now + lease) - now)
+return nil

@@ -1,0 +1,94 @@
+-- Give back a read or write hold of a read-write lock, idempotently (the release contract
+-- of sync/release.rs); a writer also leaves the waiting writers.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the waiting writers
+-- KEYS[3]  the lock's unlock channel
+-- KEYS[4]  'one' / 'all': the release memo; 'undo': the marker of the re-entry to undo
+-- ARGV[1]  owner
+-- ARGV[2]  'read' or 'write': which hold
+-- ARGV[3]  'one': a guard gives back its hold; 'all': an acquisition of a fresh owner
+--          was abandoned (its outcome unknown, or a writer gave up waiting): its holds of
+--          that kind go, and a writer leaves the waiting writers; 'undo': an abandoned
+--          re-entry's hold goes if its marker shows it was applied
+-- ARGV[4]  memo lifetime in ms
+-- ARGV[5]  publish command: 'publish' or 'spublish'
+--
+-- Returns the owner's holds of that kind left (0: none), or -1 when it had none.
+--
+-- Publishes 'unlocked' when the lock becomes free, when a writer's last write hold goes
+-- while its downgraded read holds stay (readers may join now), and when the last waiting
+-- writer leaves (readers it held back may pass).
+local owner = ARGV[1]
+local write = ARGV[2] == 'write'
+local mode = ARGV[3]
+if mode == 'undo' then
+  if redis.call('del', KEYS[4]) == 0 then
+    return -1
+  end
+else
+  local memo = redis.call('get', KEYS[4])
+  if memo then
+    return tonumber(memo)
+  end
+end
+
+local published = false
+local function wake()
+  if not published then
+    redis.call(ARGV[5], KEYS[3], 'unlocked')
+    published = true
+  end
+end
+
+local now = rw_now()
+if write and mode == 'all' and redis.call('zrem', KEYS[2], owner) == 1 then
+  if redis.call('zcount', KEYS[2], now + 1, '+inf') == 0 then
+    wake()
+  end
+end
+if redis.call('type', KEYS[1]).ok ~= 'hash' then
+  return -1
+end
+
+local deadlines = rw_purge(KEYS[1], now)
+local field = owner
+if write then
+  field = owner .. ':w'
+end
+local count = tonumber(redis.call('hget', KEYS[1], field))
+if count == nil then
+  return -1
+end
+local remaining = count - 1
+if mode == 'all' then
+  remaining = 0
+end
+if remaining > 0 then
+  redis.call('hset', KEYS[1], field, remaining)
+else
+  redis.call('hdel', KEYS[1], field)
+  local reads = redis.call('hexists', KEYS[1], owner)
+  local writes = redis.call('hexists', KEYS[1], owner .. ':w')
+  if reads == 0 and writes == 0 then
+    redis.call('hdel', KEYS[1], owner .. ':t')
+    deadlines[owner] = nil
+  end
+  if next(deadlines) == nil then
+    redis.call('del', KEYS[1])
+    wake()
+  else
+    if write and writes == 0 then
+      -- The last write hold went, the owner's read holds stay (a downgrade): readers may
+      -- join now.
+      redis.call('hset', KEYS[1], 'mode', 'read')
+      wake()
+    end
+    redis.call('pexpire', KEYS[1], math.max(1, rw_latest(deadlines) - now))
+  end
+end
+
+if mode ~= 'undo' then
+  redis.call('set', KEYS[4], remaining, 'px', ARGV[4])
+end
+return remaining

@@ -1,0 +1,209 @@
+//! Waiting for the read-write lock: a writer is not starved by a flood of readers, one
+//! write release wakes every waiting reader of a process, and acquisitions cancelled at
+//! any point leave no hold and no waiting writer's entry behind.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::LockClient;
+use dlock_tests::RedisServer;
+use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_gets_in_within_twice_the_readers_hold_under_a_reader_flood() {
+    let server = RedisServer::start();
+    let hold = Duration::from_millis(250);
+    let readers = [
+        LockClient::connect(&server.url()).await.unwrap(),
+        LockClient::connect(&server.url()).await.unwrap(),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut flood = vec![];
+    // Eight readers, staggered so that one always holds: without writer preference the
+    // lock is never free.
+    for i in 0..8u64 {
+        let rw = readers[(i % 2) as usize].rw_lock("flood");
+        let stop = Arc::clone(&stop);
+        flood.push(tokio::spawn(async move {
+            tokio::time::sleep(hold * i as u32 / 8).await;
+            let mut sections = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let guard = rw.read().lock().await.unwrap();
+                tokio::time::sleep(hold).await;
+                guard.unlock().await.unwrap();
+                sections += 1;
+            }
+            sections
+        }));
+    }
+    tokio::time::sleep(hold * 2).await;
+    let writer = LockClient::connect(&server.url()).await.unwrap();
+    let mut worst = Duration::ZERO;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let guard = writer
+            .rw_lock("flood")
+            .write()
+            .try_lock_for(Duration::from_secs(5))
+            .await
+            .expect("the writer was starved");
+        worst = worst.max(started.elapsed());
+        guard.unlock().await.unwrap();
+        tokio::time::sleep(hold).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for reader in flood {
+        assert!(reader.await.unwrap() > 0, "a reader never got in");
+    }
+    assert!(
+        worst <= hold * 2,
+        "the writer waited {worst:?} under a flood of {hold:?} readers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_write_release_wakes_every_waiting_reader_of_a_process() {
+    let server = RedisServer::start();
+    let writer = LockClient::connect(&server.url()).await.unwrap();
+    // The recheck is long, so only the unlock message can wake the readers in time.
+    let readers = LockClient::builder()
+        .max_wait_recheck(Duration::from_secs(5))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let write = writer.rw_lock("wake-all").write().lock().await.unwrap();
+    let mut waiting = vec![];
+    for _ in 0..4 {
+        let rw = readers.rw_lock("wake-all");
+        waiting.push(tokio::spawn(async move {
+            let guard = rw.read().lock().await.unwrap();
+            let at = Instant::now();
+            (guard, at)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    write.unlock().await.unwrap();
+    let mut guards = vec![];
+    for reader in waiting {
+        let (guard, at) = tokio::time::timeout(Duration::from_secs(3), reader)
+            .await
+            .expect("a reader was not woken")
+            .unwrap();
+        let after = at - released;
+        assert!(
+            after < Duration::from_millis(200),
+            "a reader got in {after:?} after the release"
+        );
+        guards.push(guard);
+    }
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+}
+
+/// Polls `future` until it completes or `delay` passed (sub-millisecond delays by
+/// yielding), then drops it.
+async fn cancel_after<F: std::future::Future>(future: F, delay: Duration) -> Option<F::Output> {
+    let until = Instant::now() + delay;
+    let deadline = async {
+        while Instant::now() < until {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::select! {
+        biased;
+        output = future => Some(output),
+        () = deadline => None,
+    }
+}
+
+async fn admin(server: &RedisServer) -> MultiplexedConnection {
+    server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Waits up to 2 s until nothing of the lock is left in Redis but `allowed` keys; the keys
+/// still there at the end.
+async fn leftovers(admin: &mut MultiplexedConnection, allowed: &[&str]) -> Vec<String> {
+    let started = Instant::now();
+    loop {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query_async(admin)
+            .await
+            .unwrap();
+        let left: Vec<String> = keys
+            .into_iter()
+            .filter(|k| !k.starts_with("dlock:release:") && !allowed.contains(&k.as_str()))
+            .collect();
+        if left.is_empty() || started.elapsed() > Duration::from_secs(2) {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquisitions_leave_no_hold_and_no_waiting_writer() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let mut admin = admin(&server).await;
+    let rw = client.rw_lock("cancel");
+    // A free lock: cancelled in the middle of the acquire script's round trip.
+    for step in 0..40u64 {
+        let delay = Duration::from_micros(step * 50);
+        let write = step % 2 == 0;
+        let outcome = if write {
+            cancel_after(rw.write().lock(), delay).await
+        } else {
+            cancel_after(rw.read().lock(), delay).await
+        };
+        if let Some(guard) = outcome {
+            guard.unwrap().unlock().await.unwrap();
+        }
+        let left = leftovers(&mut admin, &[]).await;
+        assert!(left.is_empty(), "step {step}: {left:?} left");
+    }
+    // A read-held lock: a writer cancelled while it waits (before, during and after its
+    // first try, and in its nap) leaves no entry, so new readers pass at once.
+    let read = rw.read().lock().await.unwrap();
+    for delay_ms in [0u64, 1, 2, 5, 20, 300, 1200] {
+        assert!(
+            cancel_after(rw.write().lock(), Duration::from_millis(delay_ms))
+                .await
+                .is_none()
+        );
+        let left = leftovers(&mut admin, &["cancel"]).await;
+        assert!(
+            left.is_empty(),
+            "writer cancelled after {delay_ms} ms: {left:?} left"
+        );
+        let reader = rw.read().try_lock().await;
+        assert!(reader.is_ok(), "a reader was held back after {delay_ms} ms");
+        reader.unwrap().unlock().await.unwrap();
+    }
+    // Re-entries cancelled in flight: the outer holds' counts come back to 1.
+    for step in 0..20u64 {
+        let delay = Duration::from_micros(step * 50);
+        if let Some(guard) = cancel_after(read.scope(rw.read().lock()), delay).await {
+            guard.unwrap().unlock().await.unwrap();
+        }
+    }
+    let started = Instant::now();
+    while read.hold_count().await.unwrap() != 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "a cancelled re-entry's hold stayed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    read.unlock().await.unwrap();
+    let left = leftovers(&mut admin, &[]).await;
+    assert!(left.is_empty(), "{left:?} left");
+}
