@@ -85,6 +85,31 @@ impl LockKeys {
     }
 }
 
+/// The fair lock's extra names (`FairLock`), in the lock key's slot: its queue of waiters,
+/// their entries' deadlines, and the start of each waiter's wake-up channel.
+#[derive(Debug, Clone)]
+pub(crate) struct FairKeys {
+    /// Sorted set: waiter → place in the queue.
+    pub(crate) queue: String,
+    /// Sorted set: waiter → server time (ms) at which its entry dies.
+    pub(crate) deadlines: String,
+    /// A waiter's channel is this + the waiter (its owner field).
+    pub(crate) wake_prefix: String,
+}
+
+impl FairKeys {
+    pub(crate) fn new(prefix: &str, name: &str) -> FairKeys {
+        let key = format!("{prefix}{name}");
+        let anchor = slot_anchor(key.as_bytes());
+        let base = format!("dlock:fair:{{{anchor}}}:{key}");
+        FairKeys {
+            queue: format!("{base}:queue"),
+            deadlines: format!("{base}:deadlines"),
+            wake_prefix: format!("{base}:wake:"),
+        }
+    }
+}
+
 /// A hash tag body that hashes to the same cluster slot as `key`.
 fn slot_anchor(key: &[u8]) -> String {
     // A tag ends at the first `}` after its `{`, so `{tag}` re-parses as the same tag.
@@ -199,7 +224,14 @@ mod tests {
                 let keys = LockKeys::new(prefix, name);
                 let slot = slot_of(keys.key.as_bytes());
                 assert_eq!(slot_of(keys.channel.as_bytes()), slot, "{prefix}{name}");
-                for helper in [keys.memo("client:1", 7), keys.marker("client:1", 7)] {
+                let fair = FairKeys::new(prefix, name);
+                for helper in [
+                    keys.memo("client:1", 7),
+                    keys.marker("client:1", 7),
+                    fair.queue,
+                    fair.deadlines,
+                    format!("{}client:1", fair.wake_prefix),
+                ] {
                     assert_eq!(slot_of(helper.as_bytes()), slot, "{prefix}{name}");
                 }
             }

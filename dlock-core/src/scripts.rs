@@ -17,14 +17,26 @@ pub(crate) struct Scripts {
     pub(crate) force_unlock: Script,
 }
 
+/// The fair lock's scripts (`fair/scripts/`), each prefixed with the shared `queue.lua`.
+pub(crate) struct FairScripts {
+    pub(crate) acquire: Script,
+    pub(crate) release: Script,
+    pub(crate) force_unlock: Script,
+    pub(crate) queue_len: Script,
+}
+
 /// Every script of every primitive: what a client loads into each server.
 pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
-    let lock = scripts();
+    let (lock, fair) = (scripts(), fair_scripts());
     [
         &lock.acquire,
         &lock.release,
         &lock.renew,
         &lock.force_unlock,
+        &fair.acquire,
+        &fair.release,
+        &fair.force_unlock,
+        &fair.queue_len,
     ]
     .into_iter()
 }
@@ -36,5 +48,25 @@ pub(crate) fn scripts() -> &'static Scripts {
         release: Script::new(include_str!("lock/scripts/release.lua")),
         renew: Script::new(include_str!("lock/scripts/renew.lua")),
         force_unlock: Script::new(include_str!("lock/scripts/force_unlock.lua")),
+    })
+}
+
+/// A fair-lock script: the shared functions of `queue.lua`, then the script itself.
+macro_rules! fair_script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("fair/scripts/queue.lua"),
+            include_str!(concat!("fair/scripts/", $file))
+        ))
+    };
+}
+
+pub(crate) fn fair_scripts() -> &'static FairScripts {
+    static SCRIPTS: OnceLock<FairScripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| FairScripts {
+        acquire: fair_script!("acquire.lua"),
+        release: fair_script!("release.lua"),
+        force_unlock: fair_script!("force_unlock.lua"),
+        queue_len: fair_script!("queue_len.lua"),
     })
 }

@@ -1,0 +1,382 @@
+//! [`FairLock`]: a lock granted in the order its waiters asked for it, across processes.
+
+mod acquire;
+mod release_ops;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use acquire::Reply;
+
+use crate::client::LockClient;
+use crate::error::{LockError, Result};
+use crate::lease::lease_millis;
+use crate::lock::guard::LockGuard;
+use crate::names::{check_text, FairKeys, LockKeys};
+use crate::scripts::fair_scripts;
+
+/// How long a queue entry lives without its waiter's heartbeat unless
+/// [`FairLock::with_entry_timeout`] says otherwise.
+const DEFAULT_ENTRY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The shortest entry timeout: the waiter's heartbeat runs at a third of it, and a
+/// heartbeat needs a round trip to Redis.
+const MIN_ENTRY_TIMEOUT: Duration = Duration::from_millis(30);
+
+/// A handle to one named fair lock, from [`LockClient::fair_lock`]: the lock is granted in
+/// the order waiters asked for it, across every process, one waiting task at a time.
+///
+/// It holds like [`Lock`](crate::Lock) (same Redis hash, reentrant inside
+/// [`LockGuard::scope`], watchdog or explicit lease, same [`LockGuard`]); what differs is
+/// who gets it next. Each waiting task has its own entry in a queue in Redis, so a
+/// process's later waiters never overtake other processes' earlier ones. A release wakes
+/// the head of the queue only, on its own channel.
+///
+/// | method | waits | lease |
+/// |---|---|---|
+/// | [`lock`](FairLock::lock) | until acquired (or the client's `default_wait`) | watchdog |
+/// | [`lock_with_lease`](FairLock::lock_with_lease) | until acquired (or `default_wait`) | explicit |
+/// | [`try_lock`](FairLock::try_lock) | no, and never queues | watchdog |
+/// | [`try_lock_for`](FairLock::try_lock_for) | up to `wait` | watchdog |
+/// | [`try_lock_with`](FairLock::try_lock_with) | up to `wait` | explicit |
+///
+/// # Dead waiters
+///
+/// A queue entry carries its own deadline, in Redis server time: the
+/// [entry timeout](FairLock::with_entry_timeout) (10 s by default, independent of the
+/// lease) after its waiter's last call. A waiting task calls again at least every third of
+/// it, so a live waiter keeps its place however long the holder keeps the lock, and a
+/// crashed one is out of the way within the entry timeout. Every call purges every dead
+/// entry, and wakes the new head when the lock is free.
+///
+/// Do not mix a fair lock and a [`Lock`](crate::Lock) of the same name: they share the
+/// hash, but a plain lock neither queues nor wakes the fair queue's head.
+///
+/// # Cancel safety
+///
+/// All acquisition methods are cancel safe: from the first call to Redis until a guard
+/// exists, a dropped, timed-out or failed acquisition leaves the queue and gives back any
+/// hold an unanswered call may have taken. A timed-out or failed one does so before it
+/// returns; a dropped one, or one whose leave failed, through the client's background
+/// releases, retried until Redis confirms.
+#[derive(Clone)]
+pub struct FairLock {
+    client: LockClient,
+    name: Arc<str>,
+    keys: Arc<LockKeys>,
+    fair: Arc<FairKeys>,
+    /// The key, shared with the holds (the watchdog groups them by it).
+    key: Arc<str>,
+    entry_timeout: Duration,
+}
+
+impl LockClient {
+    /// A handle to the fair lock called `name` (the key is the client's key prefix +
+    /// `name`).
+    ///
+    /// Creating a handle does not talk to Redis; an empty name, one over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or one with an ASCII control character
+    /// is reported by the handle's operations as [`LockError::InvalidName`].
+    pub fn fair_lock(&self, name: &str) -> FairLock {
+        let prefix = &self.inner.settings.key_prefix;
+        let keys = LockKeys::new(prefix, name);
+        FairLock {
+            client: self.clone(),
+            name: name.into(),
+            key: keys.key.as_str().into(),
+            keys: Arc::new(keys),
+            fair: Arc::new(FairKeys::new(prefix, name)),
+            entry_timeout: DEFAULT_ENTRY_TIMEOUT,
+        }
+    }
+}
+
+impl std::fmt::Debug for FairLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairLock")
+            .field("name", &self.name)
+            .field("key", &self.keys.key)
+            .field("entry_timeout", &self.entry_timeout)
+            .finish()
+    }
+}
+
+impl FairLock {
+    /// The lock's name, without the key prefix.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis key of the lock hash (key prefix + name).
+    pub fn key(&self) -> &str {
+        &self.keys.key
+    }
+
+    /// How long a queue entry of this handle's waiters lives without its waiter's
+    /// heartbeat (default 10 s). A waiting task renews its entry every third of it (or
+    /// every `max_wait_recheck` of the client, if shorter), so it bounds how long a crashed
+    /// waiter holds up the ones behind it, and costs one call to Redis per third per
+    /// waiting task.
+    ///
+    /// Checked when used: under 30 ms or over [`MAX_LEASE`](crate::MAX_LEASE), every
+    /// acquisition reports [`LockError::InvalidDuration`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// use std::time::Duration;
+    /// let lock = client.fair_lock("payouts").with_entry_timeout(Duration::from_secs(2));
+    /// lock.lock().await?.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_entry_timeout(mut self, timeout: Duration) -> FairLock {
+        self.entry_timeout = timeout;
+        self
+    }
+
+    /// Acquires the lock once every earlier waiter had it, waiting as long as it takes (or
+    /// the client's `default_wait`); the watchdog keeps the lease alive while the guard
+    /// lives.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// let lock = client.fair_lock("goods:42");
+    /// let guard = lock.lock().await?;
+    /// assert!(lock.is_locked().await?);
+    /// guard.unlock().await?;
+    /// assert!(!lock.is_locked().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidDuration`] for a bad [entry timeout](FairLock::with_entry_timeout);
+    /// [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis fails (after
+    /// waiting through a failover for up to the client's `failover_wait`);
+    /// [`LockError::Timeout`] only when the client has a `default_wait`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](FairLock#cancel-safety).
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.acquire(self.client.inner.settings.default_wait, None)
+            .await
+    }
+
+    /// Like [`lock`](FairLock::lock), but the key expires after `lease` and is not renewed.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidDuration`] for a lease under 1 ms or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE) (nothing is sent to Redis); otherwise as for
+    /// [`lock`](FairLock::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](FairLock#cancel-safety).
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire(self.client.inner.settings.default_wait, Some(lease))
+            .await
+    }
+
+    /// One attempt, no waiting: acquires only when the lock is free and nobody is queued
+    /// for it (a free lock with live waiters is theirs). Never joins the queue. The
+    /// watchdog keeps the lease alive.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Timeout`] when another owner holds the lock or others wait for it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](FairLock#cancel-safety).
+    pub async fn try_lock(&self) -> Result<LockGuard> {
+        self.acquire(Some(Duration::ZERO), None).await
+    }
+
+    /// Waits up to `wait` for the lock, in the queue; the watchdog keeps the lease alive.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Timeout`] when `wait` passes first (the queue entry is gone by then).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](FairLock#cancel-safety).
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<LockGuard> {
+        self.acquire(Some(wait), None).await
+    }
+
+    /// Waits up to `wait` for the lock, in the queue; the key expires after `lease` and is
+    /// not renewed.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Timeout`] when `wait` passes first; [`LockError::InvalidDuration`] for
+    /// a bad lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: see [the type-level notes](FairLock#cancel-safety).
+    pub async fn try_lock_with(&self, wait: Duration, lease: Duration) -> Result<LockGuard> {
+        self.acquire(Some(wait), Some(lease)).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.check_name()?;
+        self.client
+            .inner
+            .backend
+            .query(redis::cmd("EXISTS").arg(&self.keys.key))
+            .await
+            .map_err(|e| e.into_lock_error(&self.name, "check"))
+    }
+
+    /// How many waiters are queued and alive (their entry's deadline, in Redis server
+    /// time, has not passed): for operators and tests. A holder is not counted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// let lock = client.fair_lock("report");
+    /// let guard = lock.lock().await?;
+    /// let waiter = tokio::spawn({
+    ///     let lock = lock.clone();
+    ///     async move { lock.lock().await?.unlock().await }
+    /// });
+    /// while lock.queue_len().await? == 0 {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    /// }
+    /// guard.unlock().await?;
+    /// waiter.await.expect("the waiter panicked")?;
+    /// assert_eq!(lock.queue_len().await?, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn queue_len(&self) -> Result<usize> {
+        self.check_name()?;
+        let mut invocation = fair_scripts().queue_len.prepare_invoke();
+        invocation.key(&self.fair.deadlines);
+        self.client
+            .inner
+            .backend
+            .invoke(&invocation)
+            .await
+            .map_err(|e| e.into_lock_error(&self.name, "check"))
+    }
+
+    /// Deletes the lock whoever holds it and wakes the head of the queue. Returns whether
+    /// a lock was deleted. The former holder's guard finds out at its next renewal, and
+    /// its `unlock` reports [`LockError::NotHeld`]. Queue entries stay: the waiters keep
+    /// their order.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::WrongType`] when the key holds another type of value (application
+    /// data, which is left alone); Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// If cancelled after the command was sent, the lock may or may not have been deleted.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.check_name()?;
+        let inner = &self.client.inner;
+        let mut invocation = fair_scripts().force_unlock.prepare_invoke();
+        invocation
+            .key(&self.keys.key)
+            .key(&self.fair.queue)
+            .key(&self.fair.deadlines)
+            .arg(&self.fair.wake_prefix)
+            .arg(inner.backend.publish_command());
+        let reply: Reply = inner
+            .backend
+            .invoke(&invocation)
+            .await
+            .map_err(|e| e.into_lock_error(&self.name, "force-unlock"))?;
+        let deleted = match reply {
+            Reply::Busy(deleted) => deleted == 1,
+            Reply::WrongType(found) => return Err(self.wrong_type(found)),
+            other => return Err(self.unexpected("force-unlock", &other)),
+        };
+        tracing::info!(lock = %self.name, deleted, "dlock: force unlock (fair)");
+        Ok(deleted)
+    }
+
+    /// Names are checked when used, so that `client.fair_lock(name)` stays infallible.
+    fn check_name(&self) -> Result<()> {
+        if self.name.is_empty() {
+            return Err(LockError::invalid_name(
+                "lock name",
+                "",
+                "a lock name must not be empty".to_owned(),
+            ));
+        }
+        check_text("lock name", &self.name)
+    }
+
+    /// The entry timeout in ms, checked like a lease plus its own lower bound.
+    fn entry_millis(&self) -> Result<u64> {
+        if self.entry_timeout < MIN_ENTRY_TIMEOUT {
+            return Err(LockError::InvalidDuration {
+                what: "entry_timeout",
+                value: self.entry_timeout,
+                reason: "shorter than 30ms; a waiter renews its queue entry every third of it, which takes a round trip to Redis",
+            });
+        }
+        lease_millis("entry_timeout", self.entry_timeout)
+    }
+
+    fn timeout(&self, wait: Option<Duration>) -> LockError {
+        LockError::Timeout {
+            name: self.name.to_string(),
+            waited: wait.unwrap_or_default(),
+        }
+    }
+
+    fn wrong_type(&self, found: String) -> LockError {
+        LockError::WrongType {
+            name: self.name.to_string(),
+            found,
+        }
+    }
+
+    /// A reply the script does not give for this call (a script of another dlock version
+    /// loaded under the same hash, say): reported, never acted on.
+    fn unexpected(&self, action: &'static str, reply: &Reply) -> LockError {
+        LockError::Redis {
+            name: self.name.to_string(),
+            action,
+            source: redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "unexpected reply from a dlock script",
+                format!("{reply:?}"),
+            )),
+        }
+    }
+}

@@ -1,0 +1,38 @@
+-- Shared by every fair-lock script (prepended to each): the server clock, the purge of
+-- dead queue entries, and the wake-up of the queue's head.
+--
+-- The queue is two sorted sets in the lock key's slot:
+--   queue     waiter -> place (enqueue order: the last place + 1)
+--   deadlines waiter -> server time in ms after which the entry is dead
+-- A waiter is an owner field "<client-id>:<owner-id>" and is woken on the channel
+-- "<wake prefix><waiter>". Every deadline comes from redis.call('time'), never from a client.
+
+-- The server's clock in milliseconds.
+local function server_now()
+  local time = redis.call('time')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- Removes every entry whose deadline has passed (not only the head's); nobody else's
+-- deadline is touched.
+local function purge(queue, deadlines, now)
+  local dead = redis.call('zrangebyscore', deadlines, '-inf', now)
+  for _, waiter in ipairs(dead) do
+    redis.call('zrem', queue, waiter)
+  end
+  if #dead > 0 then
+    redis.call('zremrangebyscore', deadlines, '-inf', now)
+  end
+end
+
+-- The first waiter in the queue, or nil.
+local function head_of(queue)
+  return redis.call('zrange', queue, 0, 0)[1]
+end
+
+-- Tells `head` (if any) to try again now.
+local function wake(head, prefix, publish)
+  if head then
+    redis.call(publish, prefix .. head, 'wake')
+  end
+end

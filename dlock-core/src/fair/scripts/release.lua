@@ -1,0 +1,66 @@
+-- Give back one hold of a fair lock, or leave the queue, idempotently (the release contract
+-- of sync/release.rs). When the lock is free afterwards and the head is new or the lock was
+-- just freed, the head is woken.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the queue (see queue.lua)
+-- KEYS[3]  the entry deadlines
+-- KEYS[4]  'one' / 'leave': this operation's memo; 'undo': the re-entry's marker
+-- ARGV[1]  owner field (the waiter)
+-- ARGV[2]  'one': a guard gives back its hold;
+--          'leave': an acquisition that will not produce a guard is abandoned: its queue
+--                   entry goes, and so does every hold of its owner (no guard of that owner
+--                   exists, so they are at most the one an unanswered try may have taken);
+--          'undo': a re-entry whose outcome is unknown is abandoned: its hold goes only if
+--                  its marker shows it was applied
+-- ARGV[3]  wake channel prefix
+-- ARGV[4]  memo lifetime in milliseconds
+-- ARGV[5]  publish command
+--
+-- Returns -1 when the owner held nothing (or the key holds another type), 0 when its last
+-- hold is gone, n > 0 when it still holds the lock n times.
+local mode = ARGV[2]
+local me = ARGV[1]
+if mode == 'undo' then
+  if redis.call('del', KEYS[4]) == 0 then
+    return -1
+  end
+else
+  local memo = redis.call('get', KEYS[4])
+  if memo then
+    return tonumber(memo)
+  end
+end
+
+local head_before = head_of(KEYS[2])
+if mode == 'leave' then
+  redis.call('zrem', KEYS[2], me)
+  redis.call('zrem', KEYS[3], me)
+end
+
+local remaining = -1
+local count = redis.pcall('hget', KEYS[1], me)
+if count and not (type(count) == 'table' and count.err) then
+  remaining = tonumber(count) - 1
+  if mode == 'leave' then
+    remaining = 0
+  end
+  if remaining > 0 then
+    redis.call('hset', KEYS[1], me, remaining)
+  else
+    redis.call('hdel', KEYS[1], me)
+  end
+end
+
+if redis.call('exists', KEYS[1]) == 0 then
+  purge(KEYS[2], KEYS[3], server_now())
+  local head = head_of(KEYS[2])
+  if remaining == 0 or head ~= head_before then
+    wake(head, ARGV[3], ARGV[5])
+  end
+end
+
+if mode ~= 'undo' and remaining >= 0 then
+  redis.call('set', KEYS[4], remaining, 'px', ARGV[4])
+end
+return remaining

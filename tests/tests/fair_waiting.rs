@@ -1,0 +1,252 @@
+//! The fair lock in one process's view: live waiters keep their place through a long
+//! hold, re-entries release through the fair path (and the last one wakes the head), and
+//! the lock keeps a non-atomic counter exact.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dlock_core::{FairLock, LockClient};
+use dlock_tests::RedisServer;
+use redis::AsyncCommands;
+
+/// Spawns a task that acquires `lock`, records `id` in `grants`, and releases it.
+fn spawn_waiter(
+    lock: &FairLock,
+    id: usize,
+    grants: &Arc<Mutex<Vec<usize>>>,
+) -> tokio::task::JoinHandle<()> {
+    let (lock, grants) = (lock.clone(), Arc::clone(grants));
+    tokio::spawn(async move {
+        let guard = lock.lock().await.expect("acquire");
+        grants.lock().unwrap().push(id);
+        guard.unlock().await.expect("release");
+    })
+}
+
+async fn wait_queue_len(lock: &FairLock, n: usize) {
+    let started = Instant::now();
+    while lock.queue_len().await.unwrap() < n {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "queue never reached {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Entries of 300 ms and a holder keeping the lock for more than 3 of them: each waiter
+/// renews its own entry, so none is evicted (the queue never shrinks) and none re-queues
+/// behind the others (the grant order is the enqueue order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_hold_neither_evicts_nor_reorders_live_waiters() {
+    const ENTRY: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let (a, b) = (
+        LockClient::connect(&server.url()).await.unwrap(),
+        LockClient::connect(&server.url()).await.unwrap(),
+    );
+    let holder = a.fair_lock("long").lock().await.unwrap();
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for id in 0..4 {
+        let client = if id % 2 == 0 { &a } else { &b };
+        let lock = client.fair_lock("long").with_entry_timeout(ENTRY);
+        waiters.push(spawn_waiter(&lock, id, &grants));
+        wait_queue_len(&lock, id + 1).await;
+    }
+    let observer = a.fair_lock("long");
+    let hold_until = Instant::now() + ENTRY * 3 + Duration::from_millis(200);
+    while Instant::now() < hold_until {
+        assert_eq!(
+            observer.queue_len().await.unwrap(),
+            4,
+            "a live waiter's entry died while the lock was held"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    holder.unlock().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("waiters granted within 5 s")
+            .unwrap();
+    }
+    assert_eq!(*grants.lock().unwrap(), vec![0, 1, 2, 3]);
+}
+
+/// Re-entries add holds to the same owner without queueing; the outer guard may go first,
+/// the inner one keeps the lock, and its release (the last hold) wakes the head at once,
+/// long before the head's own re-try (1 s) would find the lock free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentry_in_scope_outer_released_first_then_the_last_hold_wakes_the_head() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        LockClient::connect(&server.url()).await.unwrap(),
+        LockClient::connect(&server.url()).await.unwrap(),
+    );
+    let lock = a.fair_lock("reentrant");
+    let outer = lock.lock().await.unwrap();
+    let inner = outer
+        .scope(async {
+            let inner = lock.lock().await.unwrap();
+            assert_eq!(inner.hold_count().await.unwrap(), 2);
+            assert_eq!(
+                lock.queue_len().await.unwrap(),
+                0,
+                "a re-entry never queues"
+            );
+            inner
+        })
+        .await;
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let waiter = spawn_waiter(&b.fair_lock("reentrant"), 1, &grants);
+    wait_queue_len(&lock, 1).await;
+    // Let the waiter's subscription settle, so that its next re-try is 1 s away.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    outer.unlock().await.unwrap();
+    assert_eq!(
+        inner.hold_count().await.unwrap(),
+        1,
+        "the inner hold keeps the lock"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(grants.lock().unwrap().is_empty(), "granted while held");
+
+    let released = Instant::now();
+    inner.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("granted within 5 s")
+        .unwrap();
+    let woken = released.elapsed();
+    eprintln!("head granted {woken:?} after the last hold was released");
+    assert!(
+        woken < Duration::from_millis(500),
+        "the head waited {woken:?}: the release did not wake it"
+    );
+}
+
+/// Tasks of two clients increment a counter with GET / pause / SET: `lock` = false is the
+/// control (no lock).
+async fn count(server: &RedisServer, lock: bool) -> i64 {
+    const TASKS: usize = 4;
+    const INCREMENTS: usize = 40;
+    let redis = redis::Client::open(server.url()).unwrap();
+    let conn = redis.get_multiplexed_async_connection().await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        for _ in 0..TASKS {
+            let (lock_handle, mut conn) = (client.fair_lock("counter-lock"), conn.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..INCREMENTS {
+                    let guard = if lock {
+                        Some(lock_handle.lock().await.expect("acquire"))
+                    } else {
+                        None
+                    };
+                    let value: Option<i64> = conn.get("counter").await.unwrap();
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                    let () = conn.set("counter", value.unwrap_or(0) + 1).await.unwrap();
+                    if let Some(guard) = guard {
+                        guard.unlock().await.expect("release");
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut conn = conn;
+    let total: i64 = conn.get("counter").await.unwrap();
+    if lock {
+        assert_eq!(
+            total,
+            (2 * TASKS * INCREMENTS) as i64,
+            "lost updates under the fair lock"
+        );
+    }
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fair_lock_keeps_a_non_atomic_counter_exact() {
+    let server = RedisServer::start();
+    count(&server, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_without_the_lock_the_counter_loses_updates() {
+    let server = RedisServer::start();
+    let total = count(&server, false).await;
+    assert!(
+        total < 2 * 4 * 40,
+        "the control must lose updates, got an exact {total}"
+    );
+}
+
+/// Bad names and durations are refused before anything reaches Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_names_and_durations_are_refused_before_redis() {
+    use dlock_core::LockError;
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let lock = client.fair_lock("bad");
+    for timeout in [
+        Duration::ZERO,
+        Duration::from_millis(29),
+        dlock_core::MAX_LEASE + Duration::from_millis(1),
+    ] {
+        let err = lock
+            .clone()
+            .with_entry_timeout(timeout)
+            .try_lock()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LockError::InvalidDuration {
+                    what: "entry_timeout",
+                    ..
+                }
+            ),
+            "{timeout:?}: {err}"
+        );
+    }
+    let err = lock
+        .try_lock_with(Duration::ZERO, Duration::from_micros(500))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::InvalidDuration { what: "lease", .. }),
+        "{err}"
+    );
+    for name in ["", "a\nb"] {
+        let err = client.fair_lock(name).lock().await.unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidName { .. }),
+            "{name:?}: {err}"
+        );
+        let err = client.fair_lock(name).queue_len().await.unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidName { .. }),
+            "{name:?}: {err}"
+        );
+    }
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.connection())
+        .unwrap();
+    assert!(keys.is_empty(), "written: {keys:?}");
+    // The shortest accepted entry timeout works.
+    lock.with_entry_timeout(Duration::from_millis(30))
+        .try_lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+}
