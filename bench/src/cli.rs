@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::contended::Primitive;
+
 /// Benchmarks dlock against the Redis server's own ceiling and against rslock.
 ///
 /// Without --redis-url every scenario run gets a fresh throw-away redis-server (from
@@ -69,13 +71,13 @@ pub enum Scenario {
     Limit,
     /// Uncontended lock + unlock, 64 tasks with a key each.
     S1,
-    /// Contended hand-off, 16 tasks on one key.
+    /// Contended hand-off, 16 tasks on one key (lock, fair lock, read-write lock).
     S2,
     /// S1 through a `#[distributed_lock]` function.
     S3,
     /// 10,000 locks held with watchdog renewal.
     S4,
-    /// S2 with 4 processes.
+    /// S2 with 4 processes (lock, fair lock, read-write lock).
     S5,
     /// rslock in S1 and S2.
     Peers,
@@ -112,6 +114,9 @@ pub struct WorkerArgs {
     /// Give up after this long.
     #[arg(long, value_parser = parse_duration)]
     pub timeout: Duration,
+    /// The dlock primitive to contend for.
+    #[arg(long, value_enum)]
+    pub primitive: Primitive,
 }
 
 /// A CPU share in % of one core (0 to 10,000).

@@ -5,11 +5,17 @@
 //! The counter is deliberately non-atomic, so it is exact only if the lock excludes. The
 //! value read also numbers the acquisitions (it is the hand-off order), and decides when to
 //! stop: a contender that reads the target count releases and leaves without counting.
+//!
+//! The same loop runs on each exclusive dlock primitive ([`Primitive`]). With the
+//! read-write lock every fourth acquisition of a contender is a write (the increment, under
+//! the write lock) and the others are reads (`GET` only, under the read lock): the counter
+//! still counts the writes exactly, and the reads are reported beside them.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use dlock_core::{Lock, LockGuard};
+use clap::ValueEnum;
+use dlock_core::{LockClient, LockGuard};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use rslock::LockManager;
@@ -24,11 +30,60 @@ use crate::target::{self, Target};
 /// rslock's lock TTL in S2.
 const RSLOCK_TTL: Duration = Duration::from_secs(10);
 
+/// Which dlock primitive the contenders take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Primitive {
+    /// The reentrant lock (`LockClient::lock`).
+    Lock,
+    /// The fair lock (`LockClient::fair_lock`): granted in arrival order.
+    Fair,
+    /// The read-write lock (`LockClient::rw_lock`): 3 reads for every write.
+    Rw,
+}
+
+impl Primitive {
+    /// How often a contender writes: every `WRITE_EVERY`th acquisition of the read-write
+    /// lock is a write.
+    const WRITE_EVERY: u64 = 4;
+
+    /// The contender handle for the lock called `name` of `client`.
+    pub fn contender(self, client: &LockClient, name: &str) -> Contender {
+        match self {
+            Primitive::Lock => Contender::Dlock(Exclusive::Lock(client.lock(name))),
+            Primitive::Fair => Contender::Dlock(Exclusive::Fair(client.fair_lock(name))),
+            Primitive::Rw => Contender::Rw(client.rw_lock(name)),
+        }
+    }
+
+    /// The name on the command line and in the worker's arguments.
+    pub fn name(self) -> &'static str {
+        match self {
+            Primitive::Lock => "lock",
+            Primitive::Fair => "fair",
+            Primitive::Rw => "rw",
+        }
+    }
+}
+
+/// Whether an acquisition wrote the counter or only read it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Side {
+    /// Exclusive: incremented the counter.
+    #[default]
+    Write,
+    /// Shared (read-write lock only): read the counter.
+    Read,
+}
+
 /// One counted acquisition. Times are wall-clock µs, comparable across processes.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Acquisition {
-    /// Counter value written: the acquisition's place in the hand-off order (1-based).
+    /// Counter value written: the acquisition's place in the hand-off order (1-based); for
+    /// a read, the value read.
     pub seq: u64,
+    /// A write (counted in the hand-off order) or a read.
+    #[serde(default)]
+    pub side: Side,
     /// The contender (task or process) that acquired.
     pub contender: u32,
     /// Time from asking for the lock to holding it.
@@ -41,10 +96,20 @@ pub struct Acquisition {
     pub released_at_us: u64,
 }
 
+/// An exclusive dlock primitive's handle.
+pub enum Exclusive {
+    /// The reentrant lock.
+    Lock(dlock_core::Lock),
+    /// The fair lock.
+    Fair(dlock_core::FairLock),
+}
+
 /// One contender's handle on the lock.
 pub enum Contender {
     /// dlock: `lock()` waits by pub/sub, with the watchdog lease.
-    Dlock(Lock),
+    Dlock(Exclusive),
+    /// dlock's read-write lock: reads, and a write every [`Primitive::WRITE_EVERY`].
+    Rw(dlock_core::ReadWriteLock),
     /// rslock: `acquire_no_guard` retries `lock` (3 tries, up to 200 ms random pause
     /// between tries) until it succeeds.
     Rslock {
@@ -61,9 +126,24 @@ enum Holding {
 }
 
 impl Contender {
-    async fn acquire(&self) -> Result<Holding> {
+    /// What the contender's `n`th acquisition (0-based) does.
+    fn side(&self, n: u64) -> Side {
         match self {
-            Contender::Dlock(lock) => Ok(Holding::Dlock(lock.lock().await?)),
+            Contender::Rw(_) if n % Primitive::WRITE_EVERY != Primitive::WRITE_EVERY - 1 => {
+                Side::Read
+            }
+            _ => Side::Write,
+        }
+    }
+
+    async fn acquire(&self, side: Side) -> Result<Holding> {
+        match self {
+            Contender::Dlock(Exclusive::Lock(lock)) => Ok(Holding::Dlock(lock.lock().await?)),
+            Contender::Dlock(Exclusive::Fair(lock)) => Ok(Holding::Dlock(lock.lock().await?)),
+            Contender::Rw(rw) => Ok(Holding::Dlock(match side {
+                Side::Read => rw.read().lock().await?,
+                Side::Write => rw.write().lock().await?,
+            })),
             Contender::Rslock { manager, key } => Ok(Holding::Rslock(
                 manager.acquire_no_guard(key.as_str(), RSLOCK_TTL).await?,
             )),
@@ -76,7 +156,7 @@ impl Contender {
             (Contender::Rslock { manager, .. }, Holding::Rslock(lock)) => {
                 manager.unlock(&lock).await
             }
-            (Contender::Dlock(_), Holding::Rslock(_)) => {
+            (Contender::Dlock(_) | Contender::Rw(_), Holding::Rslock(_)) => {
                 return Err(error("mismatched lock kinds"))
             }
         }
@@ -93,9 +173,10 @@ pub async fn contend(
     id: u32,
 ) -> Result<Vec<Acquisition>> {
     let mut done = Vec::new();
-    loop {
+    for n in 0.. {
+        let side = contender.side(n);
         let asked = Instant::now();
-        let holding = contender.acquire().await?;
+        let holding = contender.acquire(side).await?;
         let wait = asked.elapsed();
         let acquired_at_us = now_us();
         let value: Option<u64> = conn.get(&counter).await?;
@@ -104,11 +185,18 @@ pub async fn contend(
             contender.release(holding).await?;
             return Ok(done);
         }
-        let () = conn.set(&counter, value + 1).await?;
+        let seq = match side {
+            Side::Write => {
+                let () = conn.set(&counter, value + 1).await?;
+                value + 1
+            }
+            Side::Read => value,
+        };
         let unlock_at_us = now_us();
         contender.release(holding).await?;
         done.push(Acquisition {
-            seq: value + 1,
+            seq,
+            side,
             contender: id,
             wait_us: micros(wait),
             acquired_at_us,
@@ -116,13 +204,14 @@ pub async fn contend(
             released_at_us: now_us(),
         });
     }
+    Ok(done)
 }
 
-/// S2 with dlock: `cfg.s2_tasks` tasks sharing one client.
-pub async fn s2_dlock(target: &Target, cfg: &Config) -> Result<Metrics> {
+/// S2 with a dlock primitive: `cfg.s2_tasks` tasks sharing one client.
+pub async fn s2_dlock(target: &Target, cfg: &Config, primitive: Primitive) -> Result<Metrics> {
     let client = target.lock_client(None).await?;
     let contenders = (0..cfg.s2_tasks)
-        .map(|_| Contender::Dlock(client.lock("s2")))
+        .map(|_| primitive.contender(&client, "s2"))
         .collect();
     in_tasks(target, cfg, contenders).await
 }
@@ -225,6 +314,8 @@ pub fn analyze(
     participants: usize,
     final_counter: u64,
 ) -> Metrics {
+    let (reads, mut events): (Vec<Acquisition>, Vec<Acquisition>) =
+        events.into_iter().partition(|e| e.side == Side::Read);
     events.sort_by_key(|e| e.seq);
     let sequence_ok =
         events.len() as u64 == total && events.iter().zip(1..).all(|(e, n)| e.seq == n);
@@ -350,6 +441,28 @@ pub fn analyze(
         same as f64 / events.len().saturating_sub(1).max(1) as f64 * 100.0,
         1,
     );
+    if !reads.is_empty() {
+        let mut read_waits: Vec<u64> = reads.iter().map(|e| e.wait_us).collect();
+        read_waits.sort_unstable();
+        m.add(
+            "reads_per_s",
+            "read acquisitions/s",
+            reads.len() as f64 / elapsed_s,
+            0,
+        );
+        m.add(
+            "read_wait_p99_ms",
+            "read wait p99 (ms)",
+            ms(percentile(&read_waits, 99.0)),
+            3,
+        );
+        m.add(
+            "read_overlap_max",
+            "most reads held at once",
+            most_at_once(&reads) as f64,
+            0,
+        );
+    }
     m.add("elapsed_s", "elapsed (s)", elapsed_s, 2);
     m.add("contenders", "contenders", participants as f64, 0);
     m.add(
@@ -371,6 +484,22 @@ pub fn analyze(
     m
 }
 
+/// The largest number of `sections` held at the same time (acquired .. unlock).
+fn most_at_once(sections: &[Acquisition]) -> usize {
+    // Ends sort before starts at the same instant: touching sections do not overlap.
+    let mut edges: Vec<(u64, i8)> = sections
+        .iter()
+        .flat_map(|e| [(e.acquired_at_us, 1), (e.unlock_at_us, -1)])
+        .collect();
+    edges.sort_unstable();
+    let (mut now, mut most) = (0i64, 0i64);
+    for (_, step) in edges {
+        now += i64::from(step);
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,6 +507,7 @@ mod tests {
     fn acq(seq: u64, contender: u32, at: u64) -> Acquisition {
         Acquisition {
             seq,
+            side: Side::Write,
             contender,
             wait_us: 100 * seq,
             acquired_at_us: at,
@@ -404,5 +534,23 @@ mod tests {
             analyze(duplicate, 1_000, 3, 2, 3).get("counter_ok"),
             Some(0.0)
         );
+    }
+
+    #[test]
+    fn reads_are_reported_apart_from_the_counted_writes() {
+        let read = |at| Acquisition {
+            side: Side::Read,
+            ..acq(1, 1, at)
+        };
+        // Two reads overlap (1,000..1,050 and 1,020..1,070); a third touches none.
+        let events = vec![acq(1, 0, 900), read(1_000), read(1_020), read(1_200)];
+        let m = analyze(events, 900, 1, 2, 1);
+        assert_eq!(
+            m.get("counter_ok"),
+            Some(1.0),
+            "reads are not counted writes"
+        );
+        assert_eq!(m.get("read_overlap_max"), Some(2.0));
+        assert!(m.get("reads_per_s").is_some_and(|r| r > 0.0));
     }
 }

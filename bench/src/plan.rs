@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::cli::{Cli, Scenario};
+use crate::contended::Primitive;
 use crate::metrics::Metrics;
 use crate::stats::Result;
 use crate::target::Target;
@@ -103,27 +104,31 @@ pub enum Job {
     S1Rslock,
     /// S3: S1 through the attribute.
     S3Macro,
-    /// S2 with dlock.
-    S2Dlock,
+    /// S2 with a dlock primitive.
+    S2Dlock(Primitive),
     /// S2 with rslock.
     S2Rslock,
     /// S4: the watchdog at scale.
     S4Watchdog,
-    /// S5: S2 across processes.
-    S5Processes,
+    /// S5: S2 across processes, with a dlock primitive.
+    S5Processes(Primitive),
 }
 
 impl Job {
     /// Every job, in the order they run.
-    pub const ALL: [Job; 8] = [
+    pub const ALL: [Job; 12] = [
         Job::Limit,
         Job::S1Dlock,
         Job::S3Macro,
         Job::S1Rslock,
-        Job::S2Dlock,
+        Job::S2Dlock(Primitive::Lock),
         Job::S2Rslock,
+        Job::S2Dlock(Primitive::Fair),
+        Job::S2Dlock(Primitive::Rw),
         Job::S4Watchdog,
-        Job::S5Processes,
+        Job::S5Processes(Primitive::Lock),
+        Job::S5Processes(Primitive::Fair),
+        Job::S5Processes(Primitive::Rw),
     ];
 
     /// The jobs the selected scenarios ask for, in running order.
@@ -136,9 +141,9 @@ impl Job {
                 Job::S1Dlock => has(Scenario::S1),
                 Job::S1Rslock | Job::S2Rslock => has(Scenario::Peers),
                 Job::S3Macro => has(Scenario::S3),
-                Job::S2Dlock => has(Scenario::S2),
+                Job::S2Dlock(_) => has(Scenario::S2),
                 Job::S4Watchdog => has(Scenario::S4),
-                Job::S5Processes => has(Scenario::S5),
+                Job::S5Processes(_) => has(Scenario::S5),
             })
             .collect()
     }
@@ -149,19 +154,21 @@ impl Job {
             Job::Limit => "limit",
             Job::S1Dlock | Job::S1Rslock => "s1",
             Job::S3Macro => "s3",
-            Job::S2Dlock | Job::S2Rslock => "s2",
+            Job::S2Dlock(_) | Job::S2Rslock => "s2",
             Job::S4Watchdog => "s4",
-            Job::S5Processes => "s5",
+            Job::S5Processes(_) => "s5",
         }
     }
 
-    /// What is measured: `raw` (scripts through a plain connection), `dlock`, `dlock-macro`
-    /// or `rslock`.
+    /// What is measured: `raw` (scripts through a plain connection), `dlock` (the
+    /// reentrant lock), `dlock-fair`, `dlock-rw`, `dlock-macro` or `rslock`.
     pub fn implementation(self) -> &'static str {
         match self {
             Job::Limit => "raw",
             Job::S1Rslock | Job::S2Rslock => "rslock",
             Job::S3Macro => "dlock-macro",
+            Job::S2Dlock(Primitive::Fair) | Job::S5Processes(Primitive::Fair) => "dlock-fair",
+            Job::S2Dlock(Primitive::Rw) | Job::S5Processes(Primitive::Rw) => "dlock-rw",
             _ => "dlock",
         }
     }
@@ -173,10 +180,14 @@ impl Job {
             Job::S1Dlock => "S1 uncontended: 64 tasks, own key each, lock + unlock (dlock)",
             Job::S1Rslock => "S1 uncontended: 64 tasks, own key each, lock + unlock (rslock)",
             Job::S3Macro => "S3 macro overhead: S1 through #[distributed_lock]",
-            Job::S2Dlock => "S2 contended hand-off: 16 tasks, one key, GET/+1/SET inside (dlock)",
+            Job::S2Dlock(Primitive::Lock) => "S2 contended hand-off: 16 tasks, one key, GET/+1/SET inside (dlock)",
+            Job::S2Dlock(Primitive::Fair) => "S2 contended hand-off: 16 tasks, one key, GET/+1/SET inside (dlock fair lock)",
+            Job::S2Dlock(Primitive::Rw) => "S2 contended, read-write lock: 16 tasks, one key, 3 reads (GET) per write (GET/+1/SET)",
             Job::S2Rslock => "S2 contended hand-off: 16 tasks, one key, GET/+1/SET inside (rslock)",
             Job::S4Watchdog => "S4 watchdog at scale: locks held with watchdog renewal",
-            Job::S5Processes => "S5 cross-process: S2 with 4 processes",
+            Job::S5Processes(Primitive::Lock) => "S5 cross-process: S2 with 4 processes",
+            Job::S5Processes(Primitive::Fair) => "S5 cross-process: S2 with 4 processes (dlock fair lock)",
+            Job::S5Processes(Primitive::Rw) => "S5 cross-process, read-write lock: 4 processes, 3 reads per write",
         }
     }
 
@@ -187,10 +198,10 @@ impl Job {
             Job::S1Dlock => uncontended::s1_dlock(target, cfg).await,
             Job::S1Rslock => uncontended::s1_rslock(target, cfg).await,
             Job::S3Macro => uncontended::s3_macro(target, cfg).await,
-            Job::S2Dlock => contended::s2_dlock(target, cfg).await,
+            Job::S2Dlock(primitive) => contended::s2_dlock(target, cfg, primitive).await,
             Job::S2Rslock => contended::s2_rslock(target, cfg).await,
             Job::S4Watchdog => watchdog::s4_watchdog(target, cfg).await,
-            Job::S5Processes => processes::s5_processes(target, cfg).await,
+            Job::S5Processes(primitive) => processes::s5_processes(target, cfg, primitive).await,
         }
     }
 }

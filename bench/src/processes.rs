@@ -13,14 +13,14 @@ use std::time::Duration;
 use redis::AsyncCommands;
 
 use crate::cli::WorkerArgs;
-use crate::contended::{analyze, contend, Acquisition, Contender};
+use crate::contended::{analyze, contend, Acquisition, Primitive};
 use crate::metrics::Metrics;
 use crate::plan::Config;
 use crate::stats::{error, now_us, Result};
 use crate::target::Target;
 
 /// Runs S5 once.
-pub async fn s5_processes(target: &Target, cfg: &Config) -> Result<Metrics> {
+pub async fn s5_processes(target: &Target, cfg: &Config, primitive: Primitive) -> Result<Metrics> {
     let exe =
         std::env::current_exe().map_err(|e| error(format!("cannot find my own binary: {e}")))?;
     let counter = format!("{}s5:counter", target.prefix());
@@ -36,6 +36,8 @@ pub async fn s5_processes(target: &Target, cfg: &Config) -> Result<Metrics> {
         cfg.acquisitions.to_string(),
         "--timeout".into(),
         humantime::format_duration(cfg.contended_timeout).to_string(),
+        "--primitive".into(),
+        primitive.name().into(),
     ];
     let processes = cfg.processes;
     let (start_us, outputs) =
@@ -151,7 +153,7 @@ pub async fn worker(args: WorkerArgs) -> Result<()> {
     let conn = redis::Client::open(args.redis_url.as_str())?
         .get_multiplexed_async_connection()
         .await?;
-    let contender = Contender::Dlock(client.lock("s5"));
+    let contender = args.primitive.contender(&client, "s5");
 
     let mut out = std::io::stdout();
     writeln!(out, "READY")?;

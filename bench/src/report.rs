@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::contended::Primitive;
 use crate::machine::Machine;
 use crate::metrics::{summarize, Metrics};
 use crate::plan::{Config, Job};
@@ -145,7 +146,7 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                 ),
             )
         }
-        Job::S2Dlock | Job::S2Rslock | Job::S5Processes => {
+        Job::S2Dlock(_) | Job::S2Rslock | Job::S5Processes(_) => {
             let rate = g("acquisitions_per_s");
             let mut details = format!(
                 "wait p50 {} ms, p99 {} ms, max {} ms; hand-off p50 {} ms, p99 {} ms; per {} {}..{} (mean {}); counter {}/{} {}",
@@ -154,7 +155,7 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                 num(g("wait_max_ms"), 2),
                 num(g("handoff_p50_ms"), 2),
                 num(g("handoff_p99_ms"), 2),
-                if job == Job::S5Processes { "process" } else { "task" },
+                if matches!(job, Job::S5Processes(_)) { "process" } else { "task" },
                 num(g("per_contender_min"), 0),
                 num(g("per_contender_max"), 0),
                 num(g("per_contender_mean"), 1),
@@ -162,11 +163,20 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                 num(g("acquisitions"), 0),
                 if g("counter_ok") == 1.0 { "ok" } else { "WRONG" },
             );
+            if m.get("reads_per_s").is_some() {
+                let _ = write!(
+                    details,
+                    "; reads {}/s, read wait p99 {} ms, up to {} reads at once",
+                    num(g("reads_per_s"), 0),
+                    num(g("read_wait_p99_ms"), 2),
+                    num(g("read_overlap_max"), 0),
+                );
+            }
             if job == Job::S2Rslock {
                 let _ = write!(
                     details,
                     "; {}",
-                    versus(value(done, Job::S2Dlock, "acquisitions_per_s"), rate, "S2")
+                    versus(value(done, Job::S2Dlock(Primitive::Lock), "acquisitions_per_s"), rate, "S2")
                 );
             }
             (format!("{} acquisitions/s", num(rate, 0)), details)
@@ -261,7 +271,7 @@ pub fn checks(done: &[JobResult]) -> Vec<Check> {
     );
     ratio_check(
         "S2 ≥ 1.5 × rslock acquisitions/s",
-        v(Job::S2Dlock, "acquisitions_per_s"),
+        v(Job::S2Dlock(Primitive::Lock), "acquisitions_per_s"),
         v(Job::S2Rslock, "acquisitions_per_s"),
         1.5,
         "acquisitions/s",
@@ -283,26 +293,32 @@ pub fn checks(done: &[JobResult]) -> Vec<Check> {
         };
     out.push(threshold(
         "S2 p99 wait ≤ 20 ms",
-        v(Job::S2Dlock, "wait_p99_ms"),
+        v(Job::S2Dlock(Primitive::Lock), "wait_p99_ms"),
         &|x| x <= 20.0,
         &|x| format!("{} ms", num(x, 2)),
     ));
     out.push(threshold(
         "S2 per-task min ≥ 0.5 × mean",
-        v(Job::S2Dlock, "min_over_mean"),
+        v(Job::S2Dlock(Primitive::Lock), "min_over_mean"),
         &|x| x >= 0.5,
         &|x| {
             format!(
                 "{} × mean (min {}, mean {})",
                 num(x, 2),
-                num(v(Job::S2Dlock, "per_contender_min").unwrap_or(f64::NAN), 0),
-                num(v(Job::S2Dlock, "per_contender_mean").unwrap_or(f64::NAN), 1)
+                num(
+                    v(Job::S2Dlock(Primitive::Lock), "per_contender_min").unwrap_or(f64::NAN),
+                    0
+                ),
+                num(
+                    v(Job::S2Dlock(Primitive::Lock), "per_contender_mean").unwrap_or(f64::NAN),
+                    1
+                )
             )
         },
     ));
     out.push(threshold(
         "S2 counter exact",
-        v(Job::S2Dlock, "counter_ok"),
+        v(Job::S2Dlock(Primitive::Lock), "counter_ok"),
         &|x| x == 1.0,
         &|x| {
             if x == 1.0 {
@@ -336,17 +352,55 @@ pub fn checks(done: &[JobResult]) -> Vec<Check> {
     out.push(threshold("S4 0 expired", s4_bad, &|x| x == 0.0, &|x| {
         format!("{} expired or lost", num(x, 0))
     }));
+    let exact = |x: f64| {
+        if x == 1.0 {
+            "exact in every run".to_owned()
+        } else {
+            "WRONG in a run".to_owned()
+        }
+    };
+    for (target, job) in [
+        ("S5 counter exact", Job::S5Processes(Primitive::Lock)),
+        ("S2 fair lock: counter exact", Job::S2Dlock(Primitive::Fair)),
+        (
+            "S5 fair lock: counter exact",
+            Job::S5Processes(Primitive::Fair),
+        ),
+        (
+            "S2 read-write lock: writes exact",
+            Job::S2Dlock(Primitive::Rw),
+        ),
+        (
+            "S5 read-write lock: writes exact",
+            Job::S5Processes(Primitive::Rw),
+        ),
+    ] {
+        out.push(threshold(
+            target,
+            v(job, "counter_ok"),
+            &|x| x == 1.0,
+            &exact,
+        ));
+    }
+    let fair_s5 = Job::S5Processes(Primitive::Fair);
     out.push(threshold(
-        "S5 counter exact",
-        v(Job::S5Processes, "counter_ok"),
-        &|x| x == 1.0,
+        "S5 fair lock: per-process min ≥ 0.8 × mean",
+        v(fair_s5, "min_over_mean"),
+        &|x| x >= 0.8,
         &|x| {
-            if x == 1.0 {
-                "exact in every run".into()
-            } else {
-                "WRONG in a run".into()
-            }
+            format!(
+                "{} × mean (min {}, mean {})",
+                num(x, 2),
+                num(v(fair_s5, "per_contender_min").unwrap_or(f64::NAN), 0),
+                num(v(fair_s5, "per_contender_mean").unwrap_or(f64::NAN), 1)
+            )
         },
+    ));
+    out.push(threshold(
+        "S2 read-write lock: reads overlap (> 1 at once)",
+        v(Job::S2Dlock(Primitive::Rw), "read_overlap_max"),
+        &|x| x > 1.0,
+        &|x| format!("up to {} reads at once", num(x, 0)),
     ));
     out
 }

@@ -165,6 +165,7 @@ pub fn redact_url(url: &str) -> String {
 /// | option | value | default |
 /// |---|---|---|
 /// | `key` | template, e.g. `"goods:<id>"` (required) | — |
+/// | `kind` | `"reentrant"`, `"fair"`, `"read"` or `"write"` | `"reentrant"` |
 /// | `lease` | duration string: `"500ms"`, `"5s"`, `"2m"`, `"1h"` | watchdog renewal |
 /// | `wait` | duration string; `"0s"` tries once | wait until acquired |
 /// | `client` | expression giving a `LockClient`, `&LockClient` or `Arc<LockClient>` | the client registered with [`set_global`] |
@@ -176,6 +177,14 @@ pub fn redact_url(url: &str) -> String {
 ///   axum handler, is named by its binding: `<id>`. Braces are literal text, so Redis Cluster
 ///   hash tags like `"{goods}:<id>"` work. The client's key prefix is applied. The template is
 ///   parsed at compile time; at run time the key is one `format!`.
+/// - **`kind`**: which lock guards the body. `"reentrant"` is [`LockClient::lock`];
+///   `"fair"` is [`LockClient::fair_lock`] (granted in arrival order across processes);
+///   `"read"` and `"write"` are the two sides of [`LockClient::rw_lock`] on the same key:
+///   any number of `"read"` bodies run together, a `"write"` body runs alone. Nested
+///   attribute functions follow the primitive's rules: a `"read"` function called from a
+///   `"write"` one on the same key reads under the write (a downgrade), a `"write"`
+///   function called from a `"read"` one fails at once with
+///   [`LockError::UpgradeNotSupported`] instead of waiting for itself.
 /// - **`lease`**: the lock expires after it and is never renewed; without it the watchdog
 ///   renews the lease while the body runs. Checked at compile time (1 ms to 366 days).
 /// - **`wait`**: how long to wait for the lock; when it passes the function fails with
@@ -193,7 +202,8 @@ pub fn redact_url(url: &str) -> String {
 ///
 /// # Compile errors
 ///
-/// Spanned on the offending token: unknown or duplicate option, missing `key`, empty key,
+/// Spanned on the offending token: unknown or duplicate option, unknown `kind`, missing
+/// `key`, empty key,
 /// unterminated `<`, a placeholder naming no parameter (the message lists the parameters),
 /// a bad duration, a non-async function, and a function that cannot report failure.
 #[cfg(feature = "macros")]

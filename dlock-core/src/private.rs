@@ -42,19 +42,48 @@ pub const fn lease_fits(secs: u64, nanos: u32) -> bool {
     secs < max || (secs == max && nanos == 0)
 }
 
-/// Acquires `key` the way the attribute's `wait` / `lease` options say.
+/// Which lock the attribute's `kind` option names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The reentrant lock ([`LockClient::lock`]), the default.
+    Reentrant,
+    /// The fair lock ([`LockClient::fair_lock`]).
+    Fair,
+    /// The read side of the read-write lock ([`LockClient::rw_lock`]).
+    Read,
+    /// The write side of the read-write lock.
+    Write,
+}
+
+/// One acquisition the way the attribute's `wait` / `lease` options say, on any handle
+/// with the lock's four acquisition methods.
+macro_rules! acquire_with {
+    ($handle:expr, $wait:expr, $lease:expr) => {{
+        let handle = $handle;
+        match ($wait, $lease) {
+            (None, None) => handle.lock().await,
+            (None, Some(lease)) => handle.lock_with_lease(lease).await,
+            (Some(wait), None) => handle.try_lock_for(wait).await,
+            (Some(wait), Some(lease)) => handle.try_lock_with(wait, lease).await,
+        }
+    }};
+}
+
+/// Acquires the lock of `kind` called `key` the way the attribute's `wait` / `lease`
+/// options say.
 pub async fn acquire(
     client: Result<LockClient>,
+    kind: Kind,
     key: String,
     wait: Option<Duration>,
     lease: Option<Duration>,
 ) -> Result<LockGuard> {
-    let lock = client?.lock(&key);
-    match (wait, lease) {
-        (None, None) => lock.lock().await,
-        (None, Some(lease)) => lock.lock_with_lease(lease).await,
-        (Some(wait), None) => lock.try_lock_for(wait).await,
-        (Some(wait), Some(lease)) => lock.try_lock_with(wait, lease).await,
+    let client = client?;
+    match kind {
+        Kind::Reentrant => acquire_with!(client.lock(&key), wait, lease),
+        Kind::Fair => acquire_with!(client.fair_lock(&key), wait, lease),
+        Kind::Read => acquire_with!(client.rw_lock(&key).read(), wait, lease),
+        Kind::Write => acquire_with!(client.rw_lock(&key).write(), wait, lease),
     }
 }
 

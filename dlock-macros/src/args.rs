@@ -6,19 +6,69 @@ use proc_macro2::Span;
 use syn::parse::ParseStream;
 use syn::{Expr, Ident, LitStr, Path, Token};
 
-const OPTIONS: &str = "`key`, `lease`, `wait`, `client`, `on_fail`";
+const OPTIONS: &str = "`key`, `kind`, `lease`, `wait`, `client`, `on_fail`";
 
-/// `#[distributed_lock(key = "...", lease = "...", wait = "...", client = expr, on_fail = path)]`
+/// `#[distributed_lock(key = "...", kind = "...", lease = "...", wait = "...", client = expr, on_fail = path)]`
 ///
 /// Options with a mistake are left `None` and the mistake recorded, so that one compile
 /// reports every problem of the attribute and of the function it is on.
 #[derive(Default)]
 pub(crate) struct Args {
     pub(crate) key: Option<LitStr>,
+    pub(crate) kind: Kind,
     pub(crate) lease: Option<Lease>,
     pub(crate) wait: Option<Duration>,
     pub(crate) client: Option<Expr>,
     pub(crate) on_fail: Option<Path>,
+}
+
+/// Which lock the attribute takes: `kind = "..."`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `"reentrant"`, the default: `LockClient::lock`.
+    #[default]
+    Reentrant,
+    /// `"fair"`: `LockClient::fair_lock`, granted in arrival order across processes.
+    Fair,
+    /// `"read"`: the read side of `LockClient::rw_lock`, shared with other readers.
+    Read,
+    /// `"write"`: the write side of `LockClient::rw_lock`, exclusive.
+    Write,
+}
+
+impl Kind {
+    const NAMES: [(&'static str, Kind); 4] = [
+        ("reentrant", Kind::Reentrant),
+        ("fair", Kind::Fair),
+        ("read", Kind::Read),
+        ("write", Kind::Write),
+    ];
+
+    fn parse(literal: &LitStr) -> syn::Result<Kind> {
+        let text = literal.value();
+        Kind::NAMES
+            .iter()
+            .find(|(name, _)| *name == text)
+            .map(|(_, kind)| *kind)
+            .ok_or_else(|| {
+                syn::Error::new_spanned(
+                    literal,
+                    format!(
+                        "unknown lock kind {text:?}; expected \"reentrant\" (the default), \"fair\", \"read\" or \"write\""
+                    ),
+                )
+            })
+    }
+
+    /// The variant of `dlock_core::__private::Kind` it expands to.
+    pub(crate) fn variant(self) -> &'static str {
+        match self {
+            Kind::Reentrant => "Reentrant",
+            Kind::Fair => "Fair",
+            Kind::Read => "Read",
+            Kind::Write => "Write",
+        }
+    }
 }
 
 /// A `lease` and where it was written. Its upper bound is `dlock_core::MAX_LEASE`, which
@@ -48,6 +98,10 @@ impl Args {
             seen.push(option.clone());
             match option.as_str() {
                 "key" => args.key = Some(input.parse::<LitStr>()?),
+                "kind" => {
+                    let literal: LitStr = input.parse()?;
+                    args.kind = errors.keep(Kind::parse(&literal)).unwrap_or_default();
+                }
                 "lease" => {
                     let literal: LitStr = input.parse()?;
                     args.lease =

@@ -115,6 +115,7 @@ fn rewrite(function: &ItemFn, args: &Args, key: TokenStream) -> TokenStream {
         }
         None => quote!(#private::global_client()),
     };
+    let kind = proc_macro2::Ident::new(args.kind.variant(), proc_macro2::Span::call_site());
     let wait = optional_duration(args.wait);
     let lease = optional_duration(args.lease.as_ref().map(|lease| lease.duration));
     // Checked against dlock-core's limit when the expansion compiles, pointing at the lease.
@@ -138,7 +139,7 @@ fn rewrite(function: &ItemFn, args: &Args, key: TokenStream) -> TokenStream {
             #(#inner)*
             #lease_check
             let __dlock_key: ::std::string::String = #key;
-            let __dlock_guard = match #private::acquire(#client, __dlock_key, #wait, #lease).await {
+            let __dlock_guard = match #private::acquire(#client, #private::Kind::#kind, __dlock_key, #wait, #lease).await {
                 ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
                 ::core::result::Result::Err(__dlock_error) => return #fail,
             };
@@ -331,6 +332,33 @@ mod snapshots {
             "on_fail_with_impl_trait",
             r#"key = "report:<name>", on_fail = busy"#,
             "async fn report(name: impl Display) -> impl Display { name.to_string() }",
+        );
+    }
+
+    #[test]
+    fn fair_kind() {
+        check(
+            "fair_kind",
+            r#"key = "queue:<id>", kind = "fair", wait = "2s""#,
+            "async fn serve(id: u64) -> Result<(), AppError> { Ok(()) }",
+        );
+    }
+
+    #[test]
+    fn read_kind() {
+        check(
+            "read_kind",
+            r#"key = "catalog:<shop>", kind = "read""#,
+            "async fn price(shop: u32, item: u64) -> Result<u64, AppError> { Ok(item) }",
+        );
+    }
+
+    #[test]
+    fn write_kind() {
+        check(
+            "write_kind",
+            r#"key = "catalog:<shop>", kind = "write", lease = "10s""#,
+            "async fn reprice(shop: u32, item: u64) -> Result<(), AppError> { Ok(()) }",
         );
     }
 

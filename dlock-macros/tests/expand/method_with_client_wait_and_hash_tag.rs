@@ -7,6 +7,7 @@ async fn sell(&mut self, order: Order) -> AppResult<()> {
             ::core::result::Result::Ok(
                 ::dlock_core::__private::IntoClient::to_client(&(self.locks)),
             ),
+            ::dlock_core::__private::Kind::Reentrant,
             __dlock_key,
             ::core::option::Option::Some(::core::time::Duration::new(0u64, 0u32)),
             ::core::option::Option::None,

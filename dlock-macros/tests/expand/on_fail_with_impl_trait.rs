@@ -2,6 +2,7 @@ async fn report(name: impl Display) -> impl Display {
     let __dlock_key: ::std::string::String = ::std::format!("report:{}", name);
     let __dlock_guard = match ::dlock_core::__private::acquire(
             ::dlock_core::__private::global_client(),
+            ::dlock_core::__private::Kind::Reentrant,
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::None,

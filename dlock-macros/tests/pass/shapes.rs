@@ -112,6 +112,29 @@ impl Inventory for Shop {
     }
 }
 
+/// Every kind of lock, with the options that apply to each.
+#[distributed_lock(key = "queue:<id>", kind = "fair", wait = "2s")]
+async fn fair(id: u64) -> AppResult<()> {
+    let _ = id;
+    Ok(())
+}
+
+#[distributed_lock(key = "catalog:<shop>", kind = "read")]
+async fn read(shop: u32) -> AppResult<u32> {
+    Ok(shop)
+}
+
+#[distributed_lock(key = "catalog:<shop>", kind = "write", lease = "10s")]
+async fn write(shop: u32) -> AppResult<()> {
+    let _ = shop;
+    Ok(())
+}
+
+#[distributed_lock(key = "goods:<id>", kind = "reentrant")]
+async fn reentrant(id: u64) -> AppResult<u64> {
+    Ok(id)
+}
+
 fn main() {
     // Referencing the futures' types is enough: this suite checks that the shapes compile.
     let _ = free_function;
@@ -120,4 +143,5 @@ fn main() {
     let _ = generic::<u8>;
     let _ = destructured;
     let _ = returns_unit;
+    let _ = (fair, read, write, reentrant);
 }

@@ -1,0 +1,29 @@
+async fn serve(id: u64) -> Result<(), AppError> {
+    let __dlock_key: ::std::string::String = ::std::format!("queue:{}", id);
+    let __dlock_guard = match ::dlock_core::__private::acquire(
+            ::dlock_core::__private::global_client(),
+            ::dlock_core::__private::Kind::Fair,
+            __dlock_key,
+            ::core::option::Option::Some(::core::time::Duration::new(2u64, 0u32)),
+            ::core::option::Option::None,
+        )
+        .await
+    {
+        ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
+        ::core::result::Result::Err(__dlock_error) => {
+            return ::core::result::Result::Err(
+                ::core::convert::From::from(__dlock_error),
+            );
+        }
+    };
+    let __dlock_output = __dlock_guard
+        .scope(
+            ::dlock_core::__private::typed_body::<
+                Result<(), AppError>,
+                _,
+            >(async move { Ok(()) }),
+        )
+        .await;
+    ::dlock_core::__private::release(__dlock_guard).await;
+    __dlock_output
+}

@@ -1,0 +1,33 @@
+async fn reprice(shop: u32, item: u64) -> Result<(), AppError> {
+    const _: () = ::core::assert!(
+        ::dlock_core::__private::lease_fits(10u64, 0u32),
+        "`lease` is longer than `dlock_core::MAX_LEASE`; leave `lease` out to use the watchdog"
+    );
+    let __dlock_key: ::std::string::String = ::std::format!("catalog:{}", shop);
+    let __dlock_guard = match ::dlock_core::__private::acquire(
+            ::dlock_core::__private::global_client(),
+            ::dlock_core::__private::Kind::Write,
+            __dlock_key,
+            ::core::option::Option::None,
+            ::core::option::Option::Some(::core::time::Duration::new(10u64, 0u32)),
+        )
+        .await
+    {
+        ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
+        ::core::result::Result::Err(__dlock_error) => {
+            return ::core::result::Result::Err(
+                ::core::convert::From::from(__dlock_error),
+            );
+        }
+    };
+    let __dlock_output = __dlock_guard
+        .scope(
+            ::dlock_core::__private::typed_body::<
+                Result<(), AppError>,
+                _,
+            >(async move { Ok(()) }),
+        )
+        .await;
+    ::dlock_core::__private::release(__dlock_guard).await;
+    __dlock_output
+}
