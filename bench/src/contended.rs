@@ -308,7 +308,7 @@ async fn in_tasks(target: &Target, cfg: &Config, contenders: Vec<Contender>) -> 
 
 /// Turns the acquisitions of all contenders into the S2 / S5 figures.
 pub fn analyze(
-    mut events: Vec<Acquisition>,
+    events: Vec<Acquisition>,
     start_us: u64,
     total: u64,
     participants: usize,

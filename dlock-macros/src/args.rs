@@ -98,6 +98,13 @@ impl Args {
             seen.push(option.clone());
             match option.as_str() {
                 "key" => args.key = Some(input.parse::<LitStr>()?),
+                "kind" if !input.peek(LitStr) => {
+                    let value: Expr = input.parse()?;
+                    errors.push(syn::Error::new_spanned(
+                        &value,
+                        "`kind` is a string: write e.g. kind = \"fair\" (\"reentrant\", \"fair\", \"read\" or \"write\")",
+                    ));
+                }
                 "kind" => {
                     let literal: LitStr = input.parse()?;
                     args.kind = errors.keep(Kind::parse(&literal)).unwrap_or_default();

@@ -125,7 +125,10 @@ async fn read_bodies_run_together() {
     let catalog = catalog(&server).await;
     concurrently(&catalog, 4, |c, _| async move { c.read(1).await }).await;
     let most = catalog.occupancy.most_readers();
-    assert!(most > 1, "read bodies never overlapped (most at once: {most})");
+    assert!(
+        most > 1,
+        "read bodies never overlapped (most at once: {most})"
+    );
     assert_eq!(catalog.occupancy.conflicts(), 0);
 }
 
@@ -158,7 +161,11 @@ async fn a_write_body_never_runs_beside_a_read_body() {
         }
     })
     .await;
-    assert_eq!(catalog.occupancy.conflicts(), 0, "a write overlapped a read");
+    assert_eq!(
+        catalog.occupancy.conflicts(),
+        0,
+        "a write overlapped a read"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
