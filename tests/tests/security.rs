@@ -11,10 +11,11 @@ use dlock_core::{LockClient, LockError, Topology};
 use dlock_tests::logs::{capture_logs, captured};
 use dlock_tests::{RedisCluster, RedisReplicaSet, RedisSentinelGroup, RedisServer};
 
-/// Commands every mode needs: the four scripts run with `EVALSHA` (reloaded with
+/// Commands every mode needs: the scripts run with `EVALSHA` (reloaded with
 /// `SCRIPT LOAD` after `NOSCRIPT`), the commands the scripts call (a script runs with the
-/// caller's permissions), and the reads behind `is_locked`, `hold_count` and
-/// `remaining_lease`. `EVAL` is never sent.
+/// caller's permissions: the sorted-set commands and `TIME` are the fair lock's queue and
+/// the read-write lock's waiting writers, `HGETALL` the read-write lock's owners), and the
+/// reads behind `is_locked`, `hold_count` and `remaining_lease`. `EVAL` is never sent.
 const COMMON_COMMANDS: &[&str] = &[
     "+evalsha",
     "+script|load",
@@ -30,6 +31,15 @@ const COMMON_COMMANDS: &[&str] = &[
     "+get",
     "+set",
     "+del",
+    "+hgetall",
+    "+time",
+    "+zadd",
+    "+zcount",
+    "+zrange",
+    "+zrangebyscore",
+    "+zrem",
+    "+zremrangebyscore",
+    "+zscore",
 ];
 
 /// The deployments whose data nodes need different commands.
@@ -73,6 +83,12 @@ fn acl_rule(mode: Mode, prefix: &str) -> Vec<String> {
         // routing), so it needs a key pattern as well as a channel pattern.
         format!("~dlock:unlock:{{*}}:{prefix}*"),
         format!("&dlock:unlock:{{*}}:{prefix}*"),
+        // The fair lock's queue and entry deadlines, and each waiter's wake-up channel:
+        // `dlock:fair:{tag}:<prefix><name>:queue|deadlines|wake:<waiter>`.
+        format!("~dlock:fair:{{*}}:{prefix}*"),
+        format!("&dlock:fair:{{*}}:{prefix}*"),
+        // The read-write lock's waiting writers: `dlock:rwwait:{tag}:<prefix><name>`.
+        format!("~dlock:rwwait:{{*}}:{prefix}*"),
     ];
     rule.extend(
         COMMON_COMMANDS
@@ -246,6 +262,11 @@ async fn exercise(clients: &[LockClient; 3], names: &[String]) -> Vec<Duration> 
         leased.unlock().await.unwrap();
     }
 
+    for name in names {
+        wakeups.push(exercise_fair(a, b, name).await);
+        exercise_rw(a, b, name).await;
+    }
+
     let lock = fast.lock(&names[0]);
     let guard = lock.lock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -255,6 +276,78 @@ async fn exercise(clients: &[LockClient; 3], names: &[String]) -> Vec<Duration> 
     assert!(left <= Duration::from_secs(1), "{left:?}");
     guard.unlock().await.unwrap();
     wakeups
+}
+
+/// The fair lock's operations on `name` (with a `fair:` prefix, so that they never meet
+/// the plain lock of the same name): a waiter of `b` queued behind `a`'s hold and woken by
+/// the release on its own channel (within 100 ms; returned), `queue_len`, a bounded wait
+/// that leaves the queue, force unlock.
+async fn exercise_fair(a: &LockClient, b: &LockClient, name: &str) -> Duration {
+    let name = format!("fair:{name}");
+    let lock = a.fair_lock(&name);
+    let guard = lock.lock().await.unwrap_or_else(|e| panic!("{name}: {e}"));
+    let waiting = b.fair_lock(&name);
+    let waiter = tokio::spawn(async move {
+        let guard = waiting.lock().await;
+        (guard, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(lock.queue_len().await.unwrap(), 1, "{name}");
+    let released_at = Instant::now();
+    guard.unlock().await.unwrap();
+    let (held_by_b, acquired_at) = waiter.await.unwrap();
+    let held_by_b = held_by_b.unwrap_or_else(|e| panic!("{name}: fair waiter: {e}"));
+    let wakeup = acquired_at.saturating_duration_since(released_at);
+    assert!(
+        wakeup < Duration::from_millis(100),
+        "{name}: the fair waiter took {wakeup:?} after the release"
+    );
+    let err = lock
+        .try_lock_for(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{name}: {err}");
+    assert_eq!(lock.queue_len().await.unwrap(), 0, "{name}: left its entry");
+    assert!(lock.force_unlock().await.unwrap(), "{name}");
+    assert!(
+        held_by_b.unlock().await.unwrap_err().is_not_held(),
+        "{name}"
+    );
+    wakeup
+}
+
+/// The read-write lock's operations on `name` (prefixed `rw:`): two readers of two
+/// clients share, a writer waits behind them (a waiting-writer entry) until its bounded
+/// wait runs out, then gets in; a read inside the write's scope (a downgrade).
+async fn exercise_rw(a: &LockClient, b: &LockClient, name: &str) {
+    let name = format!("rw:{name}");
+    let (rw_a, rw_b) = (a.rw_lock(&name), b.rw_lock(&name));
+    let read_a = rw_a
+        .read()
+        .lock()
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let read_b = rw_b.read().try_lock().await.unwrap();
+    let err = rw_b
+        .write()
+        .try_lock_for(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{name}: {err}");
+    read_a.unlock().await.unwrap();
+    read_b.unlock().await.unwrap();
+    let write = rw_a.write().lock().await.unwrap();
+    let downgraded = write.scope(rw_a.read().lock()).await.unwrap();
+    write.unlock().await.unwrap();
+    // The downgraded read admits another client's reader.
+    let other = rw_b
+        .read()
+        .try_lock()
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    other.unlock().await.unwrap();
+    downgraded.unlock().await.unwrap();
+    assert!(!rw_a.is_locked().await.unwrap(), "{name}");
 }
 
 /// Every lock operation once, ignoring failures, with short timeouts: for the checks that
@@ -292,6 +385,30 @@ async fn touch_everything(topology: &Topology) {
     if let Ok(guard) = b.lock("goods:2").try_lock().await {
         let _ = a.lock("goods:2").force_unlock().await;
         drop(guard);
+    }
+    // The fair lock: a queued waiter (ZADD, ZSCORE), woken on its own channel, the queue
+    // length (ZCOUNT).
+    let fair = a.fair_lock("queue:1");
+    if let Ok(guard) = fair.try_lock().await {
+        let waiting = b.fair_lock("queue:1");
+        let waiter =
+            tokio::spawn(async move { waiting.try_lock_for(Duration::from_millis(500)).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _ = fair.queue_len().await;
+        let _ = guard.unlock().await;
+        if let Ok(Ok(guard)) = waiter.await {
+            let _ = guard.unlock().await;
+        }
+    }
+    // The read-write lock: a writer waiting behind a reader (its entry), giving up.
+    let rw = a.rw_lock("catalog:1");
+    if let Ok(read) = rw.read().try_lock().await {
+        let _ = b
+            .rw_lock("catalog:1")
+            .write()
+            .try_lock_for(Duration::from_millis(200))
+            .await;
+        let _ = read.unlock().await;
     }
     // Let the unsubscribe and background releases reach Redis.
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -72,12 +72,10 @@ local function rw_renew(key, owner, field, lease, now)
   end
   local deadline = tonumber(redis.call('hget', key, owner .. ':t'))
   if deadline == nil or deadline <= now or redis.call('hexists', key, field) == 0 then
-    -- Its lease ran out (or it is gone): never revived, whatever is left of it goes.
+    -- Its lease ran out (or it is gone): never revived. The purge drops it with every
+    -- other owner whose deadline passed, and the hash when nobody is left.
     if deadline ~= nil and deadline <= now then
-      redis.call('hdel', key, owner, owner .. ':w', owner .. ':t')
-      if redis.call('hlen', key) <= 1 then
-        redis.call('del', key)
-      end
+      rw_purge(key, now)
     end
     return 0
   end
