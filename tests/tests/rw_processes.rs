@@ -202,6 +202,22 @@ async fn after_a_downgrade_a_reader_in_another_process_proceeds_within_50_ms() {
     );
 }
 
+/// The owners' deadlines in the lock hash (`<owner>:t` → server ms), by owner.
+fn deadlines(server: &RedisServer, key: &str) -> std::collections::HashMap<String, u64> {
+    let fields: std::collections::HashMap<String, String> =
+        server.connection().hgetall(key).unwrap();
+    fields
+        .into_iter()
+        .filter_map(|(field, value)| {
+            let owner = field.strip_suffix(":t")?;
+            Some((owner.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Compared on Redis' own clock, from the deadlines the scripts wrote: the reader's
+/// (grant + its lease) and the writer's (grant + the writer's lease), so the writer's
+/// grant time is exact, not when a process got to read the clock afterwards.
 #[tokio::test]
 async fn a_killed_readers_hold_ends_on_its_own_lease() {
     let server = RedisServer::start();
@@ -214,22 +230,39 @@ async fn a_killed_readers_hold_ends_on_its_own_lease() {
         &lease_ms.to_string(),
         "30000",
     ]);
-    let held_at = reader.expect("held").unwrap();
+    let held_at_us = reader.expect("held").unwrap();
+    let before = deadlines(&server, "rw-killed");
+    let [(reader_owner, reader_deadline)] =
+        <[_; 1]>::try_from(before.into_iter().collect::<Vec<_>>())
+            .unwrap_or_else(|all| panic!("one reader expected: {all:?}"));
+    // The reader's deadline is its grant + its lease: the grant came before the reader
+    // reported it, at most a few ms before.
+    let reported_end = held_at_us / 1000 + lease_ms;
+    assert!(
+        reader_deadline <= reported_end && reader_deadline + 50 >= reported_end,
+        "the reader's deadline {reader_deadline} is not its lease after its grant (~{reported_end})"
+    );
     reader.child.kill().unwrap();
     reader.child.wait().unwrap();
-    let waiting = Instant::now();
+    let writer_lease = Duration::from_secs(20);
     let write = client
         .rw_lock("rw-killed")
         .write()
-        .try_lock_for(Duration::from_secs(5))
+        .try_lock_with(Duration::from_secs(5), writer_lease)
         .await
         .unwrap();
-    let acquired = time_us(&server);
-    let after = acquired - held_at;
+    let after = deadlines(&server, "rw-killed");
     assert!(
-        after >= lease_ms * 1000 && after <= (lease_ms + 200) * 1000,
-        "the writer got in {after} µs after the reader's acquisition (lease {lease_ms} ms), waited {:?}",
-        waiting.elapsed()
+        !after.contains_key(&reader_owner),
+        "the dead reader is still an owner"
+    );
+    let [(_, writer_deadline)] = <[_; 1]>::try_from(after.into_iter().collect::<Vec<_>>())
+        .unwrap_or_else(|all| panic!("one writer expected: {all:?}"));
+    let granted = writer_deadline - writer_lease.as_millis() as u64;
+    assert!(
+        granted >= reader_deadline && granted <= reader_deadline + 200,
+        "the writer was granted {} ms after the reader's lease ended (at {reader_deadline})",
+        granted as i64 - reader_deadline as i64
     );
     write.unlock().await.unwrap();
 }
