@@ -26,6 +26,46 @@ macro_rules! over_max_lease {
 /// The reason for a setting over [`MAX_LEASE`].
 pub(crate) const OVER_MAX_LEASE: &str = over_max_lease!();
 
+/// The lease of a re-entry: what its script sets, whether the watchdog renews it, and how
+/// long its local deadline runs (`None`: the outer hold's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReentryLease {
+    /// The script's lease argument; 0 leaves the expiry as it is.
+    pub(crate) millis: u64,
+    /// The renewal lease, when the watchdog renews the re-entry.
+    pub(crate) renewal: Option<Duration>,
+    /// The lease its deadline counts from the send time; `None` lives on the outer hold.
+    pub(crate) lease: Option<Duration>,
+}
+
+/// The rule every primitive's re-entry follows: an explicit lease is never stretched by a
+/// re-entry unless the re-entry asks for a longer explicit one itself (`asked`). Without
+/// one, inside a watchdog hold (`outer_renewal`) it is renewed like it; inside an explicit
+/// lease it lives on that lease (same expiry, no renewal).
+pub(crate) fn reentry_lease(
+    asked: Option<Duration>,
+    outer_renewal: Option<Duration>,
+    watchdog: Duration,
+) -> Result<ReentryLease> {
+    Ok(match (asked, outer_renewal) {
+        (Some(lease), _) => ReentryLease {
+            millis: lease_millis("lease", lease)?,
+            renewal: None,
+            lease: Some(lease),
+        },
+        (None, Some(_)) => ReentryLease {
+            millis: lease_millis("lease", watchdog)?,
+            renewal: Some(watchdog),
+            lease: Some(watchdog),
+        },
+        (None, None) => ReentryLease {
+            millis: 0,
+            renewal: None,
+            lease: None,
+        },
+    })
+}
+
 /// Converts `lease` to whole milliseconds for `PEXPIRE`, rejecting values Redis would
 /// misinterpret. `what` names the setting in the error ("lease", "watchdog_timeout").
 pub(crate) fn lease_millis(what: &'static str, lease: Duration) -> Result<u64> {

@@ -10,14 +10,14 @@ use super::release_ops::{release_job, FairRelease};
 use super::FairLock;
 use crate::client::{ClientInner, ReplicaAcks};
 use crate::error::{LossReason, Result};
-use crate::lease::lease_millis;
+use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
 use crate::redis::CallError;
 use crate::scripts::{fair_scripts, scripts};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::owner;
 use crate::sync::release::{self, ReleaseJob};
-use crate::sync::wait::{ends_before, GiveUp, NotYet, WaitPolicy, Waiter};
+use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl FairLock {
     /// The acquisition: a re-entry inside a live scope of this lock, otherwise a new
@@ -61,15 +61,11 @@ impl FairLock {
     ) -> Result<Option<LockGuard>> {
         let inner = &self.client.inner;
         let watchdog = inner.settings.watchdog_timeout;
-        let (lease_ms, renewal, lease) = match (lease, outer.renewal) {
-            (Some(lease), _) => (lease_millis("lease", lease)?, None, Some(lease)),
-            (None, Some(_)) => (
-                lease_millis("lease", watchdog)?,
-                Some(watchdog),
-                Some(watchdog),
-            ),
-            (None, None) => (0, None, None),
-        };
+        let ReentryLease {
+            millis: lease_ms,
+            renewal,
+            lease,
+        } = reentry_lease(lease, outer.renewal, watchdog)?;
         let op = inner.next_op();
         let field = Arc::clone(&outer.field);
         let marker = self.keys.marker(&field, op);
@@ -260,32 +256,17 @@ impl FairLock {
         for arg in &call.args {
             invocation.arg(arg);
         }
-        let started = Instant::now();
-        let mut failures = 0;
-        loop {
-            let sent_at = Instant::now();
-            let outcome = match inner.settings.replica_acks {
-                None => inner.backend.invoke::<Reply>(&invocation).await,
-                Some(acks) => self.call_replicated(call, acks).await,
-            };
-            let error = match outcome {
-                Ok(reply) => return Ok((sent_at, reply)),
-                Err(error) => error,
-            };
-            let retry = inner
-                .settings
-                .retry()
-                .retry_after(&error, failures, started)
-                .filter(|delay| give_up_at.is_none_or(|at| ends_before(*delay, at)));
-            match retry {
-                Some(delay) => {
-                    failures += 1;
-                    tracing::debug!(lock = %self.name, %error, "dlock: fair acquire failed; retrying");
-                    tokio::time::sleep(delay).await;
+        let invocation = &invocation;
+        inner
+            .settings
+            .retry()
+            .run(&self.name, give_up_at, || async move {
+                match inner.settings.replica_acks {
+                    None => inner.backend.invoke::<Reply>(invocation).await,
+                    Some(acks) => self.call_replicated(call, acks).await,
                 }
-                None => return Err(error),
-            }
-        }
+            })
+            .await
     }
 
     /// `call` followed by `WAIT` on one connection of its own (see the reentrant lock's

@@ -11,14 +11,14 @@ use super::release_ops::{release_job, ReleaseKind};
 use super::Lock;
 use crate::client::ReplicaAcks;
 use crate::error::{LockError, LossReason, Result};
-use crate::lease::lease_millis;
+use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::redis::CallError;
 use crate::scripts::scripts;
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::local::{Place, Ticket, Turn};
 use crate::sync::owner;
 use crate::sync::pubsub::Subscription;
-use crate::sync::wait::{ends_before, GiveUp, NotYet, WaitPolicy, Waiter};
+use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl Lock {
     /// The acquisition: a re-entry inside a live scope of this lock, otherwise a new owner
@@ -72,15 +72,11 @@ impl Lock {
     ) -> Result<Option<LockGuard>> {
         let inner = &self.client.inner;
         let watchdog = inner.settings.watchdog_timeout;
-        let (lease_ms, renewal, lease) = match (lease, outer.renewal) {
-            (Some(lease), _) => (lease_millis("lease", lease)?, None, Some(lease)),
-            (None, Some(_)) => (
-                lease_millis("lease", watchdog)?,
-                Some(watchdog),
-                Some(watchdog),
-            ),
-            (None, None) => (0, None, None),
-        };
+        let ReentryLease {
+            millis: lease_ms,
+            renewal,
+            lease,
+        } = reentry_lease(lease, outer.renewal, watchdog)?;
         let op = inner.next_op();
         let mut attempt = Attempt {
             lock: self,
@@ -428,47 +424,31 @@ impl Attempt<'_> {
             .arg(&*self.field)
             .arg(kind)
             .arg(marker_ms);
-        let started = Instant::now();
-        let mut failures = 0;
-        loop {
-            // Stays true after an error reply too: a script refused half-way (an ACL
-            // denying PEXPIRE after HSET, say) keeps what it wrote, so the compensating
-            // release is needed then as well.
-            self.maybe_applied = true;
-            let sent_at = Instant::now();
-            let outcome = match inner.settings.replica_acks {
-                None => inner.backend.invoke::<Reply>(&invocation).await,
-                Some(acks) => {
-                    self.acquire_replicated(lease_ms, (marker, kind, marker_ms), acks)
-                        .await
-                }
-            };
-            match outcome {
-                Ok(reply) => {
-                    if !matches!(reply, Reply::Acquired) {
-                        // Redis answered "busy" or refused before writing: nothing of ours
-                        // is there.
-                        self.maybe_applied = false;
-                    }
-                    return Ok((sent_at, reply));
-                }
-                Err(error) => {
-                    let retry = inner
-                        .settings
-                        .retry()
-                        .retry_after(&error, failures, started)
-                        .filter(|delay| give_up_at.is_none_or(|at| ends_before(*delay, at)));
-                    match retry {
-                        Some(delay) => {
-                            failures += 1;
-                            tracing::debug!(lock = %self.lock.name, %error, "dlock: acquire failed; retrying");
-                            tokio::time::sleep(delay).await;
-                        }
-                        None => return Err(error),
+        // Stays true after an error reply too: a script refused half-way (an ACL denying
+        // PEXPIRE after HSET, say) keeps what it wrote, so the compensating release is
+        // needed then as well.
+        self.maybe_applied = true;
+        let (this, invocation) = (&*self, &invocation);
+        let outcome = inner
+            .settings
+            .retry()
+            .run(&self.lock.name, give_up_at, || async move {
+                match inner.settings.replica_acks {
+                    None => inner.backend.invoke::<Reply>(invocation).await,
+                    Some(acks) => {
+                        this.acquire_replicated(lease_ms, (marker, kind, marker_ms), acks)
+                            .await
                     }
                 }
+            })
+            .await;
+        if let Ok((_, reply)) = &outcome {
+            if !matches!(reply, Reply::Acquired) {
+                // Redis answered "busy" or refused before writing: nothing of ours is there.
+                self.maybe_applied = false;
             }
         }
+        outcome
     }
 
     /// The acquire script followed by `WAIT` in one pipeline, so both run on the same

@@ -14,14 +14,14 @@ use tokio::time::Instant;
 use super::release_ops::{release_job, ReleaseKind};
 use super::{Kind, ReadWriteLock, WRITE_SUFFIX};
 use crate::error::{LockError, LossReason, Result};
-use crate::lease::lease_millis;
+use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
 use crate::redis::CallError;
 use crate::scripts::rw_scripts;
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::owner;
 use crate::sync::release;
-use crate::sync::wait::{ends_before, GiveUp, NotYet, WaitPolicy, Waiter};
+use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 /// How long a waiting writer's entry lives after its last try. A live writer tries again
 /// at least every third of it (see `acquire_new`); a dead one's entry holds readers back
@@ -114,15 +114,11 @@ impl ReadWriteLock {
     ) -> Result<Option<LockGuard>> {
         let inner = &self.shared.client.inner;
         let watchdog = inner.settings.watchdog_timeout;
-        let (lease_ms, renewal, lease) = match (lease, outer.renewal) {
-            (Some(lease), _) => (lease_millis("lease", lease)?, None, Some(lease)),
-            (None, Some(_)) => (
-                lease_millis("lease", watchdog)?,
-                Some(watchdog),
-                Some(watchdog),
-            ),
-            (None, None) => (0, None, None),
-        };
+        let ReentryLease {
+            millis: lease_ms,
+            renewal,
+            lease,
+        } = reentry_lease(lease, outer.renewal, watchdog)?;
         let mut attempt = Attempt {
             rw: self,
             owner: owner_of(outer),
@@ -386,42 +382,28 @@ impl Attempt<'_> {
             .arg(how)
             .arg(marker_ms)
             .arg(entry_ms);
-        let started = Instant::now();
-        let mut failures = 0;
-        loop {
-            // Stays true after an error reply too: a script refused half-way keeps what
-            // it wrote, so the compensating release is needed then as well.
-            self.maybe_applied = true;
-            if entry_ms > 0 {
-                self.queued = true;
-            }
-            let sent_at = Instant::now();
-            match inner.backend.invoke::<Reply>(&invocation).await {
-                Ok(reply) => {
-                    if !matches!(reply, Reply::Acquired) {
-                        // Busy or refused before writing a hold (a busy writer's entry is
-                        // covered by `queued`).
-                        self.maybe_applied = false;
-                    }
-                    return Ok((sent_at, reply));
-                }
-                Err(error) => {
-                    let retry = inner
-                        .settings
-                        .retry()
-                        .retry_after(&error, failures, started)
-                        .filter(|delay| give_up_at.is_none_or(|at| ends_before(*delay, at)));
-                    match retry {
-                        Some(delay) => {
-                            failures += 1;
-                            tracing::debug!(lock = %lock.name, %error, "dlock: acquire failed; retrying");
-                            tokio::time::sleep(delay).await;
-                        }
-                        None => return Err(error),
-                    }
-                }
+        // Stays true after an error reply too: a script refused half-way keeps what it
+        // wrote, so the compensating release is needed then as well.
+        self.maybe_applied = true;
+        if entry_ms > 0 {
+            self.queued = true;
+        }
+        let invocation = &invocation;
+        let outcome = inner
+            .settings
+            .retry()
+            .run(&lock.name, give_up_at, || async move {
+                inner.backend.invoke::<Reply>(invocation).await
+            })
+            .await;
+        if let Ok((_, reply)) = &outcome {
+            if !matches!(reply, Reply::Acquired) {
+                // Busy or refused before writing a hold (a busy writer's entry is covered
+                // by `queued`).
+                self.maybe_applied = false;
             }
         }
+        outcome
     }
 
     /// The release of whatever this acquisition may have left: its hold if a try may have

@@ -1,6 +1,7 @@
 //! When a failed call is tried again: at once after a dropped connection, then backing
 //! off, always within one command timeout.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -41,6 +42,49 @@ impl RetryPolicy {
         let delay = backoff(self.delay, failures);
         (started.elapsed().saturating_add(delay) < self.within).then_some(delay)
     }
+}
+
+impl RetryPolicy {
+    /// Runs `call` until it answers, retrying the failures [`retry_after`](Self::retry_after)
+    /// allows while the pause ends before `give_up_at`. Returns the send time of the call
+    /// that answered (a lease counts from it) with its answer; `lock` names the lock in
+    /// the log line of each retry.
+    pub(crate) async fn run<T, F, Fut>(
+        &self,
+        lock: &str,
+        give_up_at: Option<Instant>,
+        mut call: F,
+    ) -> Result<(Instant, T), CallError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, CallError>>,
+    {
+        let started = Instant::now();
+        let mut failures = 0;
+        loop {
+            let sent_at = Instant::now();
+            let error = match call().await {
+                Ok(answer) => return Ok((sent_at, answer)),
+                Err(error) => error,
+            };
+            let retry = self
+                .retry_after(&error, failures, started)
+                .filter(|delay| give_up_at.is_none_or(|at| ends_before(*delay, at)));
+            let Some(delay) = retry else {
+                return Err(error);
+            };
+            failures += 1;
+            tracing::debug!(lock, %error, "dlock: call failed; retrying");
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
+/// Whether `pause` from now ends before `deadline`; a pause too long to represent does not.
+pub(crate) fn ends_before(pause: Duration, deadline: Instant) -> bool {
+    Instant::now()
+        .checked_add(pause)
+        .is_some_and(|end| end < deadline)
 }
 
 /// The pause before the retry that follows `failures` failed attempts: none before the

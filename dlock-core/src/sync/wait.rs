@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::redis::CallError;
 use crate::sync::pubsub::{PubSubService, Subscription};
+use crate::sync::retry::ends_before;
 
 /// A try that did not acquire.
 pub(crate) enum NotYet {
@@ -152,11 +153,4 @@ impl<'a> Waiter<'a> {
         tokio::time::sleep(pause).await;
         Ok(())
     }
-}
-
-/// Whether `pause` from now ends before `deadline`; a pause too long to represent does not.
-pub(crate) fn ends_before(pause: Duration, deadline: Instant) -> bool {
-    Instant::now()
-        .checked_add(pause)
-        .is_some_and(|end| end < deadline)
 }
