@@ -143,6 +143,9 @@ impl LockClientBuilder {
     /// promoted will be among them, so ask for all replicas for the most safety. Renewals
     /// are not waited for.
     ///
+    /// Applies to the reentrant lock and the fair lock. The read-write lock does not wait
+    /// for replicas yet: its acquisitions count once the master has them.
+    ///
     /// Not available with a Redis Cluster (`connect_to` reports [`LockError::Config`]).
     /// `replicas` must be at least 1 and `within` between 1 ms and the command timeout.
     #[must_use]
