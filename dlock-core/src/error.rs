@@ -148,6 +148,44 @@ pub enum LockError {
         /// The lock's name.
         name: String,
     },
+
+    /// A same-slot [`MultiLock`](crate::MultiLock) was asked for over keys in more than
+    /// one Redis Cluster slot: one script cannot take them atomically (the cluster refuses
+    /// scripts across slots, and a single server would allow what a cluster would refuse
+    /// later). Nothing was sent to Redis. Give the names a common hash tag
+    /// (`order:{42}:items`, `order:{42}:payment`), or use `MultiLock::sequential`.
+    #[error("same-slot multi-lock over keys in different cluster slots: {}; give the names a common hash tag ({{tag}}) or use MultiLock::sequential", shown_slots(keys))]
+    CrossSlot {
+        /// Every key of the set (key prefix + name) with its cluster slot.
+        keys: Vec<(String, u16)>,
+    },
+
+    /// A [`MultiGuard`](crate::MultiGuard)'s unlock could not release every lock; the
+    /// others were released. Each failure is what that lock's own unlock reported: a
+    /// [`LockError::NotHeld`] means its lease ran out or it was force-unlocked before the
+    /// unlock, a Redis error means its release is retried in the background.
+    #[error("multi-lock unlock failed for {} lock(s): {}", failures.len(), shown_failures(failures))]
+    PartialUnlock {
+        /// The name of every lock that failed to release, with its error.
+        failures: Vec<(String, LockError)>,
+    },
+}
+
+/// `a (slot 1), b (slot 2)` for [`LockError::CrossSlot`].
+fn shown_slots(keys: &[(String, u16)]) -> String {
+    keys.iter()
+        .map(|(key, slot)| format!("{key:?} (slot {slot})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `"a": why; "b": why` for [`LockError::PartialUnlock`].
+fn shown_failures(failures: &[(String, LockError)]) -> String {
+    failures
+        .iter()
+        .map(|(name, error)| format!("{name:?}: {error}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Characters of a rejected name kept in [`LockError::InvalidName`].
@@ -252,6 +290,7 @@ impl From<LockError> for std::io::Error {
             LockError::Connect { .. } => std::io::ErrorKind::ConnectionRefused,
             LockError::InvalidDuration { .. }
             | LockError::InvalidName { .. }
+            | LockError::CrossSlot { .. }
             | LockError::Config(_) => std::io::ErrorKind::InvalidInput,
             _ => std::io::ErrorKind::Other,
         };

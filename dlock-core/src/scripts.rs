@@ -34,9 +34,15 @@ pub(crate) struct RwScripts {
     pub(crate) renew_write: Script,
 }
 
+/// The multi-lock's script (`multi/scripts/`): its same-slot acquisition. Its holds are
+/// renewed and released by the reentrant lock's scripts.
+pub(crate) struct MultiScripts {
+    pub(crate) acquire: Script,
+}
+
 /// Every script of every primitive: what a client loads into each server.
 pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
-    let (lock, fair, rw) = (scripts(), fair_scripts(), rw_scripts());
+    let (lock, fair, rw, multi) = (scripts(), fair_scripts(), rw_scripts(), multi_scripts());
     [
         &lock.acquire,
         &lock.release,
@@ -50,6 +56,7 @@ pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
         &rw.release,
         &rw.renew_read,
         &rw.renew_write,
+        &multi.acquire,
     ]
     .into_iter()
 }
@@ -92,5 +99,12 @@ pub(crate) fn rw_scripts() -> &'static RwScripts {
         release: prefixed_script!("rw", "common.lua", "release.lua"),
         renew_read: prefixed_script!("rw", "common.lua", "renew_read.lua"),
         renew_write: prefixed_script!("rw", "common.lua", "renew_write.lua"),
+    })
+}
+
+pub(crate) fn multi_scripts() -> &'static MultiScripts {
+    static SCRIPTS: OnceLock<MultiScripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| MultiScripts {
+        acquire: Script::new(include_str!("multi/scripts/acquire.lua")),
     })
 }

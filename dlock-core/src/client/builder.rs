@@ -225,7 +225,12 @@ impl LockClientBuilder {
         let background = Background::default();
         let backend = Backend::connect(topology, options, &background).await?;
         tracing::debug!(mode = topology.mode(), "dlock: connected");
-        Ok(LockClient::start(backend, settings, background))
+        Ok(LockClient::start(
+            backend,
+            settings,
+            background,
+            super::deployment_identity(topology),
+        ))
     }
 
     fn validate(&self) -> Result<Settings> {

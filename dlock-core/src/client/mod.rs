@@ -16,7 +16,8 @@ use uuid::Uuid;
 
 use crate::background::Background;
 use crate::error::Result;
-use crate::redis::Backend;
+use crate::redact::redact;
+use crate::redis::{Backend, Topology, TopologyKind};
 use crate::sync::held::Held;
 use crate::sync::local::LocalQueues;
 use crate::sync::metrics::{Metrics, Stats};
@@ -82,6 +83,9 @@ pub struct LockClient {
 
 pub(crate) struct ClientInner {
     pub(crate) id: Uuid,
+    /// Which Redis deployment this client talks to, described the same way in every
+    /// process configured alike (see [`deployment_identity`]); unlike `id`, which is random.
+    pub(crate) deployment: String,
     pub(crate) settings: Settings,
     pub(crate) backend: Backend,
     pub(crate) pubsub: PubSubService,
@@ -163,6 +167,35 @@ impl std::fmt::Debug for LockClient {
     }
 }
 
+/// A description of the deployment `topology` points at, stable across processes and
+/// restarts: its addresses (passwords redacted; sentinels and cluster seeds sorted) and
+/// database. Orders the locks of a [`MultiLock`](crate::MultiLock) over several clients,
+/// so that every process configured alike takes them in the same order. Two spellings of
+/// one server (`localhost` and `127.0.0.1`) are two deployments here: processes must be
+/// configured with the same addresses for the order to agree.
+pub(crate) fn deployment_identity(topology: &Topology) -> String {
+    let sorted = |urls: &[String]| {
+        let mut urls: Vec<String> = urls.iter().map(|url| redact(url)).collect();
+        urls.sort();
+        urls.join(",")
+    };
+    let database = topology.auth.database.unwrap_or(0);
+    match &topology.kind {
+        TopologyKind::Single { address } => format!("single {} db {database}", redact(address)),
+        TopologyKind::MasterReplicas { master, .. } => {
+            format!("master {} db {database}", redact(master))
+        }
+        TopologyKind::Sentinel {
+            master_name,
+            sentinels,
+        } => format!(
+            "sentinel {master_name} via {} db {database}",
+            sorted(sentinels)
+        ),
+        TopologyKind::Cluster { nodes } => format!("cluster {}", sorted(nodes)),
+    }
+}
+
 impl ClientInner {
     pub(crate) fn next_owner(&self) -> u64 {
         self.next_owner.fetch_add(1, Ordering::Relaxed)
@@ -191,7 +224,12 @@ impl ClientInner {
 }
 
 impl LockClient {
-    fn start(backend: Backend, settings: Settings, background: Background) -> LockClient {
+    fn start(
+        backend: Backend,
+        settings: Settings,
+        background: Background,
+        deployment: String,
+    ) -> LockClient {
         let registry = Arc::new(Registry::default());
         let metrics = Arc::new(Metrics::default());
         let (releases, queue) = mpsc::unbounded_channel();
@@ -247,6 +285,7 @@ impl LockClient {
         LockClient {
             inner: Arc::new(ClientInner {
                 id,
+                deployment,
                 settings,
                 backend,
                 pubsub,

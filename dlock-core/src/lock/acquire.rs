@@ -18,13 +18,14 @@ use crate::sync::held::{Held, HoldOwner};
 use crate::sync::local::{Place, Ticket, Turn};
 use crate::sync::owner;
 use crate::sync::pubsub::Subscription;
+use crate::sync::release::ReleaseJob;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl Lock {
     /// The acquisition: a re-entry inside a live scope of this lock, otherwise a new owner
     /// that lines up locally and then waits in Redis. `wait: None` waits forever;
     /// `lease: None` uses the watchdog.
-    pub(super) async fn acquire(
+    pub(crate) async fn acquire(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,
@@ -196,6 +197,32 @@ impl Lock {
                 () = &mut give_up => return None,
             }
         }
+    }
+
+    /// The guard of a hold that the owner `field` took of this lock in another
+    /// primitive's script over the same hash layout (the multi-lock's same-slot script):
+    /// renewed, released and lost like any hold of the lock.
+    pub(crate) fn adopt(
+        &self,
+        field: &Arc<str>,
+        renewal: Option<Duration>,
+        deadline: Instant,
+    ) -> LockGuard {
+        let inner = &self.client.inner;
+        let held = Held::new(
+            self.hold_owner(field),
+            renewal,
+            deadline,
+            Arc::clone(&inner.metrics),
+        );
+        self.guard(Arc::new(held))
+    }
+
+    /// The release of every hold of the fresh owner `field`, for an acquisition by
+    /// another primitive's script whose outcome is unknown (no guard of that owner exists).
+    pub(crate) fn abandoned_release(&self, field: &str) -> ReleaseJob {
+        let op = self.client.inner.next_op();
+        release_job(&self.name, &self.keys, field, ReleaseKind::Owner { op })
     }
 
     /// The guard of `held`, given back with the lock's release script.

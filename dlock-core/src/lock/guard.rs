@@ -71,6 +71,16 @@ impl LockGuard {
         }
     }
 
+    /// The hold this guard gives back.
+    pub(crate) fn held(&self) -> &Arc<Held> {
+        &self.held
+    }
+
+    /// The client the lock belongs to.
+    pub(crate) fn client(&self) -> &LockClient {
+        &self.client
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.held.name

@@ -79,7 +79,7 @@ impl Lock {
     }
 
     /// Names are checked when used, so that `client.lock(name)` stays infallible.
-    fn check_name(&self) -> Result<()> {
+    pub(crate) fn check_name(&self) -> Result<()> {
         if self.name.is_empty() {
             return Err(LockError::invalid_name(
                 "lock name",
@@ -88,6 +88,16 @@ impl Lock {
             ));
         }
         check_text("lock name", &self.name)
+    }
+
+    /// The client the lock belongs to.
+    pub(crate) fn client(&self) -> &LockClient {
+        &self.client
+    }
+
+    /// The lock's Redis names.
+    pub(crate) fn keys(&self) -> &LockKeys {
+        &self.keys
     }
 
     /// The lock's name, without the key prefix.

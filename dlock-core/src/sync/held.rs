@@ -114,6 +114,14 @@ impl Held {
         *deadline = (*deadline).max(sent_at + lease);
     }
 
+    /// Pushes the deadline out to `deadline` (never back), for a hold without watchdog
+    /// renewal whose primitive renewed it itself (the multi-lock keeps its early explicit-lease
+    /// holds alive while it waits for the later ones).
+    pub(crate) fn extend_to(&self, deadline: Instant) {
+        let mut current = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
+        *current = (*current).max(deadline);
+    }
+
     /// Why the lock is lost, if it is; a passed deadline counts as lost.
     pub(crate) fn loss(&self) -> Option<LossReason> {
         match self.state.load(Ordering::Acquire) {

@@ -13,6 +13,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use futures_util::future::Either;
+
 use crate::sync::held::Held;
 
 tokio::task_local! {
@@ -72,4 +74,26 @@ pub(crate) fn scope<F: Future>(
         parent: CHAIN.try_with(Arc::clone).ok(),
     };
     CHAIN.scope(Arc::new(frame), future)
+}
+
+/// Runs `future` with every hold of `holds` (client id, hold) recorded in the chain, as
+/// if each were scoped inside the previous one: the scope of a guard that holds several
+/// locks at once (the multi-lock), whose number is known only at run time.
+pub(crate) fn scope_all<F: Future>(
+    holds: Vec<(u128, Arc<Held>)>,
+    future: F,
+) -> impl Future<Output = F::Output> {
+    let mut parent = CHAIN.try_with(Arc::clone).ok();
+    for (client_id, held) in holds {
+        parent = Some(Arc::new(Frame {
+            client_id,
+            held,
+            parent,
+        }));
+    }
+    match parent {
+        Some(top) => Either::Left(CHAIN.scope(top, future)),
+        // No holds and no enclosing chain: nothing to record.
+        None => Either::Right(future),
+    }
 }

@@ -1,0 +1,365 @@
+//! Acquiring a [`MultiLock`]: one lock after the other in canonical order (sequential),
+//! or all at once by one script (same slot).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Mode, MultiGuard, MultiLock};
+use crate::error::{LockError, LossReason, Result};
+use crate::lease::lease_millis;
+use crate::lock::guard::LockGuard;
+use crate::lock::Lock;
+use crate::redis::CallError;
+use crate::scripts::multi_scripts;
+use crate::sync::owner;
+use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
+
+impl MultiLock {
+    /// The acquisition of the whole set within one wait budget (`None`: no end);
+    /// `lease: None` uses the watchdog.
+    pub(super) async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<MultiGuard> {
+        if let Some(lease) = lease {
+            lease_millis("lease", lease)?;
+        }
+        let started = Instant::now();
+        let give_up_at = wait.and_then(|wait| started.checked_add(wait));
+        let outcome = match self.mode {
+            Mode::SameSlot if !self.any_held_by_chain() => {
+                self.acquire_same_slot(wait, lease, give_up_at).await
+            }
+            _ => self.acquire_sequential(lease, give_up_at).await,
+        };
+        // A lock's own timeout names its share of the budget; the caller gave the whole.
+        outcome.map_err(|error| match error {
+            LockError::Timeout { name, .. } => LockError::Timeout {
+                name,
+                waited: wait.unwrap_or_default(),
+            },
+            other => other,
+        })
+    }
+
+    /// Whether the current call chain holds one of the locks (a same-slot set then goes
+    /// the sequential way, which re-enters it).
+    fn any_held_by_chain(&self) -> bool {
+        self.locks
+            .iter()
+            .any(|lock| owner::current_hold(lock.client().inner.id_bits(), lock.key()).is_some())
+    }
+
+    /// Each lock through its own acquisition, in canonical order, sharing the budget. A
+    /// failure gives back the locks already taken, then reports; no release-and-retry
+    /// loop is needed, since the order is the same for every multi-lock.
+    ///
+    /// Cancellation: the lock being acquired cancels its own attempt (its in-flight
+    /// script is undone in the background) and the guards already held release in the
+    /// background when dropped.
+    async fn acquire_sequential(
+        &self,
+        lease: Option<Duration>,
+        give_up_at: Option<Instant>,
+    ) -> Result<MultiGuard> {
+        let mut held: Vec<LockGuard> = Vec::with_capacity(self.locks.len());
+        for lock in self.locks.iter() {
+            let remaining = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
+            let outcome = match lease {
+                None => lock.acquire(remaining, None).await,
+                Some(lease) => {
+                    keep_alive_while(&held, lease, lock.acquire(remaining, Some(lease))).await
+                }
+            };
+            match outcome {
+                Ok(guard) => held.push(guard),
+                Err(error) => {
+                    give_back(held).await;
+                    return Err(error);
+                }
+            }
+        }
+        if let Some(lease) = lease {
+            if let Err(error) = refresh_early(&held, lease).await {
+                give_back(held).await;
+                return Err(error);
+            }
+        }
+        Ok(MultiGuard::new(held))
+    }
+
+    /// The same-slot script until it grants every lock, waiting between tries on the
+    /// unlock channel of the lock it named as blocking (and its TTL, and the recheck).
+    async fn acquire_same_slot(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+        give_up_at: Option<Instant>,
+    ) -> Result<MultiGuard> {
+        let first = &self.locks[0];
+        let inner = &first.client().inner;
+        inner.keep_running();
+        let started = Instant::now();
+        let settings = &inner.settings;
+        let renewal = lease.is_none().then_some(settings.watchdog_timeout);
+        let lease = lease.unwrap_or(settings.watchdog_timeout);
+        let lease_ms = lease_millis("lease", lease)?;
+        let mut attempt = SameSlotAttempt {
+            locks: &self.locks,
+            field: format!("{}:{}", inner.id, inner.next_owner()).into(),
+            maybe_applied: false,
+        };
+        // The waiter listens on the channel of the lock that blocked the last try.
+        let mut waiter: Option<(usize, Waiter<'_>)> = None;
+        loop {
+            let (blocker, not_yet) = match attempt.run(lease_ms, give_up_at).await {
+                Ok((sent_at, Reply::Acquired)) => {
+                    attempt.maybe_applied = false;
+                    let guards = self
+                        .locks
+                        .iter()
+                        .map(|lock| lock.adopt(&attempt.field, renewal, sent_at + lease))
+                        .collect();
+                    inner.metrics.acquired(started.elapsed());
+                    tracing::debug!(locks = ?self.names(), owner = %attempt.field, "dlock: multi-lock acquired");
+                    return Ok(MultiGuard::new(guards));
+                }
+                Ok((_, Reply::Busy { index, ttl_ms })) => (index, NotYet::Busy { ttl_ms }),
+                Ok((_, Reply::WrongType { index, found })) => {
+                    inner.metrics.acquire_failed();
+                    return Err(LockError::WrongType {
+                        name: self.locks[index].name().to_owned(),
+                        found,
+                    });
+                }
+                Err(error) => (
+                    waiter.as_ref().map_or(0, |(index, _)| *index),
+                    NotYet::Unavailable(error),
+                ),
+            };
+            if waiter.as_ref().is_none_or(|(index, _)| *index != blocker) {
+                let policy = WaitPolicy {
+                    recheck: settings.max_wait_recheck,
+                    failover_wait: settings.failover_wait,
+                    give_up_at,
+                    patient: wait != Some(Duration::ZERO),
+                };
+                let channel = &self.locks[blocker].keys().channel;
+                waiter = Some((blocker, Waiter::new(&inner.pubsub, channel, None, policy)));
+            }
+            let Some((_, waiting)) = waiter.as_mut() else {
+                continue;
+            };
+            match waiting.wait(not_yet).await {
+                Ok(()) => {}
+                Err(GiveUp::TimedOut) => {
+                    inner.metrics.timed_out();
+                    return Err(LockError::Timeout {
+                        name: self.locks[blocker].name().to_owned(),
+                        waited: wait.unwrap_or_default(),
+                    });
+                }
+                Err(GiveUp::Unavailable(error)) => {
+                    inner.metrics.acquire_failed();
+                    return Err(error.into_lock_error(self.locks[blocker].name(), "acquire"));
+                }
+            }
+        }
+    }
+}
+
+/// Runs `acquisition` while renewing the explicit-lease holds `held` to `lease` every
+/// third of it, so that the locks taken first do not expire while a later one is awaited.
+/// A renewal that finds a hold gone marks it lost (the set is then given up by
+/// [`refresh_early`]); one that fails is tried again at the next tick, and the hold's
+/// deadline stays where the last confirmed renewal put it.
+async fn keep_alive_while<F>(
+    held: &[LockGuard],
+    lease: Duration,
+    acquisition: F,
+) -> Result<LockGuard>
+where
+    F: std::future::Future<Output = Result<LockGuard>>,
+{
+    if held.is_empty() {
+        return acquisition.await;
+    }
+    tokio::pin!(acquisition);
+    let every = lease / 3;
+    loop {
+        tokio::select! {
+            outcome = &mut acquisition => return outcome,
+            () = tokio::time::sleep(every) => {
+                for guard in held {
+                    let _ = renew(guard, lease).await;
+                }
+            }
+        }
+    }
+}
+
+/// Renews every hold but the last when it would expire noticeably (more than a
+/// twentieth of the lease) before the last one: every lock then lives `lease` from the
+/// moment the whole set is held. Fails when a hold is lost (found gone by a renewal
+/// while the later locks were awaited, or its deadline passed).
+async fn refresh_early(held: &[LockGuard], lease: Duration) -> Result<()> {
+    let Some((last, early)) = held.split_last() else {
+        return Ok(());
+    };
+    let target = last.deadline().checked_sub(lease / 20);
+    for guard in held {
+        if let Some(reason) = guard.held().loss() {
+            return Err(LockError::Lost {
+                name: guard.name().to_owned(),
+                reason,
+            });
+        }
+    }
+    for guard in early {
+        if target.is_some_and(|target| guard.deadline() < target) {
+            renew(guard, lease).await?;
+        }
+    }
+    Ok(())
+}
+
+/// One renewal of `guard`'s hold to `lease` by the lock's renew script; a confirmed one
+/// moves the hold's deadline, a hold found gone is marked lost.
+async fn renew(guard: &LockGuard, lease: Duration) -> Result<()> {
+    let held = guard.held();
+    let backend = &guard.client().inner.backend;
+    let lease_ms = lease_millis("lease", lease)?;
+    let mut invocation = held.renew_script.prepare_invoke();
+    invocation.key(&*held.key).arg(lease_ms).arg(&*held.field);
+    let sent_at = Instant::now();
+    let renewed: Vec<redis::Value> = backend
+        .invoke(&invocation)
+        .await
+        .map_err(|e| e.into_lock_error(&held.name, "renew"))?;
+    if matches!(renewed.first(), Some(redis::Value::Int(1))) {
+        held.extend_to(sent_at + lease);
+        return Ok(());
+    }
+    held.mark_lost(LossReason::NotHeldOnRenewal);
+    Err(LockError::Lost {
+        name: held.name.to_string(),
+        reason: LossReason::NotHeldOnRenewal,
+    })
+}
+
+/// Releases the guards of an acquisition that failed, all at once; a release that fails
+/// here goes on in the background (the guard's `Drop`).
+async fn give_back(held: Vec<LockGuard>) {
+    futures_util::future::join_all(held.into_iter().map(LockGuard::unlock)).await;
+}
+
+/// What the same-slot script answered (see `scripts/acquire.lua`).
+#[derive(Debug)]
+enum Reply {
+    /// nil: the owner holds every lock.
+    Acquired,
+    /// Lock `index` (0-based) is held by another owner, for `ttl_ms` more.
+    Busy { index: usize, ttl_ms: i64 },
+    /// Lock `index` holds another type of value.
+    WrongType { index: usize, found: String },
+}
+
+impl redis::FromRedisValue for Reply {
+    fn from_redis_value(value: redis::Value) -> std::result::Result<Reply, redis::ParsingError> {
+        let position = |lua: i64| {
+            usize::try_from(lua - 1)
+                .map_err(|_| format!("bad key position {lua} in a dlock multi-lock reply"))
+        };
+        match value {
+            redis::Value::Nil => Ok(Reply::Acquired),
+            redis::Value::Array(items) => match items.as_slice() {
+                [redis::Value::Int(index), redis::Value::Int(ttl_ms)] => Ok(Reply::Busy {
+                    index: position(*index)?,
+                    ttl_ms: *ttl_ms,
+                }),
+                _ => Err(
+                    format!("unexpected reply from the dlock multi-lock script: {items:?}").into(),
+                ),
+            },
+            other => {
+                let text = String::from_redis_value(other)?;
+                let mut parts = text.splitn(3, ':');
+                match (parts.next(), parts.next(), parts.next()) {
+                    (Some("wrongtype"), Some(index), Some(found)) => {
+                        let index: i64 = index
+                            .parse()
+                            .map_err(|_| format!("bad key position in {text:?}"))?;
+                        Ok(Reply::WrongType {
+                            index: position(index)?,
+                            found: found.to_owned(),
+                        })
+                    }
+                    _ => Err(format!(
+                        "unexpected reply from the dlock multi-lock script: {text:?}"
+                    )
+                    .into()),
+                }
+            }
+        }
+    }
+}
+
+/// One same-slot acquisition's tries; if dropped while a try may have taken the locks
+/// (its reply never came), queues the release of every hold of its owner, lock by lock.
+struct SameSlotAttempt<'a> {
+    locks: &'a [Lock],
+    field: Arc<str>,
+    maybe_applied: bool,
+}
+
+impl SameSlotAttempt<'_> {
+    /// Runs the script, retrying fast transient failures; the send time of the call
+    /// that answered, and its reply.
+    async fn run(
+        &mut self,
+        lease_ms: u64,
+        give_up_at: Option<Instant>,
+    ) -> Result<(Instant, Reply), CallError> {
+        let first = &self.locks[0];
+        let inner = &first.client().inner;
+        let mut invocation = multi_scripts().acquire.prepare_invoke();
+        for lock in self.locks {
+            invocation.key(lock.key());
+        }
+        invocation.arg(lease_ms).arg(&*self.field);
+        // Stays true after an error reply too: a script refused half-way keeps what it
+        // wrote.
+        self.maybe_applied = true;
+        let invocation = &invocation;
+        let outcome = inner
+            .settings
+            .retry()
+            .run(first.name(), give_up_at, || async move {
+                inner.backend.invoke::<Reply>(invocation).await
+            })
+            .await;
+        if let Ok((_, reply)) = &outcome {
+            if !matches!(reply, Reply::Acquired) {
+                // Busy or refused before writing: nothing of ours is there.
+                self.maybe_applied = false;
+            }
+        }
+        outcome
+    }
+}
+
+impl Drop for SameSlotAttempt<'_> {
+    fn drop(&mut self) {
+        if !self.maybe_applied {
+            return;
+        }
+        tracing::debug!(owner = %self.field, "dlock: multi-lock acquire outcome unknown; releasing in the background");
+        for lock in self.locks {
+            let inner = &lock.client().inner;
+            inner.release_in_background(lock.abandoned_release(&self.field));
+        }
+    }
+}

@@ -1,0 +1,47 @@
+-- Take several reentrant locks at once for one new owner, or none of them.
+--
+-- KEYS[1..n]  the lock hashes, all in one cluster slot; the same layout as a single lock
+--             (field = owner, value = hold count), so a lock taken here excludes and is
+--             excluded by a plain lock of the same name, and is renewed and released by
+--             the lock's own scripts, key by key
+-- ARGV[1]     lease in milliseconds (1..31622400000; checked before any write)
+-- ARGV[2]     owner field "<client-id>:<owner-id>", a fresh owner used by this acquisition
+--             only
+--
+-- Returns nil when the owner now holds every lock (one hold each, expiring after the
+-- lease); {i, ttl} when another owner holds KEYS[i] and nothing was written: of the held
+-- keys, the one whose owner's lease ends first, and its remaining time to live in ms (-1
+-- when it has no expiry), so the caller naps until then and listens on that lock's
+-- channel; 'wrongtype:<i>:<type>' when KEYS[i] holds another type of value (nothing is
+-- written then).
+--
+-- Idempotent: the owner is fresh, so finding it in a hash means an earlier attempt of this
+-- acquisition was applied (its reply was lost); a retry counts it as free and sets the
+-- expiry again from now, as the client counts the lease from the retry.
+local lease = tonumber(ARGV[1])
+if lease == nil or lease < 1 or lease > 31622400000 then
+  return redis.error_reply('ERR dlock multi acquire: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[1]))
+end
+
+local blocker, blocker_ttl = nil, nil
+for i, key in ipairs(KEYS) do
+  local mine = redis.pcall('hexists', key, ARGV[2])
+  if type(mine) == 'table' and mine.err then
+    return 'wrongtype:' .. i .. ':' .. redis.call('type', key).ok
+  end
+  if mine == 0 and redis.call('exists', key) == 1 then
+    local ttl = redis.call('pttl', key)
+    if blocker == nil or (ttl >= 0 and (blocker_ttl < 0 or ttl < blocker_ttl)) then
+      blocker, blocker_ttl = i, ttl
+    end
+  end
+end
+if blocker ~= nil then
+  return {blocker, blocker_ttl}
+end
+
+for _, key in ipairs(KEYS) do
+  redis.call('hset', key, ARGV[2], 1)
+  redis.call('pexpire', key, lease)
+end
+return nil
