@@ -226,3 +226,32 @@ async fn a_pending_wait_delays_no_other_command() {
     assert!(client.lock("acked:watched").is_locked().await.unwrap());
     held.unlock().await.unwrap();
 }
+
+/// A same-slot multi-lock has one script for all its keys and no `WAIT` of its own: with
+/// `replica_acks` it must still never hand out a set the replicas did not confirm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_same_slot_multi_lock_is_confirmed_by_replicas_too() {
+    let set = RedisReplicaSet::start(1);
+    let client = acked_client(&set, Duration::from_secs(5)).await;
+    let names = ["{acked}:a", "{acked}:b"];
+    let multi = dlock_core::MultiLock::same_slot(&client, names).unwrap();
+
+    let before = wait_calls(&set);
+    multi.lock().await.unwrap().unlock().await.unwrap();
+    let waits = wait_calls(&set) - before;
+    assert!(waits >= 2, "{waits} WAITs for a set of 2 locks");
+
+    cut_replica(&set);
+    match multi.try_lock().await {
+        Err(LockError::NotReplicated { .. }) => {}
+        other => panic!("a set the replica never saw was handed out: {other:?}"),
+    }
+    let mut conn = set.master.connection();
+    let left: u32 = redis::cmd("EXISTS")
+        .arg(client.lock(names[0]).key())
+        .arg(client.lock(names[1]).key())
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(left, 0, "a refused set left keys behind");
+    set.replicas[0].resume();
+}

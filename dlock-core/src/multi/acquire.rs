@@ -30,7 +30,7 @@ impl MultiLock {
         let started = Instant::now();
         let give_up_at = wait.and_then(|wait| started.checked_add(wait));
         let outcome = match self.mode {
-            Mode::SameSlot if !self.any_held_by_chain() => {
+            Mode::SameSlot if !self.any_held_by_chain() && !self.needs_replica_acks() => {
                 self.acquire_same_slot(wait, lease, give_up_at).await
             }
             _ => self.acquire_sequential(lease, give_up_at).await,
@@ -43,6 +43,15 @@ impl MultiLock {
             },
             other => other,
         })
+    }
+
+    /// Whether the client confirms each acquisition on replicas (`replica_acks`): the
+    /// same-slot script sends no `WAIT`, so the set then goes the sequential way, where
+    /// every lock's acquisition is confirmed.
+    fn needs_replica_acks(&self) -> bool {
+        self.locks
+            .iter()
+            .any(|lock| lock.client().inner.settings.replica_acks.is_some())
     }
 
     /// Whether the current call chain holds one of the locks (a same-slot set then goes
