@@ -49,6 +49,7 @@ mod lock;
 mod names;
 mod redact;
 mod redis;
+mod redlock;
 mod rw;
 mod scripts;
 mod sync;
@@ -62,6 +63,7 @@ pub use lease::MAX_LEASE;
 pub use lock::guard::LockGuard;
 pub use lock::Lock;
 pub use names::MAX_NAME_LEN;
+pub use redlock::{RedLock, RedLockClient, RedLockGuard};
 pub use rw::{ReadLock, ReadWriteLock, WriteLock};
 pub use sync::metrics::{Stats, LATENCY_BOUNDS};
 
