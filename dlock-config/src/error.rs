@@ -63,6 +63,11 @@ pub enum ConfigError {
         message: String,
     },
 
+    /// [`Config::build_redlock`](crate::Config::build_redlock) on a file without a
+    /// `[redlock]` table.
+    #[error("the dlock config has no [redlock] table: add one with `servers = [\"redis://...\", ...]` (at least 3 independent servers)")]
+    NoRedLock,
+
     /// The configuration is valid but the client could not be built (e.g. Redis is
     /// unreachable).
     #[error(transparent)]

@@ -161,7 +161,33 @@ fn parse(text: &str, origin: &str) -> Result<Config> {
             "`database` is not supported with [redis.cluster]: a Redis Cluster only has database 0; remove it".to_owned(),
         ));
     }
+    if let Some(redlock) = &config.redlock {
+        check_redlock_servers(redlock.servers.get_ref())
+            .map_err(|message| invalid(text, origin, redlock.servers.span().start, message))?;
+    }
     Ok(config)
+}
+
+/// At least 3 servers, all different: one server listed twice would count twice toward
+/// the majority.
+fn check_redlock_servers(servers: &Addresses) -> std::result::Result<(), String> {
+    let list = &servers.0;
+    if list.len() < 3 {
+        return Err(format!(
+            "[redlock] servers: a RedLock needs at least 3 independent servers (5 is typical), got {}",
+            list.len()
+        ));
+    }
+    for (i, server) in list.iter().enumerate() {
+        if let Some(first) = list[..i].iter().position(|seen| seen.0 == server.0) {
+            return Err(format!(
+                "[redlock] servers: entries {} and {} are the same server {server}; list each independent server once",
+                first + 1,
+                i + 1
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Rewrites the parser's messages that do not say what to do.

@@ -474,3 +474,43 @@ fn replica_acks_need_both_fields_and_a_real_wait() {
         (2, Duration::from_millis(150))
     );
 }
+
+#[test]
+fn a_redlock_table_needs_three_distinct_servers() {
+    let base = "[redis.single]\naddress = \"redis://127.0.0.1:6379\"\n[redlock]\n";
+    let two = format!("{base}servers = [\"redis://127.0.0.1:7001\", \"redis://127.0.0.1:7002\"]\n");
+    assert_eq!(
+        error(&two),
+        "<string>:4:11: [redlock] servers: a RedLock needs at least 3 independent servers (5 is typical), got 2"
+    );
+    let dup = format!(
+        "{base}servers = [\"redis://127.0.0.1:7001\", \"redis://127.0.0.1:7002\", \"redis://127.0.0.1:7001\"]\n"
+    );
+    assert_eq!(
+        error(&dup),
+        "<string>:4:11: [redlock] servers: entries 1 and 3 are the same server redis://127.0.0.1:7001; list each independent server once"
+    );
+    let bad = format!(
+        "{base}servers = [\"redis://127.0.0.1:7001\", \"http://127.0.0.1:7002\", \"redis://127.0.0.1:7003\"]\n"
+    );
+    assert!(
+        error(&bad).starts_with("<string>:4:11: invalid Redis address \"http://127.0.0.1:7002\""),
+        "{}",
+        error(&bad)
+    );
+    let unknown = format!("{base}server = []\n");
+    assert!(
+        error(&unknown).contains("unknown field `server`"),
+        "{}",
+        error(&unknown)
+    );
+}
+
+#[tokio::test]
+async fn build_redlock_without_the_table_says_so() {
+    let config =
+        Config::from_toml_str("[redis.single]\naddress = \"redis://127.0.0.1:6379\"\n").unwrap();
+    let err = config.build_redlock().await.unwrap_err();
+    assert!(matches!(err, ConfigError::NoRedLock), "{err}");
+    assert!(err.to_string().contains("no [redlock] table"), "{err}");
+}
