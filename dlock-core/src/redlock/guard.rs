@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
@@ -130,28 +131,48 @@ impl RedLockGuard {
             .map(|(node, keys)| node::release_of(node, &lock.name, keys, &field))
             .collect();
         // Every job that has not answered is still owed: a cancelled unlock hands them to
-        // the background through `Drop`, which sees `released` false.
-        let answers = join_all(
-            lock.nodes()
-                .zip(&jobs)
-                .map(|((node, _), job)| node::release(node, job)),
-        )
-        .await;
-        self.released = true;
-        let (mut held, mut failed, mut first_error) = (0, 0, None);
-        for ((answer, job), (node, _)) in answers.into_iter().zip(jobs).zip(lock.nodes()) {
+        // the background through `Drop`, which sees `released` false. Each server gets the
+        // round's per-server timeout, not its command timeout, and the unlock returns as
+        // soon as its answer is known: one dead server of five must not make every unlock
+        // wait for it (its release goes on in the background).
+        let lease = self.hold.lease;
+        let mut calls: FuturesUnordered<_> = lock
+            .nodes()
+            .zip(&jobs)
+            .enumerate()
+            .map(|(i, ((node, _), job))| async move {
+                (
+                    i,
+                    node::release(node, job, per_node_timeout(node, lease)).await,
+                )
+            })
+            .collect();
+        let (nodes, quorum) = (lock.client.nodes(), lock.client.quorum());
+        let mut answered = vec![false; nodes];
+        let (mut held, mut gone, mut failed, mut first_error) = (0, 0, 0, None);
+        while let Some((i, answer)) = calls.next().await {
             match answer {
                 Ok(Released::Free | Released::StillHeld(_)) => held += 1,
-                Ok(Released::NotHeld) => {}
+                Ok(Released::NotHeld) => gone += 1,
                 Err(error) => {
                     failed += 1;
                     tracing::warn!(lock = %lock.name, %error, "dlock: RedLock release failed on a server; retrying in the background");
-                    node.inner.release_in_background(job);
                     first_error.get_or_insert(error);
+                    continue;
                 }
             }
+            answered[i] = true;
+            if held >= quorum || gone > nodes - quorum {
+                break;
+            }
         }
-        let quorum = lock.client.quorum();
+        drop(calls);
+        self.released = true;
+        for ((job, answered), (node, _)) in jobs.into_iter().zip(answered).zip(lock.nodes()) {
+            if !answered {
+                node.inner.release_in_background(job);
+            }
+        }
         match first_error {
             Some(error) if held < quorum && held + failed >= quorum => {
                 Err(error.into_lock_error(&lock.name, "release"))

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::{join_all, try_join_all};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -539,19 +540,30 @@ impl RedLock {
             pending: true,
         };
         let start = Instant::now();
-        let answers = join_all(self.nodes().map(|(node, keys)| {
-            node::bounded(
-                per_node_timeout(node, lease),
-                node::acquire(node, keys, &round.field, lease_ms),
-            )
-        }))
-        .await;
-        let elapsed = start.elapsed();
-        let (mut granted, mut unreachable) = (0, 0);
-        for answer in answers {
+        let mut calls: FuturesUnordered<_> = self
+            .nodes()
+            .map(|(node, keys)| {
+                node::bounded(
+                    per_node_timeout(node, lease),
+                    node::acquire(node, keys, &round.field, lease_ms),
+                )
+            })
+            .collect();
+        let quorum = self.client.quorum();
+        let (mut granted, mut answered) = (0, 0);
+        // The round ends as soon as its outcome is known: a majority granted, or a
+        // majority answered and too few calls are left for a grant (the lock is busy).
+        // Waiting for the rest would make every round last a per-server timeout while one
+        // server is down, and competing clients' rounds would then overlap and split the
+        // servers between them. A call given up here may still be applied: the guard's
+        // release (or this round's, if it lost) goes to every server.
+        while let Some(answer) = calls.next().await {
             match answer {
-                Ok(Grant::Granted) => granted += 1,
-                Ok(Grant::Busy) => {}
+                Ok(Grant::Granted) => {
+                    granted += 1;
+                    answered += 1;
+                }
+                Ok(Grant::Busy) => answered += 1,
                 Ok(Grant::WrongType(found)) => {
                     return Err(LockError::WrongType {
                         name: self.name.to_string(),
@@ -560,11 +572,14 @@ impl RedLock {
                 }
                 Err(error) => {
                     tracing::debug!(lock = %self.name, %error, "dlock: RedLock server failed in a round");
-                    unreachable += 1;
                 }
             }
+            if granted >= quorum || (answered >= quorum && granted + calls.len() < quorum) {
+                break;
+            }
         }
-        let quorum = self.client.quorum();
+        let elapsed = start.elapsed();
+        drop(calls);
         if granted >= quorum {
             // Validity = lease − elapsed − drift must be positive: a majority that answered
             // too late may already have let the lock expire on some servers.
@@ -580,12 +595,12 @@ impl RedLock {
             return Ok(Err(Failure::Expired { elapsed }));
         }
         // Enough servers answered for a free lock to be won: it is held elsewhere.
-        Ok(Err(if self.client.nodes() - unreachable >= quorum {
+        Ok(Err(if answered >= quorum {
             Failure::Busy
         } else {
             Failure::NoQuorum {
                 granted,
-                unreachable,
+                unreachable: self.client.nodes() - answered,
             }
         }))
     }

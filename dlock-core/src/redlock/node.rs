@@ -103,11 +103,16 @@ pub(super) fn release_of(
     )
 }
 
-/// Runs `job` with the server client's release retries; bounded by its command timeout.
-pub(super) async fn release(node: &LockClient, job: &ReleaseJob) -> Result<Released, CallError> {
+/// Runs `job` with the server client's release retries, given up after `limit` (the job
+/// then belongs to the background release).
+pub(super) async fn release(
+    node: &LockClient,
+    job: &ReleaseJob,
+    limit: Duration,
+) -> Result<Released, CallError> {
     let settings = &node.inner.settings;
     bounded(
-        settings.command_timeout,
+        limit,
         release::release(&node.inner.backend, settings.release_timing(), job),
     )
     .await
