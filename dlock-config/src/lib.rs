@@ -66,9 +66,10 @@ impl Config {
     ///
     /// # Errors
     ///
+    /// [`ConfigError::NoRedis`] for a file with only a `[redlock]` table;
     /// [`ConfigError::Referenced`] when `tls_ca_file` cannot be read.
     pub fn topology(&self) -> Result<Topology> {
-        let topology = match &self.redis {
+        let topology = match self.redis.as_ref().ok_or(ConfigError::NoRedis)? {
             Redis::Single(single) => Topology::single(single.address.as_str()),
             Redis::MasterSlave(master_slave) => Topology::master_replicas(
                 master_slave.master.as_str(),
@@ -153,7 +154,8 @@ impl Config {
     /// # Errors
     ///
     /// [`ConfigError::Lock`] with the [`dlock_core::LockError`]: an invalid setting (e.g.
-    /// a watchdog timeout under 100 ms) or Redis unreachable.
+    /// a watchdog timeout under 100 ms) or Redis unreachable; [`ConfigError::NoRedis`] for
+    /// a file with only a `[redlock]` table (use [`build_redlock`](Config::build_redlock)).
     pub async fn build(&self) -> Result<LockClient> {
         let topology = self.topology()?;
         Ok(self.client_builder().connect_to(&topology).await?)
@@ -167,8 +169,8 @@ impl Config {
     /// # async fn main() -> Result<(), dlock_config::ConfigError> {
     /// # let s: Vec<_> = (0..3).map(|_| dlock_tests::RedisServer::start()).collect();
     /// let toml = format!(
-    ///     "[redis.single]\naddress = \"{}\"\n[redlock]\nservers = [\"{}\", \"{}\", \"{}\"]\n",
-    ///     s[0].url(), s[0].url(), s[1].url(), s[2].url()
+    ///     "[redlock]\nservers = [\"{}\", \"{}\", \"{}\"]\n",
+    ///     s[0].url(), s[1].url(), s[2].url()
     /// );
     /// let redlock = dlock_config::Config::from_toml_str(&toml)?.build_redlock().await?;
     /// assert_eq!(redlock.quorum(), 2);
@@ -201,7 +203,14 @@ impl std::fmt::Display for Config {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        match &self.redis {
+        let Some(redis) = &self.redis else {
+            let servers = self
+                .redlock
+                .as_ref()
+                .map_or(0, |r| r.servers.get_ref().0.len());
+            return write!(f, "redlock over {servers} servers");
+        };
+        match redis {
             Redis::Single(single) => write!(f, "single {}", single.address),
             Redis::MasterSlave(m) => write!(
                 f,

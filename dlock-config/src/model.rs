@@ -11,8 +11,10 @@ use toml::Spanned;
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Exactly one topology table: `[redis.single]`, `[redis.master_slave]`,
-    /// `[redis.sentinel]` or `[redis.cluster]`.
-    pub redis: Redis,
+    /// `[redis.sentinel]` or `[redis.cluster]`; `None` only in a file with a `[redlock]`
+    /// table (such a file builds a RedLock, not a `LockClient`).
+    #[serde(default)]
+    pub redis: Option<Redis>,
     /// Connection options shared by every topology.
     #[serde(default)]
     pub connection: Connection,

@@ -42,8 +42,7 @@ fn monotonic_ns() -> u64 {
 fn redlock_config(servers: &[RedisServer]) -> String {
     let urls: Vec<String> = servers.iter().map(|s| format!("\"{}\"", s.url())).collect();
     format!(
-        "[redis.single]\naddress = \"{}\"\n\n[redlock]\nservers = [{}]\n\n[connection]\ncommand_timeout = \"300ms\"\nconnect_timeout = \"300ms\"\n\n[lock]\nwatchdog_timeout = \"2s\"\n",
-        servers[0].url(),
+        "[redlock]\nservers = [{}]\n\n[connection]\ncommand_timeout = \"300ms\"\nconnect_timeout = \"300ms\"\n\n[lock]\nwatchdog_timeout = \"2s\"\n",
         urls.join(", ")
     )
 }
