@@ -63,6 +63,16 @@ pub enum ConfigError {
         message: String,
     },
 
+    /// [`Config::build`](crate::Config::build) (or [`Config::topology`](crate::Config::topology))
+    /// on a file with a `[redlock]` table and no `[redis]` table.
+    #[error("the dlock config has no [redis] table, only [redlock]: build its RedLock with Config::build_redlock, or add one of [redis.single], [redis.master_slave], [redis.sentinel] or [redis.cluster] for a LockClient")]
+    NoRedis,
+
+    /// [`Config::build_redlock`](crate::Config::build_redlock) on a file without a
+    /// `[redlock]` table.
+    #[error("the dlock config has no [redlock] table: add one with `servers = [\"redis://...\", ...]` (at least 3 independent servers)")]
+    NoRedLock,
+
     /// The configuration is valid but the client could not be built (e.g. Redis is
     /// unreachable).
     #[error(transparent)]

@@ -55,20 +55,21 @@ mod model;
 pub use error::{ConfigError, Result};
 pub use load::{ADDRESS_ENV, CONFIG_ENV, PASSWORD_ENV, USERNAME_ENV};
 pub use model::{
-    Address, Addresses, Cluster, Config, Connection, LockSection, MasterSlave, Redis,
-    ReplicaAcksSection, Secret, Sentinel, Single,
+    Address, Addresses, Cluster, Config, Connection, LockSection, MasterSlave, RedLockSection,
+    Redis, ReplicaAcksSection, Secret, Sentinel, Single,
 };
 
-use dlock_core::{LockClient, LockClientBuilder, Topology};
+use dlock_core::{LockClient, LockClientBuilder, RedLockClient, Topology};
 
 impl Config {
     /// The deployment this file describes, with its credentials and TLS trust.
     ///
     /// # Errors
     ///
+    /// [`ConfigError::NoRedis`] for a file with only a `[redlock]` table;
     /// [`ConfigError::Referenced`] when `tls_ca_file` cannot be read.
     pub fn topology(&self) -> Result<Topology> {
-        let topology = match &self.redis {
+        let topology = match self.redis.as_ref().ok_or(ConfigError::NoRedis)? {
             Redis::Single(single) => Topology::single(single.address.as_str()),
             Redis::MasterSlave(master_slave) => Topology::master_replicas(
                 master_slave.master.as_str(),
@@ -83,6 +84,11 @@ impl Config {
             }
             Redis::Cluster(cluster) => Topology::cluster(cluster.nodes.urls()),
         };
+        self.with_connection(topology)
+    }
+
+    /// `topology` with the credentials, database and TLS trust of `[connection]`.
+    fn with_connection(&self, topology: Topology) -> Result<Topology> {
         let connection = &self.connection;
         let topology = topology.credentials(
             connection.username.clone(),
@@ -148,10 +154,43 @@ impl Config {
     /// # Errors
     ///
     /// [`ConfigError::Lock`] with the [`dlock_core::LockError`]: an invalid setting (e.g.
-    /// a watchdog timeout under 100 ms) or Redis unreachable.
+    /// a watchdog timeout under 100 ms) or Redis unreachable; [`ConfigError::NoRedis`] for
+    /// a file with only a `[redlock]` table (use [`build_redlock`](Config::build_redlock)).
     pub async fn build(&self) -> Result<LockClient> {
         let topology = self.topology()?;
         Ok(self.client_builder().connect_to(&topology).await?)
+    }
+
+    /// Connects to every server of `[redlock]` (each a single server with the settings of
+    /// `[connection]` and `[lock]`) and returns the RedLock over them.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), dlock_config::ConfigError> {
+    /// # let s: Vec<_> = (0..3).map(|_| dlock_tests::RedisServer::start()).collect();
+    /// let toml = format!(
+    ///     "[redlock]\nservers = [\"{}\", \"{}\", \"{}\"]\n",
+    ///     s[0].url(), s[1].url(), s[2].url()
+    /// );
+    /// let redlock = dlock_config::Config::from_toml_str(&toml)?.build_redlock().await?;
+    /// assert_eq!(redlock.quorum(), 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::NoRedLock`] without a `[redlock]` table; [`ConfigError::Referenced`]
+    /// when `tls_ca_file` cannot be read; [`ConfigError::Lock`] when a server is
+    /// unreachable or a setting invalid.
+    pub async fn build_redlock(&self) -> Result<RedLockClient> {
+        let section = self.redlock.as_ref().ok_or(ConfigError::NoRedLock)?;
+        let mut nodes = Vec::with_capacity(section.servers.get_ref().0.len());
+        for server in &section.servers.get_ref().0 {
+            let topology = self.with_connection(Topology::single(server.as_str()))?;
+            nodes.push(self.client_builder().connect_to(&topology).await?);
+        }
+        Ok(RedLockClient::new(nodes)?)
     }
 }
 
@@ -164,7 +203,14 @@ impl std::fmt::Display for Config {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        match &self.redis {
+        let Some(redis) = &self.redis else {
+            let servers = self
+                .redlock
+                .as_ref()
+                .map_or(0, |r| r.servers.get_ref().0.len());
+            return write!(f, "redlock over {servers} servers");
+        };
+        match redis {
             Redis::Single(single) => write!(f, "single {}", single.address),
             Redis::MasterSlave(m) => write!(
                 f,

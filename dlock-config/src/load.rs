@@ -117,7 +117,12 @@ impl Config {
             let Some(first) = list.first().cloned() else {
                 return Err(invalid("empty: give at least one address".to_owned()));
             };
-            match &mut self.redis {
+            let Some(redis) = &mut self.redis else {
+                return Err(invalid(
+                    "the config has no [redis] table to override (only [redlock]); unset it or add a [redis] table".to_owned(),
+                ));
+            };
+            match redis {
                 Redis::Single(single) => single.address = first,
                 Redis::MasterSlave(master_slave) => master_slave.master = first,
                 Redis::Sentinel(sentinel) => sentinel.sentinels = Addresses(list),
@@ -153,7 +158,16 @@ fn parse(text: &str, origin: &str) -> Result<Config> {
         let offset = e.span().map_or(0, |span| span.start);
         invalid(text, origin, offset, explain(e.message()))
     })?;
-    if let (Redis::Cluster(_), Some(database)) = (&config.redis, &config.connection.database) {
+    if config.redis.is_none() && config.redlock.is_none() {
+        return Err(invalid(
+            text,
+            origin,
+            0,
+            format!("no Redis topology: add exactly one of {TOPOLOGIES}, or a [redlock] table"),
+        ));
+    }
+    if let (Some(Redis::Cluster(_)), Some(database)) = (&config.redis, &config.connection.database)
+    {
         return Err(invalid(
             text,
             origin,
@@ -161,14 +175,38 @@ fn parse(text: &str, origin: &str) -> Result<Config> {
             "`database` is not supported with [redis.cluster]: a Redis Cluster only has database 0; remove it".to_owned(),
         ));
     }
+    if let Some(redlock) = &config.redlock {
+        check_redlock_servers(redlock.servers.get_ref())
+            .map_err(|message| invalid(text, origin, redlock.servers.span().start, message))?;
+    }
     Ok(config)
+}
+
+/// At least 3 servers, all different: one server listed twice would count twice toward
+/// the majority.
+fn check_redlock_servers(servers: &Addresses) -> std::result::Result<(), String> {
+    let list = &servers.0;
+    if list.len() < 3 {
+        return Err(format!(
+            "[redlock] servers: a RedLock needs at least 3 independent servers (5 is typical), got {}",
+            list.len()
+        ));
+    }
+    for (i, server) in list.iter().enumerate() {
+        if let Some(first) = list[..i].iter().position(|seen| seen.0 == server.0) {
+            return Err(format!(
+                "[redlock] servers: entries {} and {} are the same server {server}; list each independent server once",
+                first + 1,
+                i + 1
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Rewrites the parser's messages that do not say what to do.
 fn explain(message: &str) -> String {
-    if message == "missing field `redis`" {
-        format!("no Redis topology: add exactly one of {TOPOLOGIES}")
-    } else if message.starts_with("wanted exactly 1 element, more than 1") {
+    if message.starts_with("wanted exactly 1 element, more than 1") {
         format!("more than one Redis topology: keep exactly one of {TOPOLOGIES}")
     } else if message.starts_with("wanted exactly 1 element, found 0") {
         format!("[redis] names no topology: add exactly one of {TOPOLOGIES}")

@@ -11,14 +11,20 @@ use toml::Spanned;
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Exactly one topology table: `[redis.single]`, `[redis.master_slave]`,
-    /// `[redis.sentinel]` or `[redis.cluster]`.
-    pub redis: Redis,
+    /// `[redis.sentinel]` or `[redis.cluster]`; `None` only in a file with a `[redlock]`
+    /// table (such a file builds a RedLock, not a `LockClient`).
+    #[serde(default)]
+    pub redis: Option<Redis>,
     /// Connection options shared by every topology.
     #[serde(default)]
     pub connection: Connection,
     /// Lock behaviour.
     #[serde(default)]
     pub lock: LockSection,
+    /// `[redlock]`: independent servers for a `RedLockClient` (see
+    /// [`Config::build_redlock`](crate::Config::build_redlock)).
+    #[serde(default)]
+    pub redlock: Option<RedLockSection>,
     /// Directory of the file the config came from: relative paths start here.
     #[serde(skip)]
     pub(crate) base_dir: Option<std::path::PathBuf>,
@@ -74,6 +80,16 @@ pub struct Sentinel {
 pub struct Cluster {
     /// Seed nodes (at least one); the rest of the cluster is discovered.
     pub nodes: Addresses,
+}
+
+/// `[redlock]`: the independent servers of a RedLock, each a single server with the
+/// credentials, TLS trust and timeouts of `[connection]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedLockSection {
+    /// At least 3 distinct addresses (5 is typical), e.g.
+    /// `["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]`.
+    pub servers: Spanned<Addresses>,
 }
 
 /// `[connection]`: options for every topology.

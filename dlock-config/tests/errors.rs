@@ -58,7 +58,7 @@ fn an_unknown_key_is_named_with_the_expected_ones() {
     );
     assert_eq!(
         error("[redis.single]\naddress = \"redis://127.0.0.1\"\n[pool]\nsize = 4\n"),
-        "<string>:3:2: unknown field `pool`, expected one of `redis`, `connection`, `lock`"
+        "<string>:3:2: unknown field `pool`, expected one of `redis`, `connection`, `lock`, `redlock`"
     );
 }
 
@@ -74,7 +74,7 @@ fn an_unknown_topology_lists_the_valid_ones() {
 fn no_topology_is_an_error() {
     assert_eq!(
         error("[lock]\nkey_prefix = \"x\"\n"),
-        "<string>:1:1: no Redis topology: add exactly one of [redis.single], [redis.master_slave], [redis.sentinel] or [redis.cluster]"
+        "<string>:1:1: no Redis topology: add exactly one of [redis.single], [redis.master_slave], [redis.sentinel] or [redis.cluster], or a [redlock] table"
     );
     assert_eq!(
         error("[redis]\n"),
@@ -375,7 +375,7 @@ fn environment_overrides_replace_password_and_addresses() {
         config.connection.password.as_ref().map(|p| p.expose()),
         Some("from-env")
     );
-    let dlock_config::Redis::Cluster(cluster) = &config.redis else {
+    let Some(dlock_config::Redis::Cluster(cluster)) = &config.redis else {
         panic!("still a cluster")
     };
     assert_eq!(
@@ -472,5 +472,72 @@ fn replica_acks_need_both_fields_and_a_real_wait() {
     assert_eq!(
         (acks.replicas, acks.within),
         (2, Duration::from_millis(150))
+    );
+}
+
+#[test]
+fn a_redlock_table_needs_three_distinct_servers() {
+    let base = "[redis.single]\naddress = \"redis://127.0.0.1:6379\"\n[redlock]\n";
+    let two = format!("{base}servers = [\"redis://127.0.0.1:7001\", \"redis://127.0.0.1:7002\"]\n");
+    assert_eq!(
+        error(&two),
+        "<string>:4:11: [redlock] servers: a RedLock needs at least 3 independent servers (5 is typical), got 2"
+    );
+    let dup = format!(
+        "{base}servers = [\"redis://127.0.0.1:7001\", \"redis://127.0.0.1:7002\", \"redis://127.0.0.1:7001\"]\n"
+    );
+    assert_eq!(
+        error(&dup),
+        "<string>:4:11: [redlock] servers: entries 1 and 3 are the same server redis://127.0.0.1:7001; list each independent server once"
+    );
+    let bad = format!(
+        "{base}servers = [\"redis://127.0.0.1:7001\", \"http://127.0.0.1:7002\", \"redis://127.0.0.1:7003\"]\n"
+    );
+    assert!(
+        error(&bad).starts_with("<string>:4:11: invalid Redis address \"http://127.0.0.1:7002\""),
+        "{}",
+        error(&bad)
+    );
+    let unknown = format!("{base}server = []\n");
+    assert!(
+        error(&unknown).contains("unknown field `server`"),
+        "{}",
+        error(&unknown)
+    );
+}
+
+#[tokio::test]
+async fn build_redlock_without_the_table_says_so() {
+    let config =
+        Config::from_toml_str("[redis.single]\naddress = \"redis://127.0.0.1:6379\"\n").unwrap();
+    let err = config.build_redlock().await.unwrap_err();
+    assert!(matches!(err, ConfigError::NoRedLock), "{err}");
+    assert!(err.to_string().contains("no [redlock] table"), "{err}");
+}
+
+#[tokio::test]
+async fn a_file_with_only_a_redlock_table_loads_and_build_says_there_is_no_redis() {
+    let config = Config::from_toml_str(
+        "[redlock]\nservers = [\"redis://127.0.0.1:7001\", \"redis://127.0.0.1:7002\", \"redis://127.0.0.1:7003\"]\n",
+    )
+    .unwrap();
+    assert!(config.redis.is_none());
+    assert_eq!(config.to_string(), "redlock over 3 servers");
+    let err = config.build().await.unwrap_err();
+    assert!(matches!(err, ConfigError::NoRedis), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("no [redis] table") && message.contains("build_redlock"),
+        "{message}"
+    );
+    assert!(matches!(config.topology(), Err(ConfigError::NoRedis)));
+}
+
+#[test]
+fn a_file_with_neither_table_names_both() {
+    let message = error("[connection]\ncommand_timeout = \"1s\"\n");
+    assert!(
+        message.contains("[redis.single]") && message.contains("[redlock]"),
+        "{message}"
     );
 }

@@ -169,7 +169,43 @@ pub enum LockError {
         /// The name of every lock that failed to release, with its error.
         failures: Vec<(String, LockError)>,
     },
+
+    /// A [`RedLock`](crate::RedLock) acquisition ended without a majority of its servers
+    /// granting the lock, and too many of them failed or did not answer in time (within
+    /// the per-server timeout, 5 % of the lease) for the lock to be merely busy. Everything
+    /// granted was released. Check that a majority of the servers is up and reachable.
+    #[error("RedLock \"{name}\": only {granted} of {nodes} servers granted the lock in the last round, {unreachable} failed or did not answer in time, and a majority of {quorum} is needed; gave up after {}. Check that a majority of the servers is reachable", format_duration(*.waited))]
+    NoQuorum {
+        /// The lock's name.
+        name: String,
+        /// Servers that granted the lock in the last round.
+        granted: usize,
+        /// Servers that failed or did not answer within the per-server timeout.
+        unreachable: usize,
+        /// Servers in the RedLock.
+        nodes: usize,
+        /// The majority needed.
+        quorum: usize,
+        /// How long the acquisition tried.
+        waited: Duration,
+    },
+
+    /// A majority of a [`RedLock`](crate::RedLock)'s servers granted the lock, but the
+    /// round took so long that no validity was left (lease − elapsed − clock-drift
+    /// allowance ≤ 0): the lock could already have expired on some servers. It was released
+    /// on every server instead of handing out an expired guard. The lease is too short for
+    /// the network: use one far longer than the servers' round trip.
+    #[error("RedLock \"{name}\": a majority granted the lock but the round took {} of the {} lease (less the clock-drift allowance), so no validity was left; it was released on every server. Use a lease far longer than the round trip to the servers", format_duration(*.elapsed), format_duration(*.lease))]
+    ValidityExpired {
+        /// The lock's name.
+        name: String,
+        /// The lease asked for.
+        lease: Duration,
+        /// How long the last round took.
+        elapsed: Duration,
+    },
 }
+
 
 /// `a (slot 1), b (slot 2)` for [`LockError::CrossSlot`].
 fn shown_slots(keys: &[(String, u16)]) -> String {
@@ -267,8 +303,8 @@ impl LockError {
     }
 
     /// `true` when Redis failed or did not answer: [`LockError::Redis`],
-    /// [`LockError::CommandTimeout`], [`LockError::Connect`] or
-    /// [`LockError::NotReplicated`].
+    /// [`LockError::CommandTimeout`], [`LockError::Connect`], [`LockError::NotReplicated`]
+    /// or [`LockError::NoQuorum`].
     pub fn is_redis(&self) -> bool {
         matches!(
             self,
@@ -276,6 +312,7 @@ impl LockError {
                 | LockError::CommandTimeout { .. }
                 | LockError::Connect { .. }
                 | LockError::NotReplicated { .. }
+                | LockError::NoQuorum { .. }
         )
     }
 }

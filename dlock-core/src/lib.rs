@@ -50,6 +50,7 @@ mod multi;
 mod names;
 mod redact;
 mod redis;
+mod redlock;
 mod rw;
 mod scripts;
 mod sync;
@@ -64,6 +65,7 @@ pub use lock::guard::LockGuard;
 pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock};
 pub use names::MAX_NAME_LEN;
+pub use redlock::{RedLock, RedLockClient, RedLockGuard};
 pub use rw::{ReadLock, ReadWriteLock, WriteLock};
 pub use sync::metrics::{Stats, LATENCY_BOUNDS};
 

@@ -2,7 +2,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
@@ -48,6 +48,8 @@ struct Shared {
     /// Whether replies are held back (read from the server, not yet passed on).
     hold_replies: Mutex<bool>,
     replies_released: Condvar,
+    /// Every chunk the server sends waits this long (in microseconds) before it is passed on.
+    reply_delay_us: AtomicU64,
     accepted: AtomicUsize,
     /// Open connections, for `reset_all`.
     connections: Mutex<Vec<Arc<Connection>>>,
@@ -86,6 +88,7 @@ impl TcpProxy {
             hold: Mutex::new(false),
             hold_changed: Condvar::new(),
             hold_replies: Mutex::new(false),
+            reply_delay_us: AtomicU64::new(0),
             replies_released: Condvar::new(),
             accepted: AtomicUsize::new(0),
             connections: Mutex::new(Vec::new()),
@@ -146,6 +149,16 @@ impl TcpProxy {
     pub fn release_replies(&self) {
         *lock(&self.shared.hold_replies) = false;
         self.shared.replies_released.notify_all();
+    }
+
+    /// From now on every chunk the server sends (replies, pub/sub messages) is passed on
+    /// `delay` after the proxy read it, on every connection: a slow network in the reply
+    /// direction. Requests still reach Redis at once, so commands are applied on time and
+    /// only their answers are late. Chunks stay in order, so back-to-back replies queue up.
+    /// `Duration::ZERO` turns the delay off.
+    pub fn delay_replies(&self, delay: Duration) {
+        let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.shared.reply_delay_us.store(micros, Ordering::SeqCst);
     }
 
     /// From now on, connection `number` (1 for the first accepted, as counted by
@@ -388,6 +401,10 @@ fn pump_replies(shared: &Shared, connection: &Connection, mut server: TcpStream)
                 .0;
         }
         drop(held);
+        let delay = shared.reply_delay_us.load(Ordering::SeqCst);
+        if delay > 0 {
+            thread::sleep(Duration::from_micros(delay));
+        }
         if client.write_all(&buffer[..read]).is_err() {
             break;
         }

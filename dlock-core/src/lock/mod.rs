@@ -2,7 +2,7 @@
 
 mod acquire;
 pub(crate) mod guard;
-mod release_ops;
+pub(crate) mod release_ops;
 
 use std::sync::Arc;
 use std::time::Duration;

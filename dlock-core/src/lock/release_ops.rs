@@ -9,7 +9,7 @@ use crate::sync::release::{ReleaseJob, ReleaseOp};
 
 /// Which hold a release gives back, with the operation id that makes it count once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ReleaseKind {
+pub(crate) enum ReleaseKind {
     /// A guard gives back its own hold; `op` names the release's memo.
     Hold { op: u64 },
     /// An acquisition by a fresh owner was abandoned with its outcome unknown. No guard of
@@ -22,7 +22,7 @@ pub(super) enum ReleaseKind {
 
 /// The release of `kind` for the owner `field` of the lock `name` (see
 /// `scripts/release.lua`: mode `one`, `all` or `undo`).
-pub(super) fn release_job(
+pub(crate) fn release_job(
     name: &Arc<str>,
     keys: &LockKeys,
     field: &str,

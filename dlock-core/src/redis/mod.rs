@@ -268,6 +268,16 @@ impl Backend {
         matches!(self.shared.route, Route::Sentinel(_))
     }
 
+    /// The address of the one server this backend talks to directly (a single server, or
+    /// the master of a master/replicas deployment); `None` under Sentinel or a cluster,
+    /// whose master moves. RedLock uses it to refuse such nodes and two nodes on one server.
+    pub(crate) fn direct_address(&self) -> Option<String> {
+        match &self.shared.route {
+            Route::Direct(node) => Some(read(node).address()),
+            _ => None,
+        }
+    }
+
     /// Whether renewals must be grouped by cluster slot (one multi-key script per slot).
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.shared.route, Route::Cluster(_))

@@ -29,7 +29,13 @@ impl StockStore {
 
     /// Connects to the deployment a dlock config file describes.
     pub async fn from_config(config: &Config) -> redis::RedisResult<StockStore> {
-        match &config.redis {
+        let Some(redis) = &config.redis else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "the dlock config has no [redis] table (only [redlock]): the stock store needs one",
+            )));
+        };
+        match redis {
             Redis::Single(single) => StockStore::connect(single.address.as_str()).await,
             Redis::MasterSlave(master_slave) => {
                 StockStore::connect(master_slave.master.as_str()).await

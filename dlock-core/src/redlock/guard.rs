@@ -1,0 +1,284 @@
+//! [`RedLockGuard`]: a RedLock held on a majority, its renewal task and its release.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use super::{drift, node, per_node_timeout, RedLock};
+use crate::error::{LockError, LossReason, Result};
+use crate::lease::lease_millis;
+use crate::sync::release::Released;
+
+/// A RedLock held on a majority of its servers, from [`RedLock`]'s acquisition methods.
+///
+/// Give it back with [`unlock`](RedLockGuard::unlock); dropping it releases on every
+/// server in the background. Work that must not outlive the lock races
+/// [`lost`](RedLockGuard::lost) or checks [`deadline`](RedLockGuard::deadline).
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct RedLockGuard {
+    hold: Arc<Hold>,
+    /// The task that renews the lock (or, with an explicit lease, reports its expiry).
+    task: AbortHandle,
+    released: bool,
+}
+
+/// What the guard shares with its task and its `lost()` futures.
+struct Hold {
+    lock: RedLock,
+    /// The owner field of the round that won, the same on every server.
+    field: Arc<str>,
+    lease: Duration,
+    deadline: Mutex<Instant>,
+    /// `Some` once the lock is lost; dropped (closing the channel) once the guard and its
+    /// task are gone.
+    lost: watch::Sender<Option<LossReason>>,
+}
+
+impl Hold {
+    fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn mark_lost(&self, reason: LossReason) {
+        tracing::warn!(lock = %self.lock.name, %reason, "dlock: RedLock lost");
+        self.lost.send_replace(Some(reason));
+    }
+}
+
+impl std::fmt::Debug for RedLockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedLockGuard")
+            .field("name", &self.hold.lock.name)
+            .field("owner", &self.hold.field)
+            .field("deadline", &self.hold.deadline())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl RedLockGuard {
+    pub(super) fn new(
+        lock: RedLock,
+        field: Arc<str>,
+        lease: Duration,
+        renewed: bool,
+        deadline: Instant,
+    ) -> RedLockGuard {
+        let hold = Arc::new(Hold {
+            lock,
+            field,
+            lease,
+            deadline: Mutex::new(deadline),
+            lost: watch::channel(None).0,
+        });
+        let task = tokio::spawn(watch_hold(Arc::clone(&hold), renewed)).abort_handle();
+        RedLockGuard {
+            hold,
+            task,
+            released: false,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.hold.lock.name
+    }
+
+    /// Releases the lock on every server, the ones that did not answer during the
+    /// acquisition included.
+    ///
+    /// Returns `Ok(true)` when a majority still held it, `Ok(false)` when it had already
+    /// expired or was gone ("already gone" is no error: the lock is free of this owner
+    /// either way). A server that cannot be reached gets the release again in the
+    /// background.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let servers: Vec<_> = (0..3).map(|_| dlock_tests::RedisServer::start()).collect();
+    /// # let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    /// # let redlock = dlock_core::RedLockClient::connect(dlock_core::LockClient::builder(), &urls).await?;
+    /// use std::time::Duration;
+    ///
+    /// let guard = redlock.lock("report").lock_with_lease(Duration::from_millis(50)).await?;
+    /// tokio::time::sleep(Duration::from_millis(100)).await;
+    /// assert!(!guard.unlock().await?); // expired meanwhile: not held, no error
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Only when too many servers could not be reached for the answer to be known (the
+    /// error of one of them); the releases are retried in the background.
+    ///
+    /// # Cancel safety
+    ///
+    /// If cancelled, the servers whose release was not confirmed get it in the
+    /// background (the guard's drop).
+    pub async fn unlock(mut self) -> Result<bool> {
+        self.task.abort();
+        let lock = self.hold.lock.clone();
+        let field = Arc::clone(&self.hold.field);
+        let jobs: Vec<_> = lock
+            .nodes()
+            .map(|(node, keys)| node::release_of(node, &lock.name, keys, &field))
+            .collect();
+        // Every job that has not answered is still owed: a cancelled unlock hands them to
+        // the background through `Drop`, which sees `released` false. Each server gets the
+        // round's per-server timeout, not its command timeout, and the unlock returns as
+        // soon as its answer is known: one dead server of five must not make every unlock
+        // wait for it (its release goes on in the background).
+        let lease = self.hold.lease;
+        let mut calls: FuturesUnordered<_> = lock
+            .nodes()
+            .zip(&jobs)
+            .enumerate()
+            .map(|(i, ((node, _), job))| async move {
+                (
+                    i,
+                    node::release(node, job, per_node_timeout(node, lease)).await,
+                )
+            })
+            .collect();
+        let (nodes, quorum) = (lock.client.nodes(), lock.client.quorum());
+        let mut answered = vec![false; nodes];
+        let (mut held, mut gone, mut failed, mut first_error) = (0, 0, 0, None);
+        while let Some((i, answer)) = calls.next().await {
+            match answer {
+                Ok(Released::Free | Released::StillHeld(_)) => held += 1,
+                Ok(Released::NotHeld) => gone += 1,
+                Err(error) => {
+                    failed += 1;
+                    tracing::warn!(lock = %lock.name, %error, "dlock: RedLock release failed on a server; retrying in the background");
+                    first_error.get_or_insert(error);
+                    continue;
+                }
+            }
+            answered[i] = true;
+            if held >= quorum || gone > nodes - quorum {
+                break;
+            }
+        }
+        drop(calls);
+        self.released = true;
+        for ((job, answered), (node, _)) in jobs.into_iter().zip(answered).zip(lock.nodes()) {
+            if !answered {
+                node.inner.release_in_background(job);
+            }
+        }
+        match first_error {
+            Some(error) if held < quorum && held + failed >= quorum => {
+                Err(error.into_lock_error(&lock.name, "release"))
+            }
+            _ => Ok(held >= quorum),
+        }
+    }
+
+    /// Completes with [`LockError::Lost`] if the lock is lost while this guard holds it: a
+    /// majority of the servers answered a renewal with "not held", or the deadline passed
+    /// without a renewal confirmed by a majority (servers down or too slow), or (explicit
+    /// lease) the lease ran out. Never completes once the guard is released.
+    ///
+    /// The returned future owns what it needs, so it can race the critical section.
+    pub fn lost(&self) -> impl Future<Output = LockError> + Send + 'static {
+        let mut changes = self.hold.lost.subscribe();
+        let name = self.hold.lock.name.to_string();
+        async move {
+            loop {
+                if let Some(reason) = *changes.borrow_and_update() {
+                    return LockError::Lost { name, reason };
+                }
+                if changes.changed().await.is_err() {
+                    // Released: the lock can no longer be lost.
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+
+    /// Whether the lock is known to be lost, or its deadline has passed.
+    pub fn is_lost(&self) -> bool {
+        self.hold.lost.borrow().is_some() || Instant::now() >= self.hold.deadline()
+    }
+
+    /// The end of validity on the monotonic clock: the start of the last round a majority
+    /// confirmed (acquisition or renewal) + lease − clock-drift allowance. Until then no
+    /// other owner can hold a majority, under the clock assumptions in
+    /// [`RedLockClient`](crate::RedLockClient#what-it-guarantees-and-what-it-does-not).
+    pub fn deadline(&self) -> std::time::Instant {
+        self.hold.deadline().into_std()
+    }
+}
+
+impl Drop for RedLockGuard {
+    fn drop(&mut self) {
+        self.task.abort();
+        if !self.released {
+            tracing::debug!(lock = %self.hold.lock.name, "dlock: RedLock guard dropped; releasing in the background");
+            self.hold
+                .lock
+                .release_everywhere_in_background(&self.hold.field);
+        }
+    }
+}
+
+/// The guard's task: renews every third of the lease (when `renewed`), and marks the hold
+/// lost when a majority says it is gone or when its deadline passes unconfirmed.
+async fn watch_hold(hold: Arc<Hold>, renewed: bool) {
+    let lease = hold.lease;
+    let interval = lease / 3;
+    // Asked again sooner when a renewal did not reach a majority, while validity lasts.
+    let retry = (lease / 12).max(Duration::from_millis(1));
+    let Ok(lease_ms) = lease_millis("lease", lease) else {
+        return;
+    };
+    let mut next = Instant::now() + interval;
+    loop {
+        let deadline = hold.deadline();
+        if !renewed {
+            tokio::time::sleep_until(deadline).await;
+            hold.mark_lost(LossReason::LeaseExpired);
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(next) => {}
+            () = tokio::time::sleep_until(deadline) => {
+                hold.mark_lost(LossReason::LeaseExpired);
+                return;
+            }
+        }
+        let lock = &hold.lock;
+        let start = Instant::now();
+        let answers = join_all(lock.nodes().map(|(node, keys)| {
+            node::bounded(
+                per_node_timeout(node, lease),
+                node::renew(node, keys, &hold.field, lease_ms),
+            )
+        }))
+        .await;
+        let elapsed = start.elapsed();
+        let confirmed = answers.iter().filter(|a| matches!(a, Ok(true))).count();
+        let gone = answers.iter().filter(|a| matches!(a, Ok(false))).count();
+        let quorum = lock.client.quorum();
+        if confirmed >= quorum && elapsed + drift(lease) < lease {
+            let renewed_until = start + (lease - drift(lease));
+            let mut deadline = hold.deadline.lock().unwrap_or_else(|p| p.into_inner());
+            *deadline = renewed_until.max(*deadline);
+            next = start + interval;
+        } else if gone > lock.client.nodes() - quorum {
+            // A majority no longer has this owner's hold: it can never be confirmed again.
+            hold.mark_lost(LossReason::NotHeldOnRenewal);
+            return;
+        } else {
+            tracing::debug!(lock = %lock.name, confirmed, gone, "dlock: RedLock renewal not confirmed by a majority; retrying");
+            next = Instant::now() + retry;
+        }
+    }
+}

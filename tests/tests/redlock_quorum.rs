@@ -1,0 +1,355 @@
+//! RedLock over 5 real servers: a minority down still grants, a majority down fails within
+//! the wait budget, late answers are an error that leaves nothing behind, release after
+//! expiry is "not held", renewal keeps the lock and a lost majority ends it, and a server
+//! that restarts without its data lets a second owner in (the documented risk, measured).
+
+use std::time::{Duration, Instant};
+
+use dlock_core::{LockClient, LockError, LossReason, RedLockClient};
+use dlock_tests::{RedisServer, TcpProxy};
+
+fn servers(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(RedisServer::url).collect()
+}
+
+async fn redlock(urls: &[String], watchdog: Duration) -> RedLockClient {
+    let builder = LockClient::builder()
+        .watchdog_timeout(watchdog)
+        .command_timeout(Duration::from_millis(500));
+    RedLockClient::connect(builder, urls).await.unwrap()
+}
+
+fn key_exists(server: &RedisServer, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<bool>(&mut server.connection())
+        .unwrap()
+}
+
+/// Fails when the quorum is n / 2 (3 paused servers of 5 would still grant), or n (2 paused
+/// would fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_paused_servers_still_grant_three_do_not() {
+    let servers = servers(5);
+    let rl = redlock(&urls(&servers), Duration::from_secs(3)).await;
+    assert_eq!((rl.nodes(), rl.quorum()), (5, 3));
+    let lock = rl.lock("quorum");
+
+    servers[0].pause();
+    servers[1].pause();
+    let started = Instant::now();
+    let guard = lock.try_lock_for(Duration::from_secs(2)).await.unwrap();
+    let granted_in = started.elapsed();
+    assert!(lock.is_locked().await.unwrap());
+    assert!(guard.unlock().await.unwrap(), "held on the 3 live servers");
+
+    servers[2].pause();
+    let wait = Duration::from_secs(1);
+    let started = Instant::now();
+    let error = lock.try_lock_for(wait).await.unwrap_err();
+    let failed_in = started.elapsed();
+    for server in &servers[..3] {
+        server.resume();
+    }
+    assert!(
+        matches!(
+            error,
+            LockError::NoQuorum {
+                granted: 2,
+                unreachable: 3,
+                nodes: 5,
+                quorum: 3,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.is_redis());
+    // Per-server timeout: 5 % of the 3 s lease = 150 ms; the last round starts before the
+    // budget ends and lasts at most that.
+    assert!(
+        failed_in >= wait - Duration::from_millis(300)
+            && failed_in < wait + Duration::from_millis(600),
+        "failed after {failed_in:?}"
+    );
+    eprintln!("2 of 5 paused: granted in {granted_in:?}; 3 of 5 paused: failed after {failed_in:?} (wait {wait:?})");
+
+    // Resumed: the servers answer again and the lock is free everywhere.
+    lock.try_lock_for(Duration::from_secs(2))
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+}
+
+/// A majority answering 400 ms late with a 300 ms lease: an error well before the lease
+/// (per-server timeout 15 ms), and every server that may have applied the acquisition
+/// (all of them: requests are not delayed) is released long before the lease would have
+/// expired the keys. Fails when a failed round is not released on every server (the keys
+/// stay until the 300 ms lease runs out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_answering_late_is_an_error_and_leaves_nothing() {
+    let servers = servers(5);
+    let proxies: Vec<TcpProxy> = servers[..3]
+        .iter()
+        .map(|s| TcpProxy::start(s.addr()))
+        .collect();
+    let mut addresses: Vec<String> = proxies.iter().map(TcpProxy::url).collect();
+    addresses.extend(servers[3..].iter().map(RedisServer::url));
+    let rl = redlock(&addresses, Duration::from_secs(3)).await;
+    let lock = rl.lock("late");
+    for proxy in &proxies {
+        proxy.delay_replies(Duration::from_millis(400));
+    }
+
+    let lease = Duration::from_millis(300);
+    let started = Instant::now();
+    let error = lock.try_lock_with(Duration::ZERO, lease).await.unwrap_err();
+    let failed_in = started.elapsed();
+    assert!(
+        matches!(
+            error,
+            LockError::NoQuorum {
+                granted: 2,
+                unreachable: 3,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        failed_in < Duration::from_millis(200),
+        "failed after {failed_in:?}"
+    );
+
+    // Every key is gone within 150 ms of the error (the lease alone would keep them until
+    // 300 ms after the round).
+    let checked_until = Instant::now() + Duration::from_millis(150);
+    let mut left: Vec<usize> = (0..5).collect();
+    while !left.is_empty() && Instant::now() < checked_until {
+        left.retain(|&i| key_exists(&servers[i], "late"));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let cleared_in = started.elapsed();
+    assert!(
+        left.is_empty(),
+        "keys left on servers {left:?} {cleared_in:?} after the round"
+    );
+    eprintln!("400 ms late majority, 300 ms lease: error after {failed_in:?}, all keys gone after {cleared_in:?}");
+    for proxy in &proxies {
+        proxy.delay_replies(Duration::ZERO);
+    }
+}
+
+/// Fails when a server answering "already gone" counts as a failure or an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_after_expiry_is_not_held_and_no_error() {
+    let servers = servers(3);
+    let rl = redlock(&urls(&servers), Duration::from_secs(3)).await;
+    let guard = rl
+        .lock("expiring")
+        .lock_with_lease(Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert!(!guard.is_lost());
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(guard.is_lost());
+    assert!(!guard.unlock().await.unwrap());
+    // The expiry is reported through lost() too.
+    let guard = rl
+        .lock("expiring")
+        .lock_with_lease(Duration::from_millis(100))
+        .await
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(1), guard.lost())
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LossReason::LeaseExpired,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    // The guard's deadline (lease − drift) comes before the servers' expiry (lease).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!guard.unlock().await.unwrap());
+}
+
+/// Fails when the guard does not renew (lost after one 300 ms lease), or when a majority
+/// answering "not held" is not noticed at the next renewal (it would wait for the deadline
+/// and report LeaseExpired).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_the_lock_and_a_lost_majority_ends_it() {
+    let servers = servers(5);
+    let lease = Duration::from_millis(300);
+    let rl = redlock(&urls(&servers), lease).await;
+    let other = redlock(&urls(&servers), lease).await;
+    let guard = rl.lock("renewed").lock().await.unwrap();
+    let first_deadline = guard.deadline();
+    tokio::time::sleep(lease * 4).await;
+    assert!(!guard.is_lost());
+    assert!(
+        guard.deadline() > first_deadline + lease * 2,
+        "deadline not moved"
+    );
+    assert!(other
+        .lock("renewed")
+        .try_lock()
+        .await
+        .unwrap_err()
+        .is_timeout());
+
+    // The key vanishes on 3 servers: the next renewal (every 100 ms) sees a majority gone.
+    for server in &servers[..3] {
+        let () = redis::cmd("DEL")
+            .arg("renewed")
+            .query(&mut server.connection())
+            .unwrap();
+    }
+    let started = Instant::now();
+    let lost = tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .unwrap();
+    let noticed_in = started.elapsed();
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LossReason::NotHeldOnRenewal,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    assert!(
+        noticed_in < Duration::from_millis(250),
+        "noticed after {noticed_in:?}"
+    );
+    drop(guard);
+
+    // 3 servers paused under a renewed guard: lost by its deadline (≤ one lease after the
+    // last confirmed renewal).
+    let guard = rl.lock("paused").lock().await.unwrap();
+    tokio::time::sleep(lease).await;
+    for server in &servers[..3] {
+        server.pause();
+    }
+    let started = Instant::now();
+    let lost = tokio::time::timeout(Duration::from_secs(2), guard.lost()).await;
+    let lost_in = started.elapsed();
+    for server in &servers[..3] {
+        server.resume();
+    }
+    let lost = lost.unwrap();
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LossReason::LeaseExpired,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    assert!(
+        lost_in <= lease + Duration::from_millis(150),
+        "lost after {lost_in:?}"
+    );
+    eprintln!("majority deleted: lost after {noticed_in:?}; majority paused: lost after {lost_in:?} (lease {lease:?})");
+}
+
+/// The documented risk: servers that restart without persistence forget the lock. With 5
+/// servers, a holder survives 2 such restarts (the other 3 still hold it), but after 3 a
+/// second owner acquires while the first still believes it holds the lock, until its next
+/// renewal finds a majority gone. Measures that overlap window. Fails if the restart of a
+/// minority already lets the second owner in (quorum too small).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_servers_without_data_let_a_second_owner_in() {
+    let mut servers = servers(5);
+    let lease = Duration::from_millis(900);
+    let a = redlock(&urls(&servers), lease).await;
+    let b = redlock(&urls(&servers), lease).await;
+    let guard = a.lock("amnesia").lock().await.unwrap();
+
+    for server in &mut servers[..2] {
+        server.restart();
+    }
+    assert!(
+        b.lock("amnesia").try_lock().await.unwrap_err().is_timeout(),
+        "2 of 5 restarted"
+    );
+
+    servers[2].restart();
+    let second = b
+        .lock("amnesia")
+        .try_lock_for(Duration::from_secs(1))
+        .await
+        .unwrap();
+    let both_since = Instant::now();
+    let lost = tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .unwrap();
+    let overlap = both_since.elapsed();
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LossReason::NotHeldOnRenewal,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    // Renewal every lease / 3 = 300 ms.
+    assert!(
+        overlap <= lease / 3 + Duration::from_millis(150),
+        "overlap {overlap:?}"
+    );
+    eprintln!("3 of 5 restarted without data: a second owner acquired; the first learnt it after {overlap:?} (renewal every {:?})", lease / 3);
+    second.unlock().await.unwrap();
+}
+
+/// Fails when the checks in RedLockClient::new / the lease floor are removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_setups_are_refused() {
+    let servers = servers(3);
+    let all = urls(&servers);
+    let builder = LockClient::builder();
+    let two = RedLockClient::connect(builder.clone(), &all[..2])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&two, LockError::Config(m) if m.contains("at least 3")),
+        "{two}"
+    );
+    let same = vec![all[0].clone(), all[1].clone(), all[0].clone()];
+    let dup = RedLockClient::connect(builder.clone(), &same)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&dup, LockError::Config(m) if m.contains("nodes 0 and 2")),
+        "{dup}"
+    );
+
+    let rl = RedLockClient::connect(builder, &all).await.unwrap();
+    let short = rl
+        .lock("x")
+        .try_lock_with(Duration::ZERO, Duration::from_millis(5))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(short, LockError::InvalidDuration { .. }),
+        "{short}"
+    );
+    let empty = rl.lock("").try_lock().await.unwrap_err();
+    assert!(matches!(empty, LockError::InvalidName { .. }), "{empty}");
+}
