@@ -353,3 +353,21 @@ async fn bad_setups_are_refused() {
     let empty = rl.lock("").try_lock().await.unwrap_err();
     assert!(matches!(empty, LockError::InvalidName { .. }), "{empty}");
 }
+
+/// A cluster's master moves (and its keys spread over several masters): it is no
+/// independent server, so it cannot be one vote of a RedLock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_client_is_no_redlock_node() {
+    let servers = servers(2);
+    let cluster = dlock_tests::RedisCluster::start();
+    let topology = dlock_core::Topology::cluster(cluster.node_urls());
+    let mut nodes = vec![LockClient::builder().connect_to(&topology).await.unwrap()];
+    for url in urls(&servers) {
+        nodes.push(LockClient::connect(&url).await.unwrap());
+    }
+    let refused = RedLockClient::new(nodes).unwrap_err();
+    assert!(
+        matches!(&refused, LockError::Config(m) if m.contains("node 0") && m.contains("cluster")),
+        "{refused}"
+    );
+}
