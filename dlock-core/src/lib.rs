@@ -51,6 +51,7 @@ mod redact;
 mod redis;
 mod rw;
 mod scripts;
+mod semaphore;
 mod sync;
 
 pub use crate::redis::Topology;
@@ -63,6 +64,7 @@ pub use lock::guard::LockGuard;
 pub use lock::Lock;
 pub use names::MAX_NAME_LEN;
 pub use rw::{ReadLock, ReadWriteLock, WriteLock};
+pub use semaphore::Semaphore;
 pub use sync::metrics::{Stats, LATENCY_BOUNDS};
 
 /// The repository README's code blocks, compiled as doc tests so that the quick start

@@ -34,9 +34,19 @@ pub(crate) struct RwScripts {
     pub(crate) renew_write: Script,
 }
 
+/// The semaphore's scripts (`semaphore/scripts/`), each prefixed with the shared
+/// `common.lua`.
+pub(crate) struct SemScripts {
+    pub(crate) acquire: Script,
+    pub(crate) release: Script,
+    pub(crate) renew: Script,
+    pub(crate) available: Script,
+    pub(crate) set_permits: Script,
+}
+
 /// Every script of every primitive: what a client loads into each server.
 pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
-    let (lock, fair, rw) = (scripts(), fair_scripts(), rw_scripts());
+    let (lock, fair, rw, sem) = (scripts(), fair_scripts(), rw_scripts(), sem_scripts());
     [
         &lock.acquire,
         &lock.release,
@@ -50,6 +60,11 @@ pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
         &rw.release,
         &rw.renew_read,
         &rw.renew_write,
+        &sem.acquire,
+        &sem.release,
+        &sem.renew,
+        &sem.available,
+        &sem.set_permits,
     ]
     .into_iter()
 }
@@ -92,5 +107,16 @@ pub(crate) fn rw_scripts() -> &'static RwScripts {
         release: prefixed_script!("rw", "common.lua", "release.lua"),
         renew_read: prefixed_script!("rw", "common.lua", "renew_read.lua"),
         renew_write: prefixed_script!("rw", "common.lua", "renew_write.lua"),
+    })
+}
+
+pub(crate) fn sem_scripts() -> &'static SemScripts {
+    static SCRIPTS: OnceLock<SemScripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| SemScripts {
+        acquire: prefixed_script!("semaphore", "common.lua", "acquire.lua"),
+        release: prefixed_script!("semaphore", "common.lua", "release.lua"),
+        renew: prefixed_script!("semaphore", "common.lua", "renew.lua"),
+        available: prefixed_script!("semaphore", "common.lua", "available.lua"),
+        set_permits: prefixed_script!("semaphore", "common.lua", "set_permits.lua"),
     })
 }
