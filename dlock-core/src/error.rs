@@ -204,8 +204,35 @@ pub enum LockError {
         /// How long the last round took.
         elapsed: Duration,
     },
-}
 
+    /// A [`Semaphore`](crate::Semaphore) was asked for a number of permits it can never
+    /// grant: 0, more than its capacity, or any at all from a handle created with 0
+    /// permits. Reported at once, so that no wait can go on forever; nothing was sent to
+    /// Redis.
+    #[error("semaphore \"{name}\": {}", permits_problem(*asked, *capacity))]
+    InvalidPermits {
+        /// The semaphore's name.
+        name: String,
+        /// The permits asked for (for a handle created with 0 permits, 0).
+        asked: u32,
+        /// The capacity the handle was created with.
+        capacity: u32,
+    },
+
+    /// The capacity stored in Redis for a [`Semaphore`](crate::Semaphore) differs from
+    /// the one its handle was created with: two processes disagree on the configuration,
+    /// or [`set_permits`](crate::Semaphore::set_permits) changed it. Nothing was granted;
+    /// the stored capacity stays until `set_permits` changes it.
+    #[error("semaphore \"{name}\": this handle was created with {handle} permits but Redis stores a capacity of {stored}; create the handle with {stored} permits, or call set_permits({handle}) if {handle} is the intended capacity")]
+    CapacityMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The capacity the handle was created with.
+        handle: u32,
+        /// The capacity stored in Redis.
+        stored: u32,
+    },
+}
 
 /// `a (slot 1), b (slot 2)` for [`LockError::CrossSlot`].
 fn shown_slots(keys: &[(String, u16)]) -> String {
@@ -222,6 +249,17 @@ fn shown_failures(failures: &[(String, LockError)]) -> String {
         .map(|(name, error)| format!("{name:?}: {error}"))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// What is wrong with asking a semaphore of `capacity` permits for `asked` of them.
+fn permits_problem(asked: u32, capacity: u32) -> String {
+    if capacity == 0 {
+        "the handle was created with 0 permits, which can never be granted; create it with at least 1".to_owned()
+    } else if asked == 0 {
+        format!("asked for 0 permits; ask for 1 to {capacity}")
+    } else {
+        format!("asked for {asked} permits but its capacity is {capacity}, so the wait could never end; ask for 1 to {capacity}, or raise the capacity with set_permits")
+    }
 }
 
 /// Characters of a rejected name kept in [`LockError::InvalidName`].
@@ -328,6 +366,7 @@ impl From<LockError> for std::io::Error {
             LockError::InvalidDuration { .. }
             | LockError::InvalidName { .. }
             | LockError::CrossSlot { .. }
+            | LockError::InvalidPermits { .. }
             | LockError::Config(_) => std::io::ErrorKind::InvalidInput,
             _ => std::io::ErrorKind::Other,
         };

@@ -53,6 +53,7 @@ mod redis;
 mod redlock;
 mod rw;
 mod scripts;
+mod semaphore;
 mod sync;
 
 pub use crate::redis::Topology;
@@ -67,6 +68,7 @@ pub use multi::{MultiGuard, MultiLock};
 pub use names::MAX_NAME_LEN;
 pub use redlock::{RedLock, RedLockClient, RedLockGuard};
 pub use rw::{ReadLock, ReadWriteLock, WriteLock};
+pub use semaphore::Semaphore;
 pub use sync::metrics::{Stats, LATENCY_BOUNDS};
 
 /// The repository README's code blocks, compiled as doc tests so that the quick start

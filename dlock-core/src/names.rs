@@ -120,6 +120,33 @@ impl FairKeys {
     }
 }
 
+/// The semaphore's names (`Semaphore`), each in a namespace of its own so that a lock and
+/// a semaphore of the same name never share a key, and all in the slot of key prefix +
+/// name (the slot a lock of that name would have).
+#[derive(Debug, Clone)]
+pub(crate) struct SemKeys {
+    /// Hash of the live grants: `<grant>` → permits, `<grant>:t` → server-time deadline.
+    /// Also the name of the channel releases and reclaims publish on (channels and keys
+    /// are separate namespaces in Redis).
+    pub(crate) grants: String,
+    /// String: the capacity, the one semaphore key without a TTL.
+    pub(crate) capacity: String,
+    /// The lock-style names; only the release memos (`memo`) are used.
+    pub(crate) lock: LockKeys,
+}
+
+impl SemKeys {
+    pub(crate) fn new(prefix: &str, name: &str) -> SemKeys {
+        let lock = LockKeys::new(prefix, name);
+        let anchor = slot_anchor(lock.key.as_bytes());
+        SemKeys {
+            grants: format!("dlock:sem:{{{anchor}}}:{}", lock.key),
+            capacity: format!("dlock:semcap:{{{anchor}}}:{}", lock.key),
+            lock,
+        }
+    }
+}
+
 /// A hash tag body that hashes to the same cluster slot as `key`.
 fn slot_anchor(key: &[u8]) -> String {
     // A tag ends at the first `}` after its `{`, so `{tag}` re-parses as the same tag.
@@ -235,6 +262,7 @@ mod tests {
                 let slot = slot_of(keys.key.as_bytes());
                 assert_eq!(slot_of(keys.channel.as_bytes()), slot, "{prefix}{name}");
                 let fair = FairKeys::new(prefix, name);
+                let sem = SemKeys::new(prefix, name);
                 for helper in [
                     keys.memo("client:1", 7),
                     keys.marker("client:1", 7),
@@ -242,10 +270,30 @@ mod tests {
                     fair.queue,
                     fair.deadlines,
                     format!("{}client:1", fair.wake_prefix),
+                    sem.grants,
+                    sem.capacity,
+                    sem.lock.memo("client:1", 7),
                 ] {
                     assert_eq!(slot_of(helper.as_bytes()), slot, "{prefix}{name}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_semaphore_shares_no_key_with_a_lock_of_the_same_name() {
+        for name in ["jobs", "{jobs}", "a{b}}c"] {
+            let lock = LockKeys::new("app:", name);
+            let sem = SemKeys::new("app:", name);
+            let lock_names = [
+                lock.key.clone(),
+                lock.channel.clone(),
+                lock.waiting_writers(),
+            ];
+            for sem_name in [&sem.grants, &sem.capacity] {
+                assert!(!lock_names.contains(sem_name), "{name}: {sem_name}");
+            }
+            assert_ne!(sem.grants, sem.capacity);
         }
     }
 

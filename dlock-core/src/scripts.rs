@@ -40,9 +40,25 @@ pub(crate) struct MultiScripts {
     pub(crate) acquire: Script,
 }
 
+/// The semaphore's scripts (`semaphore/scripts/`), each prefixed with the shared
+/// `common.lua`.
+pub(crate) struct SemScripts {
+    pub(crate) acquire: Script,
+    pub(crate) release: Script,
+    pub(crate) renew: Script,
+    pub(crate) available: Script,
+    pub(crate) set_permits: Script,
+}
+
 /// Every script of every primitive: what a client loads into each server.
 pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
-    let (lock, fair, rw, multi) = (scripts(), fair_scripts(), rw_scripts(), multi_scripts());
+    let (lock, fair, rw, multi, sem) = (
+        scripts(),
+        fair_scripts(),
+        rw_scripts(),
+        multi_scripts(),
+        sem_scripts(),
+    );
     [
         &lock.acquire,
         &lock.release,
@@ -57,6 +73,11 @@ pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
         &rw.renew_read,
         &rw.renew_write,
         &multi.acquire,
+        &sem.acquire,
+        &sem.release,
+        &sem.renew,
+        &sem.available,
+        &sem.set_permits,
     ]
     .into_iter()
 }
@@ -106,5 +127,16 @@ pub(crate) fn multi_scripts() -> &'static MultiScripts {
     static SCRIPTS: OnceLock<MultiScripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| MultiScripts {
         acquire: Script::new(include_str!("multi/scripts/acquire.lua")),
+    })
+}
+
+pub(crate) fn sem_scripts() -> &'static SemScripts {
+    static SCRIPTS: OnceLock<SemScripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| SemScripts {
+        acquire: prefixed_script!("semaphore", "common.lua", "acquire.lua"),
+        release: prefixed_script!("semaphore", "common.lua", "release.lua"),
+        renew: prefixed_script!("semaphore", "common.lua", "renew.lua"),
+        available: prefixed_script!("semaphore", "common.lua", "available.lua"),
+        set_permits: prefixed_script!("semaphore", "common.lua", "set_permits.lua"),
     })
 }

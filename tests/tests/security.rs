@@ -89,6 +89,12 @@ fn acl_rule(mode: Mode, prefix: &str) -> Vec<String> {
         format!("&dlock:fair:{{*}}:{prefix}*"),
         // The read-write lock's waiting writers: `dlock:rwwait:{tag}:<prefix><name>`.
         format!("~dlock:rwwait:{{*}}:{prefix}*"),
+        // The semaphore's grants hash, also the name of its channel (passed as a key
+        // for cluster routing), and its capacity: `dlock:sem:{tag}:<prefix><name>`,
+        // `dlock:semcap:{tag}:<prefix><name>`.
+        format!("~dlock:sem:{{*}}:{prefix}*"),
+        format!("&dlock:sem:{{*}}:{prefix}*"),
+        format!("~dlock:semcap:{{*}}:{prefix}*"),
     ];
     rule.extend(
         COMMON_COMMANDS
@@ -265,6 +271,7 @@ async fn exercise(clients: &[LockClient; 3], names: &[String]) -> Vec<Duration> 
     for name in names {
         wakeups.push(exercise_fair(a, b, name).await);
         exercise_rw(a, b, name).await;
+        exercise_semaphore(a, b, name).await;
     }
 
     let lock = fast.lock(&names[0]);
@@ -350,6 +357,34 @@ async fn exercise_rw(a: &LockClient, b: &LockClient, name: &str) {
     assert!(!rw_a.is_locked().await.unwrap(), "{name}");
 }
 
+/// The semaphore's operations on `name` (prefixed `sem:`): grants of two clients, a
+/// 2-permit waiter woken by two releases (pub/sub), the capacity read and changed.
+async fn exercise_semaphore(a: &LockClient, b: &LockClient, name: &str) {
+    let name = format!("sem:{name}");
+    let (sem_a, sem_b) = (a.semaphore(&name, 2), b.semaphore(&name, 2));
+    let one = sem_a
+        .acquire(1)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let two = sem_b.try_acquire(1).await.unwrap();
+    let waiter = tokio::spawn({
+        let sem = sem_b.clone();
+        async move { sem.try_acquire_for(2, Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    one.unlock().await.unwrap();
+    two.unlock().await.unwrap();
+    let both = waiter
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(both.hold_count().await.unwrap(), 2, "{name}");
+    both.unlock().await.unwrap();
+    assert_eq!(sem_a.capacity().await.unwrap(), 2, "{name}");
+    sem_a.set_permits(3).await.unwrap();
+    assert_eq!(sem_a.available().await.unwrap(), 3, "{name}");
+}
+
 /// Every lock operation once, ignoring failures, with short timeouts: for the checks that
 /// each command of a rule is needed.
 async fn touch_everything(topology: &Topology) {
@@ -409,6 +444,18 @@ async fn touch_everything(topology: &Topology) {
             .try_lock_for(Duration::from_millis(200))
             .await;
         let _ = read.unlock().await;
+    }
+    // The semaphore: a grant, a waiter short of permits, the capacity and its change.
+    let sem = a.semaphore("slots:1", 1);
+    if let Ok(guard) = sem.try_acquire(1).await {
+        let _ = b
+            .semaphore("slots:1", 1)
+            .try_acquire_for(1, Duration::from_millis(200))
+            .await;
+        let _ = sem.available().await;
+        let _ = sem.capacity().await;
+        let _ = guard.unlock().await;
+        let _ = sem.set_permits(2).await;
     }
     // Let the unsubscribe and background releases reach Redis.
     tokio::time::sleep(Duration::from_millis(100)).await;

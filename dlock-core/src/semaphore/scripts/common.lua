@@ -1,0 +1,67 @@
+-- Shared by every semaphore script (prepended to each one when it is registered).
+--
+-- The grants hash (one per semaphore, `dlock:sem:{tag}:<prefix><name>`):
+--   <grant>     the permits of one grant (one guard); a grant is "<client-id>:<owner-id>"
+--   <grant>:t   that grant's deadline: server time in ms after which its permits return
+-- A grant id never ends in ':t'. The hash expires at its latest deadline (so a semaphore
+-- whose holders all died leaves nothing but its capacity), and every script first
+-- reclaims the grants whose deadline passed. The permits held are the sum over the live
+-- grants: nothing else counts them, so no counter can drift from the grants.
+-- The capacity is a string key of its own (`dlock:semcap:{tag}:...`), without a TTL.
+-- Releases and reclaims publish the permits available on the channel named like the
+-- grants hash.
+
+-- Server time in milliseconds: every deadline comes from the server's clock.
+local function sem_now()
+  local time = redis.call('time')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- Reclaims the grants of `key` whose deadline passed. Returns the permits held by the
+-- live grants, the earliest and the latest live deadline (nil and 0 when none is live),
+-- and the permits reclaimed. Deletes the hash when no grant is left.
+local function sem_reclaim(key, now)
+  local fields = redis.call('hgetall', key)
+  local values = {}
+  for i = 1, #fields, 2 do
+    values[fields[i]] = fields[i + 1]
+  end
+  local held, earliest, latest, reclaimed = 0, nil, 0, 0
+  for field, value in pairs(values) do
+    if string.sub(field, -2) == ':t' then
+      local grant = string.sub(field, 1, -3)
+      local deadline = tonumber(value)
+      local permits = tonumber(values[grant]) or 0
+      if deadline <= now then
+        redis.call('hdel', key, grant, field)
+        reclaimed = reclaimed + permits
+      else
+        held = held + permits
+        if earliest == nil or deadline < earliest then
+          earliest = deadline
+        end
+        if deadline > latest then
+          latest = deadline
+        end
+      end
+    end
+  end
+  if earliest == nil and #fields > 0 then
+    redis.call('del', key)
+  end
+  return held, earliest, latest, reclaimed
+end
+
+-- The Redis type at `key` when it is neither absent nor `expected`, else nil.
+local function sem_foreign(key, expected)
+  local found = redis.call('type', key).ok
+  if found ~= 'none' and found ~= expected then
+    return found
+  end
+  return nil
+end
+
+-- Publishes the permits available now (capacity `cap` - `held`, at least 0).
+local function sem_publish(command, channel, cap, held)
+  redis.call(command, channel, math.max(0, (cap or 0) - held))
+end
