@@ -170,11 +170,13 @@ pub fn redact_url(url: &str) -> String {
 ///
 /// | option | value | default |
 /// |---|---|---|
-/// | `key` | template, e.g. `"goods:<id>"` (required) | — |
+/// | `key` | template, e.g. `"goods:<id>"` (this or `keys` is required) | — |
+/// | `keys` | array of templates, e.g. `["account:<from>", "account:<to>"]`: a multi-lock | — |
 /// | `kind` | `"reentrant"`, `"fair"`, `"read"` or `"write"` | `"reentrant"` |
+/// | `permits` | `4`: one permit of the semaphore `key` with this capacity | — |
 /// | `lease` | duration string: `"500ms"`, `"5s"`, `"2m"`, `"1h"` | watchdog renewal |
-/// | `wait` | duration string; `"0s"` tries once | wait until acquired |
-/// | `client` | expression giving a `LockClient`, `&LockClient` or `Arc<LockClient>` | the client registered with [`set_global`] |
+/// | `wait` | duration string; `"0s"` tries once | the client's `default_wait` (until acquired unless set) |
+/// | `client` | expression giving a [`LockClient`] or a [`RedLockClient`] (or a reference or `Arc` of one) | the client registered with [`set_global`] |
 /// | `on_fail` | path of a fn taking the [`LockError`] and returning the function's type | `return Err(error.into())` |
 ///
 /// - **`key`**: literal text with placeholders. `<param>` inserts a parameter with
@@ -191,11 +193,21 @@ pub fn redact_url(url: &str) -> String {
 ///   `"write"` one on the same key reads under the write (a downgrade), a `"write"`
 ///   function called from a `"read"` one fails at once with
 ///   [`LockError::UpgradeNotSupported`] instead of waiting for itself.
+/// - **`keys`** (instead of `key`): every lock of the list or none, as a
+///   [`MultiLock`]: in one script when the keys share a cluster slot, else one after
+///   another in the canonical order, so `transfer(a, b)` and `transfer(b, a)` can run
+///   concurrently without deadlock. Each lock is re-entered inside the body like a `key`
+///   lock. Not combined with `kind` or `permits`.
+/// - **`permits`**: the body holds one permit of [`LockClient::semaphore`]`(key, permits)`,
+///   so up to `permits` calls run at once across processes. Every process must give the
+///   same number ([`LockError::CapacityMismatch`] otherwise). Not combined with `kind`.
 /// - **`lease`**: the lock expires after it and is never renewed; without it the watchdog
 ///   renews the lease while the body runs. Checked at compile time (1 ms to 366 days).
 /// - **`wait`**: how long to wait for the lock; when it passes the function fails with
 ///   [`LockError::Timeout`] without running the body.
-/// - **`client`**: e.g. `client = state.locks` or `client = self.locks`.
+/// - **`client`**: e.g. `client = state.locks` or `client = self.locks`. With a
+///   [`RedLockClient`] the body runs under a RedLock (not reentrant; `kind` and `permits`
+///   are then refused with [`LockError::Config`] at the call).
 /// - **`on_fail`**: `on_fail = busy` calls `busy(error)` and returns what it returns.
 ///
 /// # Failure
@@ -209,7 +221,8 @@ pub fn redact_url(url: &str) -> String {
 /// # Compile errors
 ///
 /// Spanned on the offending token: unknown or duplicate option, unknown `kind`, missing
-/// `key`, empty key,
+/// `key`, both `key` and `keys`, `keys` that is not a non-empty array of strings, `kind`
+/// with `keys` or `permits`, `permits` that is not a whole number from 1, empty key,
 /// unterminated `<`, a placeholder naming no parameter (the message lists the parameters),
 /// a bad duration, a non-async function, and a function that cannot report failure.
 #[cfg(feature = "macros")]

@@ -6,16 +6,26 @@ use proc_macro2::Span;
 use syn::parse::ParseStream;
 use syn::{Expr, Ident, LitStr, Path, Token};
 
-const OPTIONS: &str = "`key`, `kind`, `lease`, `wait`, `client`, `on_fail`";
+const OPTIONS: &str = "`key`, `keys`, `kind`, `permits`, `lease`, `wait`, `client`, `on_fail`";
 
-/// `#[distributed_lock(key = "...", kind = "...", lease = "...", wait = "...", client = expr, on_fail = path)]`
+/// `#[distributed_lock(key = "...", kind = "...", lease = "...", wait = "...", client = expr, on_fail = path)]`,
+/// with `keys = ["...", ...]` in place of `key` for a multi-lock, or `permits = n` beside
+/// `key` for a semaphore.
 ///
 /// Options with a mistake are left `None` and the mistake recorded, so that one compile
 /// reports every problem of the attribute and of the function it is on.
 #[derive(Default)]
 pub(crate) struct Args {
     pub(crate) key: Option<LitStr>,
+    /// `keys = [...]`: every lock of a multi-lock, taken all or none.
+    pub(crate) keys: Option<Vec<LitStr>>,
     pub(crate) kind: Kind,
+    /// Where `kind` was written, when it was.
+    kind_span: Option<Span>,
+    /// `permits = n`: the capacity of the semaphore `key` names; the body holds one permit.
+    pub(crate) permits: Option<u32>,
+    /// Where `permits` was written, when it was.
+    permits_span: Option<Span>,
     pub(crate) lease: Option<Lease>,
     pub(crate) wait: Option<Duration>,
     pub(crate) client: Option<Expr>,
@@ -107,7 +117,17 @@ impl Args {
                 }
                 "kind" => {
                     let literal: LitStr = input.parse()?;
+                    args.kind_span = Some(literal.span());
                     args.kind = errors.keep(Kind::parse(&literal)).unwrap_or_default();
+                }
+                "keys" => {
+                    let value: Expr = input.parse()?;
+                    args.keys = errors.keep(parse_keys(&value));
+                }
+                "permits" => {
+                    args.permits_span = Some(name.span());
+                    let value: Expr = input.parse()?;
+                    args.permits = errors.keep(parse_permits(&value));
                 }
                 "lease" => {
                     let literal: LitStr = input.parse()?;
@@ -140,13 +160,102 @@ impl Args {
             input.parse::<Token![,]>()?;
         }
 
-        if args.key.is_none() {
-            errors.push(syn::Error::new(
-                Span::call_site(),
-                "missing `key`: name the lock, e.g. #[distributed_lock(key = \"goods:<id>\")]",
-            ));
-        }
+        args.check_combination(seen.contains(&"keys".to_owned()), errors);
         Ok(args)
+    }
+
+    /// The options that exclude each other: one of `key` and `keys`; `permits` names a
+    /// semaphore, so it takes one `key` and no `kind`; a multi-lock is made of reentrant
+    /// locks.
+    fn check_combination(&self, keys_given: bool, errors: &mut Errors) {
+        match (&self.key, keys_given) {
+            (None, false) => errors.push(syn::Error::new(
+                Span::call_site(),
+                "missing `key`: name the lock, e.g. #[distributed_lock(key = \"goods:<id>\")] (or `keys = [...]` for several locks)",
+            )),
+            (Some(key), true) => errors.push(syn::Error::new_spanned(
+                key,
+                "give either `key` (one lock) or `keys` (several locks, taken all or none), not both",
+            )),
+            _ => {}
+        }
+        if let (Some(span), true) = (self.kind_span, keys_given) {
+            if self.kind != Kind::Reentrant {
+                errors.push(syn::Error::new(
+                    span,
+                    "`keys` takes reentrant locks; `kind` cannot be used with `keys`",
+                ));
+            }
+        }
+        if let Some(permits) = self.permits_span {
+            if keys_given {
+                errors.push(syn::Error::new(
+                    permits,
+                    "`permits` names a semaphore under one `key`; it cannot be used with `keys`",
+                ));
+            }
+            if let Some(span) = self.kind_span {
+                errors.push(syn::Error::new(
+                    span,
+                    "`permits` takes a semaphore, which has no `kind`; remove `kind`",
+                ));
+            }
+        }
+    }
+}
+
+/// `keys = ["account:<from>", "account:<to>"]`: an array of at least one string literal.
+fn parse_keys(value: &Expr) -> syn::Result<Vec<LitStr>> {
+    let Expr::Array(array) = value else {
+        return Err(syn::Error::new_spanned(
+            value,
+            "`keys` is an array of key templates: write e.g. keys = [\"account:<from>\", \"account:<to>\"]",
+        ));
+    };
+    if array.elems.is_empty() {
+        return Err(syn::Error::new_spanned(
+            value,
+            "`keys` is empty; list the locks to take, e.g. keys = [\"account:<from>\", \"account:<to>\"]",
+        ));
+    }
+    array
+        .elems
+        .iter()
+        .map(|element| match element {
+            Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(literal),
+                ..
+            }) => Ok(literal.clone()),
+            other => Err(syn::Error::new_spanned(
+                other,
+                "each of `keys` is a string literal key template, e.g. \"account:<from>\"",
+            )),
+        })
+        .collect()
+}
+
+/// `permits = 4`: a semaphore capacity from 1 to `u32::MAX`.
+fn parse_permits(value: &Expr) -> syn::Result<u32> {
+    let wrong = || {
+        syn::Error::new_spanned(
+            value,
+            "`permits` is the semaphore's capacity, a whole number from 1 to 4294967295: write e.g. permits = 4",
+        )
+    };
+    let Expr::Lit(syn::ExprLit {
+        lit: syn::Lit::Int(literal),
+        ..
+    }) = value
+    else {
+        return Err(wrong());
+    };
+    match literal.base10_parse::<u32>() {
+        Ok(0) => Err(syn::Error::new_spanned(
+            literal,
+            "`permits = 0` would make a semaphore nobody can ever enter; give at least 1",
+        )),
+        Ok(permits) => Ok(permits),
+        Err(_) => Err(wrong()),
     }
 }
 

@@ -48,30 +48,23 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
             "#[distributed_lock] needs an `async fn`: the lock is awaited before the body runs",
         ));
     }
-    let key = args.key.as_ref().and_then(|literal| {
-        let pieces = errors.keep(
-            parse_template(&literal.value())
-                .map_err(|message| syn::Error::new_spanned(literal, message)),
-        )?;
-        let names = parameter_names(function);
-        for piece in &pieces {
-            match piece {
-                Piece::Placeholder(path) if !names.contains(&path[0]) => {
-                    errors.push(syn::Error::new_spanned(
-                        literal,
-                        unknown_placeholder(&path[0], &names),
-                    ));
-                }
-                Piece::Text(text) => {
-                    for message in parameters_written_as_text(text, &names) {
-                        errors.push(syn::Error::new_spanned(literal, message));
-                    }
-                }
-                Piece::Placeholder(_) => {}
-            }
+    let names = parameter_names(function);
+    let target = match (&args.key, &args.keys) {
+        (Some(literal), None) => {
+            compile_key(literal, &names, &mut errors).map(|key| Target::One(key, args.permits))
         }
-        Some(key_expression(&pieces, literal))
-    });
+        (None, Some(literals)) => {
+            let keys: Vec<_> = literals
+                .iter()
+                .map(|literal| compile_key(literal, &names, &mut errors))
+                .collect();
+            keys.into_iter()
+                .collect::<Option<Vec<_>>>()
+                .map(Target::All)
+        }
+        // Both or neither: `Args::parse` reported it.
+        _ => None,
+    };
     if args.on_fail.is_none() && !returns_result(&function.sig.output) {
         let culprit = match &function.sig.output {
             ReturnType::Type(_, ty) => ty.to_token_stream(),
@@ -83,14 +76,53 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
         ));
     }
     errors.finish()?;
-    match key {
-        Some(key) => Ok(rewrite(function, &args, key)),
-        // No error recorded means the key was there and valid; stay total anyway.
+    match target {
+        Some(target) => Ok(rewrite(function, &args, target)),
+        // No error recorded means the keys were there and valid; stay total anyway.
         None => Ok(function.to_token_stream()),
     }
 }
 
-fn rewrite(function: &ItemFn, args: &Args, key: TokenStream) -> TokenStream {
+/// What the expansion acquires: the code building each key at run time.
+enum Target {
+    /// `key`: one lock of the attribute's `kind`, or with `permits` one permit of a
+    /// semaphore of that capacity.
+    One(TokenStream, Option<u32>),
+    /// `keys`: a multi-lock, all or none.
+    All(Vec<TokenStream>),
+}
+
+/// Checks one key template against the function's parameters; the code building the key,
+/// or `None` with the mistakes recorded.
+fn compile_key(
+    literal: &syn::LitStr,
+    names: &BTreeSet<String>,
+    errors: &mut Errors,
+) -> Option<TokenStream> {
+    let pieces = errors.keep(
+        parse_template(&literal.value())
+            .map_err(|message| syn::Error::new_spanned(literal, message)),
+    )?;
+    for piece in &pieces {
+        match piece {
+            Piece::Placeholder(path) if !names.contains(&path[0]) => {
+                errors.push(syn::Error::new_spanned(
+                    literal,
+                    unknown_placeholder(&path[0], names),
+                ));
+            }
+            Piece::Text(text) => {
+                for message in parameters_written_as_text(text, names) {
+                    errors.push(syn::Error::new_spanned(literal, message));
+                }
+            }
+            Piece::Placeholder(_) => {}
+        }
+    }
+    Some(key_expression(&pieces, literal))
+}
+
+fn rewrite(function: &ItemFn, args: &Args, target: Target) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
@@ -115,7 +147,6 @@ fn rewrite(function: &ItemFn, args: &Args, key: TokenStream) -> TokenStream {
         }
         None => quote!(#private::global_client()),
     };
-    let kind = proc_macro2::Ident::new(args.kind.variant(), proc_macro2::Span::call_site());
     let wait = optional_duration(args.wait);
     let lease = optional_duration(args.lease.as_ref().map(|lease| lease.duration));
     // Checked against dlock-core's limit when the expansion compiles, pointing at the lease.
@@ -133,18 +164,41 @@ fn rewrite(function: &ItemFn, args: &Args, key: TokenStream) -> TokenStream {
         None => quote!(async move { #(#statements)* }),
     };
 
+    let acquire = match target {
+        Target::One(key, permits) => {
+            let kind = match permits {
+                Some(permits) => quote!(#private::Kind::Permits(#permits)),
+                None => {
+                    let variant = proc_macro2::Ident::new(
+                        args.kind.variant(),
+                        proc_macro2::Span::call_site(),
+                    );
+                    quote!(#private::Kind::#variant)
+                }
+            };
+            quote! {
+                let __dlock_key: ::std::string::String = #key;
+                let __dlock_acquired = #private::acquire(#client, #kind, __dlock_key, #wait, #lease).await;
+            }
+        }
+        Target::All(keys) => quote! {
+            let __dlock_keys: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#keys),*];
+            let __dlock_acquired = #private::acquire_all(#client, __dlock_keys, #wait, #lease).await;
+        },
+    };
+
     quote! {
         #(#outer)*
         #vis #sig {
             #(#inner)*
             #lease_check
-            let __dlock_key: ::std::string::String = #key;
-            let __dlock_guard = match #private::acquire(#client, #private::Kind::#kind, __dlock_key, #wait, #lease).await {
+            #acquire
+            let __dlock_guard = match __dlock_acquired {
                 ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
                 ::core::result::Result::Err(__dlock_error) => return #fail,
             };
-            let __dlock_output = __dlock_guard.scope(#body).await;
-            #private::release(__dlock_guard).await;
+            let __dlock_output = #private::Guard::scope(&__dlock_guard, #body).await;
+            #private::Guard::release(__dlock_guard).await;
             __dlock_output
         }
     }
@@ -359,6 +413,24 @@ mod snapshots {
             "write_kind",
             r#"key = "catalog:<shop>", kind = "write", lease = "10s""#,
             "async fn reprice(shop: u32, item: u64) -> Result<(), AppError> { Ok(()) }",
+        );
+    }
+
+    #[test]
+    fn multi_keys() {
+        check(
+            "multi_keys",
+            r#"keys = ["account:<from>", "account:<to>"], wait = "2s""#,
+            "async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), AppError> { Ok(()) }",
+        );
+    }
+
+    #[test]
+    fn semaphore_permits() {
+        check(
+            "semaphore_permits",
+            r#"key = "pool:<name>", permits = 4, lease = "30s""#,
+            "async fn query(name: &str) -> Result<u64, AppError> { Ok(1) }",
         );
     }
 

@@ -5,15 +5,15 @@ pub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> {
         "`lease` is longer than `dlock_core::MAX_LEASE`; leave `lease` out to use the watchdog"
     );
     let __dlock_key: ::std::string::String = ::std::format!("goods:{}", id);
-    let __dlock_guard = match ::dlock_core::__private::acquire(
+    let __dlock_acquired = ::dlock_core::__private::acquire(
             ::dlock_core::__private::global_client(),
             ::dlock_core::__private::Kind::Reentrant,
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::Some(::core::time::Duration::new(5u64, 0u32)),
         )
-        .await
-    {
+        .await;
+    let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => {
             return ::core::result::Result::Err(
@@ -21,14 +21,14 @@ pub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> {
             );
         }
     };
-    let __dlock_output = __dlock_guard
-        .scope(
+    let __dlock_output = ::dlock_core::__private::Guard::scope(
+            &__dlock_guard,
             ::dlock_core::__private::typed_body::<
                 Result<u32, AppError>,
                 _,
             >(async move { Ok(qty) }),
         )
         .await;
-    ::dlock_core::__private::release(__dlock_guard).await;
+    ::dlock_core::__private::Guard::release(__dlock_guard).await;
     __dlock_output
 }

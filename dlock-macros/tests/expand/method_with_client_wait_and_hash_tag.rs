@@ -3,7 +3,7 @@ async fn sell(&mut self, order: Order) -> AppResult<()> {
     let __dlock_key: ::std::string::String = ::std::format!(
         "{{shop}}:{}:{}", self.id, order.user.0
     );
-    let __dlock_guard = match ::dlock_core::__private::acquire(
+    let __dlock_acquired = ::dlock_core::__private::acquire(
             ::core::result::Result::Ok(
                 ::dlock_core::__private::IntoClient::to_client(&(self.locks)),
             ),
@@ -12,8 +12,8 @@ async fn sell(&mut self, order: Order) -> AppResult<()> {
             ::core::option::Option::Some(::core::time::Duration::new(0u64, 0u32)),
             ::core::option::Option::None,
         )
-        .await
-    {
+        .await;
+    let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => {
             return ::core::result::Result::Err(
@@ -21,8 +21,8 @@ async fn sell(&mut self, order: Order) -> AppResult<()> {
             );
         }
     };
-    let __dlock_output = __dlock_guard
-        .scope(
+    let __dlock_output = ::dlock_core::__private::Guard::scope(
+            &__dlock_guard,
             ::dlock_core::__private::typed_body::<
                 AppResult<()>,
                 _,
@@ -32,6 +32,6 @@ async fn sell(&mut self, order: Order) -> AppResult<()> {
             }),
         )
         .await;
-    ::dlock_core::__private::release(__dlock_guard).await;
+    ::dlock_core::__private::Guard::release(__dlock_guard).await;
     __dlock_output
 }

@@ -1,18 +1,22 @@
 async fn report(name: impl Display) -> impl Display {
     let __dlock_key: ::std::string::String = ::std::format!("report:{}", name);
-    let __dlock_guard = match ::dlock_core::__private::acquire(
+    let __dlock_acquired = ::dlock_core::__private::acquire(
             ::dlock_core::__private::global_client(),
             ::dlock_core::__private::Kind::Reentrant,
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::None,
         )
-        .await
-    {
+        .await;
+    let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => return busy(__dlock_error),
     };
-    let __dlock_output = __dlock_guard.scope(async move { name.to_string() }).await;
-    ::dlock_core::__private::release(__dlock_guard).await;
+    let __dlock_output = ::dlock_core::__private::Guard::scope(
+            &__dlock_guard,
+            async move { name.to_string() },
+        )
+        .await;
+    ::dlock_core::__private::Guard::release(__dlock_guard).await;
     __dlock_output
 }

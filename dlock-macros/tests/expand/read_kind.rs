@@ -1,14 +1,14 @@
 async fn price(shop: u32, item: u64) -> Result<u64, AppError> {
     let __dlock_key: ::std::string::String = ::std::format!("catalog:{}", shop);
-    let __dlock_guard = match ::dlock_core::__private::acquire(
+    let __dlock_acquired = ::dlock_core::__private::acquire(
             ::dlock_core::__private::global_client(),
             ::dlock_core::__private::Kind::Read,
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::None,
         )
-        .await
-    {
+        .await;
+    let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => {
             return ::core::result::Result::Err(
@@ -16,14 +16,14 @@ async fn price(shop: u32, item: u64) -> Result<u64, AppError> {
             );
         }
     };
-    let __dlock_output = __dlock_guard
-        .scope(
+    let __dlock_output = ::dlock_core::__private::Guard::scope(
+            &__dlock_guard,
             ::dlock_core::__private::typed_body::<
                 Result<u64, AppError>,
                 _,
             >(async move { Ok(item) }),
         )
         .await;
-    ::dlock_core::__private::release(__dlock_guard).await;
+    ::dlock_core::__private::Guard::release(__dlock_guard).await;
     __dlock_output
 }

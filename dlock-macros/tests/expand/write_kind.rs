@@ -4,15 +4,15 @@ async fn reprice(shop: u32, item: u64) -> Result<(), AppError> {
         "`lease` is longer than `dlock_core::MAX_LEASE`; leave `lease` out to use the watchdog"
     );
     let __dlock_key: ::std::string::String = ::std::format!("catalog:{}", shop);
-    let __dlock_guard = match ::dlock_core::__private::acquire(
+    let __dlock_acquired = ::dlock_core::__private::acquire(
             ::dlock_core::__private::global_client(),
             ::dlock_core::__private::Kind::Write,
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::Some(::core::time::Duration::new(10u64, 0u32)),
         )
-        .await
-    {
+        .await;
+    let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => {
             return ::core::result::Result::Err(
@@ -20,14 +20,14 @@ async fn reprice(shop: u32, item: u64) -> Result<(), AppError> {
             );
         }
     };
-    let __dlock_output = __dlock_guard
-        .scope(
+    let __dlock_output = ::dlock_core::__private::Guard::scope(
+            &__dlock_guard,
             ::dlock_core::__private::typed_body::<
                 Result<(), AppError>,
                 _,
             >(async move { Ok(()) }),
         )
         .await;
-    ::dlock_core::__private::release(__dlock_guard).await;
+    ::dlock_core::__private::Guard::release(__dlock_guard).await;
     __dlock_output
 }

@@ -1,0 +1,30 @@
+async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), AppError> {
+    let __dlock_keys: ::std::vec::Vec<::std::string::String> = ::std::vec![
+        ::std::format!("account:{}", from), ::std::format!("account:{}", to)
+    ];
+    let __dlock_acquired = ::dlock_core::__private::acquire_all(
+            ::dlock_core::__private::global_client(),
+            __dlock_keys,
+            ::core::option::Option::Some(::core::time::Duration::new(2u64, 0u32)),
+            ::core::option::Option::None,
+        )
+        .await;
+    let __dlock_guard = match __dlock_acquired {
+        ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
+        ::core::result::Result::Err(__dlock_error) => {
+            return ::core::result::Result::Err(
+                ::core::convert::From::from(__dlock_error),
+            );
+        }
+    };
+    let __dlock_output = ::dlock_core::__private::Guard::scope(
+            &__dlock_guard,
+            ::dlock_core::__private::typed_body::<
+                Result<(), AppError>,
+                _,
+            >(async move { Ok(()) }),
+        )
+        .await;
+    ::dlock_core::__private::Guard::release(__dlock_guard).await;
+    __dlock_output
+}
