@@ -81,6 +81,9 @@ pub enum Scenario {
     S5,
     /// rslock in S1 and S2.
     Peers,
+    /// The rest of the family: multi-lock (2 and 5 keys, one slot or several), semaphore
+    /// and RedLock (5 servers) in S1; semaphore and multi-lock in S2.
+    Family,
     /// Everything above.
     All,
 }

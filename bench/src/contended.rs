@@ -39,6 +39,10 @@ pub enum Primitive {
     Fair,
     /// The read-write lock (`LockClient::rw_lock`): 3 reads for every write.
     Rw,
+    /// A semaphore of 1 permit (`LockClient::semaphore`).
+    Semaphore,
+    /// A multi-lock over 2 keys of one slot (`MultiLock::same_slot`).
+    Multi,
 }
 
 impl Primitive {
@@ -52,6 +56,18 @@ impl Primitive {
             Primitive::Lock => Contender::Dlock(Exclusive::Lock(client.lock(name))),
             Primitive::Fair => Contender::Dlock(Exclusive::Fair(client.fair_lock(name))),
             Primitive::Rw => Contender::Rw(client.rw_lock(name)),
+            Primitive::Semaphore => {
+                Contender::Dlock(Exclusive::Semaphore(client.semaphore(name, 1)))
+            }
+            Primitive::Multi => {
+                let names = [format!("{{{name}}}:a"), format!("{{{name}}}:b")];
+                match dlock_core::MultiLock::same_slot(client, &names) {
+                    Ok(multi) => Contender::Multi(multi),
+                    // Names built above always share a slot; an invalid name surfaces
+                    // on the first acquisition instead.
+                    Err(_) => Contender::Dlock(Exclusive::Lock(client.lock(name))),
+                }
+            }
         }
     }
 
@@ -61,6 +77,8 @@ impl Primitive {
             Primitive::Lock => "lock",
             Primitive::Fair => "fair",
             Primitive::Rw => "rw",
+            Primitive::Semaphore => "semaphore",
+            Primitive::Multi => "multi",
         }
     }
 }
@@ -102,6 +120,8 @@ pub enum Exclusive {
     Lock(dlock_core::Lock),
     /// The fair lock.
     Fair(dlock_core::FairLock),
+    /// A semaphore of one permit.
+    Semaphore(dlock_core::Semaphore),
 }
 
 /// One contender's handle on the lock.
@@ -110,6 +130,8 @@ pub enum Contender {
     Dlock(Exclusive),
     /// dlock's read-write lock: reads, and a write every [`Primitive::WRITE_EVERY`].
     Rw(dlock_core::ReadWriteLock),
+    /// dlock's multi-lock: both keys or none.
+    Multi(dlock_core::MultiLock),
     /// rslock: `acquire_no_guard` retries `lock` (3 tries, up to 200 ms random pause
     /// between tries) until it succeeds.
     Rslock {
@@ -122,6 +144,7 @@ pub enum Contender {
 
 enum Holding {
     Dlock(LockGuard),
+    Multi(dlock_core::MultiGuard),
     Rslock(rslock::Lock),
 }
 
@@ -140,6 +163,10 @@ impl Contender {
         match self {
             Contender::Dlock(Exclusive::Lock(lock)) => Ok(Holding::Dlock(lock.lock().await?)),
             Contender::Dlock(Exclusive::Fair(lock)) => Ok(Holding::Dlock(lock.lock().await?)),
+            Contender::Dlock(Exclusive::Semaphore(semaphore)) => {
+                Ok(Holding::Dlock(semaphore.acquire(1).await?))
+            }
+            Contender::Multi(multi) => Ok(Holding::Multi(multi.lock().await?)),
             Contender::Rw(rw) => Ok(Holding::Dlock(match side {
                 Side::Read => rw.read().lock().await?,
                 Side::Write => rw.write().lock().await?,
@@ -153,10 +180,11 @@ impl Contender {
     async fn release(&self, holding: Holding) -> Result<()> {
         match (self, holding) {
             (_, Holding::Dlock(guard)) => guard.unlock().await?,
+            (_, Holding::Multi(guard)) => guard.unlock().await?,
             (Contender::Rslock { manager, .. }, Holding::Rslock(lock)) => {
                 manager.unlock(&lock).await
             }
-            (Contender::Dlock(_) | Contender::Rw(_), Holding::Rslock(_)) => {
+            (Contender::Dlock(_) | Contender::Rw(_) | Contender::Multi(_), Holding::Rslock(_)) => {
                 return Err(error("mismatched lock kinds"))
             }
         }

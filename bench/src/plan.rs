@@ -9,6 +9,7 @@ use crate::contended::Primitive;
 use crate::metrics::Metrics;
 use crate::stats::Result;
 use crate::target::Target;
+use crate::uncontended::Family;
 use crate::{contended, limit, processes, uncontended, watchdog};
 
 /// Settings of a benchmark invocation.
@@ -112,11 +113,13 @@ pub enum Job {
     S4Watchdog,
     /// S5: S2 across processes, with a dlock primitive.
     S5Processes(Primitive),
+    /// S1 with the rest of the lock family.
+    S1Family(Family),
 }
 
 impl Job {
     /// Every job, in the order they run.
-    pub const ALL: [Job; 12] = [
+    pub const ALL: [Job; 20] = [
         Job::Limit,
         Job::S1Dlock,
         Job::S3Macro,
@@ -129,6 +132,14 @@ impl Job {
         Job::S5Processes(Primitive::Lock),
         Job::S5Processes(Primitive::Fair),
         Job::S5Processes(Primitive::Rw),
+        Job::S1Family(Family::MultiSameSlot(2)),
+        Job::S1Family(Family::MultiSequential(2)),
+        Job::S1Family(Family::MultiSameSlot(5)),
+        Job::S1Family(Family::MultiSequential(5)),
+        Job::S1Family(Family::Semaphore),
+        Job::S1Family(Family::RedLock),
+        Job::S2Dlock(Primitive::Semaphore),
+        Job::S2Dlock(Primitive::Multi),
     ];
 
     /// The jobs the selected scenarios ask for, in running order.
@@ -138,9 +149,14 @@ impl Job {
             .into_iter()
             .filter(|job| match job {
                 Job::Limit => has(Scenario::Limit),
-                Job::S1Dlock => has(Scenario::S1),
+                // The family's rows are compared with the lock's S1 and S2.
+                Job::S1Dlock => has(Scenario::S1) || has(Scenario::Family),
+                Job::S2Dlock(Primitive::Lock) => has(Scenario::S2) || has(Scenario::Family),
                 Job::S1Rslock | Job::S2Rslock => has(Scenario::Peers),
                 Job::S3Macro => has(Scenario::S3),
+                Job::S2Dlock(Primitive::Semaphore | Primitive::Multi) | Job::S1Family(_) => {
+                    has(Scenario::Family)
+                }
                 Job::S2Dlock(_) => has(Scenario::S2),
                 Job::S4Watchdog => has(Scenario::S4),
                 Job::S5Processes(_) => has(Scenario::S5),
@@ -152,7 +168,7 @@ impl Job {
     pub fn scenario(self) -> &'static str {
         match self {
             Job::Limit => "limit",
-            Job::S1Dlock | Job::S1Rslock => "s1",
+            Job::S1Dlock | Job::S1Rslock | Job::S1Family(_) => "s1",
             Job::S3Macro => "s3",
             Job::S2Dlock(_) | Job::S2Rslock => "s2",
             Job::S4Watchdog => "s4",
@@ -169,6 +185,11 @@ impl Job {
             Job::S3Macro => "dlock-macro",
             Job::S2Dlock(Primitive::Fair) | Job::S5Processes(Primitive::Fair) => "dlock-fair",
             Job::S2Dlock(Primitive::Rw) | Job::S5Processes(Primitive::Rw) => "dlock-rw",
+            Job::S2Dlock(Primitive::Semaphore) | Job::S5Processes(Primitive::Semaphore) => {
+                "dlock-semaphore"
+            }
+            Job::S2Dlock(Primitive::Multi) | Job::S5Processes(Primitive::Multi) => "dlock-multi",
+            Job::S1Family(family) => family.implementation(),
             _ => "dlock",
         }
     }
@@ -188,6 +209,14 @@ impl Job {
             Job::S5Processes(Primitive::Lock) => "S5 cross-process: S2 with 4 processes",
             Job::S5Processes(Primitive::Fair) => "S5 cross-process: S2 with 4 processes (dlock fair lock)",
             Job::S5Processes(Primitive::Rw) => "S5 cross-process, read-write lock: 4 processes, 3 reads per write",
+            Job::S2Dlock(Primitive::Semaphore) => "S2 contended hand-off: 16 tasks, a semaphore of 1 permit, GET/+1/SET inside",
+            Job::S2Dlock(Primitive::Multi) => "S2 contended hand-off: 16 tasks, a multi-lock over 2 keys of one slot, GET/+1/SET inside",
+            Job::S5Processes(Primitive::Semaphore) => "S5 cross-process: S2 with 4 processes (semaphore of 1 permit)",
+            Job::S5Processes(Primitive::Multi) => "S5 cross-process: S2 with 4 processes (multi-lock over 2 keys)",
+            Job::S1Family(Family::MultiSameSlot(_)) => "S1 family: 64 tasks, a multi-lock over keys of one slot each (one script)",
+            Job::S1Family(Family::MultiSequential(_)) => "S1 family: 64 tasks, a multi-lock over keys in different slots each (one after another)",
+            Job::S1Family(Family::Semaphore) => "S1 family: 64 tasks, a semaphore of 4 each, one permit per cycle",
+            Job::S1Family(Family::RedLock) => "S1 family: 64 tasks, a RedLock over 5 servers each",
         }
     }
 
@@ -202,6 +231,7 @@ impl Job {
             Job::S2Rslock => contended::s2_rslock(target, cfg).await,
             Job::S4Watchdog => watchdog::s4_watchdog(target, cfg).await,
             Job::S5Processes(primitive) => processes::s5_processes(target, cfg, primitive).await,
+            Job::S1Family(family) => uncontended::s1_family(target, cfg, family).await,
         }
     }
 }

@@ -128,9 +128,10 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
             }
             (format!("{} cycles/s", num(g("cycle_ceiling_per_s"), 0)), details)
         }
-        Job::S1Dlock | Job::S3Macro | Job::S1Rslock => {
+        Job::S1Dlock | Job::S3Macro | Job::S1Rslock | Job::S1Family(_) => {
             let rate = g("cycles_per_s");
             let compare = match job {
+                Job::S1Family(_) => ratio(rate, value(done, Job::S1Dlock, "cycles_per_s"), "S1 lock"),
                 Job::S1Dlock => ratio(rate, value(done, Job::Limit, "cycle_ceiling_per_s"), "limit"),
                 Job::S3Macro => ratio(rate, value(done, Job::S1Dlock, "cycles_per_s"), "S1"),
                 _ => versus(value(done, Job::S1Dlock, "cycles_per_s"), rate, "S1"),
@@ -170,6 +171,13 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                     num(g("reads_per_s"), 0),
                     num(g("read_wait_p99_ms"), 2),
                     num(g("read_overlap_max"), 0),
+                );
+            }
+            if matches!(job, Job::S2Dlock(Primitive::Semaphore | Primitive::Multi)) {
+                let _ = write!(
+                    details,
+                    "; {}",
+                    ratio(rate, value(done, Job::S2Dlock(Primitive::Lock), "acquisitions_per_s"), "S2 lock")
                 );
             }
             if job == Job::S2Rslock {

@@ -4,7 +4,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use dlock_core::{distributed_lock, Lock, LockClient, LockError};
+use dlock_core::{
+    distributed_lock, Lock, LockClient, LockError, MultiLock, RedLock, RedLockClient, Semaphore,
+};
+use dlock_tests::RedisServer;
 use rslock::LockManager;
 use tokio::time::Instant;
 
@@ -107,6 +110,145 @@ pub async fn s1_rslock(target: &Target, cfg: &Config) -> Result<Metrics> {
         RSLOCK_TTL.as_secs()
     ));
     Ok(m)
+}
+
+/// The rest of the lock family in S1: what one cycle takes and gives back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// A multi-lock over this many keys sharing a cluster slot: one script.
+    MultiSameSlot(usize),
+    /// A multi-lock over this many keys in different slots: one lock after another.
+    MultiSequential(usize),
+    /// One permit of a semaphore of 4 (one semaphore per task).
+    Semaphore,
+    /// A RedLock over 5 independent servers.
+    RedLock,
+}
+
+impl Family {
+    /// Servers a RedLock spans.
+    pub const REDLOCK_SERVERS: usize = 5;
+
+    /// The `implementation` column.
+    pub fn implementation(self) -> &'static str {
+        match self {
+            Family::MultiSameSlot(2) => "dlock-multi-2-slot",
+            Family::MultiSameSlot(_) => "dlock-multi-5-slot",
+            Family::MultiSequential(2) => "dlock-multi-2-seq",
+            Family::MultiSequential(_) => "dlock-multi-5-seq",
+            Family::Semaphore => "dlock-semaphore",
+            Family::RedLock => "dlock-redlock-5",
+        }
+    }
+}
+
+/// A multi-lock cycle: `lock()` then `unlock()` of every key.
+struct MultiCycle {
+    multi: MultiLock,
+}
+
+impl Cycle for MultiCycle {
+    async fn cycle(&mut self) -> Result<()> {
+        self.multi.lock().await?.unlock().await?;
+        Ok(())
+    }
+}
+
+/// A semaphore cycle: one permit, then give it back.
+struct SemaphoreCycle {
+    semaphore: Semaphore,
+}
+
+impl Cycle for SemaphoreCycle {
+    async fn cycle(&mut self) -> Result<()> {
+        self.semaphore.acquire(1).await?.unlock().await?;
+        Ok(())
+    }
+}
+
+/// A RedLock cycle: a quorum acquisition, then a release on every server.
+struct RedLockCycle {
+    lock: RedLock,
+}
+
+impl Cycle for RedLockCycle {
+    async fn cycle(&mut self) -> Result<()> {
+        self.lock.lock().await?.unlock().await?;
+        Ok(())
+    }
+}
+
+/// S1 with another primitive of the family; compare with S1 (the lock) in the same run.
+pub async fn s1_family(target: &Target, cfg: &Config, family: Family) -> Result<Metrics> {
+    let client = target.lock_client(None).await?;
+    let tasks = 0..cfg.s1_tasks;
+    match family {
+        Family::MultiSameSlot(keys) | Family::MultiSequential(keys) => {
+            let same_slot = matches!(family, Family::MultiSameSlot(_));
+            let mut cycles = Vec::new();
+            for task in tasks {
+                let names: Vec<String> = (0..keys)
+                    .map(|key| match same_slot {
+                        true => format!("{{s1:{task}}}:{key}"),
+                        false => format!("s1:{task}:{key}"),
+                    })
+                    .collect();
+                let multi = match same_slot {
+                    true => MultiLock::same_slot(&client, &names)?,
+                    false => MultiLock::sequential(names.iter().map(|name| client.lock(name)))?,
+                };
+                cycles.push(MultiCycle { multi });
+            }
+            let mut m = drive(target, cfg, cycles).await?;
+            m.note(format!(
+                "{keys} keys per multi-lock, {}",
+                if same_slot {
+                    "one slot (one script)"
+                } else {
+                    "different slots (one lock after another)"
+                }
+            ));
+            Ok(m)
+        }
+        Family::Semaphore => {
+            let cycles = tasks
+                .map(|task| SemaphoreCycle {
+                    semaphore: client.semaphore(&format!("s1:{task}"), 4),
+                })
+                .collect();
+            drive(target, cfg, cycles).await
+        }
+        Family::RedLock => {
+            // The target is one of the quorum; the others are fresh servers of this run.
+            let others = start_servers(Family::REDLOCK_SERVERS - 1).await?;
+            let mut urls = vec![target.url().to_owned()];
+            urls.extend(others.iter().map(RedisServer::url));
+            let builder = LockClient::builder().key_prefix(target.prefix().to_owned());
+            let redlock = RedLockClient::connect(builder, &urls).await?;
+            let cycles = tasks
+                .map(|task| RedLockCycle {
+                    lock: redlock.lock(&format!("s1:{task}")),
+                })
+                .collect();
+            let mut m = drive(target, cfg, cycles).await?;
+            m.note(format!(
+                "{} servers on this machine; server CPU is the first server's only",
+                Family::REDLOCK_SERVERS
+            ));
+            drop(others);
+            Ok(m)
+        }
+    }
+}
+
+/// Starts `count` throw-away servers.
+async fn start_servers(count: usize) -> Result<Vec<RedisServer>> {
+    tokio::task::spawn_blocking(move || {
+        std::panic::catch_unwind(|| (0..count).map(|_| RedisServer::start()).collect())
+    })
+    .await
+    .map_err(|e| crate::stats::error(format!("starting redis-server: {e}")))?
+    .map_err(|_| crate::stats::error("could not start the RedLock servers (see the message above)"))
 }
 
 /// Runs every cycle in its own task: `cfg.warmup` untimed, then `cfg.duration` measured.
