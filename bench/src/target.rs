@@ -76,12 +76,7 @@ impl Target {
 
     /// A new multiplexed connection (one TCP connection; concurrent requests pipeline).
     pub async fn connection(&self) -> Result<MultiplexedConnection> {
-        let client = redis::Client::open(self.url.as_str())
-            .map_err(|e| error(format!("bad Redis URL {}: {e}", self.redacted_url())))?;
-        client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|e| error(format!("cannot connect to {}: {e}", self.redacted_url())))
+        connect(&self.url).await
     }
 
     /// A dlock client with this run's key prefix, and the given watchdog timeout (else the
@@ -136,6 +131,17 @@ impl Target {
             cursor = next;
         }
     }
+}
+
+/// A new multiplexed connection to the server at `url`.
+pub async fn connect(url: &str) -> Result<MultiplexedConnection> {
+    let shown = dlock_core::redact_url(url);
+    let client =
+        redis::Client::open(url).map_err(|e| error(format!("bad Redis URL {shown}: {e}")))?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| error(format!("cannot connect to {shown}: {e}")))
 }
 
 /// Starts a throw-away server; the harness panics when it cannot, which becomes an error.

@@ -230,9 +230,9 @@ pub async fn s1_family(target: &Target, cfg: &Config, family: Family) -> Result<
                     lock: redlock.lock(&format!("s1:{task}")),
                 })
                 .collect();
-            let mut m = drive(target, cfg, cycles).await?;
+            let mut m = drive_with(target, &urls[1..], cfg, cycles).await?;
             m.note(format!(
-                "{} servers on this machine; server CPU is the first server's only",
+                "{} servers on this machine; server CPU is theirs together",
                 Family::REDLOCK_SERVERS
             ));
             drop(others);
@@ -253,6 +253,17 @@ async fn start_servers(count: usize) -> Result<Vec<RedisServer>> {
 
 /// Runs every cycle in its own task: `cfg.warmup` untimed, then `cfg.duration` measured.
 async fn drive<C: Cycle>(target: &Target, cfg: &Config, cycles: Vec<C>) -> Result<Metrics> {
+    drive_with(target, &[], cfg, cycles).await
+}
+
+/// [`drive`] when the cycles also use the servers at `others` (a RedLock's): their CPU
+/// counts as server CPU, not as other processes' load.
+async fn drive_with<C: Cycle>(
+    target: &Target,
+    others: &[String],
+    cfg: &Config,
+    cycles: Vec<C>,
+) -> Result<Metrics> {
     let tasks = cycles.len();
     let started = Instant::now();
     let measure_from = started + cfg.warmup;
@@ -276,18 +287,21 @@ async fn drive<C: Cycle>(target: &Target, cfg: &Config, cycles: Vec<C>) -> Resul
         })
         .collect();
 
-    let mut admin = target.connection().await?;
+    let mut admins = vec![target.connection().await?];
+    for url in others {
+        admins.push(target::connect(url).await?);
+    }
     tokio::time::sleep_until(measure_from).await;
     let cpu_before = process_cpu();
     let machine_before = machine_busy();
-    let server_before = target::server_cpu(&mut admin).await?;
+    let server_before = servers_cpu(&mut admins).await?;
     let mut latencies = Vec::new();
     for handle in handles {
         latencies.extend(handle.await??);
     }
     let elapsed = measure_from.elapsed();
     let client_cpu = process_cpu().saturating_sub(cpu_before);
-    let server_cpu = target::server_cpu(&mut admin).await? - server_before;
+    let server_cpu = servers_cpu(&mut admins).await? - server_before;
     let machine = machine_busy()
         .zip(machine_before)
         .map(|(after, before)| after - before);
@@ -348,4 +362,13 @@ async fn drive<C: Cycle>(target: &Target, cfg: &Config, cycles: Vec<C>) -> Resul
         0,
     );
     Ok(m)
+}
+
+/// CPU seconds the servers behind `admins` have used together.
+async fn servers_cpu(admins: &mut [redis::aio::MultiplexedConnection]) -> Result<f64> {
+    let mut total = 0.0;
+    for admin in admins {
+        total += target::server_cpu(admin).await?;
+    }
+    Ok(total)
 }
