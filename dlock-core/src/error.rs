@@ -149,6 +149,20 @@ pub enum LockError {
         name: String,
     },
 
+    /// A fenced write was refused: the storage has already seen a higher fencing token
+    /// for this record, so another holder of the lock wrote after this one's lock was
+    /// lost (its lease ran out while it was paused, or a failover lost it). Nothing was
+    /// written. Do not retry with the same token: the critical section is over.
+    #[error("fenced write to {key:?} refused: it presented fencing token {presented}, but token {seen} has already written there (a later holder of the lock); this holder lost its lock and must stop")]
+    StaleToken {
+        /// The record written to.
+        key: String,
+        /// The highest token the record has seen.
+        seen: u64,
+        /// The token this write presented.
+        presented: u64,
+    },
+
     /// A same-slot [`MultiLock`](crate::MultiLock) was asked for over keys in more than
     /// one Redis Cluster slot: one script cannot take them atomically (the cluster refuses
     /// scripts across slots, and a single server would allow what a cluster would refuse
