@@ -147,6 +147,26 @@ impl SemKeys {
     }
 }
 
+/// The fenced writes' names for one application key (`FencedWrites`), in that key's slot.
+/// The application key itself is used as given (no key prefix): it is the application's.
+#[derive(Debug, Clone)]
+pub(crate) struct FencedKeys {
+    /// Hash, field `fence`: the highest token that has written the key.
+    pub(crate) fence: String,
+    /// Start of the memos of `incr_by` calls (`<op_prefix><client-id>:<op>`).
+    pub(crate) op_prefix: String,
+}
+
+impl FencedKeys {
+    pub(crate) fn new(prefix: &str, key: &str) -> FencedKeys {
+        let anchor = slot_anchor(key.as_bytes());
+        FencedKeys {
+            fence: format!("dlock:fenced:{{{anchor}}}:{prefix}{key}"),
+            op_prefix: format!("dlock:fencedop:{{{anchor}}}:{prefix}"),
+        }
+    }
+}
+
 /// A hash tag body that hashes to the same cluster slot as `key`.
 fn slot_anchor(key: &[u8]) -> String {
     // A tag ends at the first `}` after its `{`, so `{tag}` re-parses as the same tag.
@@ -294,6 +314,20 @@ mod tests {
                 assert!(!lock_names.contains(sem_name), "{name}: {sem_name}");
             }
             assert_ne!(sem.grants, sem.capacity);
+        }
+    }
+
+    #[test]
+    fn fenced_names_share_the_application_key_slot() {
+        for key in ["stock:42", "stock:{42}", "{}", "a{b}}c", "}{", "ключ"] {
+            for prefix in ["", "shop:", "{shop}:"] {
+                let names = FencedKeys::new(prefix, key);
+                let slot = slot_of(key.as_bytes());
+                let memo = format!("{}client:1:7", names.op_prefix);
+                for name in [&names.fence, &memo] {
+                    assert_eq!(slot_of(name.as_bytes()), slot, "{prefix} {key}: {name}");
+                }
+            }
         }
     }
 

@@ -40,6 +40,8 @@ const COMMON_COMMANDS: &[&str] = &[
     "+zrem",
     "+zremrangebyscore",
     "+zscore",
+    // The fenced writes' `incr_by`.
+    "+incrby",
 ];
 
 /// The deployments whose data nodes need different commands.
@@ -95,6 +97,10 @@ fn acl_rule(mode: Mode, prefix: &str) -> Vec<String> {
         format!("~dlock:sem:{{*}}:{prefix}*"),
         format!("&dlock:sem:{{*}}:{prefix}*"),
         format!("~dlock:semcap:{{*}}:{prefix}*"),
+        // The fenced writes' highest token per application key and `incr_by` memos:
+        // `dlock:fenced:{tag}:<prefix><key>`, `dlock:fencedop:{tag}:<prefix><client>:<op>`.
+        format!("~dlock:fenced:{{*}}:{prefix}*"),
+        format!("~dlock:fencedop:{{*}}:{prefix}*"),
     ];
     rule.extend(
         COMMON_COMMANDS
@@ -272,6 +278,7 @@ async fn exercise(clients: &[LockClient; 3], names: &[String]) -> Vec<Duration> 
         wakeups.push(exercise_fair(a, b, name).await);
         exercise_rw(a, b, name).await;
         exercise_semaphore(a, b, name).await;
+        exercise_fenced(a, name).await;
     }
 
     let lock = fast.lock(&names[0]);
@@ -385,6 +392,36 @@ async fn exercise_semaphore(a: &LockClient, b: &LockClient, name: &str) {
     assert_eq!(sem_a.available().await.unwrap(), 3, "{name}");
 }
 
+/// The fenced writes on the application key `fenced:<name>` (under the prefix, so the
+/// application's own `~PREFIX*` pattern covers it): a set, an increment, a refused stale
+/// token, the highest token read back.
+async fn exercise_fenced(a: &LockClient, name: &str) {
+    let key = format!("{}fenced:{name}", a.key_prefix());
+    let fenced = a.fenced();
+    let fence = dlock_core::Fence::new;
+    fenced
+        .set(&key, "5", fence(2))
+        .await
+        .unwrap_or_else(|e| panic!("{key}: {e}"));
+    assert_eq!(
+        fenced.incr_by(&key, -1, fence(2)).await.unwrap(),
+        4,
+        "{key}"
+    );
+    assert!(
+        matches!(
+            fenced.set(&key, "9", fence(1)).await,
+            Err(LockError::StaleToken { .. })
+        ),
+        "{key}"
+    );
+    assert_eq!(
+        fenced.highest_fence(&key).await.unwrap(),
+        Some(fence(2)),
+        "{key}"
+    );
+}
+
 /// Every lock operation once, ignoring failures, with short timeouts: for the checks that
 /// each command of a rule is needed.
 async fn touch_everything(topology: &Topology) {
@@ -457,6 +494,15 @@ async fn touch_everything(topology: &Topology) {
         let _ = guard.unlock().await;
         let _ = sem.set_permits(2).await;
     }
+    // The fenced writes: a set, an increment (INCRBY and its memo), the highest token.
+    let fenced = a.fenced();
+    let _ = fenced
+        .set("shop:fenced:1", "5", dlock_core::Fence::new(1))
+        .await;
+    let _ = fenced
+        .incr_by("shop:fenced:1", 1, dlock_core::Fence::new(1))
+        .await;
+    let _ = fenced.highest_fence("shop:fenced:1").await;
     // Let the unsubscribe and background releases reach Redis.
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
