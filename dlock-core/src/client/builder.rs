@@ -174,7 +174,7 @@ impl LockClientBuilder {
     /// # let server = dlock_tests::RedisServer::start();
     /// let client = dlock_core::LockClient::builder()
     ///     .fencing_tokens(false)
-    ///     .connect_to(&server.url())
+    ///     .connect(&server.url())
     ///     .await?;
     /// let guard = client.lock("orders:42").lock().await?;
     /// assert_eq!(guard.fencing_token(), None);
