@@ -74,6 +74,7 @@ pub use redlock::{RedLock, RedLockClient, RedLockGuard};
 pub use rw::{ReadLock, ReadWriteLock, WriteLock};
 pub use semaphore::Semaphore;
 pub use sync::metrics::{Stats, LATENCY_BOUNDS};
+pub use sync::owner::current_fence;
 
 /// The repository README's code blocks, compiled as doc tests so that the quick start
 /// cannot drift from the API: Rust blocks that need a Redis server are `no_run` (compiled,

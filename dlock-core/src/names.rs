@@ -58,6 +58,12 @@ pub(crate) struct LockKeys {
     /// (after the tag), so that an ACL can give each application its own:
     /// `dlock:release:{tag}:<key prefix>`.
     pub(crate) memo_prefix: String,
+    /// The fencing-token counter (`dlock:fence:{anchor}:<key prefix>`): one per slot
+    /// anchor and key prefix, shared by every lock whose key has that anchor, so the number
+    /// of counters is bounded (at most 16,384 for untagged names, plus one per hash tag in
+    /// use) however many lock names come and go. It only ever grows, so the tokens of each
+    /// lock still strictly increase (not consecutively). It never expires.
+    pub(crate) fence: String,
 }
 
 impl LockKeys {
@@ -67,6 +73,7 @@ impl LockKeys {
         LockKeys {
             channel: format!("dlock:unlock:{{{anchor}}}:{key}"),
             memo_prefix: format!("dlock:release:{{{anchor}}}:{prefix}"),
+            fence: format!("dlock:fence:{{{anchor}}}:{prefix}"),
             key,
         }
     }

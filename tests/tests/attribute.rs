@@ -47,8 +47,12 @@ impl Shop {
         }
     }
 
+    /// The owners' hold counts (without their fencing tokens, `<owner>:f`).
     fn holds(&self, key: &str) -> HashMap<String, u32> {
-        self.redis.get_connection().unwrap().hgetall(key).unwrap()
+        let mut fields: HashMap<String, u32> =
+            self.redis.get_connection().unwrap().hgetall(key).unwrap();
+        fields.retain(|field, _| !field.ends_with(":f"));
+        fields
     }
 
     fn ttl(&self, key: &str) -> i64 {

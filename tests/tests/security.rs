@@ -15,7 +15,8 @@ use dlock_tests::{RedisCluster, RedisReplicaSet, RedisSentinelGroup, RedisServer
 /// `SCRIPT LOAD` after `NOSCRIPT`), the commands the scripts call (a script runs with the
 /// caller's permissions: the sorted-set commands and `TIME` are the fair lock's queue and
 /// the read-write lock's waiting writers, `HGETALL` the read-write lock's owners), and the
-/// reads behind `is_locked`, `hold_count` and `remaining_lease`. `EVAL` is never sent.
+/// reads behind `is_locked`, `hold_count` and `remaining_lease`, and `INCR` (the fencing
+/// token minted by every exclusive acquisition). `EVAL` is never sent.
 const COMMON_COMMANDS: &[&str] = &[
     "+evalsha",
     "+script|load",
@@ -42,6 +43,7 @@ const COMMON_COMMANDS: &[&str] = &[
     "+zscore",
     // The fenced writes' `incr_by`.
     "+incrby",
+    "+incr",
 ];
 
 /// The deployments whose data nodes need different commands.
@@ -101,6 +103,8 @@ fn acl_rule(mode: Mode, prefix: &str) -> Vec<String> {
         // `dlock:fenced:{tag}:<prefix><key>`, `dlock:fencedop:{tag}:<prefix><client>:<op>`.
         format!("~dlock:fenced:{{*}}:{prefix}*"),
         format!("~dlock:fencedop:{{*}}:{prefix}*"),
+        // The fencing-token counters, one per slot anchor: `dlock:fence:{tag}:<prefix>`.
+        format!("~dlock:fence:{{*}}:{prefix}*"),
     ];
     rule.extend(
         COMMON_COMMANDS
@@ -1215,7 +1219,20 @@ async fn key_prefixes_keep_two_applications_apart() {
     let held_by_b = b1.lock("goods:1").try_lock().await.unwrap();
     let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut admin).unwrap();
     keys.sort();
-    assert_eq!(keys, ["app-a:goods:1", "app-b:goods:1"]);
+    // Each application's fencing-token counter is under its own prefix too.
+    let (counters, locks): (Vec<String>, Vec<String>) = keys
+        .into_iter()
+        .partition(|key| key.starts_with("dlock:fence:"));
+    assert_eq!(locks, ["app-a:goods:1", "app-b:goods:1"]);
+    assert_eq!(counters.len(), 2, "{counters:?}");
+    assert!(
+        counters.iter().any(|key| key.ends_with("}:app-a:")),
+        "{counters:?}"
+    );
+    assert!(
+        counters.iter().any(|key| key.ends_with("}:app-b:")),
+        "{counters:?}"
+    );
     let hash = |admin: &mut redis::Connection| -> HashMap<String, u32> {
         redis::cmd("HGETALL")
             .arg("app-a:goods:1")
@@ -1223,7 +1240,11 @@ async fn key_prefixes_keep_two_applications_apart() {
             .unwrap()
     };
     let a_hash = hash(&mut admin);
-    assert_eq!(a_hash.len(), 1);
+    assert_eq!(
+        a_hash.len(),
+        2,
+        "the hold and its fencing token: {a_hash:?}"
+    );
 
     // Within one application they exclude each other, and a release in the other
     // application wakes no one here: app-a's waiter times out while app-b unlocks. Nor
