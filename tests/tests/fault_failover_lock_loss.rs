@@ -19,6 +19,12 @@
 //!   running (~2 s), and `lost()` fires (`LeaseExpired`) before the second client gets
 //!   the lock: the figure printed is that lead, and no double-ownership window is allowed.
 //!   A client with `replica_acks(2, 200ms)` is refused the same acquisition.
+//!
+//! Fencing tokens in the second measurement: the first holder's token was minted on the
+//! frozen master, whose counter increment never reached the promoted replica, so the
+//! second holder's token repeats it (the repeat rate is printed). A token handed out with
+//! `replica_acks(2, 200ms)` before the cut was confirmed by both replicas, counter
+//! included: the first token of that lock after the failover is larger, every time.
 
 use std::time::{Duration, Instant};
 
@@ -146,8 +152,21 @@ async fn cut_replication_loses_the_lock_and_the_holder_is_told() {
     let mut granted_again = 0;
     let mut refused = 0;
     let mut windows = Vec::new();
+    let mut repeated_tokens = 0;
+    let mut acked_tokens_kept = 0;
     for attempt in 0..k {
         let name = format!("failover:cut:{attempt}");
+        // Before the cut: a token both replicas confirmed (the counter with it). The old
+        // master of the previous attempt must have rejoined as a replica first.
+        wait_for_replicas(&group, 2);
+        wait_replicas_in_sync(&group);
+        let confirmed = acked
+            .lock(&format!("{name}:acked"))
+            .try_lock_for(Duration::from_secs(10))
+            .await
+            .unwrap();
+        let acked_token = confirmed.fencing_token().expect("a lock has a token");
+        confirmed.unlock().await.unwrap();
         let master_port = wait_for_a_replica(&group);
         let replica_ports: Vec<u16> = group
             .servers()
@@ -172,6 +191,7 @@ async fn cut_replication_loses_the_lock_and_the_holder_is_told() {
             other => panic!("attempt {attempt}: acquisition with replica_acks: {other:?}"),
         }
         let guard = first.lock(&name).lock().await.unwrap();
+        let first_token = guard.fencing_token().expect("a lock has a token");
         // A client could see the risk: no replica acknowledges what it just wrote.
         let () = redis::cmd("SET")
             .arg("failover:probe")
@@ -211,6 +231,13 @@ async fn cut_replication_loses_the_lock_and_the_holder_is_told() {
         {
             Ok(second_guard) => {
                 granted_again += 1;
+                let second_token = second_guard.fencing_token().expect("a lock has a token");
+                if second_token <= first_token {
+                    repeated_tokens += 1;
+                }
+                println!(
+                    "scenario 7, replication cut, attempt {attempt}: first holder's token {first_token}, second holder's {second_token}"
+                );
                 let granted_at = Instant::now();
                 let (told_at, error) = tokio::time::timeout(Duration::from_secs(5), told)
                     .await
@@ -236,10 +263,35 @@ async fn cut_replication_loses_the_lock_and_the_holder_is_told() {
             }
             Err(error) => panic!("second client after failover {attempt}: {error}"),
         }
+        // The confirmed token's lock, taken again on the new master.
+        let again = second
+            .lock(&format!("{name}:acked"))
+            .try_lock_for(Duration::from_secs(10))
+            .await
+            .unwrap();
+        let token_after = again.fencing_token().expect("a lock has a token");
+        if token_after > acked_token {
+            acked_tokens_kept += 1;
+        }
+        println!(
+            "scenario 7, replication cut, attempt {attempt}: token confirmed with replica_acks before the failover {acked_token}, first token after it {token_after}"
+        );
+        again.unlock().await.unwrap();
         drop(guard);
         let old_master = group.server_on_port_mut(master_port).unwrap();
         old_master.resume();
     }
+    println!(
+        "scenario 7, replication cut: fencing token repeated after {repeated_tokens} of {granted_again} re-grants without replica_acks; tokens confirmed with replica_acks(2, 200ms) stayed below every later token in {acked_tokens_kept} of {k}"
+    );
+    // A token confirmed by the replicas is never issued again.
+    assert_eq!(acked_tokens_kept, k);
+    // The control: without the replicas' confirmation the counter's increment is lost with
+    // the lock, and the token repeats (else the check above proves nothing).
+    assert!(
+        repeated_tokens > 0,
+        "no token repeated: the control cannot fail"
+    );
     println!(
         "scenario 7, replication cut: lock granted again after {granted_again} of {k} failovers; double-ownership windows {windows:?}; with replica_acks(2, 200ms) the acquisition was refused (NotReplicated) in {refused} of {k}"
     );
@@ -259,6 +311,12 @@ async fn cut_replication_loses_the_lock_and_the_holder_is_told() {
 /// Waits until the current master has a replica whose link is up; returns the master's
 /// port.
 fn wait_for_a_replica(group: &RedisSentinelGroup) -> u16 {
+    wait_for_replicas(group, 1)
+}
+
+/// Waits until the current master has `wanted` replicas whose link is up; returns the
+/// master's port.
+fn wait_for_replicas(group: &RedisSentinelGroup, wanted: usize) -> u16 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let master_port = group.current_master_port();
@@ -270,14 +328,15 @@ fn wait_for_a_replica(group: &RedisSentinelGroup) -> u16 {
                 .unwrap();
             let online = info
                 .lines()
-                .any(|line| line.starts_with("slave") && line.contains("state=online"));
-            if online {
+                .filter(|line| line.starts_with("slave") && line.contains("state=online"))
+                .count();
+            if online >= wanted {
                 return master_port;
             }
         }
         assert!(
             Instant::now() < deadline,
-            "the master never got an online replica back"
+            "the master never got {wanted} online replica(s) back"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
