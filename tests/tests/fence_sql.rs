@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use dlock_core::LockClient;
 use dlock_tests::RedisServer;
-use redis::AsyncCommands;
 use rusqlite::{params, Connection};
 
 const CREATE: &str =
@@ -58,11 +57,12 @@ fn a_stale_token_changes_no_row_and_a_holder_may_write_twice() {
     assert_eq!(row(&db), (7, 6));
 }
 
-/// A token from Redis: the lock's own tokens (`guard.fencing_token()`) are not merged yet,
-/// so the test takes one from an `INCR` right after acquiring, which orders the holders
-/// the same way (each later holder increments after the earlier one did).
-async fn token(redis: &mut redis::aio::MultiplexedConnection) -> i64 {
-    redis.incr("test-fence:stock:1", 1i64).await.unwrap()
+/// The guard's fencing token as the database stores it.
+fn token(guard: &dlock_core::LockGuard) -> i64 {
+    let fence = guard
+        .fencing_token()
+        .expect("a lock hands out a fencing token");
+    i64::try_from(fence.get()).expect("tokens stay below 2^53")
 }
 
 /// Holder A takes the lock with a 300 ms lease, reads the stock and "pauses" (sleeps) past
@@ -75,32 +75,28 @@ async fn paused_holder(fenced: bool) -> ((i64, i64), usize) {
         LockClient::connect(&server.url()).await.unwrap(),
         LockClient::connect(&server.url()).await.unwrap(),
     );
-    let redis = redis::Client::open(server.url()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (db_a, db_b) = database(&dir);
     let lease = Duration::from_millis(300);
     let (acquired_tx, acquired) = tokio::sync::oneshot::channel();
     let (written_tx, written) = tokio::sync::oneshot::channel::<()>();
 
-    let holder_a = tokio::spawn({
-        let mut redis = redis.get_multiplexed_async_connection().await.unwrap();
-        async move {
-            let guard = a.lock("stock:1").lock_with_lease(lease).await.unwrap();
-            let token_a = token(&mut redis).await;
-            let (qty, _) = row(&db_a);
-            acquired_tx.send(token_a).unwrap();
-            // The pause: well past the lease, and until B has written.
-            tokio::time::sleep(lease * 2).await;
-            written.await.unwrap();
-            let late = if fenced {
-                db_a.execute(FENCED_UPDATE, params![qty - 1, token_a, 1])
-            } else {
-                db_a.execute(PLAIN_UPDATE, params![qty - 1, 1])
-            }
-            .unwrap();
-            drop(guard);
-            (row(&db_a), late)
+    let holder_a = tokio::spawn(async move {
+        let guard = a.lock("stock:1").lock_with_lease(lease).await.unwrap();
+        let token_a = token(&guard);
+        let (qty, _) = row(&db_a);
+        acquired_tx.send(token_a).unwrap();
+        // The pause: well past the lease, and until B has written.
+        tokio::time::sleep(lease * 2).await;
+        written.await.unwrap();
+        let late = if fenced {
+            db_a.execute(FENCED_UPDATE, params![qty - 1, token_a, 1])
+        } else {
+            db_a.execute(PLAIN_UPDATE, params![qty - 1, 1])
         }
+        .unwrap();
+        drop(guard);
+        (row(&db_a), late)
     });
 
     let token_a = acquired.await.unwrap();
@@ -111,7 +107,7 @@ async fn paused_holder(fenced: bool) -> ((i64, i64), usize) {
     .await
     .expect("B gets the lock once A's lease runs out")
     .unwrap();
-    let token_b = token(&mut redis.get_multiplexed_async_connection().await.unwrap()).await;
+    let token_b = token(&guard_b);
     assert!(token_b > token_a);
     let (qty, _) = row(&db_b);
     assert_eq!(
