@@ -10,7 +10,15 @@
 //!
 //! With `--no-lock` every buy route runs the same decrement without any lock: the control
 //! that shows what the lock prevents.
+//!
+//! The process started with `--pause-point` stops at most one buy inside its critical
+//! section, after reading the stock: it prints `inside <id> <stock>` on stdout and writes
+//! nothing until it reads `go` on stdin. The demo's `--pause-holder` fault mode SIGSTOPs
+//! the process there, past the lock's lease, so that another process sells meanwhile.
 
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
@@ -31,10 +39,14 @@ pub struct AppState {
     pub stock: StockStore,
     /// Time spent inside the critical section between reading and writing the stock.
     pub hold: Duration,
+    /// Armed in the process chosen to be paused: the first buy that finds stock stops
+    /// there (see the module docs). Disarmed once used.
+    pub pause_point: Arc<AtomicBool>,
 }
 
 /// Lease of the buy locks, as in the seed's `@DistributedLock(value="goods", leaseTime=5)`.
-const LEASE: Duration = Duration::from_secs(5);
+/// The `--pause-holder` fault mode must outlast it.
+pub const LEASE: Duration = Duration::from_secs(5);
 /// How long `buy-try` waits for the lock.
 const TRY_WAIT: Duration = Duration::from_secs(3);
 
@@ -45,6 +57,8 @@ pub enum AppError {
     Lock(LockError),
     /// Redis failed on the stock keys.
     Redis(redis::RedisError),
+    /// The pause point's stdin/stdout conversation with the demo failed.
+    PausePoint(std::io::Error),
 }
 
 impl From<LockError> for AppError {
@@ -65,6 +79,10 @@ impl IntoResponse for AppError {
             AppError::Lock(e) if e.is_timeout() => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
             AppError::Lock(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
             AppError::Redis(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            AppError::PausePoint(e) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("pause point: {e}"),
+            ),
         }
         .into_response()
     }
@@ -96,8 +114,35 @@ async fn decrement(state: &AppState, id: u64) -> Result<Sale, AppError> {
     if !state.hold.is_zero() {
         tokio::time::sleep(state.hold).await;
     }
+    if state.pause_point.swap(false, Ordering::SeqCst) {
+        wait_at_pause_point(id, stock).await?;
+    }
     state.stock.write(id, stock - 1).await?;
     Ok(Sale::Sold(stock - 1))
+}
+
+/// Tells the demo this process is inside a critical section, then waits for its `go`.
+async fn wait_at_pause_point(id: u64, stock: i64) -> Result<(), AppError> {
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "inside {id} {stock}")
+        .and_then(|()| stdout.flush())
+        .map_err(AppError::PausePoint)?;
+    // Blocking stdin on its own thread, so that the other requests keep being served.
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line).map(|_| line)
+    })
+    .await
+    .map_err(std::io::Error::other)
+    .and_then(|read| read)
+    .map_err(AppError::PausePoint)?;
+    if line.trim() == "go" {
+        Ok(())
+    } else {
+        Err(AppError::PausePoint(std::io::Error::other(format!(
+            "expected `go` at the pause point, got {line:?}"
+        ))))
+    }
 }
 
 /// `POST /goods/{id}/buy`: the attribute style.

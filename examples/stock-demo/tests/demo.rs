@@ -93,3 +93,24 @@ fn hot_mode_control_without_the_lock_oversells_and_fails() {
         number(&report, "oversold")
     );
 }
+
+/// The fault mode: one service process is SIGSTOPped inside a sale's critical section for
+/// longer than the lock's 5 s lease. The lock expires, another process sells the same
+/// item, and the woken holder writes back the stock it read before the pause: the lock
+/// alone cannot stop that stale write, and the report shows it as oversold.
+#[test]
+fn a_holder_paused_past_its_lease_oversells_without_fencing() {
+    let (code, report) = demo(&["--mode", "hot", "--pause-holder", "6s"]);
+    let pause = &report["pause"];
+    assert_eq!(pause["item"], 1, "the pause happened: {report}");
+    assert!(
+        pause["stock_read"].as_i64().is_some_and(|read| read > 0),
+        "inside a sale: {report}"
+    );
+    assert!(
+        number(&report, "oversold") > 0,
+        "the stale write must show as oversold: {report}"
+    );
+    assert_eq!(number(&report, "stale_refused"), 0, "{report}");
+    assert_eq!(code, Some(1), "an oversold run exits non-zero");
+}
