@@ -4,6 +4,9 @@
 //! `stock-demo` with no arguments starts a throw-away `redis-server`, three service
 //! processes, sets 10 items × 100 in stock and sends 5,000 buy requests at concurrency 200.
 //! `stock-demo --help` lists the options; `stock-demo serve` is one service process.
+//! `stock-demo --pause-holder 6s` is the fault mode: the first service process is
+//! SIGSTOPped inside a sale's critical section for longer than the lock's 5 s lease, and
+//! the report shows what the stale write it makes on waking did.
 
 mod app;
 mod load;
