@@ -101,6 +101,9 @@ pub enum Job {
     Limit,
     /// S1 with dlock.
     S1Dlock,
+    /// S1 with dlock, from a client built with `fencing_tokens(false)`: the cost of
+    /// minting, compared with S1 in the same run.
+    S1Unfenced,
     /// S1 with rslock.
     S1Rslock,
     /// S3: S1 through the attribute.
@@ -119,9 +122,10 @@ pub enum Job {
 
 impl Job {
     /// Every job, in the order they run.
-    pub const ALL: [Job; 20] = [
+    pub const ALL: [Job; 21] = [
         Job::Limit,
         Job::S1Dlock,
+        Job::S1Unfenced,
         Job::S3Macro,
         Job::S1Rslock,
         Job::S2Dlock(Primitive::Lock),
@@ -149,6 +153,7 @@ impl Job {
             .into_iter()
             .filter(|job| match job {
                 Job::Limit => has(Scenario::Limit),
+                Job::S1Unfenced => has(Scenario::S1),
                 // The family's rows are compared with the lock's S1 and S2.
                 Job::S1Dlock => has(Scenario::S1) || has(Scenario::Family),
                 Job::S2Dlock(Primitive::Lock) => has(Scenario::S2) || has(Scenario::Family),
@@ -168,7 +173,7 @@ impl Job {
     pub fn scenario(self) -> &'static str {
         match self {
             Job::Limit => "limit",
-            Job::S1Dlock | Job::S1Rslock | Job::S1Family(_) => "s1",
+            Job::S1Dlock | Job::S1Unfenced | Job::S1Rslock | Job::S1Family(_) => "s1",
             Job::S3Macro => "s3",
             Job::S2Dlock(_) | Job::S2Rslock => "s2",
             Job::S4Watchdog => "s4",
@@ -183,6 +188,7 @@ impl Job {
             Job::Limit => "raw",
             Job::S1Rslock | Job::S2Rslock => "rslock",
             Job::S3Macro => "dlock-macro",
+            Job::S1Unfenced => "dlock-unfenced",
             Job::S2Dlock(Primitive::Fair) | Job::S5Processes(Primitive::Fair) => "dlock-fair",
             Job::S2Dlock(Primitive::Rw) | Job::S5Processes(Primitive::Rw) => "dlock-rw",
             Job::S2Dlock(Primitive::Semaphore) | Job::S5Processes(Primitive::Semaphore) => {
@@ -199,6 +205,7 @@ impl Job {
         match self {
             Job::Limit => "limit: Redis ceiling for dlock's acquire + release scripts",
             Job::S1Dlock => "S1 uncontended: 64 tasks, own key each, lock + unlock (dlock)",
+            Job::S1Unfenced => "S1 uncontended without fencing tokens: S1 from a client built with fencing_tokens(false)",
             Job::S1Rslock => "S1 uncontended: 64 tasks, own key each, lock + unlock (rslock)",
             Job::S3Macro => "S3 macro overhead: S1 through #[distributed_lock]",
             Job::S2Dlock(Primitive::Lock) => "S2 contended hand-off: 16 tasks, one key, GET/+1/SET inside (dlock)",
@@ -225,6 +232,7 @@ impl Job {
         match self {
             Job::Limit => limit::run(target, cfg).await,
             Job::S1Dlock => uncontended::s1_dlock(target, cfg).await,
+            Job::S1Unfenced => uncontended::s1_unfenced(target, cfg).await,
             Job::S1Rslock => uncontended::s1_rslock(target, cfg).await,
             Job::S3Macro => uncontended::s3_macro(target, cfg).await,
             Job::S2Dlock(primitive) => contended::s2_dlock(target, cfg, primitive).await,

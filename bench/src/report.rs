@@ -128,12 +128,13 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
             }
             (format!("{} cycles/s", num(g("cycle_ceiling_per_s"), 0)), details)
         }
-        Job::S1Dlock | Job::S3Macro | Job::S1Rslock | Job::S1Family(_) => {
+        Job::S1Dlock | Job::S1Unfenced | Job::S3Macro | Job::S1Rslock | Job::S1Family(_) => {
             let rate = g("cycles_per_s");
             let compare = match job {
                 Job::S1Family(_) => ratio(rate, value(done, Job::S1Dlock, "cycles_per_s"), "S1 lock"),
                 Job::S1Dlock => ratio(rate, value(done, Job::Limit, "cycle_ceiling_per_s"), "limit"),
                 Job::S3Macro => ratio(rate, value(done, Job::S1Dlock, "cycles_per_s"), "S1"),
+                Job::S1Unfenced => ratio(rate, value(done, Job::S1Dlock, "cycles_per_s"), "S1 (fenced)"),
                 _ => versus(value(done, Job::S1Dlock, "cycles_per_s"), rate, "S1"),
             };
             (
@@ -268,6 +269,14 @@ pub fn checks(done: &[JobResult]) -> Vec<Check> {
         0.8,
         "cycles/s",
         "limit",
+    );
+    ratio_check(
+        "S1 ≥ 0.9 × S1 without fencing tokens",
+        v(Job::S1Dlock, "cycles_per_s"),
+        v(Job::S1Unfenced, "cycles_per_s"),
+        0.9,
+        "cycles/s",
+        "unfenced",
     );
     ratio_check(
         "S1 ≥ rslock S1",

@@ -83,6 +83,22 @@ pub async fn s1_dlock(target: &Target, cfg: &Config) -> Result<Metrics> {
     drive(target, cfg, cycles).await
 }
 
+/// S1 from a client that mints no fencing tokens (no `INCR`, no token field): compared
+/// with S1 in the same run, the cost of minting.
+pub async fn s1_unfenced(target: &Target, cfg: &Config) -> Result<Metrics> {
+    let client = LockClient::builder()
+        .key_prefix(target.prefix().to_owned())
+        .fencing_tokens(false)
+        .connect(target.url())
+        .await?;
+    let cycles = (0..cfg.s1_tasks)
+        .map(|task| DlockCycle {
+            lock: client.lock(&format!("s1u:{task}")),
+        })
+        .collect();
+    drive(target, cfg, cycles).await
+}
+
 /// S3: S1 through the annotated function.
 pub async fn s3_macro(target: &Target, cfg: &Config) -> Result<Metrics> {
     let client = target.lock_client(None).await?;

@@ -163,6 +163,20 @@ pub enum LockError {
         presented: u64,
     },
 
+    /// A fenced write ([`FencedWrites`](crate::FencedWrites)) found a value of another
+    /// type where it reads or writes: at the application key (a hash, a list... where a
+    /// string or nothing is expected) or at its bookkeeping key. Nothing was written. The
+    /// key is used by other data: write another key.
+    #[error("fenced write to {key:?} refused: {at:?} holds a Redis {found}, where the fenced writes need {}; nothing was written", if at == key { "a string (or no value)" } else { "their bookkeeping hash" })]
+    FencedWrongType {
+        /// The application key written to.
+        key: String,
+        /// The key that holds the other type: `key` itself, or its bookkeeping key.
+        at: String,
+        /// The Redis type found there (`hash`, `list`...).
+        found: String,
+    },
+
     /// A same-slot [`MultiLock`](crate::MultiLock) was asked for over keys in more than
     /// one Redis Cluster slot: one script cannot take them atomically (the cluster refuses
     /// scripts across slots, and a single server would allow what a cluster would refuse

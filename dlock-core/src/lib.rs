@@ -45,6 +45,7 @@ mod client;
 mod error;
 mod fair;
 mod fence;
+mod fenced;
 mod lease;
 mod lock;
 mod multi;
@@ -63,6 +64,7 @@ pub use client::{LockClient, LockClientBuilder, MAX_COMMAND_TIMEOUT};
 pub use error::{LockError, LossReason, Result};
 pub use fair::FairLock;
 pub use fence::Fence;
+pub use fenced::FencedWrites;
 pub use lease::MAX_LEASE;
 pub use lock::guard::LockGuard;
 pub use lock::Lock;
@@ -72,6 +74,7 @@ pub use redlock::{RedLock, RedLockClient, RedLockGuard};
 pub use rw::{ReadLock, ReadWriteLock, WriteLock};
 pub use semaphore::Semaphore;
 pub use sync::metrics::{Stats, LATENCY_BOUNDS};
+pub use sync::owner::current_fence;
 
 /// The repository README's code blocks, compiled as doc tests so that the quick start
 /// cannot drift from the API: Rust blocks that need a Redis server are `no_run` (compiled,
@@ -180,6 +183,7 @@ pub fn redact_url(url: &str) -> String {
 /// | `wait` | duration string; `"0s"` tries once | the client's `default_wait` (until acquired unless set) |
 /// | `client` | expression giving a [`LockClient`] or a [`RedLockClient`] (or a reference or `Arc` of one) | the client registered with [`set_global`] |
 /// | `on_fail` | path of a fn taking the [`LockError`] and returning the function's type | `return Err(error.into())` |
+/// | `on_lost` | `"cancel"`, `"error"` or `"ignore"`: what a lock lost while the body runs does | `"cancel"` |
 ///
 /// - **`key`**: literal text with placeholders. `<param>` inserts a parameter with
 ///   `Display`; `<param.field.sub>` (or `<self.field>` in methods, `<pair.0>`) inserts a
@@ -211,6 +215,34 @@ pub fn redact_url(url: &str) -> String {
 ///   [`RedLockClient`] the body runs under a RedLock (not reentrant; `kind` and `permits`
 ///   are then refused with [`LockError::Config`] at the call).
 /// - **`on_fail`**: `on_fail = busy` calls `busy(error)` and returns what it returns.
+/// - **`on_lost`**: the body has no guard in scope, so the attribute watches for the lock
+///   being lost ([`LockError::Lost`]: a lease running out, a renewal finding the key gone,
+///   Redis unreachable past the lease) and acts on it:
+///   - `"cancel"` (the default): the body's future is dropped as soon as the guard learns
+///     of the loss, so the body stops at the `.await` it is suspended in, and the function
+///     fails with the loss like any lock error (`Err(error.into())`, or `on_fail`).
+///   - `"error"`: the body runs to its end, then the function fails with the loss, unless
+///     the body already returned `Err` (that first error is kept).
+///   - `"ignore"`: the body's value is returned as before the option existed; the loss is
+///     logged as a `tracing` warning naming the lock.
+///
+///   Why `"cancel"` by default: once the lock is lost another holder may be inside, and
+///   every write the body makes after that is exactly the oversell the lock exists to
+///   prevent. Stopping the body at its next `.await` is the closest a library can get; the
+///   writes between the loss and that `.await` (and any the body makes before the guard can
+///   know, e.g. between a renewal and the next) are what fencing tokens cover. `"error"` is
+///   for bodies that must not be interrupted halfway (they then need fenced writes to be
+///   safe), like klock's `FAIL_FAST`, which reports a lease that ran out when the method
+///   exits; `"ignore"` keeps the old behaviour and only logs, as lock4j does with a failed
+///   release. In every mode a body that finished before any loss returns normally: a
+///   released lock is never reported lost. The loss is what the guard knows when the body
+///   ends: an explicit `lease` counts as lost once it has run out, a watchdog lock once a
+///   renewal found it gone (so a key deleted behind a watchdog lock is noticed within a
+///   third of `watchdog_timeout`).
+///
+///   With `on_fail`, a loss in `"cancel"` or `"error"` mode also goes to the handler, and
+///   its value is returned instead of the body's (in `"error"` mode even if the body
+///   returned an error of its own: the handler decides).
 ///
 /// # Failure
 ///
@@ -218,7 +250,8 @@ pub fn redact_url(url: &str) -> String {
 /// does not run. The function returns `Err(From::from(error))`, so its return type must be a
 /// `Result` (any type named `…Result`) whose error implements `From<LockError>`, or it calls
 /// `on_fail`. A function that can do neither is a compile error saying so. A failed release
-/// after the body cannot change the body's result; it is logged with `tracing`.
+/// after the body cannot change the body's result; it is logged with `tracing`. A lock lost
+/// while the body runs is a failure too, by default (see `on_lost`).
 ///
 /// # Compile errors
 ///
@@ -226,7 +259,8 @@ pub fn redact_url(url: &str) -> String {
 /// `key`, both `key` and `keys`, `keys` that is not a non-empty array of strings, `kind`
 /// with `keys` or `permits`, `permits` that is not a whole number from 1, empty key,
 /// unterminated `<`, a placeholder naming no parameter (the message lists the parameters),
-/// a bad duration, a non-async function, and a function that cannot report failure.
+/// a bad duration, an `on_lost` that is not `"cancel"`, `"error"` or `"ignore"`, a
+/// non-async function, and a function that cannot report failure.
 #[cfg(feature = "macros")]
 #[doc(inline)]
 pub use dlock_macros::distributed_lock;

@@ -58,6 +58,12 @@ pub(crate) struct LockKeys {
     /// (after the tag), so that an ACL can give each application its own:
     /// `dlock:release:{tag}:<key prefix>`.
     pub(crate) memo_prefix: String,
+    /// The fencing-token counter (`dlock:fence:{anchor}:<key prefix>`): one per slot
+    /// anchor and key prefix, shared by every lock whose key has that anchor, so the number
+    /// of counters is bounded (at most 16,384 for untagged names, plus one per hash tag in
+    /// use) however many lock names come and go. It only ever grows, so the tokens of each
+    /// lock still strictly increase (not consecutively). It never expires.
+    pub(crate) fence: String,
 }
 
 impl LockKeys {
@@ -67,6 +73,7 @@ impl LockKeys {
         LockKeys {
             channel: format!("dlock:unlock:{{{anchor}}}:{key}"),
             memo_prefix: format!("dlock:release:{{{anchor}}}:{prefix}"),
+            fence: format!("dlock:fence:{{{anchor}}}:{prefix}"),
             key,
         }
     }
@@ -143,6 +150,26 @@ impl SemKeys {
             grants: format!("dlock:sem:{{{anchor}}}:{}", lock.key),
             capacity: format!("dlock:semcap:{{{anchor}}}:{}", lock.key),
             lock,
+        }
+    }
+}
+
+/// The fenced writes' names for one application key (`FencedWrites`), in that key's slot.
+/// The application key itself is used as given (no key prefix): it is the application's.
+#[derive(Debug, Clone)]
+pub(crate) struct FencedKeys {
+    /// Hash, field `fence`: the highest token that has written the key.
+    pub(crate) fence: String,
+    /// Start of the memos of `incr_by` calls (`<op_prefix><client-id>:<op>`).
+    pub(crate) op_prefix: String,
+}
+
+impl FencedKeys {
+    pub(crate) fn new(prefix: &str, key: &str) -> FencedKeys {
+        let anchor = slot_anchor(key.as_bytes());
+        FencedKeys {
+            fence: format!("dlock:fenced:{{{anchor}}}:{prefix}{key}"),
+            op_prefix: format!("dlock:fencedop:{{{anchor}}}:{prefix}"),
         }
     }
 }
@@ -294,6 +321,20 @@ mod tests {
                 assert!(!lock_names.contains(sem_name), "{name}: {sem_name}");
             }
             assert_ne!(sem.grants, sem.capacity);
+        }
+    }
+
+    #[test]
+    fn fenced_names_share_the_application_key_slot() {
+        for key in ["stock:42", "stock:{42}", "{}", "a{b}}c", "}{", "ключ"] {
+            for prefix in ["", "shop:", "{shop}:"] {
+                let names = FencedKeys::new(prefix, key);
+                let slot = slot_of(key.as_bytes());
+                let memo = format!("{}client:1:7", names.op_prefix);
+                for name in [&names.fence, &memo] {
+                    assert_eq!(slot_of(name.as_bytes()), slot, "{prefix} {key}: {name}");
+                }
+            }
         }
     }
 

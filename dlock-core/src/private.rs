@@ -2,6 +2,9 @@
 //! signatures here change without notice.
 
 use std::future::Future;
+
+use futures_util::future::Either;
+use futures_util::FutureExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,13 +68,97 @@ pub trait Source {
     ) -> impl Future<Output = Result<Self::Guard>> + Send;
 }
 
-/// What the attribute does with a guard: run the body in its scope, give it back after.
+/// What the attribute does with a guard: run the body in its scope, watch for its loss,
+/// give it back after.
 pub trait Guard {
     /// Runs the body as part of the guard's call chain (re-entry inside works).
     fn scope<F: Future>(&self, body: F) -> impl Future<Output = F::Output>;
+    /// Completes with [`LockError::Lost`] when the lock is lost while held; never once
+    /// released. Owns what it needs.
+    fn lost(&self) -> impl Future<Output = LockError> + Send + 'static;
+    /// The loss, if the guard knows of one now (a passed deadline counts).
+    fn loss(&self) -> Option<LockError>;
     /// Releases after the body; a failure cannot change the body's result any more, so
-    /// it is logged.
+    /// it is logged (quietly when the loss was already reported: the release then finds
+    /// the lock not held, as expected).
     fn release(self) -> impl Future<Output = ()>;
+}
+
+/// The lock was lost while the body ran (`on_lost = "cancel"` or `"error"`).
+pub struct Lost<T> {
+    /// What the body returned, if it ran to its end; `None` when it was cancelled.
+    pub output: Option<T>,
+    /// The [`LockError::Lost`] to report.
+    pub error: LockError,
+}
+
+/// `on_lost = "cancel"`: runs the body in the guard's scope until it finishes or the lock
+/// is lost, whichever comes first. On a loss the body's future is dropped at once, so the
+/// body stops at the `.await` it is suspended in and none of its later writes happen.
+///
+/// The loss is checked before the body is polled each time, so a loss known when the body
+/// is woken wins; a body that finished while the guard was already lost (its last steps ran
+/// unprotected) also reports the loss, with its output.
+pub async fn run_cancelling<G: Guard, F: Future>(
+    guard: &G,
+    body: F,
+) -> Result<F::Output, Lost<F::Output>> {
+    let ended = {
+        let lost = guard.lost();
+        let body = guard.scope(body);
+        futures_util::pin_mut!(lost, body);
+        // `select` polls its first future first: the loss wins a tie.
+        match futures_util::future::select(lost, body).await {
+            Either::Left((error, _)) => Err(error),
+            Either::Right((output, _)) => Ok(output),
+        }
+        // The body's future is dropped here, at the end of its block: before the release.
+    };
+    match ended {
+        Ok(output) => finished(guard, output),
+        Err(error) => Err(Lost {
+            output: None,
+            error,
+        }),
+    }
+}
+
+/// `on_lost = "error"`: runs the body in the guard's scope to its end, then reports a
+/// loss that happened meanwhile.
+pub async fn run_to_end<G: Guard, F: Future>(
+    guard: &G,
+    body: F,
+) -> Result<F::Output, Lost<F::Output>> {
+    let output = guard.scope(body).await;
+    finished(guard, output)
+}
+
+/// `on_lost = "ignore"`: runs the body in the guard's scope to its end and returns its
+/// output even if the lock was lost meanwhile, with a warning.
+pub async fn run_ignoring_loss<G: Guard, F: Future>(guard: &G, body: F) -> F::Output {
+    let output = guard.scope(body).await;
+    if let Some(error) = guard.loss() {
+        let lock = match &error {
+            LockError::Lost { name, .. } => name.as_str(),
+            _ => "",
+        };
+        tracing::warn!(
+            %lock,
+            %error,
+            "dlock: #[distributed_lock] body ran while its lock was lost; on_lost = \"ignore\" returns its result anyway"
+        );
+    }
+    output
+}
+
+fn finished<G: Guard, T>(guard: &G, output: T) -> Result<T, Lost<T>> {
+    match guard.loss() {
+        None => Ok(output),
+        Some(error) => Err(Lost {
+            output: Some(output),
+            error,
+        }),
+    }
 }
 
 /// Whether a `lease` of `secs` s + `nanos` ns is within [`MAX_LEASE`](crate::MAX_LEASE);
@@ -188,9 +275,14 @@ pub async fn acquire_all(
     acquire_with!(&multi, wait, lease)
 }
 
-/// Logs a release that failed after the body ran.
-fn log_release_failure(name: &str, error: &LockError) {
-    tracing::warn!(lock = %name, %error, "dlock: #[distributed_lock] release failed after the body ran");
+/// Logs a release that failed after the body ran. After a loss the guard already
+/// reported, "not held" is the expected answer, not news.
+fn log_release_failure(name: &str, error: &LockError, was_lost: bool) {
+    if was_lost && matches!(error, LockError::NotHeld { .. }) {
+        tracing::debug!(lock = %name, %error, "dlock: #[distributed_lock] release after a loss found the lock not held");
+    } else {
+        tracing::warn!(lock = %name, %error, "dlock: #[distributed_lock] release failed after the body ran");
+    }
 }
 
 impl Guard for LockGuard {
@@ -198,10 +290,20 @@ impl Guard for LockGuard {
         LockGuard::scope(self, body)
     }
 
+    fn lost(&self) -> impl Future<Output = LockError> + Send + 'static {
+        LockGuard::lost(self)
+    }
+
+    fn loss(&self) -> Option<LockError> {
+        // Ready at once when the guard knows of a loss (it checks the deadline first).
+        LockGuard::lost(self).now_or_never()
+    }
+
     async fn release(self) {
         let name = self.name().to_owned();
+        let was_lost = self.is_lost();
         if let Err(error) = self.unlock().await {
-            log_release_failure(&name, &error);
+            log_release_failure(&name, &error, was_lost);
         }
     }
 }
@@ -211,10 +313,19 @@ impl Guard for MultiGuard {
         MultiGuard::scope(self, body)
     }
 
+    fn lost(&self) -> impl Future<Output = LockError> + Send + 'static {
+        MultiGuard::lost(self)
+    }
+
+    fn loss(&self) -> Option<LockError> {
+        MultiGuard::lost(self).now_or_never()
+    }
+
     async fn release(self) {
         let names = self.names().join(", ");
+        let was_lost = self.is_lost();
         if let Err(error) = self.unlock().await {
-            log_release_failure(&names, &error);
+            log_release_failure(&names, &error, was_lost);
         }
     }
 }
@@ -225,10 +336,30 @@ impl Guard for RedLockGuard {
         body
     }
 
+    fn lost(&self) -> impl Future<Output = LockError> + Send + 'static {
+        RedLockGuard::lost(self)
+    }
+
+    fn loss(&self) -> Option<LockError> {
+        if !self.is_lost() {
+            return None;
+        }
+        // `is_lost` also counts a passed deadline the renewal task has not recorded yet.
+        Some(
+            RedLockGuard::lost(self)
+                .now_or_never()
+                .unwrap_or_else(|| LockError::Lost {
+                    name: self.name().to_owned(),
+                    reason: crate::error::LossReason::LeaseExpired,
+                }),
+        )
+    }
+
     async fn release(self) {
         let name = self.name().to_owned();
+        let was_lost = self.is_lost();
         if let Err(error) = self.unlock().await {
-            log_release_failure(&name, &error);
+            log_release_failure(&name, &error, was_lost);
         }
     }
 }

@@ -50,14 +50,21 @@ pub(crate) struct SemScripts {
     pub(crate) set_permits: Script,
 }
 
+/// The fenced writes' scripts (`fenced/scripts/`).
+pub(crate) struct FencedScripts {
+    pub(crate) write: Script,
+    pub(crate) highest: Script,
+}
+
 /// Every script of every primitive: what a client loads into each server.
 pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
-    let (lock, fair, rw, multi, sem) = (
+    let (lock, fair, rw, multi, sem, fenced) = (
         scripts(),
         fair_scripts(),
         rw_scripts(),
         multi_scripts(),
         sem_scripts(),
+        fenced_scripts(),
     );
     [
         &lock.acquire,
@@ -78,6 +85,8 @@ pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
         &sem.renew,
         &sem.available,
         &sem.set_permits,
+        &fenced.write,
+        &fenced.highest,
     ]
     .into_iter()
 }
@@ -138,5 +147,13 @@ pub(crate) fn sem_scripts() -> &'static SemScripts {
         renew: prefixed_script!("semaphore", "common.lua", "renew.lua"),
         available: prefixed_script!("semaphore", "common.lua", "available.lua"),
         set_permits: prefixed_script!("semaphore", "common.lua", "set_permits.lua"),
+    })
+}
+
+pub(crate) fn fenced_scripts() -> &'static FencedScripts {
+    static SCRIPTS: OnceLock<FencedScripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| FencedScripts {
+        write: Script::new(include_str!("fenced/scripts/write.lua")),
+        highest: Script::new(include_str!("fenced/scripts/highest.lua")),
     })
 }

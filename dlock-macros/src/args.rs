@@ -6,7 +6,8 @@ use proc_macro2::Span;
 use syn::parse::ParseStream;
 use syn::{Expr, Ident, LitStr, Path, Token};
 
-const OPTIONS: &str = "`key`, `keys`, `kind`, `permits`, `lease`, `wait`, `client`, `on_fail`";
+const OPTIONS: &str =
+    "`key`, `keys`, `kind`, `permits`, `lease`, `wait`, `client`, `on_fail`, `on_lost`";
 
 /// `#[distributed_lock(key = "...", kind = "...", lease = "...", wait = "...", client = expr, on_fail = path)]`,
 /// with `keys = ["...", ...]` in place of `key` for a multi-lock, or `permits = n` beside
@@ -30,6 +31,45 @@ pub(crate) struct Args {
     pub(crate) wait: Option<Duration>,
     pub(crate) client: Option<Expr>,
     pub(crate) on_fail: Option<Path>,
+    /// `on_lost = "..."`: what a lock lost while the body runs does to the call.
+    pub(crate) on_lost: OnLost,
+}
+
+/// What the attribute does when the lock is lost while the body runs: `on_lost = "..."`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum OnLost {
+    /// `"cancel"`, the default: the body's future is dropped at the loss and the call
+    /// fails with the loss.
+    #[default]
+    Cancel,
+    /// `"error"`: the body runs to its end, then the call fails with the loss.
+    Error,
+    /// `"ignore"`: the body's result is returned; the loss is logged.
+    Ignore,
+}
+
+impl OnLost {
+    const NAMES: [(&'static str, OnLost); 3] = [
+        ("cancel", OnLost::Cancel),
+        ("error", OnLost::Error),
+        ("ignore", OnLost::Ignore),
+    ];
+
+    fn parse(literal: &LitStr) -> syn::Result<OnLost> {
+        let text = literal.value();
+        OnLost::NAMES
+            .iter()
+            .find(|(name, _)| *name == text)
+            .map(|(_, mode)| *mode)
+            .ok_or_else(|| {
+                syn::Error::new_spanned(
+                    literal,
+                    format!(
+                        "unknown `on_lost` value {text:?}; expected \"cancel\" (the default: stop the body at the loss), \"error\" (finish the body, then fail) or \"ignore\" (return the body's result, log the loss)"
+                    ),
+                )
+            })
+    }
 }
 
 /// Which lock the attribute takes: `kind = "..."`.
@@ -142,6 +182,17 @@ impl Args {
                 "wait" => {
                     let literal: LitStr = input.parse()?;
                     args.wait = errors.keep(parse_duration(&literal, "wait", false));
+                }
+                "on_lost" if !input.peek(LitStr) => {
+                    let value: Expr = input.parse()?;
+                    errors.push(syn::Error::new_spanned(
+                        &value,
+                        "`on_lost` is a string: write e.g. on_lost = \"error\" (\"cancel\", \"error\" or \"ignore\")",
+                    ));
+                }
+                "on_lost" => {
+                    let literal: LitStr = input.parse()?;
+                    args.on_lost = errors.keep(OnLost::parse(&literal)).unwrap_or_default();
                 }
                 "client" => args.client = Some(input.parse::<Expr>()?),
                 "on_fail" => args.on_fail = Some(input.parse::<Path>()?),

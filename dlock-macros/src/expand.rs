@@ -9,7 +9,7 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{AttrStyle, FnArg, ItemFn, Pat, ReturnType, Type};
 
-use crate::args::{Args, Errors};
+use crate::args::{Args, Errors, OnLost};
 use crate::key::{key_expression, parse_template, Piece};
 
 /// Entry point on `proc_macro2` streams, so it can be tested and snapshotted.
@@ -187,6 +187,8 @@ fn rewrite(function: &ItemFn, args: &Args, target: Target) -> TokenStream {
         },
     };
 
+    let run = run_body(args, &sig.output, body, &fail);
+
     quote! {
         #(#outer)*
         #vis #sig {
@@ -197,9 +199,50 @@ fn rewrite(function: &ItemFn, args: &Args, target: Target) -> TokenStream {
                 ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
                 ::core::result::Result::Err(__dlock_error) => return #fail,
             };
-            let __dlock_output = #private::Guard::scope(&__dlock_guard, #body).await;
-            #private::Guard::release(__dlock_guard).await;
-            __dlock_output
+            #run
+        }
+    }
+}
+
+/// Runs the body under the guard the way `on_lost` says, releases, and returns: the
+/// body's output, or the loss through the same path as an acquisition failure (`fail`,
+/// which reads `__dlock_error`).
+fn run_body(
+    args: &Args,
+    output: &ReturnType,
+    body: TokenStream,
+    fail: &TokenStream,
+) -> TokenStream {
+    let private = quote!(::dlock_core::__private);
+    let runner = match args.on_lost {
+        OnLost::Ignore => {
+            return quote! {
+                let __dlock_output = #private::run_ignoring_loss(&__dlock_guard, #body).await;
+                #private::Guard::release(__dlock_guard).await;
+                __dlock_output
+            };
+        }
+        OnLost::Cancel => quote!(run_cancelling),
+        OnLost::Error => quote!(run_to_end),
+    };
+    // Without `on_fail` the function returns a `Result`: an `Err` the body returned before
+    // the loss was known is kept (it is the first failure); with `on_fail` the handler
+    // decides, so every loss goes to it.
+    let keep_failure = (args.on_fail.is_none() && returns_result(output)).then(|| {
+        quote! {
+            ::core::result::Result::Err(#private::Lost {
+                output: ::core::option::Option::Some(__dlock_output @ ::core::result::Result::Err(_)),
+                ..
+            }) => __dlock_output,
+        }
+    });
+    quote! {
+        let __dlock_run = #private::#runner(&__dlock_guard, #body).await;
+        #private::Guard::release(__dlock_guard).await;
+        match __dlock_run {
+            ::core::result::Result::Ok(__dlock_output) => __dlock_output,
+            #keep_failure
+            ::core::result::Result::Err(#private::Lost { error: __dlock_error, .. }) => #fail,
         }
     }
 }
@@ -431,6 +474,33 @@ mod snapshots {
             "semaphore_permits",
             r#"key = "pool:<name>", permits = 4, lease = "30s""#,
             "async fn query(name: &str) -> Result<u64, AppError> { Ok(1) }",
+        );
+    }
+
+    #[test]
+    fn on_lost_error() {
+        check(
+            "on_lost_error",
+            r#"key = "report:<day>", on_lost = "error""#,
+            "async fn report(day: u32) -> Result<u64, AppError> { Ok(1) }",
+        );
+    }
+
+    #[test]
+    fn on_lost_error_with_on_fail() {
+        check(
+            "on_lost_error_with_on_fail",
+            r#"key = "report:<day>", on_lost = "error", on_fail = gave_up"#,
+            "async fn report(day: u32) -> u64 { 1 }",
+        );
+    }
+
+    #[test]
+    fn on_lost_ignore() {
+        check(
+            "on_lost_ignore",
+            r#"key = "report:<day>", on_lost = "ignore", lease = "1s""#,
+            "async fn report(day: u32) -> Result<u64, AppError> { Ok(1) }",
         );
     }
 

@@ -175,7 +175,11 @@ impl World<'_> {
     fn counts(&self) -> [u32; 2] {
         let fields: HashMap<String, u32> = self.server.connection().hgetall(&self.name).unwrap();
         let mut counts = [0; 2];
-        for (field, count) in fields {
+        // Hold counts only, not the owners' fencing tokens (`<owner>:f`).
+        for (field, count) in fields
+            .into_iter()
+            .filter(|(field, _)| !field.ends_with(":f"))
+        {
             let owner = self
                 .clients
                 .iter()

@@ -140,7 +140,12 @@ async fn leftovers(admin: &mut MultiplexedConnection, allowed: &[&str]) -> Vec<S
             .unwrap();
         let left: Vec<String> = keys
             .into_iter()
-            .filter(|k| !k.starts_with("dlock:release:") && !allowed.contains(&k.as_str()))
+            .filter(|k| {
+                // Release memos expire on their own; fencing counters never do, by design.
+                !k.starts_with("dlock:release:")
+                    && !k.starts_with("dlock:fence:")
+                    && !allowed.contains(&k.as_str())
+            })
             .collect();
         if left.is_empty() || started.elapsed() > Duration::from_secs(2) {
             return left;

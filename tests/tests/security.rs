@@ -15,7 +15,8 @@ use dlock_tests::{RedisCluster, RedisReplicaSet, RedisSentinelGroup, RedisServer
 /// `SCRIPT LOAD` after `NOSCRIPT`), the commands the scripts call (a script runs with the
 /// caller's permissions: the sorted-set commands and `TIME` are the fair lock's queue and
 /// the read-write lock's waiting writers, `HGETALL` the read-write lock's owners), and the
-/// reads behind `is_locked`, `hold_count` and `remaining_lease`. `EVAL` is never sent.
+/// reads behind `is_locked`, `hold_count` and `remaining_lease`, and `INCR` (the fencing
+/// token minted by every exclusive acquisition). `EVAL` is never sent.
 const COMMON_COMMANDS: &[&str] = &[
     "+evalsha",
     "+script|load",
@@ -40,6 +41,9 @@ const COMMON_COMMANDS: &[&str] = &[
     "+zrem",
     "+zremrangebyscore",
     "+zscore",
+    // The fenced writes' `incr_by`.
+    "+incrby",
+    "+incr",
 ];
 
 /// The deployments whose data nodes need different commands.
@@ -95,6 +99,12 @@ fn acl_rule(mode: Mode, prefix: &str) -> Vec<String> {
         format!("~dlock:sem:{{*}}:{prefix}*"),
         format!("&dlock:sem:{{*}}:{prefix}*"),
         format!("~dlock:semcap:{{*}}:{prefix}*"),
+        // The fenced writes' highest token per application key and `incr_by` memos:
+        // `dlock:fenced:{tag}:<prefix><key>`, `dlock:fencedop:{tag}:<prefix><client>:<op>`.
+        format!("~dlock:fenced:{{*}}:{prefix}*"),
+        format!("~dlock:fencedop:{{*}}:{prefix}*"),
+        // The fencing-token counters, one per slot anchor: `dlock:fence:{tag}:<prefix>`.
+        format!("~dlock:fence:{{*}}:{prefix}*"),
     ];
     rule.extend(
         COMMON_COMMANDS
@@ -272,6 +282,7 @@ async fn exercise(clients: &[LockClient; 3], names: &[String]) -> Vec<Duration> 
         wakeups.push(exercise_fair(a, b, name).await);
         exercise_rw(a, b, name).await;
         exercise_semaphore(a, b, name).await;
+        exercise_fenced(a, name).await;
     }
 
     let lock = fast.lock(&names[0]);
@@ -385,6 +396,36 @@ async fn exercise_semaphore(a: &LockClient, b: &LockClient, name: &str) {
     assert_eq!(sem_a.available().await.unwrap(), 3, "{name}");
 }
 
+/// The fenced writes on the application key `fenced:<name>` (under the prefix, so the
+/// application's own `~PREFIX*` pattern covers it): a set, an increment, a refused stale
+/// token, the highest token read back.
+async fn exercise_fenced(a: &LockClient, name: &str) {
+    let key = format!("{}fenced:{name}", a.key_prefix());
+    let fenced = a.fenced();
+    let fence = dlock_core::Fence::new;
+    fenced
+        .set(&key, "5", fence(2))
+        .await
+        .unwrap_or_else(|e| panic!("{key}: {e}"));
+    assert_eq!(
+        fenced.incr_by(&key, -1, fence(2)).await.unwrap(),
+        4,
+        "{key}"
+    );
+    assert!(
+        matches!(
+            fenced.set(&key, "9", fence(1)).await,
+            Err(LockError::StaleToken { .. })
+        ),
+        "{key}"
+    );
+    assert_eq!(
+        fenced.highest_fence(&key).await.unwrap(),
+        Some(fence(2)),
+        "{key}"
+    );
+}
+
 /// Every lock operation once, ignoring failures, with short timeouts: for the checks that
 /// each command of a rule is needed.
 async fn touch_everything(topology: &Topology) {
@@ -457,6 +498,15 @@ async fn touch_everything(topology: &Topology) {
         let _ = guard.unlock().await;
         let _ = sem.set_permits(2).await;
     }
+    // The fenced writes: a set, an increment (INCRBY and its memo), the highest token.
+    let fenced = a.fenced();
+    let _ = fenced
+        .set("shop:fenced:1", "5", dlock_core::Fence::new(1))
+        .await;
+    let _ = fenced
+        .incr_by("shop:fenced:1", 1, dlock_core::Fence::new(1))
+        .await;
+    let _ = fenced.highest_fence("shop:fenced:1").await;
     // Let the unsubscribe and background releases reach Redis.
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
@@ -1169,7 +1219,20 @@ async fn key_prefixes_keep_two_applications_apart() {
     let held_by_b = b1.lock("goods:1").try_lock().await.unwrap();
     let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut admin).unwrap();
     keys.sort();
-    assert_eq!(keys, ["app-a:goods:1", "app-b:goods:1"]);
+    // Each application's fencing-token counter is under its own prefix too.
+    let (counters, locks): (Vec<String>, Vec<String>) = keys
+        .into_iter()
+        .partition(|key| key.starts_with("dlock:fence:"));
+    assert_eq!(locks, ["app-a:goods:1", "app-b:goods:1"]);
+    assert_eq!(counters.len(), 2, "{counters:?}");
+    assert!(
+        counters.iter().any(|key| key.ends_with("}:app-a:")),
+        "{counters:?}"
+    );
+    assert!(
+        counters.iter().any(|key| key.ends_with("}:app-b:")),
+        "{counters:?}"
+    );
     let hash = |admin: &mut redis::Connection| -> HashMap<String, u32> {
         redis::cmd("HGETALL")
             .arg("app-a:goods:1")
@@ -1177,7 +1240,11 @@ async fn key_prefixes_keep_two_applications_apart() {
             .unwrap()
     };
     let a_hash = hash(&mut admin);
-    assert_eq!(a_hash.len(), 1);
+    assert_eq!(
+        a_hash.len(),
+        2,
+        "the hold and its fencing token: {a_hash:?}"
+    );
 
     // Within one application they exclude each other, and a release in the other
     // application wakes no one here: app-a's waiter times out while app-b unlocks. Nor

@@ -51,6 +51,7 @@ pub struct LockClientBuilder {
     retry_attempts: u32,
     retry_delay: Duration,
     replica_acks: Option<ReplicaAcks>,
+    fencing_tokens: bool,
 }
 
 impl Default for LockClientBuilder {
@@ -66,6 +67,7 @@ impl Default for LockClientBuilder {
             retry_attempts: 3,
             retry_delay: Duration::from_millis(50),
             replica_acks: None,
+            fencing_tokens: true,
         }
     }
 }
@@ -151,6 +153,38 @@ impl LockClientBuilder {
     #[must_use]
     pub fn replica_acks(mut self, replicas: u32, within: Duration) -> Self {
         self.replica_acks = Some(ReplicaAcks { replicas, within });
+        self
+    }
+
+    /// Whether every acquisition that excludes writers (the lock, the fair lock, the write
+    /// lock, each lock of a multi-lock) mints a fencing token: a [`Fence`](crate::Fence)
+    /// from a counter in Redis, strictly increasing per lock name across all clients, that
+    /// the guard reports ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token))
+    /// and that storage can check to refuse a paused or cut-off holder's late write.
+    /// Default `true`.
+    ///
+    /// `false` saves one `INCR` and one hash field per acquisition (and the `INCR`
+    /// permission in the ACL): guards then report `None`. Clients of one lock may differ;
+    /// a client with tokens off simply skips the counter, so the counter still grows for
+    /// those with tokens on.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// let client = dlock_core::LockClient::builder()
+    ///     .fencing_tokens(false)
+    ///     .connect(&server.url())
+    ///     .await?;
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// assert_eq!(guard.fencing_token(), None);
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn fencing_tokens(mut self, enabled: bool) -> Self {
+        self.fencing_tokens = enabled;
         self
     }
 
@@ -297,6 +331,7 @@ impl LockClientBuilder {
             retry_attempts: self.retry_attempts,
             retry_delay: self.retry_delay,
             replica_acks: self.replica_acks,
+            fencing_tokens: self.fencing_tokens,
         })
     }
 }

@@ -17,6 +17,8 @@ pub(crate) struct Settings {
     pub(crate) retry_attempts: u32,
     pub(crate) retry_delay: Duration,
     pub(crate) replica_acks: Option<ReplicaAcks>,
+    /// Whether exclusive acquisitions mint a fencing token (`INCR` in the acquire script).
+    pub(crate) fencing_tokens: bool,
 }
 
 /// How many replicas must confirm an acquisition, and how long to wait for them.
@@ -27,6 +29,15 @@ pub(crate) struct ReplicaAcks {
 }
 
 impl Settings {
+    /// The acquire scripts' fencing argument: `'1'` mints a token on a fresh grant.
+    pub(crate) fn fence_arg(&self) -> &'static str {
+        if self.fencing_tokens {
+            "1"
+        } else {
+            "0"
+        }
+    }
+
     /// How long a release memo (or re-entry marker) lives in Redis: long enough to cover
     /// every retry of one release (see `release.lua`), at most 3 × 60 s + 1 s with the
     /// bounded command timeout.

@@ -10,6 +10,7 @@ use super::release_ops::{release_job, FairRelease};
 use super::FairLock;
 use crate::client::{ClientInner, ReplicaAcks};
 use crate::error::{LossReason, Result};
+use crate::fence::Fence;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
 use crate::redis::CallError;
@@ -71,12 +72,13 @@ impl FairLock {
         let marker = self.keys.marker(&field, op);
         let call = Call {
             script: &scripts().acquire,
-            keys: vec![self.keys.key.clone(), marker],
+            keys: vec![self.keys.key.clone(), marker, self.keys.fence.clone()],
             args: vec![
                 lease_ms.to_string(),
                 field.to_string(),
                 "reenter".to_owned(),
                 inner.settings.memo_ttl().as_millis().to_string(),
+                inner.settings.fence_arg().to_owned(),
             ],
         };
         let mut pending = Pending::new(inner, self.job(&field, FairRelease::Undo { op }));
@@ -89,15 +91,17 @@ impl FairLock {
             }
         };
         match reply {
-            (sent_at, Reply::Acquired) => {
+            (sent_at, Reply::Acquired(_)) => {
                 pending.armed = false;
                 let deadline = lease.map_or_else(|| outer.deadline(), |lease| sent_at + lease);
+                // A re-entry shares its outer hold's token: the script mints none for it.
                 let held = Held::new(
                     self.hold_owner(&field),
                     renewal,
                     deadline,
                     Arc::clone(&inner.metrics),
-                );
+                )
+                .with_fence(outer.fence);
                 inner.metrics.acquired(started.elapsed());
                 tracing::debug!(lock = %self.name, owner = %field, "dlock: re-entered (fair)");
                 Ok(Some(self.guard(Arc::new(held))))
@@ -142,6 +146,7 @@ impl FairLock {
                 self.keys.key.clone(),
                 self.fair.queue.clone(),
                 self.fair.deadlines.clone(),
+                self.keys.fence.clone(),
             ],
             args: vec![
                 lease_ms.to_string(),
@@ -150,6 +155,7 @@ impl FairLock {
                 entry_ms.to_string(),
                 self.fair.wake_prefix.clone(),
                 inner.backend.publish_command().to_owned(),
+                inner.settings.fence_arg().to_owned(),
             ],
         };
         let op = inner.next_op();
@@ -173,14 +179,17 @@ impl FairLock {
             // From the first send on, the script may have queued us or granted the lock.
             pending.armed = true;
             let not_yet = match self.call(&call, give_up_at).await {
-                Ok((sent_at, Reply::Acquired)) => {
+                Ok((sent_at, Reply::Acquired(fence))) => {
                     pending.armed = false;
-                    let held = Arc::new(Held::new(
-                        self.hold_owner(&field),
-                        renewal,
-                        sent_at + lease,
-                        Arc::clone(&inner.metrics),
-                    ));
+                    let held = Arc::new(
+                        Held::new(
+                            self.hold_owner(&field),
+                            renewal,
+                            sent_at + lease,
+                            Arc::clone(&inner.metrics),
+                        )
+                        .with_fence(fence),
+                    );
                     inner.metrics.acquired(started.elapsed());
                     tracing::debug!(lock = %self.name, owner, waited = ?started.elapsed(), "dlock: acquired (fair)");
                     return Ok(self.guard(held));
@@ -292,7 +301,7 @@ impl FairLock {
         pipeline.cmd("WAIT").arg(acks.replicas).arg(wait_ms);
         let backend = &self.client.inner.backend;
         let (reply, acked): (Reply, u64) = backend.query_blocking(&pipeline).await?;
-        if matches!(reply, Reply::Acquired) && acked < u64::from(acks.replicas) {
+        if matches!(reply, Reply::Acquired(_)) && acked < u64::from(acks.replicas) {
             tracing::warn!(lock = %self.name, acked, wanted = acks.replicas, "dlock: fair acquisition not confirmed by enough replicas");
             return Err(CallError::NotReplicated {
                 acked,
@@ -315,8 +324,9 @@ struct Call {
 /// answered.
 #[derive(Debug)]
 pub(super) enum Reply {
-    /// nil: the owner holds the lock now.
-    Acquired,
+    /// nil or `{token}`: the owner holds the lock now, with its fencing token (`None`
+    /// for a re-entry, which shares its outer hold's, and with tokens off).
+    Acquired(Option<Fence>),
     /// An integer: how long to wait at most before the next try, in ms (acquire; -1:
     /// unknown), or 1 / 0 for whether a lock was deleted (force unlock).
     Busy(i64),
@@ -329,8 +339,14 @@ pub(super) enum Reply {
 impl redis::FromRedisValue for Reply {
     fn from_redis_value(value: redis::Value) -> std::result::Result<Reply, redis::ParsingError> {
         match value {
-            redis::Value::Nil => Ok(Reply::Acquired),
+            redis::Value::Nil => Ok(Reply::Acquired(None)),
             redis::Value::Int(n) => Ok(Reply::Busy(n)),
+            redis::Value::Array(items) => match items.as_slice() {
+                [redis::Value::Int(token)] if *token > 0 => {
+                    Ok(Reply::Acquired(u64::try_from(*token).ok().map(Fence::new)))
+                }
+                other => Err(format!("unexpected reply from a dlock script: {other:?}").into()),
+            },
             other => {
                 let text = String::from_redis_value(other)?;
                 match text.split_once(':') {

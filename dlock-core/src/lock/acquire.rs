@@ -11,6 +11,7 @@ use super::release_ops::{release_job, ReleaseKind};
 use super::Lock;
 use crate::client::ReplicaAcks;
 use crate::error::{LockError, LossReason, Result};
+use crate::fence::Fence;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::redis::CallError;
 use crate::scripts::scripts;
@@ -93,15 +94,17 @@ impl Lock {
             }
         };
         match reply {
-            Reply::Acquired => {
+            Reply::Acquired(_) => {
                 attempt.maybe_applied = false;
                 let deadline = lease.map_or_else(|| outer.deadline(), |lease| sent_at + lease);
+                // A re-entry shares its outer hold's token: the script mints none for it.
                 let held = Held::new(
                     self.hold_owner(&outer.field),
                     renewal,
                     deadline,
                     Arc::clone(&inner.metrics),
-                );
+                )
+                .with_fence(outer.fence);
                 inner.metrics.acquired(started.elapsed());
                 tracing::debug!(lock = %self.name, owner = %outer.field, "dlock: re-entered");
                 Ok(Some(self.guard(Arc::new(held))))
@@ -207,6 +210,7 @@ impl Lock {
         field: &Arc<str>,
         renewal: Option<Duration>,
         deadline: Instant,
+        fence: Option<Fence>,
     ) -> LockGuard {
         let inner = &self.client.inner;
         let held = Held::new(
@@ -214,7 +218,8 @@ impl Lock {
             renewal,
             deadline,
             Arc::clone(&inner.metrics),
-        );
+        )
+        .with_fence(fence);
         self.guard(Arc::new(held))
     }
 
@@ -304,14 +309,17 @@ impl Lock {
         );
         loop {
             let not_yet = match attempt.run(lease_ms, give_up_at).await {
-                Ok((sent_at, Reply::Acquired)) => {
+                Ok((sent_at, Reply::Acquired(fence))) => {
                     attempt.maybe_applied = false;
-                    let held = Arc::new(Held::new(
-                        self.hold_owner(&attempt.field),
-                        renewal,
-                        sent_at + lease,
-                        Arc::clone(&inner.metrics),
-                    ));
+                    let held = Arc::new(
+                        Held::new(
+                            self.hold_owner(&attempt.field),
+                            renewal,
+                            sent_at + lease,
+                            Arc::clone(&inner.metrics),
+                        )
+                        .with_fence(fence),
+                    );
                     held.keep_turn(turn);
                     inner.metrics.acquired(started.elapsed());
                     tracing::debug!(lock = %self.name, owner, waited = ?started.elapsed(), "dlock: acquired");
@@ -356,8 +364,9 @@ const SELF_WAIT_WARNING: Duration = Duration::from_secs(5);
 /// What a lock script answered (see `scripts/acquire.lua` and `scripts/force_unlock.lua`).
 #[derive(Debug)]
 pub(super) enum Reply {
-    /// nil: the owner holds the lock now.
-    Acquired,
+    /// nil or `{token}`: the owner holds the lock now; with the fencing token minted for
+    /// (or stored with) a fresh owner's hold, `None` for a re-entry or with tokens off.
+    Acquired(Option<Fence>),
     /// An integer: the other owner's TTL in ms (acquire: busy), or 1 / 0 for whether a
     /// lock was deleted (force unlock).
     Number(i64),
@@ -370,8 +379,15 @@ pub(super) enum Reply {
 impl redis::FromRedisValue for Reply {
     fn from_redis_value(value: redis::Value) -> std::result::Result<Reply, redis::ParsingError> {
         match value {
-            redis::Value::Nil => Ok(Reply::Acquired),
+            redis::Value::Nil => Ok(Reply::Acquired(None)),
             redis::Value::Int(n) => Ok(Reply::Number(n)),
+            redis::Value::Array(items) => match items.as_slice() {
+                [redis::Value::Int(token)] => match u64::try_from(*token) {
+                    Ok(token) if token > 0 => Ok(Reply::Acquired(Some(Fence::new(token)))),
+                    _ => Err(format!("a dlock fencing token must be positive, got {token}").into()),
+                },
+                other => Err(format!("unexpected reply from a dlock script: {other:?}").into()),
+            },
             other => {
                 let text = String::from_redis_value(other)?;
                 match text.split_once(':') {
@@ -447,10 +463,12 @@ impl Attempt<'_> {
         invocation
             .key(&self.lock.keys.key)
             .key(marker)
+            .key(&self.lock.keys.fence)
             .arg(lease_ms)
             .arg(&*self.field)
             .arg(kind)
-            .arg(marker_ms);
+            .arg(marker_ms)
+            .arg(inner.settings.fence_arg());
         // Stays true after an error reply too: a script refused half-way (an ACL denying
         // PEXPIRE after HSET, say) keeps what it wrote, so the compensating release is
         // needed then as well.
@@ -470,7 +488,7 @@ impl Attempt<'_> {
             })
             .await;
         if let Ok((_, reply)) = &outcome {
-            if !matches!(reply, Reply::Acquired) {
+            if !matches!(reply, Reply::Acquired(_)) {
                 // Redis answered "busy" or refused before writing: nothing of ours is there.
                 self.maybe_applied = false;
             }
@@ -494,19 +512,21 @@ impl Attempt<'_> {
         pipeline
             .cmd("EVALSHA")
             .arg(scripts().acquire.get_hash())
-            .arg(2)
+            .arg(3)
             .arg(&self.lock.keys.key)
             .arg(marker)
+            .arg(&self.lock.keys.fence)
             .arg(lease_ms)
             .arg(&*self.field)
             .arg(kind)
             .arg(marker_ms)
+            .arg(self.lock.client.inner.settings.fence_arg())
             .cmd("WAIT")
             .arg(acks.replicas)
             .arg(wait_ms);
         let backend = &self.lock.client.inner.backend;
         let (reply, acked): (Reply, u64) = backend.query_blocking(&pipeline).await?;
-        if matches!(reply, Reply::Acquired) && acked < u64::from(acks.replicas) {
+        if matches!(reply, Reply::Acquired(_)) && acked < u64::from(acks.replicas) {
             tracing::warn!(lock = %self.lock.name, acked, wanted = acks.replicas, "dlock: acquisition not confirmed by enough replicas");
             return Err(CallError::NotReplicated {
                 acked,

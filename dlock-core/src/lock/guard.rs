@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
+use crate::fence::Fence;
 use crate::sync::held::Held;
 use crate::sync::owner;
 use crate::sync::release::{self, ReleaseJob, Released};
@@ -84,6 +85,36 @@ impl LockGuard {
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.held.name
+    }
+
+    /// The fencing token of this hold: `Some` for the lock, the fair lock and the write
+    /// lock (minted by Redis when the owner got the lock, larger than every token of that
+    /// lock before it); `None` for read locks, semaphore permits and clients built with
+    /// [`fencing_tokens(false)`](crate::LockClientBuilder::fencing_tokens). A re-entry
+    /// returns its outer hold's token, so a nested section's write never makes the outer
+    /// section's later write look stale.
+    ///
+    /// Send it with every write the lock protects and let the storage refuse a token
+    /// lower than the highest it has seen: that stops a holder who paused past its lease
+    /// (or lost the lock in a failover) from overwriting its successor's work.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// let lock = client.lock("invoice:9");
+    /// let first = lock.lock().await?;
+    /// let token = first.fencing_token().expect("locks are fenced by default");
+    /// first.unlock().await?;
+    /// let second = lock.lock().await?;
+    /// assert!(second.fencing_token() > Some(token));
+    /// second.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fencing_token(&self) -> Option<Fence> {
+        self.held.fence
     }
 
     /// Runs `future` as part of this guard's call chain: acquiring the same lock (same

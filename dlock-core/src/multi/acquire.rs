@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::{Mode, MultiGuard, MultiLock};
 use crate::error::{LockError, LossReason, Result};
+use crate::fence::Fence;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
 use crate::lock::Lock;
@@ -125,12 +126,15 @@ impl MultiLock {
         let mut waiter: Option<(usize, Waiter<'_>)> = None;
         loop {
             let (blocker, not_yet) = match attempt.run(lease_ms, give_up_at).await {
-                Ok((sent_at, Reply::Acquired)) => {
+                Ok((sent_at, Reply::Acquired(tokens))) => {
                     attempt.maybe_applied = false;
                     let guards = self
                         .locks
                         .iter()
-                        .map(|lock| lock.adopt(&attempt.field, renewal, sent_at + lease))
+                        .zip(tokens)
+                        .map(|(lock, fence)| {
+                            lock.adopt(&attempt.field, renewal, sent_at + lease, fence)
+                        })
                         .collect();
                     inner.metrics.acquired(started.elapsed());
                     tracing::debug!(locks = ?self.names(), owner = %attempt.field, "dlock: multi-lock acquired");
@@ -268,8 +272,9 @@ async fn give_back(held: Vec<LockGuard>) {
 /// What the same-slot script answered (see `scripts/acquire.lua`).
 #[derive(Debug)]
 enum Reply {
-    /// nil: the owner holds every lock.
-    Acquired,
+    /// `{'ok', token...}`: the owner holds every lock, with each lock's fencing token
+    /// (`None`: tokens off), in the order of the keys.
+    Acquired(Vec<Option<Fence>>),
     /// Lock `index` (0-based) is held by another owner, for `ttl_ms` more.
     Busy { index: usize, ttl_ms: i64 },
     /// Lock `index` holds another type of value.
@@ -283,8 +288,18 @@ impl redis::FromRedisValue for Reply {
                 .map_err(|_| format!("bad key position {lua} in a dlock multi-lock reply"))
         };
         match value {
-            redis::Value::Nil => Ok(Reply::Acquired),
             redis::Value::Array(items) => match items.as_slice() {
+                [redis::Value::BulkString(ok), tokens @ ..] if ok.as_slice() == b"ok" => tokens
+                    .iter()
+                    .map(|token| match token {
+                        redis::Value::Int(0) => Ok(None),
+                        redis::Value::Int(n) => u64::try_from(*n)
+                            .map(|n| Some(Fence::new(n)))
+                            .map_err(|_| format!("bad dlock fencing token {n}").into()),
+                        other => Err(format!("bad dlock fencing token {other:?}").into()),
+                    })
+                    .collect::<std::result::Result<Vec<_>, redis::ParsingError>>()
+                    .map(Reply::Acquired),
                 [redis::Value::Int(index), redis::Value::Int(ttl_ms)] => Ok(Reply::Busy {
                     index: position(*index)?,
                     ttl_ms: *ttl_ms,
@@ -338,7 +353,13 @@ impl SameSlotAttempt<'_> {
         for lock in self.locks {
             invocation.key(lock.key());
         }
-        invocation.arg(lease_ms).arg(&*self.field);
+        for lock in self.locks {
+            invocation.key(&lock.keys().fence);
+        }
+        invocation
+            .arg(lease_ms)
+            .arg(&*self.field)
+            .arg(inner.settings.fence_arg());
         // Stays true after an error reply too: a script refused half-way keeps what it
         // wrote.
         self.maybe_applied = true;
@@ -351,7 +372,7 @@ impl SameSlotAttempt<'_> {
             })
             .await;
         if let Ok((_, reply)) = &outcome {
-            if !matches!(reply, Reply::Acquired) {
+            if !matches!(reply, Reply::Acquired(_)) {
                 // Busy or refused before writing: nothing of ours is there.
                 self.maybe_applied = false;
             }

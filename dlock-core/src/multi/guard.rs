@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::error::{LockError, Result};
+use crate::fence::Fence;
 use crate::lock::guard::LockGuard;
 use crate::sync::owner;
 
@@ -33,6 +34,31 @@ impl MultiGuard {
     /// The names of the locks held, in canonical order.
     pub fn names(&self) -> Vec<&str> {
         self.guards.iter().map(LockGuard::name).collect()
+    }
+
+    /// The fencing token of each lock held, as (name, token) in canonical order: one per
+    /// lock, each from that lock's own counter, so each is checked against the records
+    /// that lock protects. Empty for a client built with
+    /// [`fencing_tokens(false)`](crate::LockClientBuilder::fencing_tokens).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// let pair = dlock_core::MultiLock::sequential([client.lock("x"), client.lock("y")])?;
+    /// let guard = pair.lock().await?;
+    /// let tokens = guard.fencing_tokens();
+    /// assert_eq!(tokens.iter().map(|(name, _)| *name).collect::<Vec<_>>(), ["x", "y"]);
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fencing_tokens(&self) -> Vec<(&str, Fence)> {
+        self.guards
+            .iter()
+            .filter_map(|guard| Some((guard.name(), guard.fencing_token()?)))
+            .collect()
     }
 
     /// Releases every lock (all at once) and reports the outcome.

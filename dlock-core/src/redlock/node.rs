@@ -61,13 +61,16 @@ pub(super) async fn acquire(
 ) -> Result<Grant, CallError> {
     let mut invocation = scripts().acquire.prepare_invoke();
     // A fresh owner needs no marker: the lock key fills KEYS[2] (one slot for every key).
+    // No fencing token: counters on independent servers would not order the holders.
     invocation
         .key(&keys.key)
         .key(&keys.key)
+        .key(&keys.fence)
         .arg(lease_ms)
         .arg(field)
         .arg("fresh")
-        .arg(0);
+        .arg(0)
+        .arg("0");
     node.inner.backend.invoke(&invocation).await
 }
 

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::release_ops::{release_job, ReleaseKind};
 use super::{Kind, ReadWriteLock, WRITE_SUFFIX};
 use crate::error::{LockError, LossReason, Result};
+use crate::fence::Fence;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
 use crate::redis::CallError;
@@ -135,15 +136,23 @@ impl ReadWriteLock {
             }
         };
         match reply {
-            Reply::Acquired => {
+            Reply::Acquired(_) => {
                 attempt.maybe_applied = false;
                 let deadline = lease.map_or_else(|| outer.deadline(), |lease| sent_at + lease);
-                let held = Arc::new(Held::new(
-                    self.hold_owner(kind, &attempt.owner),
-                    renewal,
-                    deadline,
-                    Arc::clone(&inner.metrics),
-                ));
+                // A write re-entry shares its outer write hold's token; reads have none.
+                let fence = match kind {
+                    Kind::Write => outer.fence,
+                    Kind::Read => None,
+                };
+                let held = Arc::new(
+                    Held::new(
+                        self.hold_owner(kind, &attempt.owner),
+                        renewal,
+                        deadline,
+                        Arc::clone(&inner.metrics),
+                    )
+                    .with_fence(fence),
+                );
                 inner.metrics.acquired(started.elapsed());
                 tracing::debug!(lock = %self.shared.name, owner = %attempt.owner, ?kind, "dlock: re-entered read-write lock");
                 Ok(Some(self.guard(kind, &attempt.owner, held)))
@@ -215,15 +224,18 @@ impl ReadWriteLock {
         };
         loop {
             let not_yet = match attempt.run(lease_ms, entry_ms, give_up_at).await {
-                Ok((sent_at, Reply::Acquired)) => {
+                Ok((sent_at, Reply::Acquired(fence))) => {
                     attempt.maybe_applied = false;
                     attempt.queued = false;
-                    let held = Arc::new(Held::new(
-                        self.hold_owner(kind, &attempt.owner),
-                        renewal,
-                        sent_at + lease,
-                        Arc::clone(&inner.metrics),
-                    ));
+                    let held = Arc::new(
+                        Held::new(
+                            self.hold_owner(kind, &attempt.owner),
+                            renewal,
+                            sent_at + lease,
+                            Arc::clone(&inner.metrics),
+                        )
+                        .with_fence(fence),
+                    );
                     inner.metrics.acquired(started.elapsed());
                     tracing::debug!(lock = %self.shared.name, owner = %attempt.owner, ?kind, waited = ?started.elapsed(), "dlock: acquired read-write lock");
                     return Ok(self.guard(kind, &attempt.owner, held));
@@ -307,8 +319,8 @@ impl ReadWriteLock {
 /// What the acquire script answered (see `scripts/acquire.lua`).
 #[derive(Debug)]
 enum Reply {
-    /// nil: the hold is taken.
-    Acquired,
+    /// nil or `{token}`: the hold is taken, with a fresh writer's fencing token.
+    Acquired(Option<Fence>),
     /// Busy: try again within this many ms at the latest.
     Busy(i64),
     /// A re-entry found its owner gone.
@@ -322,8 +334,14 @@ enum Reply {
 impl redis::FromRedisValue for Reply {
     fn from_redis_value(value: redis::Value) -> std::result::Result<Reply, redis::ParsingError> {
         match value {
-            redis::Value::Nil => Ok(Reply::Acquired),
+            redis::Value::Nil => Ok(Reply::Acquired(None)),
             redis::Value::Int(n) => Ok(Reply::Busy(n)),
+            redis::Value::Array(items) => match items.as_slice() {
+                [redis::Value::Int(token)] if *token > 0 => {
+                    Ok(Reply::Acquired(u64::try_from(*token).ok().map(Fence::new)))
+                }
+                other => Err(format!("unexpected reply from a dlock script: {other:?}").into()),
+            },
             other => {
                 let text = String::from_redis_value(other)?;
                 match text.split_once(':') {
@@ -376,12 +394,14 @@ impl Attempt<'_> {
             .key(&lock.writers)
             // A new owner has no marker; the lock key fills the slot (one slot for all).
             .key(marker.as_deref().unwrap_or(&lock.key))
+            .key(&lock.keys.fence)
             .arg(lease_ms)
             .arg(&*self.owner)
             .arg(self.kind.as_str())
             .arg(how)
             .arg(marker_ms)
-            .arg(entry_ms);
+            .arg(entry_ms)
+            .arg(inner.settings.fence_arg());
         // Stays true after an error reply too: a script refused half-way keeps what it
         // wrote, so the compensating release is needed then as well.
         self.maybe_applied = true;
@@ -397,7 +417,7 @@ impl Attempt<'_> {
             })
             .await;
         if let Ok((_, reply)) = &outcome {
-            if !matches!(reply, Reply::Acquired) {
+            if !matches!(reply, Reply::Acquired(_)) {
                 // Busy or refused before writing a hold (a busy writer's entry is covered
                 // by `queued`).
                 self.maybe_applied = false;

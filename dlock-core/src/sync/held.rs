@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::LossReason;
+use crate::fence::Fence;
 use crate::sync::local::Turn;
 use crate::sync::metrics::Metrics;
 
@@ -44,6 +45,9 @@ pub(crate) struct Held {
     /// The task that acquired it (`None` outside any task, as in `block_on`), to diagnose
     /// a task waiting for a lock it holds itself.
     pub(crate) acquired_in: Option<tokio::task::Id>,
+    /// The fencing token minted for this hold's owner (a re-entry carries its outer
+    /// hold's); `None` for kinds that do not exclude writers and clients without tokens.
+    pub(crate) fence: Option<Fence>,
     metrics: Arc<Metrics>,
 }
 
@@ -81,8 +85,15 @@ impl Held {
             changed: Notify::new(),
             turn: Mutex::new(None),
             acquired_in: tokio::task::try_id(),
+            fence: None,
             metrics,
         }
+    }
+
+    /// This hold with its owner's fencing token (set once, before the hold is shared).
+    pub(crate) fn with_fence(mut self, fence: Option<Fence>) -> Held {
+        self.fence = fence;
+        self
     }
 
     /// Keeps `turn` until the hold ends, and tells the line who holds it.

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use futures_util::future::Either;
 
+use crate::fence::Fence;
 use crate::sync::held::Held;
 
 tokio::task_local! {
@@ -53,6 +54,47 @@ pub(crate) fn find_hold(
                     && f.held.is_live()
                 {
                     return Some(Arc::clone(&f.held));
+                }
+                frame = f.parent.as_ref();
+            }
+            None
+        })
+        .ok()
+        .flatten()
+}
+
+/// The fencing token of the innermost hold of the call chain that has one, of any lock
+/// and client: what code inside a guard's [`scope`](crate::LockGuard::scope) (a
+/// `#[distributed_lock]` body) sends with its writes. `None` outside every scope and in
+/// scopes of holds without a token (read locks, semaphore permits, clients built with
+/// `fencing_tokens(false)`).
+///
+/// The token is returned even after its hold was lost: it still names the holder the code
+/// runs as, and the storage, which saw any later holder's larger token, is what refuses
+/// the late write. (Whether the hold is still live is [`LockGuard::lost`](crate::LockGuard::lost)'s
+/// question.)
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock_core::Result<()> {
+/// # let server = dlock_tests::RedisServer::start();
+/// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+/// assert_eq!(dlock_core::current_fence(), None);
+/// let guard = client.lock("ledger:7").lock().await?;
+/// let token = guard.fencing_token();
+/// let seen = guard.scope(async { dlock_core::current_fence() }).await;
+/// assert_eq!(seen, token);
+/// guard.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub fn current_fence() -> Option<Fence> {
+    CHAIN
+        .try_with(|top| {
+            let mut frame = Some(top);
+            while let Some(f) = frame {
+                if let Some(fence) = f.held.fence {
+                    return Some(fence);
                 }
                 frame = f.parent.as_ref();
             }

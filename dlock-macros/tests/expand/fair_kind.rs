@@ -16,7 +16,7 @@ async fn serve(id: u64) -> Result<(), AppError> {
             );
         }
     };
-    let __dlock_output = ::dlock_core::__private::Guard::scope(
+    let __dlock_run = ::dlock_core::__private::run_cancelling(
             &__dlock_guard,
             ::dlock_core::__private::typed_body::<
                 Result<(), AppError>,
@@ -25,5 +25,18 @@ async fn serve(id: u64) -> Result<(), AppError> {
         )
         .await;
     ::dlock_core::__private::Guard::release(__dlock_guard).await;
-    __dlock_output
+    match __dlock_run {
+        ::core::result::Result::Ok(__dlock_output) => __dlock_output,
+        ::core::result::Result::Err(
+            ::dlock_core::__private::Lost {
+                output: ::core::option::Option::Some(
+                    __dlock_output @ ::core::result::Result::Err(_),
+                ),
+                ..
+            },
+        ) => __dlock_output,
+        ::core::result::Result::Err(
+            ::dlock_core::__private::Lost { error: __dlock_error, .. },
+        ) => ::core::result::Result::Err(::core::convert::From::from(__dlock_error)),
+    }
 }

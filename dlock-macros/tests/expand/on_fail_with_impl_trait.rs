@@ -12,11 +12,16 @@ async fn report(name: impl Display) -> impl Display {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => return busy(__dlock_error),
     };
-    let __dlock_output = ::dlock_core::__private::Guard::scope(
+    let __dlock_run = ::dlock_core::__private::run_cancelling(
             &__dlock_guard,
             async move { name.to_string() },
         )
         .await;
     ::dlock_core::__private::Guard::release(__dlock_guard).await;
-    __dlock_output
+    match __dlock_run {
+        ::core::result::Result::Ok(__dlock_output) => __dlock_output,
+        ::core::result::Result::Err(
+            ::dlock_core::__private::Lost { error: __dlock_error, .. },
+        ) => busy(__dlock_error),
+    }
 }

@@ -135,7 +135,35 @@ async fn reentrant(id: u64) -> AppResult<u64> {
     Ok(id)
 }
 
+/// Every `on_lost` mode, with the `Result` path and with `on_fail`.
+#[distributed_lock(key = "report:<day>", on_lost = "cancel", lease = "1s")]
+async fn on_lost_cancel(day: u32) -> AppResult<u32> {
+    Ok(day)
+}
+
+#[distributed_lock(key = "report:<day>", on_lost = "error")]
+async fn on_lost_error(day: u32) -> std::io::Result<u32> {
+    Ok(day)
+}
+
+#[distributed_lock(key = "report:<day>", on_lost = "error", on_fail = unit_on_fail)]
+async fn on_lost_error_on_fail(day: u32) {
+    let _ = day;
+}
+
+#[distributed_lock(keys = ["a:<day>", "b:<day>"], on_lost = "ignore")]
+async fn on_lost_ignore(day: u32) -> AppResult<u32> {
+    Ok(day)
+}
+
+/// The expansion keeps a `Send` body's future `Send` in every mode (spawnable).
+fn assert_send<F: std::future::Future + Send>(_: F) {}
+
 fn main() {
+    assert_send(on_lost_cancel(1));
+    assert_send(on_lost_error(1));
+    assert_send(on_lost_ignore(1));
+    assert_send(free_function(1, 1));
     // Referencing the futures' types is enough: this suite checks that the shapes compile.
     let _ = free_function;
     let _ = alias_result;

@@ -4,14 +4,18 @@
 -- KEYS[1]  the lock hash (the reentrant lock's layout: field = owner, value = hold count)
 -- KEYS[2]  the queue (see queue.lua)
 -- KEYS[3]  the entry deadlines (see queue.lua)
+-- KEYS[4]  the fencing-token counter of the lock's slot anchor (never expires)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  the waiter: the owner field it will hold
 -- ARGV[3]  'wait': enqueue (once) and keep the entry alive; 'try': never enqueue
 -- ARGV[4]  entry timeout in milliseconds: the entry dies this long after the waiter's last call
 -- ARGV[5]  wake channel prefix
 -- ARGV[6]  publish command: 'publish' or 'spublish'
+-- ARGV[7]  '1': mint a fencing token on a fresh grant (kept in "<owner>:f", the reentrant
+--          lock's field); '0': no token (no INCR)
 --
--- Returns nil when the waiter holds the lock now; otherwise how long to wait at most before
+-- Returns {token} when the waiter holds the lock now with tokens on (a retry returns the
+-- token of the first grant), nil when it holds it with tokens off; otherwise how long to wait at most before
 -- the next call, in ms: the lock's remaining time for the head (or a try with nobody
 -- queued), the smaller of the head's remaining entry time and the lock's remaining time for
 -- everyone else, never below 1; -1 when the lock has no expiry. 'wrongtype:<type>' when the
@@ -37,19 +41,35 @@ local me = ARGV[2]
 local now = server_now()
 purge(KEYS[2], KEYS[3], now)
 
+-- The reply to a waiter holding the lock: its fencing token (minted at the grant, see
+-- below), or nil with tokens off.
+local function granted()
+  local token = ARGV[7] == '1' and tonumber(redis.call('hget', KEYS[1], me .. ':f'))
+  if not token then
+    return nil
+  end
+  return {token}
+end
+
 local free = found == 'none'
 if not free and redis.call('hexists', KEYS[1], me) == 1 then
   redis.call('pexpire', KEYS[1], lease)
-  return nil
+  return granted()
 end
 
 local head = head_of(KEYS[2])
 if free and (head == nil or head == me) then
   redis.call('zrem', KEYS[2], me)
   redis.call('zrem', KEYS[3], me)
-  redis.call('hset', KEYS[1], me, 1)
+  if ARGV[7] == '1' then
+    -- The counter only grows (no TTL, untouched by release, force unlock or expiry), so
+    -- the tokens of one lock strictly increase.
+    redis.call('hset', KEYS[1], me, 1, me .. ':f', redis.call('incr', KEYS[4]))
+  else
+    redis.call('hset', KEYS[1], me, 1)
+  end
   redis.call('pexpire', KEYS[1], lease)
-  return nil
+  return granted()
 end
 if free then
   -- The lock is free but the head has not taken it: it expired without a release, or the

@@ -48,7 +48,8 @@ if count and not (type(count) == 'table' and count.err) then
   if remaining > 0 then
     redis.call('hset', KEYS[1], me, remaining)
   else
-    redis.call('hdel', KEYS[1], me)
+    -- The owner's fencing token (if any) goes with its last hold.
+    redis.call('hdel', KEYS[1], me, me .. ':f')
   end
 end
 

@@ -2,14 +2,19 @@
 --
 -- KEYS[1]  the lock hash: field = owner, value = hold count (one per live guard)
 -- KEYS[2]  re-entries: this acquisition's marker (same slot as KEYS[1]); fresh: unused
+-- KEYS[3]  the fencing-token counter of the lock's slot anchor (same slot; never expires)
 -- ARGV[1]  lease in milliseconds; for a re-entry 0 leaves the expiry as it is (the client
 --          validated it; checked again before any write, because a PEXPIRE that fails
 --          after HSET would leave a lock that never expires)
 -- ARGV[2]  owner field "<client-id>:<owner-id>"
 -- ARGV[3]  'fresh' (a new owner id, used by this acquisition only) or 'reenter'
 -- ARGV[4]  re-entries: marker lifetime in milliseconds
+-- ARGV[5]  '1': mint a fencing token on a fresh grant; '0': no token (no INCR)
 --
--- Returns nil when the owner now holds the lock; the remaining time to live of another
+-- Returns {token} when a fresh owner now holds the lock with fencing on (the token minted
+-- for it, kept in the hash field "<owner>:f" and deleted with the owner's last hold); nil
+-- when the owner now holds the lock otherwise (a re-entry shares its outer hold's token,
+-- which the client already has); the remaining time to live of another
 -- owner's lock in milliseconds (-1 when it has no expiry); 'notheld' when a re-entry finds
 -- the owner's hold gone; 'wrongtype:<type>' when the key holds another type of value
 -- (nothing is written then).
@@ -30,9 +35,17 @@ if lease == nil or lease < lowest or lease > 31622400000 then
 end
 
 if not reenter and redis.call('exists', KEYS[1]) == 0 then
-  redis.call('hset', KEYS[1], ARGV[2], 1)
+  if ARGV[5] ~= '1' then
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], lease)
+    return nil
+  end
+  -- A fresh grant mints the next token of the counter: it only ever grows (no TTL, not
+  -- touched by release, force unlock or expiry), so tokens of one lock strictly increase.
+  local token = redis.call('incr', KEYS[3])
+  redis.call('hset', KEYS[1], ARGV[2], 1, ARGV[2] .. ':f', token)
   redis.call('pexpire', KEYS[1], lease)
-  return nil
+  return {token}
 end
 
 local mine = redis.pcall('hexists', KEYS[1], ARGV[2])
@@ -47,7 +60,12 @@ if not reenter then
     -- attempt, so the expiry must start now too, or the lock would end before the
     -- holder's deadline.
     redis.call('pexpire', KEYS[1], lease)
-    return nil
+    -- The same token as the first attempt: the one stored with the hold.
+    local token = redis.call('hget', KEYS[1], ARGV[2] .. ':f')
+    if ARGV[5] ~= '1' or not token then
+      return nil
+    end
+    return {tonumber(token)}
   end
   return redis.call('pttl', KEYS[1])
 end

@@ -46,7 +46,8 @@ end
 if remaining > 0 then
   redis.call('hset', KEYS[1], ARGV[1], remaining)
 else
-  redis.call('hdel', KEYS[1], ARGV[1])
+  -- The owner's fencing token (if any) goes with its last hold.
+  redis.call('hdel', KEYS[1], ARGV[1], ARGV[1] .. ':f')
   if redis.call('exists', KEYS[1]) == 0 then
     redis.call(ARGV[4], KEYS[2], 'unlocked')
   end

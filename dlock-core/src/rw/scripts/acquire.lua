@@ -3,6 +3,7 @@
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the waiting writers: sorted set, writer owner -> server deadline of its entry
 -- KEYS[3]  re-entries: this acquisition's marker; fresh owners: KEYS[1] (unused)
+-- KEYS[4]  the fencing-token counter of the lock's slot anchor (never expires)
 -- ARGV[1]  lease in ms (1..31622400000; a re-entry may pass 0: the deadline stays)
 -- ARGV[2]  owner "<client-id>:<owner-id>"
 -- ARGV[3]  'read' or 'write'
@@ -11,8 +12,11 @@
 -- ARGV[5]  re-entries: marker lifetime in ms
 -- ARGV[6]  fresh writers: lifetime in ms of the waiting entry left when the lock is busy
 --          (0: a single try, no entry)
+-- ARGV[7]  '1': mint a fencing token when a fresh writer takes the lock; '0': no token
 --
--- Returns nil when the hold is taken; a busy hint in ms (how long before the next try is
+-- Returns {token} when a fresh writer holds the lock with tokens on (a retry returns the
+-- token of the first grant); nil when the hold is taken otherwise (reads, re-entries,
+-- tokens off); a busy hint in ms (how long before the next try is
 -- worth it at the latest) when it is not; 'notheld' when a re-entry finds its owner gone;
 -- 'upgrade' when a write re-entry finds an owner that only reads; 'wrongtype:<type>'
 -- when the key holds another type of value (nothing is written then).
@@ -79,11 +83,26 @@ end
 
 -- A fresh owner already holding: an earlier attempt was applied. The client counts the
 -- lease from this attempt, so the deadline is counted from now too.
+-- A fresh writer's grant: its token (minted once, kept in "<owner>:f"), or nil with
+-- tokens off. The counter only grows, so the tokens of one lock strictly increase.
+local function granted()
+  if ARGV[7] ~= '1' then
+    return nil
+  end
+  local token = tonumber(redis.call('hget', KEYS[1], owner .. ':f'))
+  if not token then
+    token = redis.call('incr', KEYS[4])
+    redis.call('hset', KEYS[1], owner .. ':f', token)
+  end
+  return {token}
+end
+
 if (write and writes > 0) or (not write and reads > 0) then
+  hold_until(now + lease)
   if write then
     redis.call('zrem', KEYS[2], owner)
+    return granted()
   end
-  hold_until(now + lease)
   return nil
 end
 
@@ -106,7 +125,7 @@ if write then
   redis.call('zrem', KEYS[2], owner)
   redis.call('hset', KEYS[1], 'mode', 'write', field, 1, owner .. ':t', now + lease)
   redis.call('pexpire', KEYS[1], lease)
-  return nil
+  return granted()
 end
 
 if writer then

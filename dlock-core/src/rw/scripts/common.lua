@@ -5,7 +5,10 @@
 --   <owner>      that owner's read holds
 --   <owner>:w    that owner's write holds (only one owner has them, and only in mode 'write')
 --   <owner>:t    that owner's deadline: server time in ms after which its holds are void
--- An owner is "<client-id>:<owner-id>", so it never ends in ':w' or ':t' and is never 'mode'.
+--   <owner>:f    the fencing token minted when that owner took the write lock (while it
+--                has write holds, and only with tokens on)
+-- An owner is "<client-id>:<owner-id>", so it never ends in ':w', ':t' or ':f' and is never
+-- 'mode'.
 -- The hash expires at the latest deadline, so a lock whose owners all died vanishes on its
 -- own, and every script first drops the owners whose deadline passed: a crashed reader
 -- frees the lock on its own lease, whatever the other readers' leases are.
@@ -30,7 +33,7 @@ local function rw_purge(key, now)
       local owner = string.sub(field, 1, -3)
       local deadline = tonumber(fields[i + 1])
       if deadline <= now then
-        redis.call('hdel', key, owner, owner .. ':w', field)
+        redis.call('hdel', key, owner, owner .. ':w', owner .. ':f', field)
       else
         deadlines[owner] = deadline
         any = true

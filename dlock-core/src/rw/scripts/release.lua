@@ -70,6 +70,10 @@ else
   redis.call('hdel', KEYS[1], field)
   local reads = redis.call('hexists', KEYS[1], owner)
   local writes = redis.call('hexists', KEYS[1], owner .. ':w')
+  if writes == 0 then
+    -- The owner's fencing token goes with its last write hold.
+    redis.call('hdel', KEYS[1], owner .. ':f')
+  end
   if reads == 0 and writes == 0 then
     redis.call('hdel', KEYS[1], owner .. ':t')
     deadlines[owner] = nil

@@ -1,0 +1,33 @@
+async fn report(day: u32) -> Result<u64, AppError> {
+    const _: () = ::core::assert!(
+        ::dlock_core::__private::lease_fits(1u64, 0u32),
+        "`lease` is longer than `dlock_core::MAX_LEASE`; leave `lease` out to use the watchdog"
+    );
+    let __dlock_key: ::std::string::String = ::std::format!("report:{}", day);
+    let __dlock_acquired = ::dlock_core::__private::acquire(
+            ::dlock_core::__private::global_client(),
+            ::dlock_core::__private::Kind::Reentrant,
+            __dlock_key,
+            ::core::option::Option::None,
+            ::core::option::Option::Some(::core::time::Duration::new(1u64, 0u32)),
+        )
+        .await;
+    let __dlock_guard = match __dlock_acquired {
+        ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
+        ::core::result::Result::Err(__dlock_error) => {
+            return ::core::result::Result::Err(
+                ::core::convert::From::from(__dlock_error),
+            );
+        }
+    };
+    let __dlock_output = ::dlock_core::__private::run_ignoring_loss(
+            &__dlock_guard,
+            ::dlock_core::__private::typed_body::<
+                Result<u64, AppError>,
+                _,
+            >(async move { Ok(1) }),
+        )
+        .await;
+    ::dlock_core::__private::Guard::release(__dlock_guard).await;
+    __dlock_output
+}
