@@ -11,6 +11,10 @@
 //! - watchdog: no lease, 1 s watchdog timeout; the holder keeps running but its lock
 //!   client reaches Redis through a `TcpProxy` whose connections are cut and held, so its
 //!   renewals never arrive, while the rival connects directly.
+//!
+//! With fenced writes (`client.fenced().set` presenting the hold's fencing token) the
+//! same runs end with the holder's write refused (`StaleToken`: the rival's larger token
+//! wrote the key) and the counter exact: 1, the one increment that was applied.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -209,4 +213,43 @@ fn control_attribute_lease_paused_holder_loses_an_update() {
 #[test]
 fn control_watchdog_with_silenced_renewals_loses_an_update() {
     assert_lost_update(Loss::Silenced, &pause_run(Loss::Silenced, "plain"));
+}
+
+/// The fenced run: the rival's write lands, the woken holder's is refused as stale, and
+/// the counter counts exactly the increments that were applied.
+fn assert_stale_write_refused(loss: Loss, outcome: &Outcome) {
+    assert_eq!(outcome.rival, "wrote 1", "{loss:?}: {outcome:?}");
+    let (seen, presented) = outcome
+        .holder
+        .strip_prefix("refused seen ")
+        .and_then(|rest| rest.split_once(" presented "))
+        .and_then(|(seen, presented)| {
+            Some((seen.parse::<u64>().ok()?, presented.parse::<u64>().ok()?))
+        })
+        .unwrap_or_else(|| panic!("{loss:?}: the stale write must be refused: {outcome:?}"));
+    assert!(
+        seen > presented,
+        "{loss:?}: refused because a later token wrote: {outcome:?}"
+    );
+    assert_eq!(
+        outcome.counter, 1,
+        "{loss:?}: one increment applied, counter exact: {outcome:?}"
+    );
+}
+
+#[test]
+fn fenced_manual_lease_paused_holder_is_refused() {
+    let loss = Loss::Paused("manual");
+    assert_stale_write_refused(loss, &pause_run(loss, "fenced"));
+}
+
+#[test]
+fn fenced_attribute_lease_paused_holder_is_refused() {
+    let loss = Loss::Paused("attribute");
+    assert_stale_write_refused(loss, &pause_run(loss, "fenced"));
+}
+
+#[test]
+fn fenced_watchdog_with_silenced_renewals_is_refused() {
+    assert_stale_write_refused(Loss::Silenced, &pause_run(Loss::Silenced, "fenced"));
 }

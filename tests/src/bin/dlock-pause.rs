@@ -7,20 +7,23 @@
 //!            attribute  `#[distributed_lock(lease = "1s", wait = "10s")]`
 //!            watchdog   `try_lock_for(10s)` on a client whose watchdog timeout is --watchdog
 //!     write: plain      SET on <store-url> (no check: the control)
+//!            fenced     `client.fenced().set` with the hold's token (the guard's, or
+//!                       `current_fence()` in the annotated body)
 //! ```
 //!
 //! The lock client connects to `<lock-url>` (the watchdog path's holder goes through a
 //! `TcpProxy`, so that the test can cut its renewals off), the counter is read and written
 //! on `<store-url>`. Protocol on stdout, one flushed line each:
 //! `inside <value read>` once the lock is held and the counter read; then the worker waits
-//! for a `go` line on stdin (the test pauses it in between); then `wrote <value>` or
+//! for a `go` line on stdin (the test pauses it in between); then `wrote <value>`,
+//! `refused seen <token> presented <token>` (a fenced write refused as stale) or
 //! `error <what>`. It exits 0 once it has reported the write, 1 when it could not lock.
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use dlock_core::{distributed_lock, LockClient, LockError};
+use dlock_core::{current_fence, distributed_lock, Fence, LockClient, LockError};
 
 /// How long the worker waits for the lock: the rival must outwait the paused holder's lease.
 const WAIT: Duration = Duration::from_secs(10);
@@ -59,10 +62,12 @@ enum LockPath {
 #[derive(Clone, Copy, ValueEnum)]
 enum WriteMode {
     Plain,
+    Fenced,
 }
 
 /// The critical section's state: where the counter is and how it is written.
 struct Section {
+    locks: LockClient,
     store: redis::aio::MultiplexedConnection,
     key: String,
     write: WriteMode,
@@ -81,8 +86,9 @@ fn fail(what: &str) -> ! {
 }
 
 impl Section {
-    /// Read, report `inside`, wait for `go`, write back, report the write.
-    async fn run(&self) {
+    /// Read, report `inside`, wait for `go`, write back (fenced writes present `fence`),
+    /// report the write.
+    async fn run(&self, fence: Option<Fence>) {
         let mut store = self.store.clone();
         let read: redis::RedisResult<Option<i64>> = redis::cmd("GET")
             .arg(&self.key)
@@ -104,25 +110,40 @@ impl Section {
             other => return say(&format!("error expected `go` on stdin, got {other:?}")),
         }
         let next = value + 1;
-        let written = match self.write {
-            WriteMode::Plain => redis::cmd("SET")
+        let written = match (self.write, fence) {
+            (WriteMode::Plain, _) => redis::cmd("SET")
                 .arg(&self.key)
                 .arg(next)
                 .query_async::<()>(&mut store)
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(|e| format!("error SET {}: {e}", self.key)),
+            (WriteMode::Fenced, Some(fence)) => self
+                .locks
+                .fenced()
+                .set(&self.key, next.to_string(), fence)
+                .await
+                .map_err(|e| match e {
+                    LockError::StaleToken {
+                        seen, presented, ..
+                    } => format!("refused seen {seen} presented {presented}"),
+                    other => format!("error fenced set {}: {other}", self.key),
+                }),
+            (WriteMode::Fenced, None) => Err("error the hold has no fencing token".to_owned()),
         };
         match written {
             Ok(()) => say(&format!("wrote {next}")),
-            Err(e) => say(&format!("error SET {}: {e}", self.key)),
+            Err(report) => say(&report),
         }
     }
 }
 
-/// The attribute path: the lease is the attribute's, 1 s.
-#[distributed_lock(key = "<name>", lease = "1s", wait = "10s", client = locks)]
+/// The attribute path: the lease is the attribute's, 1 s. `on_lost = "ignore"`: the
+/// holder under test does not notice its loss (the default cancels the body when it does,
+/// which narrows the window but cannot close it: the pause can fall between any check
+/// and the write).
+#[distributed_lock(key = "<name>", lease = "1s", wait = "10s", client = locks, on_lost = "ignore")]
 async fn annotated(locks: &LockClient, name: &str, section: &Section) -> Result<(), LockError> {
-    section.run().await;
+    section.run(current_fence()).await;
     Ok(())
 }
 
@@ -139,6 +160,7 @@ async fn main() {
     let store = redis::Client::open(args.store_url.as_str())
         .unwrap_or_else(|e| fail(&format!("store URL {}: {e}", args.store_url)));
     let section = Section {
+        locks: client.clone(),
         store: store
             .get_multiplexed_async_connection()
             .await
@@ -157,7 +179,7 @@ async fn main() {
         LockPath::Watchdog => lock.try_lock_for(WAIT).await,
     }
     .unwrap_or_else(|e| fail(&format!("lock {}: {e}", args.lock_name)));
-    section.run().await;
+    section.run(guard.fencing_token()).await;
     // A paused holder's lock is gone by now: its unlock reports that, which is expected
     // and not this worker's concern.
     if let Err(e) = guard.unlock().await {
