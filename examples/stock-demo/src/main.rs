@@ -71,6 +71,10 @@ struct RunArgs {
     /// Control run: no lock at all.
     #[arg(long)]
     no_lock: bool,
+    /// Write the stock with `client.fenced().set` and the hold's fencing token: a stale
+    /// holder's write is refused (answered 412) instead of overselling.
+    #[arg(long)]
+    fenced: bool,
     /// Fault mode: SIGSTOP the first service process inside its first sale's critical
     /// section (stock read, not yet written) for this long, then SIGCONT. Must outlast the
     /// buy locks' 5 s lease, so another process takes the lock and sells meanwhile.
@@ -100,6 +104,9 @@ enum Serve {
         /// Time in the critical section.
         #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]
         hold: Duration,
+        /// Write the stock through the fenced helper.
+        #[arg(long)]
+        fenced: bool,
         /// Stop the first sale inside its critical section until `go` arrives on stdin
         /// (announced by `inside <id> <stock>` on stdout): the `--pause-holder` hook.
         #[arg(long)]
@@ -143,8 +150,9 @@ async fn main() -> ExitCode {
             config,
             no_lock,
             hold,
+            fenced,
             pause_point,
-        }) => serve(port, redis_url, config, !no_lock, hold, pause_point)
+        }) => serve(port, redis_url, config, !no_lock, hold, fenced, pause_point)
             .await
             .map(|()| ExitCode::SUCCESS),
         None => run(cli.run).await,
@@ -162,6 +170,7 @@ async fn serve(
     config: Option<PathBuf>,
     locking: bool,
     hold: Duration,
+    fenced: bool,
     pause_point: bool,
 ) -> Result<(), String> {
     let (locks, stock) = match (redis_url, config) {
@@ -187,6 +196,7 @@ async fn serve(
         locks,
         stock,
         hold,
+        fenced,
         pause_point: Arc::new(AtomicBool::new(pause_point)),
     };
     axum::serve(listener, app::app(state, locking))
@@ -220,6 +230,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     }
     if args.stock < 0 {
         return Err("--stock must not be negative".into());
+    }
+    if args.fenced && args.no_lock {
+        return Err("--fenced writes with the lock's token: it needs the lock".into());
     }
     if let Some(pause) = args.pause_holder {
         if args.no_lock {
@@ -269,6 +282,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         if args.no_lock {
             command.arg("--no-lock");
         }
+        if args.fenced {
+            command.arg("--fenced");
+        }
         let pause = args.pause_holder.filter(|_| index == 0);
         if pause.is_some() {
             command
@@ -308,7 +324,11 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         args.requests,
         args.concurrency,
         args.route.path(),
-        if args.no_lock { "NO LOCK (control)" } else { "locked" }
+        match (args.no_lock, args.fenced) {
+            (true, _) => "NO LOCK (control)",
+            (false, true) => "locked, fenced writes",
+            (false, false) => "locked",
+        }
     );
     let mut report = load::run(load::Plan {
         services: urls,
