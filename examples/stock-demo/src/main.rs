@@ -6,7 +6,8 @@
 //! `stock-demo --help` lists the options; `stock-demo serve` is one service process.
 //! `stock-demo --pause-holder 6s` is the fault mode: the first service process is
 //! SIGSTOPped inside a sale's critical section for longer than the lock's 5 s lease, and
-//! the report shows what the stale write it makes on waking did.
+//! the report shows what the stale write it makes on waking did; `--fenced` writes the
+//! stock through `client.fenced()`, which refuses that write.
 
 mod app;
 mod load;
