@@ -6,8 +6,8 @@
 //! `stock-demo --help` lists the options; `stock-demo serve` is one service process.
 //! `stock-demo --pause-holder 6s` is the fault mode: the first service process is
 //! SIGSTOPped inside a sale's critical section for longer than the lock's 5 s lease, and
-//! the report shows what the stale write it makes on waking did; `--fenced` writes the
-//! stock through `client.fenced()`, which refuses that write.
+//! the report shows what the stale write it makes on waking did. The stock is written
+//! through `client.fenced()` (which refuses that write) unless `--writes plain`.
 
 mod app;
 mod load;
@@ -72,10 +72,11 @@ struct RunArgs {
     /// Control run: no lock at all.
     #[arg(long)]
     no_lock: bool,
-    /// Write the stock with `client.fenced().set` and the hold's fencing token: a stale
-    /// holder's write is refused (answered 412) instead of overselling.
-    #[arg(long)]
-    fenced: bool,
+    /// How the stock is written: `fenced` (default) with `client.fenced().set` and the
+    /// hold's fencing token, so a stale holder's write is refused (answered 412) instead of
+    /// overselling; `plain` with `SET`. Without the lock (`--no-lock`): always `plain`.
+    #[arg(long, value_enum)]
+    writes: Option<Writes>,
     /// Fault mode: SIGSTOP the first service process inside its first sale's critical
     /// section (stock read, not yet written) for this long, then SIGCONT. Must outlast the
     /// buy locks' 5 s lease, so another process takes the lock and sells meanwhile.
@@ -119,6 +120,14 @@ enum Serve {
 enum Mode {
     Hot,
     Spread,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Writes {
+    /// `client.fenced().set` with the hold's token.
+    Fenced,
+    /// Plain `SET`: only the lock protects the stock.
+    Plain,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -232,9 +241,13 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     if args.stock < 0 {
         return Err("--stock must not be negative".into());
     }
-    if args.fenced && args.no_lock {
-        return Err("--fenced writes with the lock's token: it needs the lock".into());
-    }
+    let fenced = match (args.writes, args.no_lock) {
+        (Some(Writes::Fenced), true) => {
+            return Err("--writes fenced presents the lock's token: it needs the lock".into())
+        }
+        (Some(writes), _) => writes == Writes::Fenced,
+        (None, no_lock) => !no_lock,
+    };
     if let Some(pause) = args.pause_holder {
         if args.no_lock {
             return Err("--pause-holder pauses a lock holder: it needs the lock".into());
@@ -283,7 +296,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         if args.no_lock {
             command.arg("--no-lock");
         }
-        if args.fenced {
+        if fenced {
             command.arg("--fenced");
         }
         let pause = args.pause_holder.filter(|_| index == 0);
@@ -325,7 +338,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         args.requests,
         args.concurrency,
         args.route.path(),
-        match (args.no_lock, args.fenced) {
+        match (args.no_lock, fenced) {
             (true, _) => "NO LOCK (control)",
             (false, true) => "locked, fenced writes",
             (false, false) => "locked",

@@ -102,9 +102,7 @@ fn hot_mode_control_without_the_lock_oversells_and_fails() {
 /// effort, the pause could fall after that check).
 fn paused_holder(fenced: bool) -> (Option<i32>, Value) {
     let mut extra = vec!["--mode", "hot", "--route", "manual", "--pause-holder", "6s"];
-    if fenced {
-        extra.push("--fenced");
-    }
+    extra.extend(["--writes", if fenced { "fenced" } else { "plain" }]);
     let (code, report) = demo(&extra);
     let pause = &report["pause"];
     assert_eq!(pause["item"], 1, "the pause happened: {report}");
@@ -129,7 +127,7 @@ fn a_holder_paused_past_its_lease_oversells_without_fencing() {
     assert_eq!(code, Some(1), "an oversold run exits non-zero");
 }
 
-/// With `--fenced` the woken holder's write is refused and reported; nothing oversold.
+/// With fenced writes (the default) the woken holder's write is refused and reported; nothing oversold.
 #[test]
 fn a_holder_paused_past_its_lease_is_refused_with_fencing() {
     let (code, report) = paused_holder(true);
