@@ -1,6 +1,6 @@
 //! The load driver and its report.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,9 @@ pub struct Plan {
     pub route: String,
     /// Show a progress bar.
     pub progress: bool,
+    /// Set while the first service is paused (`--pause-holder`): it gets no new requests
+    /// then, as a load balancer would route around a process that stopped answering.
+    pub first_paused: Arc<AtomicBool>,
 }
 
 /// The outcome of a run.
@@ -36,6 +39,9 @@ pub struct Report {
     pub busy: usize,
     /// Failed otherwise.
     pub errors: usize,
+    /// Sales whose stock write the store refused because a newer lock holder had written
+    /// (answered 412). Each is a sale that did not happen, and the buyer was told so.
+    pub stale_refused: usize,
     /// Per item: id, initial stock, final stock, sold.
     pub items: Vec<ItemReport>,
     /// Sales the stock does not account for: sold − (initial − final), summed. Must be 0.
@@ -46,6 +52,21 @@ pub struct Report {
     pub latency_ms: Percentiles,
     /// Wall time of the load phase in seconds.
     pub seconds: f64,
+    /// The `--pause-holder` fault, when it ran.
+    pub pause: Option<Pause>,
+}
+
+/// What the `--pause-holder` fault did.
+#[derive(Debug, Default, Serialize)]
+pub struct Pause {
+    /// The item whose critical section was paused; `None`: no sale reached the pause point.
+    pub item: Option<u64>,
+    /// The stock the paused holder had read (and later wrote back, minus one).
+    pub stock_read: i64,
+    /// How long the holder was stopped.
+    pub paused_ms: u128,
+    /// The lock's lease, shorter than the pause.
+    pub lease_ms: u128,
 }
 
 /// One item's numbers.
@@ -77,6 +98,7 @@ struct Tally {
     sold: Vec<usize>,
     sold_out: usize,
     busy: usize,
+    stale_refused: usize,
     errors: usize,
     latencies: Vec<Duration>,
     first_error: Option<String>,
@@ -123,7 +145,14 @@ pub async fn run(plan: Plan) -> Result<Report, String> {
                 }
                 let item = i % plan.items.len();
                 let (id, _) = plan.items[item];
-                let service = &plan.services[i % plan.services.len()];
+                let mut service = i % plan.services.len();
+                if service == 0
+                    && plan.services.len() > 1
+                    && plan.first_paused.load(Ordering::SeqCst)
+                {
+                    service = 1 + i % (plan.services.len() - 1);
+                }
+                let service = &plan.services[service];
                 let url = format!("{service}/goods/{id}/{}", plan.route);
                 let sent = Instant::now();
                 let outcome = http.post(&url).send().await;
@@ -134,6 +163,7 @@ pub async fn run(plan: Plan) -> Result<Report, String> {
                     Ok(200) => tally.sold[item] += 1,
                     Ok(409) => tally.sold_out += 1,
                     Ok(503) => tally.busy += 1,
+                    Ok(412) => tally.stale_refused += 1,
                     Ok(status) => {
                         tally.errors += 1;
                         tally
@@ -202,6 +232,7 @@ pub async fn run(plan: Plan) -> Result<Report, String> {
         sold_out: tally.sold_out,
         busy: tally.busy,
         errors: tally.errors,
+        stale_refused: tally.stale_refused,
         items,
         oversold,
         throughput: plan.requests as f64 / elapsed.as_secs_f64(),
@@ -211,6 +242,7 @@ pub async fn run(plan: Plan) -> Result<Report, String> {
             p99: percentile(0.99),
         },
         seconds: elapsed.as_secs_f64(),
+        pause: None,
     })
 }
 
@@ -226,6 +258,21 @@ impl Report {
         row(&mut out, "sold-out rejections", self.sold_out.to_string());
         row(&mut out, "busy (wait ran out)", self.busy.to_string());
         row(&mut out, "errors", self.errors.to_string());
+        if let Some(pause) = &self.pause {
+            let what = match pause.item {
+                Some(item) => format!(
+                    "item {item} at stock {}, stopped {} ms (lease {} ms)",
+                    pause.stock_read, pause.paused_ms, pause.lease_ms
+                ),
+                None => "never (no sale reached the pause point)".to_owned(),
+            };
+            row(&mut out, "holder paused", what);
+        }
+        row(
+            &mut out,
+            "stale writes refused",
+            self.stale_refused.to_string(),
+        );
         row(
             &mut out,
             "oversold",

@@ -4,15 +4,22 @@
 //! `stock-demo` with no arguments starts a throw-away `redis-server`, three service
 //! processes, sets 10 items × 100 in stock and sends 5,000 buy requests at concurrency 200.
 //! `stock-demo --help` lists the options; `stock-demo serve` is one service process.
+//! `stock-demo --pause-holder 6s` is the fault mode: the first service process is
+//! SIGSTOPped inside a sale's critical section for longer than the lock's 5 s lease, and
+//! the report shows what the stale write it makes on waking did. The stock is written
+//! through `client.fenced()` (which refuses that write) unless `--writes plain`.
 
 mod app;
 mod load;
 mod local_redis;
 mod store;
 
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -20,6 +27,7 @@ use dlock_config::Config;
 use dlock_core::LockClient;
 
 use crate::app::AppState;
+use crate::load::Pause;
 use crate::local_redis::LocalRedis;
 use crate::store::StockStore;
 
@@ -64,6 +72,16 @@ struct RunArgs {
     /// Control run: no lock at all.
     #[arg(long)]
     no_lock: bool,
+    /// How the stock is written: `fenced` (default) with `client.fenced().set` and the
+    /// hold's fencing token, so a stale holder's write is refused (answered 412) instead of
+    /// overselling; `plain` with `SET`. Without the lock (`--no-lock`): always `plain`.
+    #[arg(long, value_enum)]
+    writes: Option<Writes>,
+    /// Fault mode: SIGSTOP the first service process inside its first sale's critical
+    /// section (stock read, not yet written) for this long, then SIGCONT. Must outlast the
+    /// buy locks' 5 s lease, so another process takes the lock and sells meanwhile.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pause_holder: Option<Duration>,
     /// Print the report as one JSON object on the last line too.
     #[arg(long)]
     json: bool,
@@ -88,6 +106,13 @@ enum Serve {
         /// Time in the critical section.
         #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]
         hold: Duration,
+        /// Write the stock through the fenced helper.
+        #[arg(long)]
+        fenced: bool,
+        /// Stop the first sale inside its critical section until `go` arrives on stdin
+        /// (announced by `inside <id> <stock>` on stdout): the `--pause-holder` hook.
+        #[arg(long)]
+        pause_point: bool,
     },
 }
 
@@ -95,6 +120,14 @@ enum Serve {
 enum Mode {
     Hot,
     Spread,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Writes {
+    /// `client.fenced().set` with the hold's token.
+    Fenced,
+    /// Plain `SET`: only the lock protects the stock.
+    Plain,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -127,7 +160,9 @@ async fn main() -> ExitCode {
             config,
             no_lock,
             hold,
-        }) => serve(port, redis_url, config, !no_lock, hold)
+            fenced,
+            pause_point,
+        }) => serve(port, redis_url, config, !no_lock, hold, fenced, pause_point)
             .await
             .map(|()| ExitCode::SUCCESS),
         None => run(cli.run).await,
@@ -145,6 +180,8 @@ async fn serve(
     config: Option<PathBuf>,
     locking: bool,
     hold: Duration,
+    fenced: bool,
+    pause_point: bool,
 ) -> Result<(), String> {
     let (locks, stock) = match (redis_url, config) {
         (Some(url), None) => (
@@ -165,7 +202,13 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
-    let state = AppState { locks, stock, hold };
+    let state = AppState {
+        locks,
+        stock,
+        hold,
+        fenced,
+        pause_point: Arc::new(AtomicBool::new(pause_point)),
+    };
     axum::serve(listener, app::app(state, locking))
         .await
         .map_err(|e| e.to_string())
@@ -198,6 +241,25 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     if args.stock < 0 {
         return Err("--stock must not be negative".into());
     }
+    let fenced = match (args.writes, args.no_lock) {
+        (Some(Writes::Fenced), true) => {
+            return Err("--writes fenced presents the lock's token: it needs the lock".into())
+        }
+        (Some(writes), _) => writes == Writes::Fenced,
+        (None, no_lock) => !no_lock,
+    };
+    if let Some(pause) = args.pause_holder {
+        if args.no_lock {
+            return Err("--pause-holder pauses a lock holder: it needs the lock".into());
+        }
+        if pause <= app::LEASE {
+            return Err(format!(
+                "--pause-holder {} must be longer than the buy locks' {} lease",
+                humantime::format_duration(pause),
+                humantime::format_duration(app::LEASE)
+            ));
+        }
+    }
     // Redis: the config's deployment, or a throw-away local server.
     let (_server, redis_args) = match &args.config {
         Some(path) => {
@@ -218,7 +280,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
     let mut services = Services(Vec::new());
     let mut urls = Vec::new();
-    for _ in 0..args.processes {
+    let mut pauser = None;
+    let first_paused = Arc::new(AtomicBool::new(false));
+    for index in 0..args.processes {
         let port = free_port()?;
         let mut command = Command::new(&exe);
         command
@@ -232,11 +296,23 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         if args.no_lock {
             command.arg("--no-lock");
         }
-        services.0.push(
+        if fenced {
+            command.arg("--fenced");
+        }
+        let pause = args.pause_holder.filter(|_| index == 0);
+        if pause.is_some() {
             command
-                .spawn()
-                .map_err(|e| format!("cannot start a service: {e}"))?,
-        );
+                .arg("--pause-point")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped());
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("cannot start a service: {e}"))?;
+        if let Some(pause) = pause {
+            pauser = Some(pause_holder(&mut child, pause, first_paused.clone())?);
+        }
+        services.0.push(child);
         urls.push(format!("http://127.0.0.1:{port}"));
     }
     wait_until_serving(&urls).await?;
@@ -262,18 +338,32 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         args.requests,
         args.concurrency,
         args.route.path(),
-        if args.no_lock { "NO LOCK (control)" } else { "locked" }
+        match (args.no_lock, fenced) {
+            (true, _) => "NO LOCK (control)",
+            (false, true) => "locked, fenced writes",
+            (false, false) => "locked",
+        }
     );
-    let report = load::run(load::Plan {
+    let mut report = load::run(load::Plan {
         services: urls,
         items: ids.iter().map(|id| (*id, args.stock)).collect(),
         requests: args.requests,
         concurrency: args.concurrency,
         route: args.route.path().to_owned(),
         progress: !args.json,
+        first_paused,
     })
     .await?;
     drop(services);
+    report.pause = match pauser {
+        // The services are gone, so the pauser has seen its pipe close: this cannot hang.
+        Some(pauser) => Some(
+            pauser
+                .join()
+                .map_err(|_| "the pausing thread panicked".to_owned())??,
+        ),
+        None => None,
+    };
 
     let title = if args.no_lock {
         "stock-demo report (control: no lock)"
@@ -292,6 +382,59 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Runs the `--pause-holder` fault on `child` (started with `--pause-point`): when it
+/// reports a sale inside the critical section, SIGSTOP it for `pause`, SIGCONT, let it
+/// write. `first_paused` is set meanwhile, for the load to route around it. Returns what
+/// happened once the child's stdout closes.
+fn pause_holder(
+    child: &mut Child,
+    pause: Duration,
+    first_paused: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<Result<Pause, String>>, String> {
+    let (Some(stdout), Some(mut stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        return Err("the paused service's stdin/stdout are not piped".into());
+    };
+    let pid = rustix::process::Pid::from_child(child);
+    Ok(std::thread::spawn(move || {
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .map_err(|e| format!("reading the paused service: {e}"))?;
+        let mut words = line.split_whitespace();
+        let (Some("inside"), Some(item), Some(stock_read)) = (
+            words.next(),
+            words.next().and_then(|w| w.parse().ok()),
+            words.next().and_then(|w| w.parse().ok()),
+        ) else {
+            // EOF: the run ended before any sale reached the pause point.
+            return Ok(Pause::default());
+        };
+        let signal = |signal, name| {
+            rustix::process::kill_process(pid, signal)
+                .map_err(|e| format!("SIG{name} to the paused service: {e}"))
+        };
+        first_paused.store(true, Ordering::SeqCst);
+        signal(rustix::process::Signal::STOP, "STOP")?;
+        eprintln!(
+            "paused service {} inside item {item}'s critical section for {}",
+            pid.as_raw_nonzero(),
+            humantime::format_duration(pause)
+        );
+        std::thread::sleep(pause);
+        signal(rustix::process::Signal::CONT, "CONT")?;
+        first_paused.store(false, Ordering::SeqCst);
+        writeln!(stdin, "go")
+            .and_then(|()| stdin.flush())
+            .map_err(|e| format!("waking the paused service: {e}"))?;
+        Ok(Pause {
+            item: Some(item),
+            stock_read,
+            paused_ms: pause.as_millis(),
+            lease_ms: app::LEASE.as_millis(),
+        })
+    }))
 }
 
 async fn wait_until_serving(urls: &[String]) -> Result<(), String> {

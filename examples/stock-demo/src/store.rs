@@ -16,7 +16,8 @@ pub enum StockStore {
     Cluster(ClusterConnection),
 }
 
-fn key(id: u64) -> String {
+/// The Redis key of item `id`'s stock.
+pub fn key(id: u64) -> String {
     format!("stock:{id}")
 }
 

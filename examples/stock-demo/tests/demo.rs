@@ -93,3 +93,46 @@ fn hot_mode_control_without_the_lock_oversells_and_fails() {
         number(&report, "oversold")
     );
 }
+
+/// The fault mode: one service process is SIGSTOPped inside a sale's critical section for
+/// longer than the lock's 5 s lease. The lock expires, another process sells the same
+/// item, and the woken holder writes back the stock it read before the pause. The manual
+/// route, because it does not look at the lock between its read and its write (the
+/// attribute's default `on_lost = "cancel"` usually stops the woken body first: best
+/// effort, the pause could fall after that check).
+fn paused_holder(fenced: bool) -> (Option<i32>, Value) {
+    let mut extra = vec!["--mode", "hot", "--route", "manual", "--pause-holder", "6s"];
+    extra.extend(["--writes", if fenced { "fenced" } else { "plain" }]);
+    let (code, report) = demo(&extra);
+    let pause = &report["pause"];
+    assert_eq!(pause["item"], 1, "the pause happened: {report}");
+    assert!(
+        pause["stock_read"].as_i64().is_some_and(|read| read > 0),
+        "inside a sale: {report}"
+    );
+    assert_eq!(number(&report, "errors"), 0, "{report}");
+    (code, report)
+}
+
+/// Without fencing the lock alone cannot stop the stale write: the report shows it as
+/// oversold.
+#[test]
+fn a_holder_paused_past_its_lease_oversells_without_fencing() {
+    let (code, report) = paused_holder(false);
+    assert!(
+        number(&report, "oversold") > 0,
+        "the stale write must show as oversold: {report}"
+    );
+    assert_eq!(number(&report, "stale_refused"), 0, "{report}");
+    assert_eq!(code, Some(1), "an oversold run exits non-zero");
+}
+
+/// With fenced writes (the default) the woken holder's write is refused and reported; nothing oversold.
+#[test]
+fn a_holder_paused_past_its_lease_is_refused_with_fencing() {
+    let (code, report) = paused_holder(true);
+    assert_eq!(number(&report, "stale_refused"), 1, "{report}");
+    assert_eq!(number(&report, "oversold"), 0, "{report}");
+    assert_eq!(number(&report, "sold"), 40, "{report}");
+    assert_eq!(code, Some(0));
+}
