@@ -255,3 +255,39 @@ async fn a_same_slot_multi_lock_is_confirmed_by_replicas_too() {
     assert_eq!(left, 0, "a refused set left keys behind");
     set.replicas[0].resume();
 }
+
+/// The read-write lock's holds (and a writer's fencing token) count only once the
+/// replicas confirmed them, like the lock's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_and_write_holds_are_confirmed_by_replicas_too() {
+    let set = RedisReplicaSet::start(1);
+    let client = acked_client(&set, Duration::from_secs(5)).await;
+    let rw = client.rw_lock("acked:catalog");
+
+    let before = wait_calls(&set);
+    let write = rw.write().lock().await.unwrap();
+    assert!(write.fencing_token().is_some());
+    write.unlock().await.unwrap();
+    rw.read().lock().await.unwrap().unlock().await.unwrap();
+    let waits = wait_calls(&set) - before;
+    assert!(
+        waits >= 2,
+        "{waits} WAITs for a write and a read acquisition"
+    );
+
+    cut_replica(&set);
+    for (side, refused) in [
+        ("write", rw.write().try_lock().await),
+        ("read", rw.read().try_lock().await),
+    ] {
+        match refused {
+            Err(LockError::NotReplicated { .. }) => {}
+            other => panic!("a {side} hold the replica never saw was handed out: {other:?}"),
+        }
+    }
+    assert!(
+        !rw.is_locked().await.unwrap(),
+        "a refused hold was left behind"
+    );
+    set.replicas[0].resume();
+}

@@ -145,8 +145,10 @@ impl LockClientBuilder {
     /// promoted will be among them, so ask for all replicas for the most safety. Renewals
     /// are not waited for.
     ///
-    /// Applies to the reentrant lock and the fair lock. The read-write lock does not wait
-    /// for replicas yet: its acquisitions count once the master has them.
+    /// Applies to the reentrant lock, the fair lock, both sides of the read-write lock and
+    /// the multi-lock (a same-slot set is then taken one lock after another, each
+    /// confirmed). The semaphore does not wait for replicas yet: its grants count once
+    /// the master has them.
     ///
     /// Not available with a Redis Cluster (`connect_to` reports [`LockError::Config`]).
     /// `replicas` must be at least 1 and `within` between 1 ms and the command timeout.

@@ -13,7 +13,7 @@ use crate::error::{LossReason, Result};
 use crate::fence::Fence;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
-use crate::redis::CallError;
+use crate::redis::{evalsha, CallError};
 use crate::scripts::{fair_scripts, scripts};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::owner;
@@ -278,38 +278,24 @@ impl FairLock {
             .await
     }
 
-    /// `call` followed by `WAIT` on one connection of its own (see the reentrant lock's
-    /// `acquire_replicated`): granted but not confirmed by enough replicas is an error, and
-    /// the hold stays for the retry (which finds it) or the leave (which gives it back).
+    /// `call` followed by `WAIT` (see `Backend::invoke_replicated`): granted but not
+    /// confirmed by enough replicas is an error, and the hold stays for the retry (which
+    /// finds it) or the leave (which gives it back).
     async fn call_replicated(
         &self,
         call: &Call,
         acks: ReplicaAcks,
     ) -> std::result::Result<Reply, CallError> {
-        let wait_ms = u64::try_from(acks.within.as_millis()).unwrap_or(u64::MAX);
-        let mut pipeline = redis::pipe();
-        let script = pipeline
-            .cmd("EVALSHA")
-            .arg(call.script.get_hash())
-            .arg(call.keys.len());
-        for key in &call.keys {
-            script.arg(key);
-        }
-        for arg in &call.args {
-            script.arg(arg);
-        }
-        pipeline.cmd("WAIT").arg(acks.replicas).arg(wait_ms);
-        let backend = &self.client.inner.backend;
-        let (reply, acked): (Reply, u64) = backend.query_blocking(&pipeline).await?;
-        if matches!(reply, Reply::Acquired(_)) && acked < u64::from(acks.replicas) {
-            tracing::warn!(lock = %self.name, acked, wanted = acks.replicas, "dlock: fair acquisition not confirmed by enough replicas");
-            return Err(CallError::NotReplicated {
-                acked,
-                wanted: acks.replicas,
-                within: acks.within,
-            });
-        }
-        Ok(reply)
+        let keys: Vec<&str> = call.keys.iter().map(String::as_str).collect();
+        let mut evalsha = evalsha(call.script, &keys);
+        evalsha.arg(&call.args);
+        self.client
+            .inner
+            .backend
+            .invoke_replicated(&self.name, evalsha, (acks.replicas, acks.within), |reply| {
+                matches!(reply, Reply::Acquired(_))
+            })
+            .await
     }
 }
 

@@ -13,7 +13,7 @@ use crate::client::ReplicaAcks;
 use crate::error::{LockError, LossReason, Result};
 use crate::fence::Fence;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
-use crate::redis::CallError;
+use crate::redis::{evalsha, CallError};
 use crate::scripts::scripts;
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::local::{Place, Ticket, Turn};
@@ -496,45 +496,33 @@ impl Attempt<'_> {
         outcome
     }
 
-    /// The acquire script followed by `WAIT` in one pipeline, so both run on the same
-    /// connection and `WAIT` covers the script's write. The connection is one of its own:
-    /// `WAIT` blocks it, and must not delay the client's other commands. Taken but not confirmed by enough
-    /// replicas is an error; the hold stays `maybe_applied` and is released if the caller
-    /// gives up (a retry of the same acquisition finds it applied and adds nothing).
+    /// The acquire script followed by `WAIT` (see `Backend::invoke_replicated`): taken
+    /// but not confirmed by enough replicas is an error; the hold stays `maybe_applied`
+    /// and is released if the caller gives up (a retry of the same acquisition finds it
+    /// applied and adds nothing).
     async fn acquire_replicated(
         &self,
         lease_ms: u64,
         (marker, kind, marker_ms): (&str, &str, u64),
         acks: ReplicaAcks,
     ) -> Result<Reply, CallError> {
-        let wait_ms = u64::try_from(acks.within.as_millis()).unwrap_or(u64::MAX);
-        let mut pipeline = redis::pipe();
-        pipeline
-            .cmd("EVALSHA")
-            .arg(scripts().acquire.get_hash())
-            .arg(3)
-            .arg(&self.lock.keys.key)
-            .arg(marker)
-            .arg(&self.lock.keys.fence)
-            .arg(lease_ms)
+        let inner = &self.lock.client.inner;
+        let keys = &self.lock.keys;
+        let mut call = evalsha(&scripts().acquire, &[&keys.key, marker, &keys.fence]);
+        call.arg(lease_ms)
             .arg(&*self.field)
             .arg(kind)
             .arg(marker_ms)
-            .arg(self.lock.client.inner.settings.fence_arg())
-            .cmd("WAIT")
-            .arg(acks.replicas)
-            .arg(wait_ms);
-        let backend = &self.lock.client.inner.backend;
-        let (reply, acked): (Reply, u64) = backend.query_blocking(&pipeline).await?;
-        if matches!(reply, Reply::Acquired(_)) && acked < u64::from(acks.replicas) {
-            tracing::warn!(lock = %self.lock.name, acked, wanted = acks.replicas, "dlock: acquisition not confirmed by enough replicas");
-            return Err(CallError::NotReplicated {
-                acked,
-                wanted: acks.replicas,
-                within: acks.within,
-            });
-        }
-        Ok(reply)
+            .arg(inner.settings.fence_arg());
+        inner
+            .backend
+            .invoke_replicated(
+                &self.lock.name,
+                call,
+                (acks.replicas, acks.within),
+                |reply| matches!(reply, Reply::Acquired(_)),
+            )
+            .await
     }
 }
 

@@ -13,12 +13,14 @@
 mod call;
 mod connect;
 mod exclusive;
+mod replicated;
 mod runtime_probe;
 mod sentinel;
 mod subscriber;
 mod topology;
 
 pub(crate) use call::CallError;
+pub(crate) use replicated::evalsha;
 pub(crate) use subscriber::SubscriberEvent;
 use topology::Auth;
 pub use topology::Topology;

@@ -17,7 +17,7 @@ use crate::error::{LockError, LossReason, Result};
 use crate::fence::Fence;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
-use crate::redis::CallError;
+use crate::redis::{evalsha, CallError};
 use crate::scripts::rw_scripts;
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::owner;
@@ -402,18 +402,50 @@ impl Attempt<'_> {
             .arg(marker_ms)
             .arg(entry_ms)
             .arg(inner.settings.fence_arg());
+        // With `replica_acks`, the same call followed by `WAIT`: a hold counts once the
+        // replicas have it (and its fencing token).
+        let replicated = inner.settings.replica_acks.map(|_| {
+            let keys = [
+                &*lock.key,
+                &*lock.writers,
+                marker.as_deref().unwrap_or(&lock.key),
+                &*lock.keys.fence,
+            ];
+            let mut call = evalsha(&rw_scripts().acquire, &keys);
+            call.arg(lease_ms)
+                .arg(&*self.owner)
+                .arg(self.kind.as_str())
+                .arg(how)
+                .arg(marker_ms)
+                .arg(entry_ms)
+                .arg(inner.settings.fence_arg());
+            call
+        });
         // Stays true after an error reply too: a script refused half-way keeps what it
         // wrote, so the compensating release is needed then as well.
         self.maybe_applied = true;
         if entry_ms > 0 {
             self.queued = true;
         }
-        let invocation = &invocation;
+        let (invocation, replicated) = (&invocation, &replicated);
         let outcome = inner
             .settings
             .retry()
             .run(&lock.name, give_up_at, || async move {
-                inner.backend.invoke::<Reply>(invocation).await
+                match (inner.settings.replica_acks, replicated) {
+                    (Some(acks), Some(call)) => {
+                        inner
+                            .backend
+                            .invoke_replicated(
+                                &lock.name,
+                                call.clone(),
+                                (acks.replicas, acks.within),
+                                |reply| matches!(reply, Reply::Acquired(_)),
+                            )
+                            .await
+                    }
+                    _ => inner.backend.invoke::<Reply>(invocation).await,
+                }
             })
             .await;
         if let Ok((_, reply)) = &outcome {

@@ -43,9 +43,8 @@ use crate::names::{check_text, LockKeys};
 /// [`Lock`](crate::Lock): a task that takes the write lock twice without `scope` waits
 /// for itself.
 ///
-/// Not yet covered by [`replica_acks`](crate::LockClientBuilder::replica_acks): an
-/// acquisition counts once the master has it, so a failover before a replica has it can
-/// lose it.
+/// With [`replica_acks`](crate::LockClientBuilder::replica_acks), read and write holds
+/// count only once the replicas confirmed them, as the lock's do.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

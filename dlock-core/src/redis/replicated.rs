@@ -1,0 +1,51 @@
+//! Acquisitions that count only once replicas confirmed them (`replica_acks`): the
+//! acquire script and `WAIT` in one pipeline, shared by every primitive that honours it.
+
+use std::time::Duration;
+
+use redis::{Cmd, FromRedisValue, Script};
+
+use super::{Backend, CallError};
+
+/// `EVALSHA` of `script` over `keys`; the caller adds the arguments.
+pub(crate) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    call
+}
+
+impl Backend {
+    /// Runs `call` (an acquire script, see [`evalsha`]) followed by `WAIT replicas
+    /// within` in one pipeline, so both run on the same connection and `WAIT` covers the
+    /// script's writes (the hold, its fencing token). The connection is one of its own:
+    /// `WAIT` blocks it, and must not delay the client's other commands.
+    ///
+    /// A reply that `granted` something, confirmed by fewer than `replicas` replicas, is
+    /// [`CallError::NotReplicated`]: what the script wrote stays, so the caller's retry
+    /// finds it (acquire scripts are idempotent) or its give-up path releases it.
+    pub(crate) async fn invoke_replicated<T: FromRedisValue>(
+        &self,
+        name: &str,
+        call: Cmd,
+        (replicas, within): (u32, Duration),
+        granted: impl FnOnce(&T) -> bool,
+    ) -> Result<T, CallError> {
+        let wait_ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+        let mut pipeline = redis::pipe();
+        pipeline
+            .add_command(call)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(wait_ms);
+        let (reply, acked): (T, u64) = self.query_blocking(&pipeline).await?;
+        if granted(&reply) && acked < u64::from(replicas) {
+            tracing::warn!(lock = %name, acked, wanted = replicas, "dlock: acquisition not confirmed by enough replicas");
+            return Err(CallError::NotReplicated {
+                acked,
+                wanted: replicas,
+                within,
+            });
+        }
+        Ok(reply)
+    }
+}
