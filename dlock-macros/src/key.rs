@@ -60,7 +60,8 @@ pub(crate) fn parse_template(template: &str) -> Result<Vec<Piece>, String> {
 
 /// A Rust identifier (not a keyword), so that generating it cannot fail.
 fn is_identifier(text: &str) -> bool {
-    syn::parse_str::<syn::Ident>(text).is_ok()
+    // The whole text: `parse_str` skips comments, so `id//x` would parse as `id`.
+    syn::parse_str::<syn::Ident>(text).is_ok_and(|ident| ident == text)
 }
 
 /// A tuple field index as Rust writes it (`0`, `12`; no sign or leading zero) that fits
@@ -246,6 +247,15 @@ mod tests {
             }
         }
         Ok(())
+    }
+
+    #[test]
+    fn a_comment_after_a_placeholder_name_is_refused_not_a_panic() {
+        // Found by the property test below: `parse_str` skips comments, so these used to
+        // pass as identifiers and panic when the key's code was generated.
+        for template in ["<TI\u{23a}//>", "<id//x>", "<id/*c*/>", "<a.b//>"] {
+            assert!(parse_template(template).is_err(), "{template:?} accepted");
+        }
     }
 
     proptest! {
