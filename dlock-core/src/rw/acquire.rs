@@ -388,37 +388,34 @@ impl Attempt<'_> {
                 inner.settings.memo_ttl().as_millis() as u64,
             ),
         };
+        // A new owner has no marker; the lock key fills the slot (one slot for all).
+        let keys = [
+            &*lock.key,
+            &*lock.writers,
+            marker.as_deref().unwrap_or(&lock.key),
+            &*lock.keys.fence,
+        ];
+        let args = [
+            lease_ms.to_string(),
+            self.owner.to_string(),
+            self.kind.as_str().to_owned(),
+            how.to_owned(),
+            marker_ms.to_string(),
+            entry_ms.to_string(),
+            inner.settings.fence_arg().to_owned(),
+        ];
         let mut invocation = rw_scripts().acquire.prepare_invoke();
-        invocation
-            .key(&*lock.key)
-            .key(&lock.writers)
-            // A new owner has no marker; the lock key fills the slot (one slot for all).
-            .key(marker.as_deref().unwrap_or(&lock.key))
-            .key(&lock.keys.fence)
-            .arg(lease_ms)
-            .arg(&*self.owner)
-            .arg(self.kind.as_str())
-            .arg(how)
-            .arg(marker_ms)
-            .arg(entry_ms)
-            .arg(inner.settings.fence_arg());
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in &args {
+            invocation.arg(arg);
+        }
         // With `replica_acks`, the same call followed by `WAIT`: a hold counts once the
         // replicas have it (and its fencing token).
         let replicated = inner.settings.replica_acks.map(|_| {
-            let keys = [
-                &*lock.key,
-                &*lock.writers,
-                marker.as_deref().unwrap_or(&lock.key),
-                &*lock.keys.fence,
-            ];
             let mut call = evalsha(&rw_scripts().acquire, &keys);
-            call.arg(lease_ms)
-                .arg(&*self.owner)
-                .arg(self.kind.as_str())
-                .arg(how)
-                .arg(marker_ms)
-                .arg(entry_ms)
-                .arg(inner.settings.fence_arg());
+            call.arg(&args);
             call
         });
         // Stays true after an error reply too: a script refused half-way keeps what it
