@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use super::{drift, node, per_node_timeout, RedLock};
+use super::{drift, node, per_node_timeout, release_timeout, RedLock};
 use crate::error::{LockError, LossReason, Result};
 use crate::lease::lease_millis;
 use crate::sync::release::Released;
@@ -143,7 +143,7 @@ impl RedLockGuard {
             .map(|(i, ((node, _), job))| async move {
                 (
                     i,
-                    node::release(node, job, per_node_timeout(node, lease)).await,
+                    node::release(node, job, release_timeout(node, lease)).await,
                 )
             })
             .collect();

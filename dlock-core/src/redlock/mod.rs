@@ -234,6 +234,16 @@ fn per_node_timeout(node: &LockClient, lease: Duration) -> Duration {
         .max(Duration::from_millis(1))
 }
 
+/// How long one server may take to confirm a release. A release has no validity to
+/// protect, so a short lease must not make it fail on a busy machine (5 % of a 50 ms
+/// lease is 2.5 ms); a floor of 100 ms still keeps a dead server from holding up
+/// `unlock` for a whole command timeout.
+fn release_timeout(node: &LockClient, lease: Duration) -> Duration {
+    per_node_timeout(node, lease)
+        .max(Duration::from_millis(100))
+        .min(node.inner.settings.command_timeout)
+}
+
 /// The clock-drift allowance for `lease`: 1 % + 2 ms.
 fn drift(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
