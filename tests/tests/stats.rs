@@ -58,6 +58,10 @@ async fn counters_follow_acquisitions_releases_timeouts_renewals_and_losses() {
         "the unlock of the lost lock: {stats:?}"
     );
     assert_eq!(stats.timeouts, 1, "{stats:?}");
+    assert_eq!(
+        stats.acquire_attempts, 6,
+        "5 acquisitions and the busy try, one script each: {stats:?}"
+    );
     assert_eq!(stats.acquire_errors, 0, "{stats:?}");
     assert!(
         stats.renewals >= 2,

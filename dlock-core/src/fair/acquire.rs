@@ -270,6 +270,7 @@ impl FairLock {
             .settings
             .retry()
             .run(&self.name, give_up_at, || async move {
+                inner.metrics.attempted();
                 match inner.settings.replica_acks {
                     None => inner.backend.invoke::<Reply>(invocation).await,
                     Some(acks) => self.call_replicated(call, acks).await,

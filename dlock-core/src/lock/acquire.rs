@@ -478,6 +478,7 @@ impl Attempt<'_> {
             .settings
             .retry()
             .run(&self.lock.name, give_up_at, || async move {
+                inner.metrics.attempted();
                 match inner.settings.replica_acks {
                     None => inner.backend.invoke::<Reply>(invocation).await,
                     Some(acks) => {

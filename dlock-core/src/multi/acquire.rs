@@ -368,6 +368,7 @@ impl SameSlotAttempt<'_> {
             .settings
             .retry()
             .run(first.name(), give_up_at, || async move {
+                inner.metrics.attempted();
                 inner.backend.invoke::<Reply>(invocation).await
             })
             .await;

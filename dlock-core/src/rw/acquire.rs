@@ -429,6 +429,7 @@ impl Attempt<'_> {
             .settings
             .retry()
             .run(&lock.name, give_up_at, || async move {
+                inner.metrics.attempted();
                 match (inner.settings.replica_acks, replicated) {
                     (Some(acks), Some(call)) => {
                         inner

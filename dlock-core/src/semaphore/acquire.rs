@@ -212,6 +212,7 @@ impl Attempt<'_> {
             .settings
             .retry()
             .run(&sem.name, give_up_at, || async move {
+                inner.metrics.attempted();
                 inner.backend.invoke::<Reply>(invocation).await
             })
             .await;

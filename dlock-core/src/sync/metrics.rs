@@ -21,6 +21,7 @@ pub const LATENCY_BOUNDS: [Duration; 9] = [
 #[derive(Default)]
 pub(crate) struct Metrics {
     acquired: AtomicU64,
+    acquire_attempts: AtomicU64,
     timeouts: AtomicU64,
     acquire_errors: AtomicU64,
     released: AtomicU64,
@@ -38,6 +39,10 @@ pub(crate) struct Metrics {
 pub struct Stats {
     /// Acquisitions that succeeded (re-entries included).
     pub acquired: u64,
+    /// Acquire scripts sent to Redis (first tries, tries after a wake-up and retries after
+    /// an error, re-entries included): against `acquired`, what an acquisition costs Redis
+    /// under contention.
+    pub acquire_attempts: u64,
     /// Acquisitions that gave up because their wait budget ran out.
     pub timeouts: u64,
     /// Acquisitions that failed because Redis failed.
@@ -70,6 +75,11 @@ impl Metrics {
         self.latency_buckets[bucket].fetch_add(1, Ordering::Relaxed);
         let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
         self.latency_sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// An acquire script is about to be sent.
+    pub(crate) fn attempted(&self) {
+        self.acquire_attempts.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn timed_out(&self) {
@@ -105,6 +115,7 @@ impl Metrics {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         Stats {
             acquired: get(&self.acquired),
+            acquire_attempts: get(&self.acquire_attempts),
             timeouts: get(&self.timeouts),
             acquire_errors: get(&self.acquire_errors),
             released: get(&self.released),
