@@ -44,6 +44,7 @@ pub(super) fn release_job(
                 once_key,
             ],
             args: vec![field.to_owned(), mode.to_owned(), fair.wake_prefix.clone()],
+            finds_nothing_once_done: false,
         },
     }
 }

@@ -30,7 +30,8 @@ pub(crate) fn release_job(
 ) -> ReleaseJob {
     let (mode, once_key) = match kind {
         ReleaseKind::Hold { op } => ("one", keys.memo(field, op)),
-        ReleaseKind::Owner { op } => ("all", keys.memo(field, op)),
+        // Idempotent without a memo; the lock key fills the slot (same slot as every key).
+        ReleaseKind::Owner { .. } => ("all", keys.key.clone()),
         ReleaseKind::Reentry { op } => ("undo", keys.marker(field, op)),
     };
     ReleaseJob {
@@ -39,6 +40,7 @@ pub(crate) fn release_job(
             script: &scripts().release,
             keys: vec![keys.key.clone(), keys.channel.clone(), once_key],
             args: vec![field.to_owned(), mode.to_owned()],
+            finds_nothing_once_done: true,
         },
     }
 }

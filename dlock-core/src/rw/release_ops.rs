@@ -46,6 +46,7 @@ pub(super) fn release_job(
                 once_key,
             ],
             args: vec![owner.to_owned(), kind.as_str().to_owned(), mode.to_owned()],
+            finds_nothing_once_done: false,
         },
     }
 }

@@ -21,6 +21,7 @@ pub(super) fn release_job(sem: &Shared, grant: &str, op: u64) -> ReleaseJob {
                 sem.keys.lock.memo(grant, op),
             ],
             args: vec![grant.to_owned()],
+            finds_nothing_once_done: false,
         },
     }
 }

@@ -40,7 +40,9 @@ pub(crate) struct ReleaseTiming {
 /// Every release script follows one contract, so that this module can run, retry and
 /// replay any of them:
 /// - it counts once per operation: a memo key among `keys` remembers the outcome, so a
-///   retry (or a replay on a new master) answers from it instead of applying again;
+///   retry (or a replay on a new master) answers from it instead of applying again; or,
+///   for an op declared [`finds_nothing_once_done`](ReleaseOp::finds_nothing_once_done),
+///   the release is idempotent by itself and leaves nothing of the owner's behind;
 /// - after the primitive's own arguments it receives two more: the memo's lifetime in
 ///   ms and the command that announces a release (`publish`, `spublish` in a cluster);
 /// - it answers with an integer: the owner's holds left (0: the lock is free now), or a
@@ -50,6 +52,10 @@ pub(crate) struct ReleaseOp {
     pub(crate) script: &'static Script,
     pub(crate) keys: Vec<String>,
     pub(crate) args: Vec<String>,
+    /// The script keeps no memo when it gives back the owner's last hold, because that
+    /// release leaves nothing of the owner's: a retry that finds nothing of the owner's
+    /// reports the first attempt's success (its reply was lost) rather than "not held".
+    pub(crate) finds_nothing_once_done: bool,
 }
 
 /// One release to perform, with the lock name it is logged under.
@@ -82,6 +88,12 @@ pub(crate) async fn release(
         match backend.invoke::<i64>(&invocation).await {
             Ok(outcome) => {
                 let released = match outcome {
+                    n if n < 0 && failures > 0 && job.op.finds_nothing_once_done => {
+                        // The first attempt's outcome is unknown (no reply): the hold is
+                        // gone either way, which is what the release is for.
+                        tracing::debug!(lock = %job.name, "dlock: retried release found the hold gone; counted as the first attempt's success");
+                        Released::Free
+                    }
                     n if n < 0 => Released::NotHeld,
                     0 => Released::Free,
                     n => Released::StillHeld(u32::try_from(n).unwrap_or(u32::MAX)),

@@ -2,8 +2,8 @@
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's unlock channel (same slot as KEYS[1])
--- KEYS[3]  'one' / 'all': the release memo for this release operation;
---          'undo': the marker of the re-entry to undo (both in the slot of KEYS[1])
+-- KEYS[3]  'one': the release memo for this release operation; 'all': unused;
+--          'undo': the marker of the re-entry to undo (all in the slot of KEYS[1])
 -- ARGV[1]  owner field
 -- ARGV[2]  'one': a guard gives back its hold;
 --          'all': an acquisition of a fresh owner whose outcome is unknown is abandoned
@@ -17,16 +17,23 @@
 -- type), 0 when the lock is now free (waiters were notified), n > 0 when the owner still
 -- holds it n times.
 --
--- A release whose reply was lost is retried with the same memo key: the memo returns the
--- first outcome instead of reporting "not held" for a release that actually succeeded, and
--- a retry never touches a lock another owner acquired in the meantime. An undo needs no
--- memo: deleting its marker is what makes it count once.
+-- Each mode counts once however often it is retried (after a lost reply, or replayed on a
+-- new master), and a retry never touches a lock another owner acquired in the meantime
+-- (owner fields are never reused):
+-- - giving back an owner's last hold deletes the lock; a retry finds nothing of the owner's
+--   and answers -1, which the client, knowing it retried, takes as that first success.
+--   No memo is written: this is the common case, and a memo per release would keep a key
+--   per release alive in Redis for seconds;
+-- - giving back one of several holds (a re-entered lock) is a decrement, which a retry would
+--   repeat: its outcome is kept in the memo, which a retry answers from;
+-- - 'all' deletes every hold of the owner, which is idempotent by itself;
+-- - an undo deletes its marker, which makes it count once.
 local mode = ARGV[2]
 if mode == 'undo' then
   if redis.call('del', KEYS[3]) == 0 then
     return -1
   end
-else
+elseif mode == 'one' then
   local memo = redis.call('get', KEYS[3])
   if memo then
     return tonumber(memo)
@@ -39,21 +46,16 @@ if not count or (type(count) == 'table' and count.err) then
 end
 
 local remaining = tonumber(count) - 1
-if mode == 'all' then
-  remaining = 0
-end
-
-if remaining > 0 then
+if remaining > 0 and mode ~= 'all' then
   redis.call('hset', KEYS[1], ARGV[1], remaining)
-else
-  -- The owner's fencing token (if any) goes with its last hold.
-  redis.call('hdel', KEYS[1], ARGV[1], ARGV[1] .. ':f')
-  if redis.call('exists', KEYS[1]) == 0 then
-    redis.call(ARGV[4], KEYS[2], 'unlocked')
+  if mode == 'one' then
+    redis.call('set', KEYS[3], remaining, 'px', ARGV[3])
   end
+  return remaining
 end
 
-if mode ~= 'undo' then
-  redis.call('set', KEYS[3], remaining, 'px', ARGV[3])
-end
-return remaining
+-- The owner's last hold: the hash holds nothing else (one owner at a time, its hold count
+-- and its fencing token), so the whole lock goes.
+redis.call('del', KEYS[1])
+redis.call(ARGV[4], KEYS[2], 'unlocked')
+return 0
