@@ -15,6 +15,8 @@ pub(crate) struct Scripts {
     pub(crate) release: Script,
     pub(crate) renew: Script,
     pub(crate) force_unlock: Script,
+    /// A client stops waiting: leaves the waiter registry (see `sync::pubsub`).
+    pub(crate) leave: Script,
 }
 
 /// The fair lock's scripts (`fair/scripts/`), each prefixed with the shared `queue.lua`.
@@ -71,6 +73,7 @@ pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
         &lock.release,
         &lock.renew,
         &lock.force_unlock,
+        &lock.leave,
         &fair.acquire,
         &fair.release,
         &fair.force_unlock,
@@ -109,6 +112,7 @@ pub(crate) fn scripts() -> &'static Scripts {
         release: Script::new(include_str!("lock/scripts/release.lua")),
         renew: Script::new(include_str!("lock/scripts/renew.lua")),
         force_unlock: Script::new(include_str!("lock/scripts/force_unlock.lua")),
+        leave: Script::new(include_str!("lock/scripts/leave.lua")),
     })
 }
 

@@ -436,7 +436,13 @@ async fn absurd_client_settings_are_refused_or_work() {
     // Giving back one of two holds keeps a release memo (a retry must not give back a
     // second one); it lives three command timeouts and a second, no longer: this client's
     // 3 × 60 s + 1 s.
-    guard.scope(lock.lock()).await.unwrap().unlock().await.unwrap();
+    guard
+        .scope(lock.lock())
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
     guard.unlock().await.unwrap();
     let memos: Vec<String> = server
         .connection()

@@ -39,6 +39,7 @@ const COMMON_COMMANDS: &[&str] = &[
     "+zrange",
     "+zrangebyscore",
     "+zrem",
+    "+zpopmin",
     "+zremrangebyscore",
     "+zscore",
     // The fenced writes' `incr_by`.

@@ -83,6 +83,9 @@ pub struct LockClient {
 
 pub(crate) struct ClientInner {
     pub(crate) id: Uuid,
+    /// `id` as text: the first half of every owner field, and the name under which the
+    /// client waits in lock waiter registries.
+    pub(crate) id_text: Arc<str>,
     /// Which Redis deployment this client talks to, described the same way in every
     /// process configured alike (see [`deployment_identity`]); unlike `id`, which is random.
     pub(crate) deployment: String,
@@ -274,17 +277,20 @@ impl LockClient {
                 )
             });
         }
+        let id = Uuid::new_v4();
+        let id_text: Arc<str> = id.to_string().into();
         let pubsub = PubSubService::start(
             backend.clone(),
+            Arc::clone(&id_text),
             settings.retry_delay,
             settings.command_timeout,
             &background,
         );
-        let id = Uuid::new_v4();
         tracing::debug!(client = %id, "dlock: client started");
         LockClient {
             inner: Arc::new(ClientInner {
                 id,
+                id_text,
                 deployment,
                 settings,
                 backend,

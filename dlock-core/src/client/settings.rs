@@ -59,6 +59,18 @@ impl Settings {
         ReleaseTiming {
             retry: self.retry(),
             memo_ttl: self.memo_ttl(),
+            registry_ttl: self.registry_ttl(),
         }
+    }
+
+    /// How long a lock's waiter registry outlives its last registration. A waiting client
+    /// registers again at every try, at least every `max_wait_recheck`, and leaves when it
+    /// stops waiting; this only bounds the life of a registry every client abandoned
+    /// (crashed), whose entries would otherwise each cost one hand-off a recheck.
+    pub(crate) fn registry_ttl(&self) -> Duration {
+        self.max_wait_recheck
+            .saturating_mul(3)
+            .saturating_add(Duration::from_secs(1))
+            .min(Duration::from_secs(24 * 60 * 60))
     }
 }

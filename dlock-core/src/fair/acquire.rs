@@ -17,7 +17,7 @@ use crate::redis::{evalsha, CallError};
 use crate::scripts::{fair_scripts, scripts};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::owner;
-use crate::sync::release::{self, ReleaseJob};
+use crate::sync::release::{self, HandOff, ReleaseJob};
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl FairLock {
@@ -138,7 +138,7 @@ impl FairLock {
         let lease_ms = lease_millis("lease", lease)?;
         let patient = wait != Some(Duration::ZERO);
         let owner = inner.next_owner();
-        let field: Arc<str> = format!("{}:{owner}", inner.id).into();
+        let field: Arc<str> = format!("{}:{owner}", inner.id_text).into();
         let channel = format!("{}{field}", self.fair.wake_prefix);
         let call = Call {
             script: &fair_scripts().acquire,
@@ -372,7 +372,14 @@ impl<'a> Pending<'a> {
             return;
         }
         let inner = self.inner;
-        match release::release(&inner.backend, inner.settings.release_timing(), &self.job).await {
+        match release::release(
+            &inner.backend,
+            inner.settings.release_timing(),
+            &self.job,
+            HandOff::NONE,
+        )
+        .await
+        {
             Ok(_) => {
                 inner.release_log.record(&self.job);
                 self.armed = false;

@@ -160,8 +160,11 @@ impl Lock {
             };
             // Every waiter in line holds a subscription to the lock's channel, so that it
             // stays subscribed from hand-off to hand-off while anyone waits.
-            let subscription =
-                watching.get_or_insert_with(|| inner.pubsub.subscribe(&self.keys.channel));
+            let subscription = watching.get_or_insert_with(|| {
+                inner
+                    .pubsub
+                    .subscribe_registered(&self.keys.channel, &self.keys.key)
+            });
             let Some(holder) = holder else {
                 tokio::select! {
                     () = ticket.moved() => continue,
@@ -292,7 +295,7 @@ impl Lock {
         let owner = inner.next_owner();
         let mut attempt = Attempt {
             lock: self,
-            field: format!("{}:{owner}", inner.id).into(),
+            field: format!("{}:{owner}", inner.id_text).into(),
             kind: AttemptKind::New,
             maybe_applied: false,
         };
@@ -306,9 +309,30 @@ impl Lock {
                 give_up_at,
                 patient: wait != Some(Duration::ZERO),
             },
-        );
+        )
+        .registered_for(&self.keys.key);
+        // The previous local holder passed the lock to another client and registered this
+        // one behind the waiting clients: wait for this client's wake-up (or a recheck)
+        // rather than take the lock from under the client it was passed to.
+        // A single try (`wait` of zero) tries all the same.
+        let mut pending = (turn.take_wait_for_wake() && wait != Some(Duration::ZERO))
+            .then_some(NotYet::Busy { ttl_ms: -1 });
         loop {
-            let not_yet = match attempt.run(lease_ms, give_up_at).await {
+            if let Some(not_yet) = pending.take() {
+                match waiter.wait(not_yet).await {
+                    Ok(()) => {}
+                    Err(GiveUp::TimedOut) => {
+                        tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
+                        inner.metrics.timed_out();
+                        return Err(self.timeout(wait));
+                    }
+                    Err(GiveUp::Unavailable(error)) => {
+                        inner.metrics.acquire_failed();
+                        return Err(error.into_lock_error(&self.name, "acquire"));
+                    }
+                }
+            }
+            pending = Some(match attempt.run(lease_ms, give_up_at).await {
                 Ok((sent_at, Reply::Acquired(fence))) => {
                     attempt.maybe_applied = false;
                     let held = Arc::new(
@@ -335,19 +359,7 @@ impl Lock {
                     return Err(self.unexpected("acquire", &reply));
                 }
                 Err(error) => NotYet::Unavailable(error),
-            };
-            match waiter.wait(not_yet).await {
-                Ok(()) => {}
-                Err(GiveUp::TimedOut) => {
-                    tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
-                    inner.metrics.timed_out();
-                    return Err(self.timeout(wait));
-                }
-                Err(GiveUp::Unavailable(error)) => {
-                    inner.metrics.acquire_failed();
-                    return Err(error.into_lock_error(&self.name, "acquire"));
-                }
-            }
+            });
         }
     }
 }
@@ -459,16 +471,27 @@ impl Attempt<'_> {
         let (marker, kind, marker_ms) = self.script_args();
         // A new owner has no marker; the lock key fills the slot (one slot for every key).
         let marker = marker.as_deref().unwrap_or(&self.lock.keys.key);
+        // The client id under which a busy try registers this client as waiting: a new
+        // owner's; a re-entry never waits.
+        let lock = self.lock;
+        let registrant: &str = match self.kind {
+            AttemptKind::New => &lock.client.inner.id_text,
+            AttemptKind::Reentry { .. } => "",
+        };
+        let registry_ms = inner.settings.registry_ttl().as_millis() as u64;
         let mut invocation = scripts().acquire.prepare_invoke();
         invocation
             .key(&self.lock.keys.key)
             .key(marker)
             .key(&self.lock.keys.fence)
+            .key(&self.lock.keys.channel)
             .arg(lease_ms)
             .arg(&*self.field)
             .arg(kind)
             .arg(marker_ms)
-            .arg(inner.settings.fence_arg());
+            .arg(inner.settings.fence_arg())
+            .arg(registrant)
+            .arg(registry_ms);
         // Stays true after an error reply too: a script refused half-way (an ACL denying
         // PEXPIRE after HSET, say) keeps what it wrote, so the compensating release is
         // needed then as well.
@@ -482,8 +505,13 @@ impl Attempt<'_> {
                 match inner.settings.replica_acks {
                     None => inner.backend.invoke::<Reply>(invocation).await,
                     Some(acks) => {
-                        this.acquire_replicated(lease_ms, (marker, kind, marker_ms), acks)
-                            .await
+                        this.acquire_replicated(
+                            lease_ms,
+                            (marker, kind, marker_ms),
+                            (registrant, registry_ms),
+                            acks,
+                        )
+                        .await
                     }
                 }
             })
@@ -505,16 +533,22 @@ impl Attempt<'_> {
         &self,
         lease_ms: u64,
         (marker, kind, marker_ms): (&str, &str, u64),
+        (registrant, registry_ms): (&str, u64),
         acks: ReplicaAcks,
     ) -> Result<Reply, CallError> {
         let inner = &self.lock.client.inner;
         let keys = &self.lock.keys;
-        let mut call = evalsha(&scripts().acquire, &[&keys.key, marker, &keys.fence]);
+        let mut call = evalsha(
+            &scripts().acquire,
+            &[&keys.key, marker, &keys.fence, &keys.channel],
+        );
         call.arg(lease_ms)
             .arg(&*self.field)
             .arg(kind)
             .arg(marker_ms)
-            .arg(inner.settings.fence_arg());
+            .arg(inner.settings.fence_arg())
+            .arg(registrant)
+            .arg(registry_ms);
         inner
             .backend
             .invoke_replicated(

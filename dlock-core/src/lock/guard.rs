@@ -187,10 +187,15 @@ impl LockGuard {
         let inner = &self.client.inner;
         inner.keep_running();
         let job = &self.release;
-        let outcome = release::release(&inner.backend, inner.settings.release_timing(), job).await;
-        if outcome.is_ok() {
+        let hand_off = self.held.hand_off();
+        let timing = inner.settings.release_timing();
+        let outcome = release::release(&inner.backend, timing, job, hand_off).await;
+        if let Ok(released) = outcome {
             inner.release_log.record(job);
-            self.held.give_up_turn();
+            match released {
+                Released::Free(next) => self.held.give_up_turn_after(hand_off, next),
+                Released::NotHeld | Released::StillHeld(_) => self.held.give_up_turn(),
+            }
         }
         match outcome {
             Ok(Released::NotHeld) => {

@@ -119,7 +119,7 @@ impl MultiLock {
         let lease_ms = lease_millis("lease", lease)?;
         let mut attempt = SameSlotAttempt {
             locks: &self.locks,
-            field: format!("{}:{}", inner.id, inner.next_owner()).into(),
+            field: format!("{}:{}", inner.id_text, inner.next_owner()).into(),
             maybe_applied: false,
         };
         // The waiter listens on the channel of the lock that blocked the last try.
@@ -160,8 +160,10 @@ impl MultiLock {
                     give_up_at,
                     patient: wait != Some(Duration::ZERO),
                 };
-                let channel = &self.locks[blocker].keys().channel;
-                waiter = Some((blocker, Waiter::new(&inner.pubsub, channel, None, policy)));
+                let keys = self.locks[blocker].keys();
+                let waiting = Waiter::new(&inner.pubsub, &keys.channel, None, policy)
+                    .registered_for(&keys.key);
+                waiter = Some((blocker, waiting));
             }
             let Some((_, waiting)) = waiter.as_mut() else {
                 continue;
@@ -356,10 +358,15 @@ impl SameSlotAttempt<'_> {
         for lock in self.locks {
             invocation.key(&lock.keys().fence);
         }
+        for lock in self.locks {
+            invocation.key(&lock.keys().channel);
+        }
         invocation
             .arg(lease_ms)
             .arg(&*self.field)
-            .arg(inner.settings.fence_arg());
+            .arg(inner.settings.fence_arg())
+            .arg(&*inner.id_text)
+            .arg(inner.settings.registry_ttl().as_millis() as u64);
         // Stays true after an error reply too: a script refused half-way keeps what it
         // wrote.
         self.maybe_applied = true;

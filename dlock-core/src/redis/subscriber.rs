@@ -44,8 +44,8 @@ impl Drop for PushLease {
 
 /// What a subscriber reports.
 pub(crate) enum SubscriberEvent {
-    /// An unlock message on this channel.
-    Message(String),
+    /// An unlock message on `channel`; its payload names the client to wake, or none.
+    Message { channel: String, payload: String },
     /// The server dropped the subscription to this channel (a slot moved).
     Dropped(String),
     /// A connection behind the subscriber was lost and restored: messages may be missing.
@@ -72,19 +72,24 @@ impl Subscriber {
         match self {
             Subscriber::Dedicated { stream, .. } => {
                 let message = stream.next().await?;
-                Some(SubscriberEvent::Message(
-                    message.get_channel_name().to_owned(),
-                ))
+                Some(SubscriberEvent::Message {
+                    channel: message.get_channel_name().to_owned(),
+                    payload: message.get_payload().unwrap_or_default(),
+                })
             }
             Subscriber::Sharded { pushes, .. } => loop {
                 let push = pushes.receiver.as_mut()?.recv().await?;
-                let channel = push
-                    .data
-                    .first()
-                    .and_then(|value| String::from_redis_value(value.clone()).ok());
-                match (push.kind, channel) {
+                let text = |at: usize| {
+                    push.data
+                        .get(at)
+                        .and_then(|value| String::from_redis_value(value.clone()).ok())
+                };
+                match (push.kind.clone(), text(0)) {
                     (PushKind::SMessage | PushKind::Message, Some(channel)) => {
-                        return Some(SubscriberEvent::Message(channel))
+                        return Some(SubscriberEvent::Message {
+                            channel,
+                            payload: text(1).unwrap_or_default(),
+                        })
                     }
                     (PushKind::SUnsubscribe, Some(channel)) => {
                         return Some(SubscriberEvent::Dropped(channel))

@@ -152,7 +152,7 @@ impl RedLockGuard {
         let (mut held, mut gone, mut failed, mut first_error) = (0, 0, 0, None);
         while let Some((i, answer)) = calls.next().await {
             match answer {
-                Ok(Released::Free | Released::StillHeld(_)) => held += 1,
+                Ok(Released::Free(_) | Released::StillHeld(_)) => held += 1,
                 Ok(Released::NotHeld) => gone += 1,
                 Err(error) => {
                     failed += 1;

@@ -11,7 +11,7 @@ use crate::lock::release_ops::{release_job, ReleaseKind};
 use crate::names::LockKeys;
 use crate::redis::CallError;
 use crate::scripts::scripts;
-use crate::sync::release::{self, ReleaseJob, Released};
+use crate::sync::release::{self, HandOff, ReleaseJob, Released};
 
 /// What one server answered to the acquire script.
 #[derive(Debug)]
@@ -66,11 +66,15 @@ pub(super) async fn acquire(
         .key(&keys.key)
         .key(&keys.key)
         .key(&keys.fence)
+        .key(&keys.channel)
         .arg(lease_ms)
         .arg(field)
         .arg("fresh")
         .arg(0)
-        .arg("0");
+        .arg("0")
+        // A RedLock waits by rounds, not for unlock messages: it never registers.
+        .arg("")
+        .arg(0);
     node.inner.backend.invoke(&invocation).await
 }
 
@@ -116,7 +120,12 @@ pub(super) async fn release(
     let settings = &node.inner.settings;
     bounded(
         limit,
-        release::release(&node.inner.backend, settings.release_timing(), job),
+        release::release(
+            &node.inner.backend,
+            settings.release_timing(),
+            job,
+            HandOff::NONE,
+        ),
     )
     .await
 }

@@ -21,7 +21,7 @@ use crate::redis::{evalsha, CallError};
 use crate::scripts::rw_scripts;
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::owner;
-use crate::sync::release;
+use crate::sync::release::{self, HandOff};
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 /// How long a waiting writer's entry lives after its last try. A live writer tries again
@@ -485,7 +485,14 @@ impl Attempt<'_> {
             return;
         };
         let inner = &self.rw.shared.client.inner;
-        match release::release(&inner.backend, inner.settings.release_timing(), &job).await {
+        match release::release(
+            &inner.backend,
+            inner.settings.release_timing(),
+            &job,
+            HandOff::NONE,
+        )
+        .await
+        {
             Ok(_) => {}
             Err(error) => {
                 tracing::debug!(lock = %self.rw.shared.name, %error, "dlock: leaving the wait failed; retrying in the background");

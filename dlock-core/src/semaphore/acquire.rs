@@ -16,7 +16,7 @@ use crate::lock::guard::LockGuard;
 use crate::redis::CallError;
 use crate::scripts::sem_scripts;
 use crate::sync::held::{Held, HoldOwner};
-use crate::sync::release::{self, ReleaseJob};
+use crate::sync::release::{self, HandOff, ReleaseJob};
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl Semaphore {
@@ -238,8 +238,13 @@ impl Attempt<'_> {
             return;
         };
         let inner = &self.sem.shared.client.inner;
-        if let Err(error) =
-            release::release(&inner.backend, inner.settings.release_timing(), &job).await
+        if let Err(error) = release::release(
+            &inner.backend,
+            inner.settings.release_timing(),
+            &job,
+            HandOff::NONE,
+        )
+        .await
         {
             tracing::debug!(semaphore = %self.sem.shared.name, %error, "dlock: releasing an abandoned grant failed; retrying in the background");
             inner.release_in_background(job);

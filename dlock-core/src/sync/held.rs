@@ -13,6 +13,7 @@ use crate::error::LossReason;
 use crate::fence::Fence;
 use crate::sync::local::Turn;
 use crate::sync::metrics::Metrics;
+use crate::sync::release::{HandOff, NextHolder};
 
 const HELD: u8 = 0;
 const RELEASED: u8 = 1;
@@ -104,6 +105,26 @@ impl Held {
         if self.state.load(Ordering::Acquire) == LOST {
             self.give_up_turn();
         }
+    }
+
+    /// What the release of this hold tells Redis about the client's local line.
+    pub(crate) fn hand_off(&self) -> HandOff {
+        self.turn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or(HandOff::NONE, Turn::hand_off)
+    }
+
+    /// Passes the local turn on after a release (sent with `hand_off`) freed the lock for
+    /// `next`, so that the next local task knows whether to try or to wait its turn
+    /// behind other clients.
+    pub(crate) fn give_up_turn_after(&self, hand_off: HandOff, next: NextHolder) {
+        let turn = self.turn.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(turn) = &turn {
+            turn.released(hand_off, next);
+        }
+        drop(turn);
     }
 
     /// Passes the local turn to the next waiter of this client, if this hold has it.

@@ -6,6 +6,13 @@
 //! next local task without a pub/sub round trip, and local tasks are served in order.
 //! Contenders in other processes still wait through pub/sub.
 //!
+//! Across clients the line is one cohort: while other clients wait (the lock's release
+//! script knows them from its waiter registry), the lock stays in this client for at most
+//! [`LOCAL_RUN_BOUND`] hand-offs in a row, then goes to the longest-waiting other client
+//! and this client's next task waits for its own wake-up behind the others. Without the
+//! bound, the local hand-off, which needs no pub/sub hop, would keep a hot lock in one
+//! process while the others wait seconds.
+//!
 //! The line only orders this client's tasks; Redis decides who holds the lock. So the turn
 //! belongs to a hold, not to a guard object: a hold that is released, lost or expired gives
 //! it up, and the first waiter in line watches the holder so that it learns of an expired
@@ -18,6 +25,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
+
+use crate::sync::release::{HandOff, NextHolder};
+
+/// How many times in a row a lock may go from one task of a client to the next while
+/// other clients wait for it. Small enough that no client waits long behind another
+/// (a few critical sections per client in turn); large enough that most hand-offs stay
+/// local, which costs no pub/sub round trip.
+pub(crate) const LOCAL_RUN_BOUND: u32 = 8;
 
 /// The client's local lines, one per lock key while anyone is in it.
 pub(crate) struct LocalQueues<H> {
@@ -41,6 +56,11 @@ struct Line<H> {
     holder: Option<Weak<H>>,
     /// The tickets waiting for the turn, in arrival order, each with its wake-up.
     waiting: VecDeque<(u64, Arc<Notify>)>,
+    /// Consecutive releases that kept the lock in this client while others waited.
+    run: u32,
+    /// The last release passed the lock to another client and registered this one behind
+    /// the waiting clients: the next turn waits for its wake-up instead of trying at once.
+    wait_for_wake: bool,
 }
 
 impl<H> Default for Line<H> {
@@ -49,6 +69,8 @@ impl<H> Default for Line<H> {
             turn: None,
             holder: None,
             waiting: VecDeque::new(),
+            run: 0,
+            wait_for_wake: false,
         }
     }
 }
@@ -192,6 +214,43 @@ impl<H> Turn<H> {
                 line.wake_first();
             }
         }
+    }
+}
+
+impl<H> Turn<H> {
+    /// What the release of the turn's hold tells Redis about this line.
+    pub(crate) fn hand_off(&self) -> HandOff {
+        self.with_line(|line| HandOff {
+            local_next: !line.waiting.is_empty(),
+            keep: line.run < LOCAL_RUN_BOUND,
+        })
+        .unwrap_or(HandOff::NONE)
+    }
+
+    /// Records where the release of the turn's hold (sent with `hand_off`) put the lock,
+    /// before the turn passes on.
+    pub(crate) fn released(&self, hand_off: HandOff, next: NextHolder) {
+        self.with_line(|line| {
+            line.run = match next {
+                NextHolder::ThisClient => line.run.saturating_add(1),
+                NextHolder::Anyone | NextHolder::Another => 0,
+            };
+            line.wait_for_wake = next == NextHolder::Another && hand_off.local_next;
+        });
+    }
+
+    /// Whether this turn must wait for a wake-up before trying (see
+    /// [`released`](Turn::released)); asked once, when the turn begins.
+    pub(crate) fn take_wait_for_wake(&self) -> bool {
+        self.with_line(|line| std::mem::take(&mut line.wait_for_wake))
+            .unwrap_or(false)
+    }
+
+    /// Runs `f` on the line while this ticket has its turn.
+    fn with_line<T>(&self, f: impl FnOnce(&mut Line<H>) -> T) -> Option<T> {
+        let mut lines = self.queues.lock_lines();
+        let line = lines.get_mut(&self.key)?;
+        (line.turn == Some(self.id)).then(|| f(line))
     }
 }
 

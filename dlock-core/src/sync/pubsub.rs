@@ -6,6 +6,13 @@
 //! woken waiter is cancelled before it runs, tokio passes the wake-up to the next one. When
 //! the subscriber connection is re-established every waiter is woken, because messages
 //! published while it was down are gone.
+//!
+//! The lock's release names the one client it wakes (the longest waiting in the lock's
+//! waiter registry, see `lock/scripts/release.lua`): a message naming another client wakes
+//! nobody here, so one release costs one try at Redis however many clients wait. Messages
+//! that name no client (a force unlock, other primitives) wake one waiter in every client.
+//! A client whose last waiter on such a lock leaves removes itself from the registry (and
+//! passes on a wake-up it may have been sent meanwhile).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -16,6 +23,7 @@ use tokio::sync::{mpsc, watch, Notify};
 
 use crate::background::Background;
 use crate::redis::{Backend, SubscriberEvent};
+use crate::scripts::scripts;
 use crate::sync::retry::backoff;
 
 /// The longest pause between two attempts to reconnect the subscriber. Waiters do not
@@ -30,6 +38,10 @@ pub(crate) struct PubSubService {
 struct Shared {
     channels: Mutex<HashMap<String, Channel>>,
     commands: mpsc::UnboundedSender<Command>,
+    /// This client's id, as release messages name the client they wake.
+    client_id: Arc<str>,
+    /// For leaving waiter registries.
+    backend: Backend,
 }
 
 struct Channel {
@@ -40,13 +52,18 @@ struct Channel {
     notices: Arc<watch::Sender<u64>>,
     confirmed: watch::Receiver<bool>,
     confirm: watch::Sender<bool>,
+    /// The lock whose waiter registry this client joins while it waits on the channel
+    /// (the registry is named like the channel), left when the last waiter goes.
+    registry_of: Option<String>,
 }
 
 impl Channel {
     /// An unlock message arrived, or may have been missed: wake one waiter (who re-tries
-    /// the lock) and tell every watcher.
-    fn notify(&self) {
-        self.wake.notify_one();
+    /// the lock) unless the message woke another client, and tell every watcher.
+    fn notify(&self, wakes_here: bool) {
+        if wakes_here {
+            self.wake.notify_one();
+        }
         self.notices
             .send_modify(|count| *count = count.wrapping_add(1));
     }
@@ -73,6 +90,7 @@ impl PubSubService {
     /// they would wait forever, and with them every waiter's wake-up.
     pub(crate) fn start(
         backend: Backend,
+        client_id: Arc<str>,
         retry_delay: Duration,
         command_timeout: Duration,
         background: &Background,
@@ -81,6 +99,8 @@ impl PubSubService {
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
             commands,
+            client_id,
+            backend: backend.clone(),
         });
         let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
         let weak = Arc::downgrade(&shared);
@@ -100,6 +120,17 @@ impl PubSubService {
 
     /// Registers interest in `channel`; the subscription may not be confirmed yet.
     pub(crate) fn subscribe(&self, channel: &str) -> Subscription {
+        self.subscribe_to(channel, None)
+    }
+
+    /// [`subscribe`](PubSubService::subscribe) for a waiter of the lock `lock_key`, whose
+    /// tries register this client in the lock's waiter registry: when the client's last
+    /// subscription to the channel ends, the client leaves the registry.
+    pub(crate) fn subscribe_registered(&self, channel: &str, lock_key: &str) -> Subscription {
+        self.subscribe_to(channel, Some(lock_key))
+    }
+
+    fn subscribe_to(&self, channel: &str, registry_of: Option<&str>) -> Subscription {
         let mut channels = self.shared.lock_channels();
         let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
             let (confirm, confirmed) = watch::channel(false);
@@ -113,8 +144,12 @@ impl PubSubService {
                 notices: Arc::new(watch::channel(0).0),
                 confirmed,
                 confirm,
+                registry_of: None,
             }
         });
+        if entry.registry_of.is_none() {
+            entry.registry_of = registry_of.map(str::to_owned);
+        }
         entry.waiters += 1;
         Subscription {
             shared: Arc::clone(&self.shared),
@@ -134,8 +169,35 @@ impl Shared {
     fn wake_all(&self) {
         for channel in self.lock_channels().values() {
             channel.wake.notify_waiters();
-            channel.notify();
+            channel.notify(true);
         }
+    }
+
+    /// Whether an unlock message with `payload` wakes a waiter of this client: unless it
+    /// names another client (a release that chose whom to wake).
+    fn wakes_here(&self, payload: &str) -> bool {
+        payload == &*self.client_id || uuid::Uuid::try_parse(payload).is_err()
+    }
+
+    /// Takes this client out of the waiter registry of `lock_key` (named `channel`), in
+    /// the background; a failure only costs the next waiter there one recheck interval.
+    fn leave_registry(&self, lock_key: String, channel: String) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let backend = self.backend.clone();
+        let client_id = Arc::clone(&self.client_id);
+        runtime.spawn(async move {
+            let mut invocation = scripts().leave.prepare_invoke();
+            invocation
+                .key(&lock_key)
+                .key(&channel)
+                .arg(&*client_id)
+                .arg(backend.publish_command());
+            if let Err(error) = backend.invoke::<i64>(&invocation).await {
+                tracing::debug!(%channel, %error, "dlock: leaving the waiter registry failed");
+            }
+        });
     }
 }
 
@@ -171,11 +233,17 @@ impl Drop for Subscription {
         if let Some(entry) = channels.get_mut(&self.channel) {
             entry.waiters -= 1;
             if entry.waiters == 0 {
-                channels.remove(&self.channel);
+                let registry_of = channels
+                    .remove(&self.channel)
+                    .and_then(|entry| entry.registry_of);
+                drop(channels);
                 let _ = self
                     .shared
                     .commands
                     .send(Command::Unsubscribe(self.channel.clone()));
+                if let Some(lock_key) = registry_of {
+                    self.shared.leave_registry(lock_key, self.channel.clone());
+                }
             }
         }
     }
@@ -276,8 +344,8 @@ async fn run(
                     }
                 },
                 event = subscriber.next() => match event {
-                    Some(SubscriberEvent::Message(channel)) => {
-                        notify(&shared, &channel, false);
+                    Some(SubscriberEvent::Message { channel, payload }) => {
+                        notify(&shared, &channel, Some(&payload));
                     }
                     Some(SubscriberEvent::Dropped(channel)) => {
                         // A slot moved: subscribe again (routed to the new owner) and let
@@ -287,7 +355,7 @@ async fn run(
                             if within(command_timeout, subscriber.subscribe(&channel)).await.is_err() {
                                 healthy = false;
                             }
-                            notify(&shared, &channel, true);
+                            notify(&shared, &channel, None);
                         }
                     }
                     Some(SubscriberEvent::Interrupted) => {
@@ -346,17 +414,18 @@ fn confirmation(shared: &Weak<Shared>, channel: &str) -> Option<watch::Sender<bo
     channels.get(channel).map(|c| c.confirm.clone())
 }
 
-/// Passes an unlock message on (see [`Channel::notify`]); `everyone` also wakes every
-/// waiter, for when messages may have been missed.
-fn notify(shared: &Weak<Shared>, channel: &str, everyone: bool) {
+/// Passes an unlock message with `payload` on (see [`Channel::notify`]); `None` means
+/// messages may have been missed: every waiter of the channel is woken.
+fn notify(shared: &Weak<Shared>, channel: &str, payload: Option<&str>) {
     let Some(shared) = shared.upgrade() else {
         return;
     };
+    let wakes_here = payload.is_none_or(|payload| shared.wakes_here(payload));
     let channels = shared.lock_channels();
     if let Some(channel) = channels.get(channel) {
-        if everyone {
+        if payload.is_none() {
             channel.wake.notify_waiters();
         }
-        channel.notify();
+        channel.notify(wakes_here);
     }
 }

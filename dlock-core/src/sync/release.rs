@@ -22,17 +22,51 @@ use crate::sync::retry::RetryPolicy;
 pub(crate) enum Released {
     /// The owner did not hold the lock.
     NotHeld,
-    /// The lock is free now.
-    Free,
+    /// The lock is free now; who gets it next.
+    Free(NextHolder),
     /// The owner still holds it this many times.
     StillHeld(u32),
 }
 
-/// How releases are retried, and how long their memos live in Redis.
+/// Whom a freed lock goes to, as the lock's release script decided it from its waiter
+/// registry and the releasing client's [`HandOff`]. Other primitives' releases wake
+/// their waiters themselves and always report [`NextHolder::Anyone`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NextHolder {
+    /// No other client waits (or the one woken is this client): whoever asks first.
+    Anyone,
+    /// Other clients wait, but this client's next task has the lock next.
+    ThisClient,
+    /// The longest-waiting other client was woken; this client's next task, if any, waits
+    /// behind the others for its own wake-up.
+    Another,
+}
+
+/// What a releasing client tells the lock's release script about its own waiting tasks,
+/// so that the script can keep the lock in the client or pass it on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct HandOff {
+    /// A task of this client waits for the lock next.
+    pub(crate) local_next: bool,
+    /// That task may have it even if other clients wait (the bound on consecutive local
+    /// hand-offs is not reached).
+    pub(crate) keep: bool,
+}
+
+impl HandOff {
+    /// Nothing of the client waits: the lock goes to the longest-waiting client.
+    pub(crate) const NONE: HandOff = HandOff {
+        local_next: false,
+        keep: false,
+    };
+}
+
+/// How releases are retried, and how long their memos and waiter registrations live.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ReleaseTiming {
     pub(crate) retry: RetryPolicy,
     pub(crate) memo_ttl: Duration,
+    pub(crate) registry_ttl: Duration,
 }
 
 /// One primitive's release: its script with keys and arguments.
@@ -43,10 +77,13 @@ pub(crate) struct ReleaseTiming {
 ///   retry (or a replay on a new master) answers from it instead of applying again; or,
 ///   for an op declared [`finds_nothing_once_done`](ReleaseOp::finds_nothing_once_done),
 ///   the release is idempotent by itself and leaves nothing of the owner's behind;
-/// - after the primitive's own arguments it receives two more: the memo's lifetime in
-///   ms and the command that announces a release (`publish`, `spublish` in a cluster);
+/// - after the primitive's own arguments it receives five more: the memo's lifetime in
+///   ms, the command that announces a release (`publish`, `spublish` in a cluster), the
+///   [`HandOff`] as `'1'`/`'0'` (a local task waits next; it may keep the lock) and the
+///   waiter registry's lifetime in ms; scripts without a registry ignore the last three;
 /// - it answers with an integer: the owner's holds left (0: the lock is free now), or a
-///   negative number when the owner held nothing.
+///   negative number when the owner held nothing; a freed lock may also answer
+///   `{0, 'kept'}` or `{0, 'passed'}` (see [`NextHolder`]).
 #[derive(Clone)]
 pub(crate) struct ReleaseOp {
     pub(crate) script: &'static Script,
@@ -71,7 +108,9 @@ pub(crate) async fn release(
     backend: &Backend,
     timing: ReleaseTiming,
     job: &ReleaseJob,
+    hand_off: HandOff,
 ) -> Result<Released, CallError> {
+    let flag = |on: bool| if on { "1" } else { "0" };
     let mut invocation = job.op.script.prepare_invoke();
     for key in &job.op.keys {
         invocation.key(key);
@@ -81,21 +120,24 @@ pub(crate) async fn release(
     }
     invocation
         .arg(timing.memo_ttl.as_millis() as u64)
-        .arg(backend.publish_command());
+        .arg(backend.publish_command())
+        .arg(flag(hand_off.local_next))
+        .arg(flag(hand_off.keep))
+        .arg(timing.registry_ttl.as_millis() as u64);
     let started = Instant::now();
     let mut failures = 0;
     loop {
-        match backend.invoke::<i64>(&invocation).await {
-            Ok(outcome) => {
+        match backend.invoke::<Reply>(&invocation).await {
+            Ok(Reply(outcome, next)) => {
                 let released = match outcome {
                     n if n < 0 && failures > 0 && job.op.finds_nothing_once_done => {
                         // The first attempt's outcome is unknown (no reply): the hold is
                         // gone either way, which is what the release is for.
                         tracing::debug!(lock = %job.name, "dlock: retried release found the hold gone; counted as the first attempt's success");
-                        Released::Free
+                        Released::Free(NextHolder::Anyone)
                     }
                     n if n < 0 => Released::NotHeld,
-                    0 => Released::Free,
+                    0 => Released::Free(next),
                     n => Released::StillHeld(u32::try_from(n).unwrap_or(u32::MAX)),
                 };
                 tracing::debug!(lock = %job.name, ?released, "dlock: released");
@@ -109,6 +151,36 @@ pub(crate) async fn release(
                 }
                 None => return Err(error),
             },
+        }
+    }
+}
+
+/// A release script's answer: the holds left (or a negative number), and for a freed
+/// lock whom it goes to next.
+struct Reply(i64, NextHolder);
+
+impl redis::FromRedisValue for Reply {
+    fn from_redis_value(value: redis::Value) -> Result<Reply, redis::ParsingError> {
+        match value {
+            redis::Value::Array(items) => match items.as_slice() {
+                [redis::Value::Int(0), next] => {
+                    let next = match String::from_redis_value(next.clone())?.as_str() {
+                        "kept" => NextHolder::ThisClient,
+                        "passed" => NextHolder::Another,
+                        other => {
+                            return Err(format!(
+                                "unexpected hand-off from a dlock release script: {other:?}"
+                            )
+                            .into())
+                        }
+                    };
+                    Ok(Reply(0, next))
+                }
+                other => {
+                    Err(format!("unexpected reply from a dlock release script: {other:?}").into())
+                }
+            },
+            other => Ok(Reply(i64::from_redis_value(other)?, NextHolder::Anyone)),
         }
     }
 }
@@ -131,13 +203,13 @@ pub(crate) async fn run_background(
         let metrics = Arc::clone(&metrics);
         let log = Arc::clone(&log);
         tokio::spawn(async move {
-            let outcome = release(&backend, timing, &job).await;
+            let outcome = release(&backend, timing, &job, HandOff::NONE).await;
             if outcome.is_ok() {
                 log.record(&job);
             }
             metrics.released(matches!(
                 outcome,
-                Ok(Released::Free | Released::StillHeld(_))
+                Ok(Released::Free(_) | Released::StillHeld(_))
             ));
             match outcome {
                 Ok(Released::NotHeld) => {
@@ -254,7 +326,7 @@ pub(crate) async fn replay_after_failover(
             "dlock: master moved; replaying recent releases on the new one"
         );
         for job in jobs {
-            if let Err(error) = release(&backend, timing, &job).await {
+            if let Err(error) = release(&backend, timing, &job, HandOff::NONE).await {
                 tracing::debug!(lock = %job.name, %error, "dlock: replayed release failed");
             }
         }

@@ -59,6 +59,9 @@ pub(crate) struct Waiter<'a> {
     /// Whether every unlock message wakes this waiter (see
     /// [`Waiter::woken_by_every_message`]) rather than one waiter per message.
     every_message: bool,
+    /// The lock whose waiter registry this waiter's tries join (see
+    /// [`Waiter::registered_for`]).
+    registry_of: Option<&'a str>,
 }
 
 impl<'a> Waiter<'a> {
@@ -80,7 +83,16 @@ impl<'a> Waiter<'a> {
             subscription,
             outage: None,
             every_message: false,
+            registry_of: None,
         }
+    }
+
+    /// For a waiter whose busy tries register its client in the waiter registry of the
+    /// lock `lock_key`: the client leaves the registry when its last subscription to the
+    /// channel ends (see `PubSubService::subscribe_registered`).
+    pub(crate) fn registered_for(mut self, lock_key: &'a str) -> Self {
+        self.registry_of = Some(lock_key);
+        self
     }
 
     /// Makes every unlock message on the channel wake this waiter, whoever else it wakes.
@@ -113,10 +125,11 @@ impl<'a> Waiter<'a> {
             None => Duration::MAX,
         };
         let recheck = self.policy.recheck.min(remaining);
-        let (pubsub, channel) = (self.pubsub, self.channel);
-        let subscription = self
-            .subscription
-            .get_or_insert_with(|| pubsub.subscribe(channel));
+        let (pubsub, channel, registry_of) = (self.pubsub, self.channel, self.registry_of);
+        let subscription = self.subscription.get_or_insert_with(|| match registry_of {
+            Some(lock_key) => pubsub.subscribe_registered(channel, lock_key),
+            None => pubsub.subscribe(channel),
+        });
         if !std::mem::replace(&mut self.confirmed, true) {
             // Try again once Redis confirmed the subscription: a release published between
             // the try and the subscription would otherwise be missed.

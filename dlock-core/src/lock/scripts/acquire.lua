@@ -3,6 +3,9 @@
 -- KEYS[1]  the lock hash: field = owner, value = hold count (one per live guard)
 -- KEYS[2]  re-entries: this acquisition's marker (same slot as KEYS[1]); fresh: unused
 -- KEYS[3]  the fencing-token counter of the lock's slot anchor (same slot; never expires)
+-- KEYS[4]  the lock's waiter registry: a sorted set named like the unlock channel (same
+--          slot), client id -> server time in ms when it registered, oldest first. A
+--          release wakes the oldest registered client only (see release.lua).
 -- ARGV[1]  lease in milliseconds; for a re-entry 0 leaves the expiry as it is (the client
 --          validated it; checked again before any write, because a PEXPIRE that fails
 --          after HSET would leave a lock that never expires)
@@ -10,12 +13,17 @@
 -- ARGV[3]  'fresh' (a new owner id, used by this acquisition only) or 'reenter'
 -- ARGV[4]  re-entries: marker lifetime in milliseconds
 -- ARGV[5]  '1': mint a fencing token on a fresh grant; '0': no token (no INCR)
+-- ARGV[6]  the client id to register as waiting when a fresh owner finds the lock busy;
+--          '' registers nothing (a caller that does not wait for unlock messages)
+-- ARGV[7]  the registry's lifetime in ms, renewed by every registration (it only bounds
+--          the life of an abandoned registry: clients leave it when they stop waiting)
 --
 -- Returns {token} when a fresh owner now holds the lock with fencing on (the token minted
 -- for it, kept in the hash field "<owner>:f" and deleted with the owner's last hold); nil
 -- when the owner now holds the lock otherwise (a re-entry shares its outer hold's token,
 -- which the client already has); the remaining time to live of another
--- owner's lock in milliseconds (-1 when it has no expiry); 'notheld' when a re-entry finds
+-- owner's lock in milliseconds (-1 when it has no expiry; a fresh owner's client is then
+-- registered as waiting, keeping its place if it was already); 'notheld' when a re-entry finds
 -- the owner's hold gone; 'wrongtype:<type>' when the key holds another type of value
 -- (nothing is written then).
 --
@@ -66,6 +74,11 @@ if not reenter then
       return nil
     end
     return {tonumber(token)}
+  end
+  if ARGV[6] ~= '' then
+    local now = redis.call('time')
+    redis.call('zadd', KEYS[4], 'nx', now[1] * 1000 + math.floor(now[2] / 1000), ARGV[6])
+    redis.call('pexpire', KEYS[4], ARGV[7])
   end
   return redis.call('pttl', KEYS[1])
 end

@@ -5,13 +5,17 @@
 --             lock taken here excludes and is excluded by a plain lock of the same name,
 --             and is renewed and released by the lock's own scripts, key by key
 -- KEYS[n+1..2n]  the fencing-token counter of each lock (KEYS[n+i] for KEYS[i]), same slot
+-- KEYS[2n+1..3n]  the waiter registry of each lock (named like its unlock channel; see
+--             lock/scripts/acquire.lua), same slot
 -- ARGV[1]     lease in milliseconds (1..31622400000; checked before any write)
 -- ARGV[2]     owner field "<client-id>:<owner-id>", a fresh owner used by this acquisition
 --             only
 -- ARGV[3]     '1': mint a fencing token for each lock; '0': no tokens (no INCR)
+-- ARGV[4]     the client id, registered as waiting for the blocking lock when busy
+-- ARGV[5]     the registry's lifetime in ms
 --
 -- Returns {'ok', token_1, ..., token_n} when the owner now holds every lock (one hold each,
--- expiring after the lease; the tokens are 0 with tokens off); {i, ttl} when another owner holds KEYS[i] and nothing was written: of the held
+-- expiring after the lease; the tokens are 0 with tokens off); {i, ttl} when another owner holds KEYS[i] and nothing was written but the client's registration as a waiter of it: of the held
 -- keys, the one whose owner's lease ends first, and its remaining time to live in ms (-1
 -- when it has no expiry), so the caller naps until then and listens on that lock's
 -- channel; 'wrongtype:<i>:<type>' when KEYS[i] holds another type of value (nothing is
@@ -26,7 +30,7 @@ if lease == nil or lease < 1 or lease > 31622400000 then
   return redis.error_reply('ERR dlock multi acquire: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[1]))
 end
 
-local n = #KEYS / 2
+local n = #KEYS / 3
 local blocker, blocker_ttl = nil, nil
 for i = 1, n do
   local key = KEYS[i]
@@ -42,6 +46,12 @@ for i = 1, n do
   end
 end
 if blocker ~= nil then
+  -- The client waits for the blocking lock like a single lock's waiter: a release of it
+  -- wakes the longest-waiting client.
+  local now = redis.call('time')
+  local registry = KEYS[2 * n + blocker]
+  redis.call('zadd', registry, 'nx', now[1] * 1000 + math.floor(now[2] / 1000), ARGV[4])
+  redis.call('pexpire', registry, ARGV[5])
   return {blocker, blocker_ttl}
 end
 
