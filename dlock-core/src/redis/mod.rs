@@ -21,7 +21,7 @@ mod topology;
 
 pub(crate) use call::CallError;
 pub(crate) use replicated::evalsha;
-pub(crate) use subscriber::SubscriberEvent;
+pub(crate) use subscriber::{Subscriber, SubscriberEvent};
 use topology::Auth;
 pub use topology::Topology;
 pub(crate) use topology::TopologyKind;

@@ -1,11 +1,14 @@
 //! The connection that receives unlock messages: a dedicated pub/sub connection to the
 //! master, or sharded subscriptions through the cluster connection.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures_util::future::try_join_all;
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
 use redis::{FromRedisValue, PushInfo, PushKind, RedisError, RedisResult};
 use tokio::sync::mpsc;
 
@@ -53,17 +56,33 @@ pub(crate) enum SubscriberEvent {
 }
 
 impl Subscriber {
-    pub(crate) async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+    /// Subscribes to every channel of `channels` and waits for every confirmation.
+    ///
+    /// A dedicated connection sends one `SUBSCRIBE` for them all. A sharded subscriber
+    /// sends one `SSUBSCRIBE` per cluster slot (the server refuses a sharded command whose
+    /// channels span slots, CROSSSLOT), all at once, so a batch over many slots costs about
+    /// one round trip rather than one per slot. On an error some channels may be subscribed
+    /// and others not: the caller must treat none of them as confirmed.
+    pub(crate) async fn subscribe(&mut self, channels: &[String]) -> RedisResult<()> {
+        if channels.is_empty() {
+            return Ok(());
+        }
         match self {
-            Subscriber::Dedicated { sink, .. } => sink.subscribe(channel).await,
-            Subscriber::Sharded { conn, .. } => conn.ssubscribe(channel).await,
+            Subscriber::Dedicated { sink, .. } => sink.subscribe(channels).await,
+            Subscriber::Sharded { conn, .. } => per_slot(conn, channels, Sharded::Subscribe).await,
         }
     }
 
-    pub(crate) async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
+    /// Unsubscribes from every channel of `channels` (see [`Subscriber::subscribe`]).
+    pub(crate) async fn unsubscribe(&mut self, channels: &[String]) -> RedisResult<()> {
+        if channels.is_empty() {
+            return Ok(());
+        }
         match self {
-            Subscriber::Dedicated { sink, .. } => sink.unsubscribe(channel).await,
-            Subscriber::Sharded { conn, .. } => conn.sunsubscribe(channel).await,
+            Subscriber::Dedicated { sink, .. } => sink.unsubscribe(channels).await,
+            Subscriber::Sharded { conn, .. } => {
+                per_slot(conn, channels, Sharded::Unsubscribe).await
+            }
         }
     }
 
@@ -100,6 +119,39 @@ impl Subscriber {
             },
         }
     }
+}
+
+/// A sharded pub/sub command.
+#[derive(Clone, Copy)]
+enum Sharded {
+    Subscribe,
+    Unsubscribe,
+}
+
+/// Sends `command` for `channels`, one command per cluster slot, concurrently.
+async fn per_slot(
+    conn: &ClusterConnection,
+    channels: &[String],
+    command: Sharded,
+) -> RedisResult<()> {
+    let mut groups: HashMap<Slot, Vec<&str>> = HashMap::new();
+    for channel in channels {
+        groups
+            .entry(Slot::for_key(channel))
+            .or_default()
+            .push(channel);
+    }
+    try_join_all(groups.into_values().map(|group| {
+        let mut conn = conn.clone();
+        async move {
+            match command {
+                Sharded::Subscribe => conn.ssubscribe(&group).await,
+                Sharded::Unsubscribe => conn.sunsubscribe(&group).await,
+            }
+        }
+    }))
+    .await
+    .map(drop)
 }
 
 impl Backend {

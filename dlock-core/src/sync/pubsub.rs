@@ -14,7 +14,7 @@
 //! A client whose last waiter on such a lock leaves removes itself from the registry (and
 //! passes on a wake-up it may have been sent meanwhile).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -22,13 +22,21 @@ use redis::{RedisError, RedisResult};
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::background::Background;
-use crate::redis::{Backend, SubscriberEvent};
+use crate::redis::{Backend, Subscriber, SubscriberEvent};
 use crate::scripts::scripts;
 use crate::sync::retry::backoff;
 
 /// The longest pause between two attempts to reconnect the subscriber. Waiters do not
 /// depend on it alone: they re-check the lock every `max_wait_recheck` anyway.
 const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
+/// The most channels in one SUBSCRIBE or UNSUBSCRIBE (in a cluster, in one batch of
+/// per-slot SSUBSCRIBEs). Subscribing one channel per command left thousands of new
+/// waiters unsubscribed for seconds; one command for everything queued catches up at
+/// once. The bound keeps one command's reply (one confirmation per channel) small and its
+/// time at Redis (about a millisecond per thousand channels) far below any sane command
+/// timeout, and the messages arriving meanwhile wait no longer than that.
+const MAX_BATCH: usize = 1_000;
 
 /// The client's subscription service.
 pub(crate) struct PubSubService {
@@ -37,7 +45,9 @@ pub(crate) struct PubSubService {
 
 struct Shared {
     channels: Mutex<HashMap<String, Channel>>,
-    commands: mpsc::UnboundedSender<Command>,
+    /// Channels whose wanted state changed (an entry added to or removed from `channels`):
+    /// the subscriber task brings the connection in line with the map.
+    changes: mpsc::UnboundedSender<String>,
     /// This client's id, as release messages name the client they wake.
     client_id: Arc<str>,
     /// For leaving waiter registries.
@@ -69,11 +79,6 @@ impl Channel {
     }
 }
 
-enum Command {
-    Subscribe(String),
-    Unsubscribe(String),
-}
-
 /// One waiter's interest in a channel; dropping it releases the interest.
 pub(crate) struct Subscription {
     shared: Arc<Shared>,
@@ -95,10 +100,10 @@ impl PubSubService {
         command_timeout: Duration,
         background: &Background,
     ) -> PubSubService {
-        let (commands, receiver) = mpsc::unbounded_channel();
+        let (changes, receiver) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
-            commands,
+            changes,
             client_id,
             backend: backend.clone(),
         });
@@ -134,10 +139,7 @@ impl PubSubService {
         let mut channels = self.shared.lock_channels();
         let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
             let (confirm, confirmed) = watch::channel(false);
-            let _ = self
-                .shared
-                .commands
-                .send(Command::Subscribe(channel.to_owned()));
+            let _ = self.shared.changes.send(channel.to_owned());
             Channel {
                 waiters: 0,
                 wake: Arc::new(Notify::new()),
@@ -237,10 +239,7 @@ impl Drop for Subscription {
                     .remove(&self.channel)
                     .and_then(|entry| entry.registry_of);
                 drop(channels);
-                let _ = self
-                    .shared
-                    .commands
-                    .send(Command::Unsubscribe(self.channel.clone()));
+                let _ = self.shared.changes.send(self.channel.clone());
                 if let Some(lock_key) = registry_of {
                     self.shared.leave_registry(lock_key, self.channel.clone());
                 }
@@ -259,7 +258,7 @@ struct Timing {
 /// The subscriber task: (re)connects, keeps the wanted channels subscribed, routes messages.
 async fn run(
     shared: Weak<Shared>,
-    commands: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Command>>>,
+    changes: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>>,
     backend: Backend,
     timing: Timing,
 ) {
@@ -267,7 +266,7 @@ async fn run(
         retry_delay,
         command_timeout,
     } = timing;
-    let mut commands = commands.lock().await;
+    let mut changes = changes.lock().await;
     let mut generation = backend.generation();
     let mut failures: u32 = 0;
     loop {
@@ -283,26 +282,25 @@ async fn run(
                 continue;
             }
         };
+        // The channels this connection is subscribed to, as Redis confirmed them.
+        let mut subscribed = HashSet::new();
 
-        // Subscribe everything wanted right now; later changes arrive as commands.
-        let wanted: Vec<(String, watch::Sender<bool>)> = match shared.upgrade() {
-            Some(shared) => shared
-                .lock_channels()
-                .iter()
-                .map(|(name, channel)| (name.clone(), channel.confirm.clone()))
-                .collect(),
-            None => return,
+        // Subscribe everything wanted right now, in batches; later changes arrive on
+        // `changes`.
+        let Some(wanted) = wanted(&shared, None) else {
+            return;
         };
         let mut healthy = true;
-        for (name, confirm) in &wanted {
-            if let Err(error) = within(command_timeout, subscriber.subscribe(name)).await {
+        for batch in wanted.chunks(MAX_BATCH) {
+            if let Err(error) =
+                subscribe(&mut subscriber, &mut subscribed, batch, command_timeout).await
+            {
                 // Back off as for a failed connection: a server that refuses the
                 // subscription (an ACL without the channel, say) must not be hammered.
-                tracing::warn!(%error, channel = %name, attempt = failures + 1, "dlock: subscribing failed; reconnecting");
+                tracing::warn!(%error, channels = batch.len(), attempt = failures + 1, "dlock: subscribing failed; reconnecting");
                 healthy = false;
                 break;
             }
-            confirm.send_replace(true);
         }
         if !healthy {
             unconfirm_all(&shared);
@@ -319,26 +317,12 @@ async fn run(
 
         while healthy {
             tokio::select! {
-                command = commands.recv() => match command {
+                change = changes.recv() => match change {
                     None => return,
-                    Some(Command::Subscribe(name)) => {
-                        let Some(confirm) = confirmation(&shared, &name) else {
-                            continue; // unsubscribed again before we got to it
-                        };
-                        if let Err(error) = within(command_timeout, subscriber.subscribe(&name)).await {
-                            tracing::warn!(%error, channel = %name, "dlock: subscribing failed; reconnecting");
-                            healthy = false;
-                        } else {
-                            confirm.send_replace(true);
-                        }
-                    }
-                    Some(Command::Unsubscribe(name)) => {
-                        let wanted_again = confirmation(&shared, &name).is_some();
-                        if wanted_again {
-                            continue;
-                        }
-                        if let Err(error) = within(command_timeout, subscriber.unsubscribe(&name)).await {
-                            tracing::warn!(%error, channel = %name, "dlock: unsubscribing failed; reconnecting");
+                    Some(first) => {
+                        let batch = drain(first, &mut changes);
+                        if let Err(error) = apply(&shared, &mut subscriber, &mut subscribed, &batch, command_timeout).await {
+                            tracing::warn!(%error, channels = batch.len(), "dlock: (un)subscribing failed; reconnecting");
                             healthy = false;
                         }
                     }
@@ -350,12 +334,16 @@ async fn run(
                     Some(SubscriberEvent::Dropped(channel)) => {
                         // A slot moved: subscribe again (routed to the new owner) and let
                         // the waiters re-check, since a release may have been missed.
+                        subscribed.remove(&channel);
                         if confirmation(&shared, &channel).is_some() {
                             tracing::debug!(%channel, "dlock: sharded subscription dropped by the server; resubscribing");
-                            if within(command_timeout, subscriber.subscribe(&channel)).await.is_err() {
+                            let again = [channel];
+                            if within(command_timeout, subscriber.subscribe(&again)).await.is_err() {
                                 healthy = false;
+                            } else {
+                                subscribed.extend(again.iter().cloned());
                             }
-                            notify(&shared, &channel, None);
+                            notify(&shared, &again[0], None);
                         }
                     }
                     Some(SubscriberEvent::Interrupted) => {
@@ -374,6 +362,100 @@ async fn run(
         tracing::warn!("dlock: subscriber connection lost; reconnecting");
         unconfirm_all(&shared);
     }
+}
+
+/// `first` and every change already queued behind it, up to [`MAX_BATCH`], without
+/// duplicates: whatever the history of a channel within the batch, only its state in the
+/// shared map now counts.
+fn drain(first: String, changes: &mut mpsc::UnboundedReceiver<String>) -> Vec<String> {
+    let mut seen = HashSet::from([first.clone()]);
+    let mut batch = vec![first];
+    while seen.len() < MAX_BATCH {
+        match changes.try_recv() {
+            Ok(channel) => {
+                if seen.insert(channel.clone()) {
+                    batch.push(channel);
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
+/// Brings the connection in line with the shared map for the channels of `batch`: one
+/// command subscribes those now wanted and not subscribed, one unsubscribes those
+/// subscribed and no longer wanted (a channel wanted and dropped again within the batch
+/// is neither). A channel is confirmed only once Redis confirmed its subscription.
+async fn apply(
+    shared: &Weak<Shared>,
+    subscriber: &mut Subscriber,
+    subscribed: &mut HashSet<String>,
+    batch: &[String],
+    timeout: Duration,
+) -> RedisResult<()> {
+    let Some(wanted) = wanted(shared, Some(batch)) else {
+        return Ok(()); // the service is gone: the next `recv` ends the task
+    };
+    let wanted_names: HashSet<&str> = wanted.iter().map(|(name, _)| name.as_str()).collect();
+    let unwanted: Vec<String> = batch
+        .iter()
+        .filter(|channel| subscribed.contains(*channel) && !wanted_names.contains(channel.as_str()))
+        .cloned()
+        .collect();
+    let mut missing = Vec::with_capacity(wanted.len());
+    for (channel, confirm) in wanted {
+        if subscribed.contains(&channel) {
+            // Wanted again before its unsubscription was sent: still subscribed.
+            confirm.send_replace(true);
+        } else {
+            missing.push((channel, confirm));
+        }
+    }
+    subscribe(subscriber, subscribed, &missing, timeout).await?;
+    if unwanted.is_empty() {
+        return Ok(());
+    }
+    within(timeout, subscriber.unsubscribe(&unwanted)).await?;
+    for channel in &unwanted {
+        subscribed.remove(channel);
+    }
+    Ok(())
+}
+
+/// Subscribes to `channels` in one command and, once Redis confirmed them all, records and
+/// confirms each of them.
+async fn subscribe(
+    subscriber: &mut Subscriber,
+    subscribed: &mut HashSet<String>,
+    channels: &[(String, watch::Sender<bool>)],
+    timeout: Duration,
+) -> RedisResult<()> {
+    let names: Vec<String> = channels.iter().map(|(name, _)| name.clone()).collect();
+    within(timeout, subscriber.subscribe(&names)).await?;
+    for (name, confirm) in channels {
+        confirm.send_replace(true);
+        subscribed.insert(name.clone());
+    }
+    Ok(())
+}
+
+/// The wanted channels (all of them, or those of `among`) with their confirmation
+/// senders; `None` when the service is gone.
+fn wanted(
+    shared: &Weak<Shared>,
+    among: Option<&[String]>,
+) -> Option<Vec<(String, watch::Sender<bool>)>> {
+    let shared = shared.upgrade()?;
+    let channels = shared.lock_channels();
+    let entry = |name: &String, channel: &Channel| (name.clone(), channel.confirm.clone());
+    Some(match among {
+        None => channels.iter().map(|(name, c)| entry(name, c)).collect(),
+        Some(names) => names
+            .iter()
+            .filter_map(|name| channels.get(name).map(|c| entry(name, c)))
+            .collect(),
+    })
 }
 
 /// A subscribe or unsubscribe, failed with a timeout error when Redis does not answer
