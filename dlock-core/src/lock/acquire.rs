@@ -335,6 +335,7 @@ impl Lock {
             pending = Some(match attempt.run(lease_ms, give_up_at).await {
                 Ok((sent_at, Reply::Acquired(fence))) => {
                     attempt.maybe_applied = false;
+                    waiter.acquired();
                     let held = Arc::new(
                         Held::new(
                             self.hold_owner(&attempt.field),

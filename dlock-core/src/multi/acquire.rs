@@ -128,6 +128,9 @@ impl MultiLock {
             let (blocker, not_yet) = match attempt.run(lease_ms, give_up_at).await {
                 Ok((sent_at, Reply::Acquired(tokens))) => {
                     attempt.maybe_applied = false;
+                    if let Some((_, waiting)) = waiter.as_mut() {
+                        waiting.acquired();
+                    }
                     let guards = self
                         .locks
                         .iter()

@@ -86,6 +86,8 @@ pub(crate) struct Subscription {
     wake: Arc<Notify>,
     notices: watch::Receiver<u64>,
     confirmed: watch::Receiver<bool>,
+    /// Its waiter acquired the lock: a wake-up sent to this client was used.
+    acquired: bool,
 }
 
 impl PubSubService {
@@ -159,6 +161,7 @@ impl PubSubService {
             wake: Arc::clone(&entry.wake),
             notices: entry.notices.subscribe(),
             confirmed: entry.confirmed.clone(),
+            acquired: false,
         }
     }
 }
@@ -182,8 +185,10 @@ impl Shared {
     }
 
     /// Takes this client out of the waiter registry of `lock_key` (named `channel`), in
-    /// the background; a failure only costs the next waiter there one recheck interval.
-    fn leave_registry(&self, lock_key: String, channel: String) {
+    /// the background; unless the last waiter `acquired` the lock, a wake-up this client
+    /// may have been sent is passed on. A failure only costs the next waiter there one
+    /// recheck interval.
+    fn leave_registry(&self, lock_key: String, channel: String, acquired: bool) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -195,7 +200,8 @@ impl Shared {
                 .key(&lock_key)
                 .key(&channel)
                 .arg(&*client_id)
-                .arg(backend.publish_command());
+                .arg(backend.publish_command())
+                .arg(if acquired { "0" } else { "1" });
             if let Err(error) = backend.invoke::<i64>(&invocation).await {
                 tracing::debug!(%channel, %error, "dlock: leaving the waiter registry failed");
             }
@@ -213,6 +219,12 @@ impl Subscription {
     pub(crate) async fn confirmed(&mut self) {
         // The sender lives in the shared map as long as this subscription exists.
         let _ = self.confirmed.wait_for(|confirmed| *confirmed).await;
+    }
+
+    /// Its waiter acquired the lock: if this is the client's last subscription to the
+    /// channel, leaving the waiter registry passes no wake-up on (this one used it).
+    pub(crate) fn acquired(&mut self) {
+        self.acquired = true;
     }
 
     /// Completes when an unlock message for the channel arrives (or the subscriber
@@ -241,7 +253,8 @@ impl Drop for Subscription {
                 drop(channels);
                 let _ = self.shared.changes.send(self.channel.clone());
                 if let Some(lock_key) = registry_of {
-                    self.shared.leave_registry(lock_key, self.channel.clone());
+                    self.shared
+                        .leave_registry(lock_key, self.channel.clone(), self.acquired);
                 }
             }
         }

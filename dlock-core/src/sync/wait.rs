@@ -106,6 +106,14 @@ impl<'a> Waiter<'a> {
         self
     }
 
+    /// The last try acquired: the wake-up that led to it was used (see
+    /// `Subscription::acquired`).
+    pub(crate) fn acquired(&mut self) {
+        if let Some(subscription) = &mut self.subscription {
+            subscription.acquired();
+        }
+    }
+
     /// Waits after `outcome` until the next try is worth it, or says why to give up.
     pub(crate) async fn wait(&mut self, outcome: NotYet) -> Result<(), GiveUp> {
         match outcome {

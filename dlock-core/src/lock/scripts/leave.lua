@@ -5,6 +5,8 @@
 -- KEYS[2]  the lock's unlock channel, also the name of its waiter registry
 -- ARGV[1]  the client id
 -- ARGV[2]  publish command: 'publish' or 'spublish'
+-- ARGV[3]  '1' when the client stops waiting without having acquired the lock (a
+--          wake-up sent to it would be lost), '0' when its last waiter acquired it
 --
 -- Returns 1 when the wake-up was passed on to the next waiting client, else 0.
 --
@@ -12,7 +14,7 @@
 -- the client it wakes). If the lock is still free, that wake-up found nobody to use it:
 -- the next registered client gets it, so the lock does not sit idle until the waiters'
 -- next recheck.
-if redis.call('zrem', KEYS[2], ARGV[1]) == 1 then
+if redis.call('zrem', KEYS[2], ARGV[1]) == 1 or ARGV[3] ~= '1' then
   return 0
 end
 if redis.call('exists', KEYS[1]) == 1 then

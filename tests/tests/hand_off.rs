@@ -1,0 +1,205 @@
+//! Guards the promises of the lock's hand-off between clients: one release wakes one
+//! client (the longest waiting, through the lock's waiter registry), a client keeps a
+//! contended lock for a bounded number of local hand-offs before passing it on, and a
+//! client that stops waiting leaves the registry and passes on a wake-up it was sent.
+//!
+//! Each client here stands for a process: it has its own connections, subscriber and
+//! local line, exactly as a `LockClient` in another process would.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dlock_core::LockClient;
+use dlock_tests::RedisServer;
+use redis::Commands;
+use tokio::time::Instant;
+
+/// The waiter registry of the lock `{tag}` (no key prefix): named like its unlock
+/// channel, `dlock:unlock:{<slot anchor>}:<key>`, whose anchor is the key's hash tag.
+fn registry(tag: &str) -> String {
+    format!("dlock:unlock:{{{tag}}}:{{{tag}}}")
+}
+
+/// Twenty clients with one task each loop on one lock: each release must let about one
+/// acquire attempt reach Redis, not one per waiting client. Fails when releases wake
+/// every client (one attempt per client and release: about 20).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_release_wakes_one_of_twenty_waiting_clients() {
+    const CLIENTS: usize = 20;
+    const ROUNDS: usize = 15;
+    let server = RedisServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(LockClient::connect(&server.url()).await.unwrap());
+    }
+    let mut tasks = Vec::new();
+    for client in &clients {
+        let lock = client.lock("{herd}");
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = lock.try_lock_for(Duration::from_secs(30)).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("the clients finished")
+            .unwrap();
+    }
+    let (attempts, acquired) = clients.iter().fold((0, 0), |(attempts, acquired), c| {
+        let stats = c.stats();
+        (attempts + stats.acquire_attempts, acquired + stats.acquired)
+    });
+    // Each `lock()` call tries once as it starts (finding the lock busy, here); the tries
+    // that follow are the ones releases cause.
+    let woken = attempts.saturating_sub(acquired) as f64 / acquired as f64;
+    eprintln!("{CLIENTS} clients: {attempts} acquire attempts for {acquired} acquisitions ({woken:.2} woken tries per release)");
+    assert_eq!(acquired, (CLIENTS * ROUNDS) as u64);
+    assert!(
+        woken <= 1.5,
+        "{woken:.2} woken tries per release ({attempts} attempts for {acquired} acquisitions)"
+    );
+    // Every client left the registry when it stopped waiting.
+    let left: usize = server.connection().zcard(registry("herd")).unwrap();
+    assert_eq!(left, 0, "clients still registered as waiting");
+}
+
+/// Four clients with four tasks each contend for one lock: each client gets about its
+/// share, and no client keeps the lock for more than a bounded run of sections while
+/// another waits. Fails without the bound on local hand-offs (a client's tasks hand the
+/// lock to each other without a pub/sub hop and keep it for hundreds of sections).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_take_turns_on_a_hot_lock() {
+    const CLIENTS: usize = 4;
+    const TASKS: usize = 4;
+    const SECTIONS: u64 = 1_200;
+    let server = RedisServer::start();
+    let taken = Arc::new(AtomicU64::new(0));
+    // The hand-off order: which client had each section.
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for client_index in 0..CLIENTS {
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        for _ in 0..TASKS {
+            let lock = client.lock("{hot}");
+            let (taken, order) = (Arc::clone(&taken), Arc::clone(&order));
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let guard = lock.try_lock_for(Duration::from_secs(30)).await.unwrap();
+                    if taken.fetch_add(1, Ordering::SeqCst) >= SECTIONS {
+                        guard.unlock().await.unwrap();
+                        return;
+                    }
+                    order.lock().unwrap().push(client_index);
+                    tokio::task::yield_now().await;
+                    guard.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(90), task)
+            .await
+            .expect("the tasks finished")
+            .unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order.len() as u64, SECTIONS);
+    let mut counts = [0u64; CLIENTS];
+    for &client in &order {
+        counts[client] += 1;
+    }
+    // The longest run of one client, over the middle of the run, where every client has
+    // tasks waiting (at the start and the end some are not there yet or gone).
+    let middle = &order[order.len() / 10..order.len() * 9 / 10];
+    let longest = middle
+        .chunk_by(|a, b| a == b)
+        .map(<[usize]>::len)
+        .max()
+        .unwrap_or(0);
+    let mean = SECTIONS as f64 / CLIENTS as f64;
+    let min = *counts.iter().min().unwrap() as f64;
+    eprintln!(
+        "sections per client {counts:?}, min / mean {:.2}, longest run {longest}",
+        min / mean
+    );
+    assert!(min / mean >= 0.7, "per client {counts:?}");
+    assert!(
+        longest <= 16,
+        "a client kept the lock {longest} sections in a row"
+    );
+}
+
+/// A client that stops waiting leaves the registry; and if a release chose it before it
+/// left (the wake-up went to a client with nobody left to use it), it passes the wake-up
+/// on, so the next waiting client acquires at once instead of at its next recheck. Fails
+/// when leaving does not pass the wake-up on (the other client waits its 10 s recheck).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_waiting_passes_its_wake_up_on() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let slow_recheck = || {
+        LockClient::builder()
+            .max_wait_recheck(Duration::from_secs(10))
+            .connect(&url)
+    };
+    let (first, second) = (slow_recheck().await.unwrap(), slow_recheck().await.unwrap());
+    // Held by an owner of another process for a minute.
+    let _: () = redis::pipe()
+        .hset("{passed-on}", "elsewhere:1", 1)
+        .pexpire("{passed-on}", 60_000)
+        .query(&mut server.connection())
+        .unwrap();
+
+    let waiting = |client: &LockClient| {
+        let lock = client.lock("{passed-on}");
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await })
+    };
+    let registered = |count: usize| {
+        let server = &server;
+        async move {
+            let started = Instant::now();
+            loop {
+                let now: usize = server.connection().zcard(registry("passed-on")).unwrap();
+                if now == count {
+                    return;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "{now} registered"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    let first_waiter = waiting(&first);
+    registered(1).await;
+    let second_waiter = waiting(&second);
+    registered(2).await;
+
+    // A release chose `first` (taking it out of the registry), and `first` stops waiting
+    // before it used the wake-up: the lock is free, `second` still registered and asleep
+    // for its 10 s recheck.
+    let _: () = redis::pipe()
+        .zrem(registry("passed-on"), first.id().to_string())
+        .del("{passed-on}")
+        .query(&mut server.connection())
+        .unwrap();
+
+    // `first` stops waiting: it passes the wake-up on.
+    let stopped = Instant::now();
+    first_waiter.abort();
+    let acquired = tokio::time::timeout(Duration::from_secs(3), second_waiter)
+        .await
+        .expect("the second client was woken by the first one's leaving")
+        .unwrap()
+        .unwrap();
+    eprintln!("woken {:?} after the first client left", stopped.elapsed());
+    acquired.unlock().await.unwrap();
+    let left: usize = server.connection().zcard(registry("passed-on")).unwrap();
+    assert_eq!(left, 0);
+}
