@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::sync::release::ReleaseTiming;
+use crate::sync::release::{ReleaseTiming, HAND_OFF_RESERVATION};
 use crate::sync::retry::RetryPolicy;
 
 /// Validated settings of a client.
@@ -60,6 +60,7 @@ impl Settings {
             retry: self.retry(),
             memo_ttl: self.memo_ttl(),
             registry_ttl: self.registry_ttl(),
+            reservation: HAND_OFF_RESERVATION,
         }
     }
 

@@ -85,6 +85,7 @@ impl Lock {
             field: Arc::clone(&outer.field),
             kind: AttemptKind::Reentry { op },
             maybe_applied: false,
+            waits: false,
         };
         let (sent_at, reply) = match attempt.run(lease_ms, None).await {
             Ok(outcome) => outcome,
@@ -298,6 +299,7 @@ impl Lock {
             field: format!("{}:{owner}", inner.id_text).into(),
             kind: AttemptKind::New,
             maybe_applied: false,
+            waits: wait != Some(Duration::ZERO),
         };
         let mut waiter = Waiter::new(
             &inner.pubsub,
@@ -446,6 +448,9 @@ struct Attempt<'a> {
     field: Arc<str>,
     kind: AttemptKind,
     maybe_applied: bool,
+    /// The acquisition waits for unlock messages when busy (not a single try): its busy
+    /// tries register the client in the lock's waiter registry.
+    waits: bool,
 }
 
 impl Attempt<'_> {
@@ -479,7 +484,12 @@ impl Attempt<'_> {
             AttemptKind::New => &lock.client.inner.id_text,
             AttemptKind::Reentry { .. } => "",
         };
-        let registry_ms = inner.settings.registry_ttl().as_millis() as u64;
+        // A single try does not wait, so it must not be woken in anyone's turn.
+        let registry_ms = if self.waits {
+            inner.settings.registry_ttl().as_millis() as u64
+        } else {
+            0
+        };
         let mut invocation = scripts().acquire.prepare_invoke();
         invocation
             .key(&self.lock.keys.key)

@@ -121,6 +121,7 @@ impl MultiLock {
             locks: &self.locks,
             field: format!("{}:{}", inner.id_text, inner.next_owner()).into(),
             maybe_applied: false,
+            waits: wait != Some(Duration::ZERO),
         };
         // The waiter listens on the channel of the lock that blocked the last try.
         let mut waiter: Option<(usize, Waiter<'_>)> = None;
@@ -342,6 +343,8 @@ struct SameSlotAttempt<'a> {
     locks: &'a [Lock],
     field: Arc<str>,
     maybe_applied: bool,
+    /// Not a single try: busy tries register the client as waiting for the blocker.
+    waits: bool,
 }
 
 impl SameSlotAttempt<'_> {
@@ -369,7 +372,11 @@ impl SameSlotAttempt<'_> {
             .arg(&*self.field)
             .arg(inner.settings.fence_arg())
             .arg(&*inner.id_text)
-            .arg(inner.settings.registry_ttl().as_millis() as u64);
+            .arg(if self.waits {
+                inner.settings.registry_ttl().as_millis() as u64
+            } else {
+                0
+            });
         // Stays true after an error reply too: a script refused half-way keeps what it
         // wrote.
         self.maybe_applied = true;

@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use crate::background::Background;
 use crate::redis::{Backend, Subscriber, SubscriberEvent};
 use crate::scripts::scripts;
+use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::retry::backoff;
 
 /// The longest pause between two attempts to reconnect the subscriber. Waiters do not
@@ -201,7 +202,8 @@ impl Shared {
                 .key(&channel)
                 .arg(&*client_id)
                 .arg(backend.publish_command())
-                .arg(if acquired { "0" } else { "1" });
+                .arg(if acquired { "0" } else { "1" })
+                .arg(HAND_OFF_RESERVATION.as_millis() as u64);
             if let Err(error) = backend.invoke::<i64>(&invocation).await {
                 tracing::debug!(%channel, %error, "dlock: leaving the waiter registry failed");
             }

@@ -61,12 +61,20 @@ impl HandOff {
     };
 }
 
+/// How long a lock passed to a waiting client stays reserved for it: long enough for
+/// the unlock message to arrive and the client to try (under a millisecond when healthy,
+/// tens of milliseconds on a loaded machine); short, because a reservation for a client
+/// that died meanwhile keeps the lock idle that long.
+pub(crate) const HAND_OFF_RESERVATION: Duration = Duration::from_millis(100);
+
 /// How releases are retried, and how long their memos and waiter registrations live.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ReleaseTiming {
     pub(crate) retry: RetryPolicy,
     pub(crate) memo_ttl: Duration,
     pub(crate) registry_ttl: Duration,
+    /// How long a lock passed to a waiting client stays reserved for it.
+    pub(crate) reservation: Duration,
 }
 
 /// One primitive's release: its script with keys and arguments.
@@ -77,10 +85,11 @@ pub(crate) struct ReleaseTiming {
 ///   retry (or a replay on a new master) answers from it instead of applying again; or,
 ///   for an op declared [`finds_nothing_once_done`](ReleaseOp::finds_nothing_once_done),
 ///   the release is idempotent by itself and leaves nothing of the owner's behind;
-/// - after the primitive's own arguments it receives five more: the memo's lifetime in
+/// - after the primitive's own arguments it receives six more: the memo's lifetime in
 ///   ms, the command that announces a release (`publish`, `spublish` in a cluster), the
-///   [`HandOff`] as `'1'`/`'0'` (a local task waits next; it may keep the lock) and the
-///   waiter registry's lifetime in ms; scripts without a registry ignore the last three;
+///   [`HandOff`] as `'1'`/`'0'` (a local task waits next; it may keep the lock), the
+///   waiter registry's lifetime and how long a lock passed on stays reserved for its
+///   next holder, in ms; scripts without a registry ignore the last four;
 /// - it answers with an integer: the owner's holds left (0: the lock is free now), or a
 ///   negative number when the owner held nothing; a freed lock may also answer
 ///   `{0, 'kept'}` or `{0, 'passed'}` (see [`NextHolder`]).
@@ -123,7 +132,8 @@ pub(crate) async fn release(
         .arg(backend.publish_command())
         .arg(flag(hand_off.local_next))
         .arg(flag(hand_off.keep))
-        .arg(timing.registry_ttl.as_millis() as u64);
+        .arg(timing.registry_ttl.as_millis() as u64)
+        .arg(timing.reservation.as_millis() as u64);
     let started = Instant::now();
     let mut failures = 0;
     loop {

@@ -13,17 +13,20 @@
 -- ARGV[3]  'fresh' (a new owner id, used by this acquisition only) or 'reenter'
 -- ARGV[4]  re-entries: marker lifetime in milliseconds
 -- ARGV[5]  '1': mint a fencing token on a fresh grant; '0': no token (no INCR)
--- ARGV[6]  the client id to register as waiting when a fresh owner finds the lock busy;
---          '' registers nothing (a caller that does not wait for unlock messages)
+-- ARGV[6]  the client id: registered as waiting when a fresh owner finds the lock busy,
+--          and the client a reservation names when a release passed the lock to it; ''
+--          for a caller that never waits for unlock messages
 -- ARGV[7]  the registry's lifetime in ms, renewed by every registration (it only bounds
---          the life of an abandoned registry: clients leave it when they stop waiting)
+--          the life of an abandoned registry: clients leave it when they stop waiting);
+--          0 registers nothing (a single try, which does not wait)
 --
 -- Returns {token} when a fresh owner now holds the lock with fencing on (the token minted
 -- for it, kept in the hash field "<owner>:f" and deleted with the owner's last hold); nil
 -- when the owner now holds the lock otherwise (a re-entry shares its outer hold's token,
 -- which the client already has); the remaining time to live of another
--- owner's lock in milliseconds (-1 when it has no expiry; a fresh owner's client is then
--- registered as waiting, keeping its place if it was already); 'notheld' when a re-entry finds
+-- owner's lock in milliseconds (-1 when it has no expiry or is reserved for another
+-- client; a fresh owner's client is then registered as waiting, keeping its place if it
+-- was already); 'notheld' when a re-entry finds
 -- the owner's hold gone; 'wrongtype:<type>' when the key holds another type of value
 -- (nothing is written then).
 --
@@ -42,7 +45,7 @@ if lease == nil or lease < lowest or lease > 31622400000 then
   return redis.error_reply('ERR dlock acquire: lease must be ' .. lowest .. '..31622400000 ms, got ' .. tostring(ARGV[1]))
 end
 
-if not reenter and redis.call('exists', KEYS[1]) == 0 then
+local function grant()
   if ARGV[5] ~= '1' then
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], lease)
@@ -56,12 +59,22 @@ if not reenter and redis.call('exists', KEYS[1]) == 0 then
   return {token}
 end
 
+if not reenter and redis.call('exists', KEYS[1]) == 0 then
+  return grant()
+end
+
 local mine = redis.pcall('hexists', KEYS[1], ARGV[2])
 if type(mine) == 'table' and mine.err then
   return 'wrongtype:' .. redis.call('type', KEYS[1]).ok
 end
 
 if not reenter then
+  -- A release passed the lock to this client: it holds nothing but the reservation
+  -- (field '!next' = the client id, expiring soon), which only this client may take.
+  if mine == 0 and ARGV[6] ~= '' and redis.call('hget', KEYS[1], '!next') == ARGV[6] then
+    redis.call('del', KEYS[1])
+    return grant()
+  end
   if mine == 1 then
     -- An earlier attempt of this acquisition was applied (its reply was lost, or the
     -- replicas did not confirm it in time). The client counts the lease from this
@@ -75,10 +88,16 @@ if not reenter then
     end
     return {tonumber(token)}
   end
-  if ARGV[6] ~= '' then
+  if ARGV[6] ~= '' and ARGV[7] ~= '0' then
     local now = redis.call('time')
     redis.call('zadd', KEYS[4], 'nx', now[1] * 1000 + math.floor(now[2] / 1000), ARGV[6])
     redis.call('pexpire', KEYS[4], ARGV[7])
+  end
+  if mine == 0 and redis.call('hexists', KEYS[1], '!next') == 1 then
+    -- Reserved for another client, which holds it next: this client is registered and
+    -- woken in its turn, so its waiter need not try again when the reservation ends
+    -- (-1: no expiry known; it still rechecks every max_wait_recheck).
+    return -1
   end
   return redis.call('pttl', KEYS[1])
 end

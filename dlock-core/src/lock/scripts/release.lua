@@ -17,6 +17,7 @@
 -- ARGV[6]  '1' when that task may have the lock next even if other clients wait (the
 --          client's bound on consecutive local hand-offs is not reached), else '0'
 -- ARGV[7]  the registry's lifetime in ms
+-- ARGV[8]  how long the lock stays reserved for the client it is passed to, in ms
 --
 -- Returns -1 when there is nothing of the owner's to give back (or the key holds another
 -- type), n > 0 when the owner still holds it n times, and when the lock is now free: 0 if
@@ -27,7 +28,11 @@
 --
 -- One release wakes one client: the message names the client to wake, so the others
 -- stay asleep (a release used to wake a waiter in every client, all but one of which
--- then found the lock taken).
+-- then found the lock taken). The lock is reserved for that client for ARGV[8] ms (the
+-- hash holds only the field '!next' = its id): a new caller of any other client, which
+-- needs no pub/sub hop, would otherwise take the lock first nearly every time, and the
+-- woken client would go back to the end of the line. A reservation nobody takes (the
+-- client died) only delays the others by its lifetime; they nap until it expires.
 --
 -- Each mode counts once however often it is retried (after a lost reply, or replayed on a
 -- new master), and a retry never touches a lock another owner acquired in the meantime
@@ -85,6 +90,8 @@ local oldest = redis.call('zpopmin', KEYS[2])
 if oldest[1] == nil then
   return 0
 end
+redis.call('hset', KEYS[1], '!next', oldest[1])
+redis.call('pexpire', KEYS[1], ARGV[8])
 redis.call(ARGV[4], KEYS[2], oldest[1])
 if local_next then
   local now = redis.call('time')

@@ -12,7 +12,7 @@
 --             only
 -- ARGV[3]     '1': mint a fencing token for each lock; '0': no tokens (no INCR)
 -- ARGV[4]     the client id, registered as waiting for the blocking lock when busy
--- ARGV[5]     the registry's lifetime in ms
+-- ARGV[5]     the registry's lifetime in ms; 0 registers nothing (a single try)
 --
 -- Returns {'ok', token_1, ..., token_n} when the owner now holds every lock (one hold each,
 -- expiring after the lease; the tokens are 0 with tokens off); {i, ttl} when another owner holds KEYS[i] and nothing was written but the client's registration as a waiter of it: of the held
@@ -32,13 +32,17 @@ end
 
 local n = #KEYS / 3
 local blocker, blocker_ttl = nil, nil
+-- Locks a release passed to this client (reserved: field '!next' = the client id).
+local reserved = {}
 for i = 1, n do
   local key = KEYS[i]
   local mine = redis.pcall('hexists', key, ARGV[2])
   if type(mine) == 'table' and mine.err then
     return 'wrongtype:' .. i .. ':' .. redis.call('type', key).ok
   end
-  if mine == 0 and redis.call('exists', key) == 1 then
+  if mine == 0 and redis.call('hget', key, '!next') == ARGV[4] then
+    reserved[i] = true
+  elseif mine == 0 and redis.call('exists', key) == 1 then
     local ttl = redis.call('pttl', key)
     if blocker == nil or (ttl >= 0 and (blocker_ttl < 0 or ttl < blocker_ttl)) then
       blocker, blocker_ttl = i, ttl
@@ -48,16 +52,21 @@ end
 if blocker ~= nil then
   -- The client waits for the blocking lock like a single lock's waiter: a release of it
   -- wakes the longest-waiting client.
-  local now = redis.call('time')
-  local registry = KEYS[2 * n + blocker]
-  redis.call('zadd', registry, 'nx', now[1] * 1000 + math.floor(now[2] / 1000), ARGV[4])
-  redis.call('pexpire', registry, ARGV[5])
+  if ARGV[5] ~= '0' then
+    local now = redis.call('time')
+    local registry = KEYS[2 * n + blocker]
+    redis.call('zadd', registry, 'nx', now[1] * 1000 + math.floor(now[2] / 1000), ARGV[4])
+    redis.call('pexpire', registry, ARGV[5])
+  end
   return {blocker, blocker_ttl}
 end
 
 local granted = {'ok'}
 for i = 1, n do
   local key = KEYS[i]
+  if reserved[i] then
+    redis.call('del', key)
+  end
   local token = 0
   if ARGV[3] == '1' then
     token = tonumber(redis.call('hget', key, ARGV[2] .. ':f'))
