@@ -36,7 +36,8 @@ pub struct Cli {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub acquisitions: Option<u64>,
 
-    /// Locks held at once in S4 [default: 10000, 1000 with --quick].
+    /// Locks held at once in S4, and waiters in `subscribe` [default: 10000, 1000 with
+    /// --quick].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub locks: Option<u64>,
 
@@ -84,6 +85,13 @@ pub enum Scenario {
     /// The rest of the family: multi-lock (2 and 5 keys, one slot or several), semaphore
     /// and RedLock (5 servers) in S1; semaphore and multi-lock in S2.
     Family,
+    /// Redis memory growth over S1's loop (60 s, 6 × --duration).
+    Memory,
+    /// 10,000 waiters (--locks) on distinct locks: time until all are subscribed, and
+    /// until all are unsubscribed after they are cancelled.
+    Subscribe,
+    /// The stock demo's hot item (runs the `stock-demo` binary found next to this one).
+    Demo,
     /// Everything above.
     All,
 }

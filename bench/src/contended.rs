@@ -378,6 +378,8 @@ pub fn analyze(
         .filter(|w| w[0].contender == w[1].contender)
         .count();
 
+    let contested = contested_runs(&events);
+
     let mut per: HashMap<u32, u64> = HashMap::new();
     for e in &events {
         *per.entry(e.contender).or_default() += 1;
@@ -469,6 +471,22 @@ pub fn analyze(
         same as f64 / events.len().saturating_sub(1).max(1) as f64 * 100.0,
         1,
     );
+    m.add(
+        "longest_run",
+        "longest run of consecutive sections by one contender while another waits",
+        contested.longest as f64,
+        0,
+    );
+    m.add(
+        "back_to_releaser_pct",
+        "hand-offs back to the releasing contender while another waits (%)",
+        if contested.handoffs == 0 {
+            f64::NAN
+        } else {
+            contested.back_to_releaser as f64 / contested.handoffs as f64 * 100.0
+        },
+        1,
+    );
     if !reads.is_empty() {
         let mut read_waits: Vec<u64> = reads.iter().map(|e| e.wait_us).collect();
         read_waits.sort_unstable();
@@ -510,6 +528,65 @@ pub fn analyze(
         if counter_ok { 1.0 } else { 0.0 },
     );
     m
+}
+
+/// How the lock passes between contenders while more than one wants it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Contested {
+    /// The longest run of consecutive sections (in hand-off order) by one contender,
+    /// counting only sections during which another contender was waiting.
+    longest: u64,
+    /// Releases at which another contender was waiting.
+    handoffs: u64,
+    /// Of those, the ones after which the releasing contender took the lock again.
+    back_to_releaser: u64,
+}
+
+/// Runs of one contender while others wait, from `sections` in hand-off order.
+///
+/// A contender waits from its `lock()` call (`acquired_at_us − wait_us`) until it holds
+/// the lock. A section counts towards a run only if another contender waited during it;
+/// a section nobody else waited through ends the run (nobody was kept out). Times are
+/// wall-clock, comparable across processes.
+fn contested_runs(sections: &[Acquisition]) -> Contested {
+    let waits: Vec<(u32, u64, u64)> = sections
+        .iter()
+        .map(|e| {
+            (
+                e.contender,
+                e.acquired_at_us.saturating_sub(e.wait_us),
+                e.acquired_at_us,
+            )
+        })
+        .collect();
+    // Whether a contender other than `me` was waiting at some point in `from..to`.
+    let other_waits = |me: u32, from: u64, to: u64| {
+        waits
+            .iter()
+            .any(|&(who, start, end)| who != me && start < to && end > from)
+    };
+    let mut out = Contested::default();
+    let mut run = 0;
+    for (i, e) in sections.iter().enumerate() {
+        let contested = other_waits(e.contender, e.acquired_at_us, e.unlock_at_us);
+        let same = i > 0 && sections[i - 1].contender == e.contender;
+        run = match (contested, same) {
+            (false, _) => 0,
+            (true, true) => run + 1,
+            (true, false) => 1,
+        };
+        out.longest = out.longest.max(run);
+        if let Some(next) = sections.get(i + 1) {
+            let at = e.unlock_at_us;
+            if other_waits(e.contender, at, at.saturating_add(1)) {
+                out.handoffs += 1;
+                if next.contender == e.contender {
+                    out.back_to_releaser += 1;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The largest number of `sections` held at the same time (acquired .. unlock).
@@ -562,6 +639,26 @@ mod tests {
             analyze(duplicate, 1_000, 3, 2, 3).get("counter_ok"),
             Some(0.0)
         );
+    }
+
+    #[test]
+    fn runs_count_only_while_another_contender_waits() {
+        // Contender 0 holds 1..=4 back to back (at 1,000, 1,100, ...; 50 µs each).
+        // Contender 1 asks at 1,120 (during section 2) and gets the lock at 1,400
+        // (section 5); contender 2 never waits during them.
+        let mut events: Vec<Acquisition> = (1..=4).map(|n| acq(n, 0, 900 + 100 * n)).collect();
+        let mut late = acq(5, 1, 1_400);
+        late.wait_us = 280;
+        events.push(late);
+        let c = contested_runs(&events);
+        // Sections 2 (1,100..1,150), 3 and 4 overlap contender 1's wait; 1 does not.
+        assert_eq!(c.longest, 3);
+        // Releases of 2, 3 and 4 happen while 1 waits; after 2 and 3 the lock went back
+        // to 0, after 4 to the waiter.
+        assert_eq!((c.handoffs, c.back_to_releaser), (3, 2));
+        // Nobody waiting: no run, no contested hand-off.
+        let alone: Vec<Acquisition> = (1..=4).map(|n| acq(n, 0, 900 + 100 * n)).collect();
+        assert_eq!(contested_runs(&alone), Contested::default());
     }
 
     #[test]

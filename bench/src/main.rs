@@ -2,7 +2,8 @@
 //! Redis server's own ceiling for dlock's scripts and with rslock.
 //!
 //! ```text
-//! cargo run --release -p dlock-bench -- [--scenarios limit,s1,s2,s3,s4,s5,peers] [--runs 3]
+//! cargo run --release -p dlock-bench -- [--scenarios limit,s1,s2,s3,s4,s5,peers,memory,...]
+//!     [--runs 3]
 //!     [--duration 10s] [--json] [--write-docs docs/PERFORMANCE.md] [--redis-url URL] [--quick]
 //! ```
 //!
@@ -10,13 +11,16 @@
 
 mod cli;
 mod contended;
+mod demo;
 mod limit;
 mod machine;
+mod memory;
 mod metrics;
 mod plan;
 mod processes;
 mod report;
 mod stats;
+mod subscribe;
 mod target;
 mod uncontended;
 mod watchdog;

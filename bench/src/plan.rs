@@ -10,7 +10,7 @@ use crate::metrics::Metrics;
 use crate::stats::Result;
 use crate::target::Target;
 use crate::uncontended::Family;
-use crate::{contended, limit, processes, uncontended, watchdog};
+use crate::{contended, demo, limit, memory, processes, subscribe, uncontended, watchdog};
 
 /// Settings of a benchmark invocation.
 #[derive(Debug, Clone, Serialize)]
@@ -51,6 +51,12 @@ pub struct Config {
     /// Give up on S2 / S5 after this long.
     #[serde(with = "secs")]
     pub contended_timeout: Duration,
+    /// How long the memory scenario runs S1's loop (6 × duration: 60 s by default).
+    #[serde(with = "secs")]
+    pub memory_duration: Duration,
+    /// How long the demo scenario sends requests.
+    #[serde(with = "secs")]
+    pub demo_duration: Duration,
 }
 
 mod secs {
@@ -90,6 +96,8 @@ impl Config {
             redis_benchmark_seconds: if quick { 0.25 } else { 2.0 },
             foreign_cpu_limit: cli.foreign_cpu_limit,
             contended_timeout: Duration::from_secs(if quick { 60 } else { 180 }),
+            memory_duration: duration * 6,
+            demo_duration: Duration::from_secs(if quick { 3 } else { 10 }),
         }
     }
 }
@@ -118,11 +126,17 @@ pub enum Job {
     S5Processes(Primitive),
     /// S1 with the rest of the lock family.
     S1Family(Family),
+    /// Redis memory growth over S1's loop.
+    Memory,
+    /// Many waiters' subscriptions.
+    Subscribe,
+    /// The stock demo's hot item.
+    Demo,
 }
 
 impl Job {
     /// Every job, in the order they run.
-    pub const ALL: [Job; 21] = [
+    pub const ALL: [Job; 24] = [
         Job::Limit,
         Job::S1Dlock,
         Job::S1Unfenced,
@@ -144,6 +158,9 @@ impl Job {
         Job::S1Family(Family::RedLock),
         Job::S2Dlock(Primitive::Semaphore),
         Job::S2Dlock(Primitive::Multi),
+        Job::Memory,
+        Job::Subscribe,
+        Job::Demo,
     ];
 
     /// The jobs the selected scenarios ask for, in running order.
@@ -165,6 +182,9 @@ impl Job {
                 Job::S2Dlock(_) => has(Scenario::S2),
                 Job::S4Watchdog => has(Scenario::S4),
                 Job::S5Processes(_) => has(Scenario::S5),
+                Job::Memory => has(Scenario::Memory),
+                Job::Subscribe => has(Scenario::Subscribe),
+                Job::Demo => has(Scenario::Demo),
             })
             .collect()
     }
@@ -178,6 +198,9 @@ impl Job {
             Job::S2Dlock(_) | Job::S2Rslock => "s2",
             Job::S4Watchdog => "s4",
             Job::S5Processes(_) => "s5",
+            Job::Memory => "memory",
+            Job::Subscribe => "subscribe",
+            Job::Demo => "demo",
         }
     }
 
@@ -196,6 +219,7 @@ impl Job {
             }
             Job::S2Dlock(Primitive::Multi) | Job::S5Processes(Primitive::Multi) => "dlock-multi",
             Job::S1Family(family) => family.implementation(),
+            Job::Demo => "stock-demo",
             _ => "dlock",
         }
     }
@@ -224,6 +248,9 @@ impl Job {
             Job::S1Family(Family::MultiSequential(_)) => "S1 family: 64 tasks, a multi-lock over keys in different slots each (one after another)",
             Job::S1Family(Family::Semaphore) => "S1 family: 64 tasks, a semaphore of 4 each, one permit per cycle",
             Job::S1Family(Family::RedLock) => "S1 family: 64 tasks, a RedLock over 5 servers each",
+            Job::Memory => "memory: Redis used_memory growth over S1's loop",
+            Job::Subscribe => "subscribe: waiters on distinct locks, time until all are subscribed / unsubscribed",
+            Job::Demo => "demo: stock-demo's hot item, 3 processes, 50 ms critical section",
         }
     }
 
@@ -240,6 +267,10 @@ impl Job {
             Job::S4Watchdog => watchdog::s4_watchdog(target, cfg).await,
             Job::S5Processes(primitive) => processes::s5_processes(target, cfg, primitive).await,
             Job::S1Family(family) => uncontended::s1_family(target, cfg, family).await,
+            Job::Memory => memory::run(target, cfg).await,
+            Job::Subscribe => subscribe::run(target, cfg).await,
+            // The demo starts its own redis-server.
+            Job::Demo => demo::run(cfg).await,
         }
     }
 }

@@ -181,6 +181,22 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                     ratio(rate, value(done, Job::S2Dlock(Primitive::Lock), "acquisitions_per_s"), "S2 lock")
                 );
             }
+            if matches!(job, Job::S5Processes(_)) {
+                let _ = write!(
+                    details,
+                    "; longest run while another process waits {}, hand-offs back to the releaser {} %",
+                    num(g("longest_run"), 0),
+                    num(g("back_to_releaser_pct"), 1),
+                );
+            }
+            if job == Job::S5Processes(Primitive::Lock) {
+                let _ = write!(
+                    details,
+                    "; {} × the earlier report's {} acquisitions/s",
+                    num(rate / S5_EARLIER_PER_S, 2),
+                    num(S5_EARLIER_PER_S, 0)
+                );
+            }
             if job == Job::S2Rslock {
                 let _ = write!(
                     details,
@@ -190,6 +206,42 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
             }
             (format!("{} acquisitions/s", num(rate, 0)), details)
         }
+        Job::Memory => (
+            format!("{} MB growth", num(g("growth_mb"), 2)),
+            format!(
+                "used_memory growth over {} s of S1's loop: {} MB at the end, {} MB at the peak; {} keys left; {} cycles/s",
+                num(g("seconds"), 0),
+                num(g("growth_mb"), 2),
+                num(g("peak_growth_mb"), 2),
+                num(g("keys_left"), 0),
+                num(g("cycles_per_s"), 0),
+            ),
+        ),
+        Job::Subscribe => (
+            format!("{} ms to subscribe", num(g("subscribed_ms"), 0)),
+            format!(
+                "{} waiters on distinct locks: all channels subscribed {} ms after the last waiter started ({} seen), all gone {} ms after the waiters were aborted ({} left)",
+                num(g("waiters"), 0),
+                num(g("subscribed_ms"), 1),
+                num(g("subscribed_count"), 0),
+                num(g("unsubscribed_ms"), 1),
+                num(g("left_count"), 0),
+            ),
+        ),
+        Job::Demo => (
+            format!("{} sales/s", num(g("sold_per_s"), 1)),
+            format!(
+                "{} × 1 / critical section; sold per process {} / {} / {} (min {} × mean, {}); oversold {}, errors {}",
+                num(g("vs_ceiling"), 2),
+                num(g("sold_p1"), 0),
+                num(g("sold_p2"), 0),
+                num(g("sold_p3"), 0),
+                num(g("min_over_mean"), 2),
+                if g("within_30pct") == 1.0 { "each within ±30 % of the mean" } else { "NOT each within ±30 % of the mean" },
+                num(g("oversold"), 0),
+                num(g("errors"), 0),
+            ),
+        ),
         Job::S4Watchdog => (
             format!("{} round trips/period", num(g("round_trips_per_period"), 1)),
             format!(
@@ -205,6 +257,10 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
         ),
     }
 }
+
+/// S5's throughput (lock) in the report before the fairness work (docs/PERFORMANCE.md of
+/// 2026-11-22): the issue's S5 throughput target is 0.8 × this.
+const S5_EARLIER_PER_S: f64 = 2_802.0;
 
 /// "dlock S1 = 1.23 × rslock", from dlock's rate (if measured) and rslock's.
 fn versus(dlock: Option<f64>, rslock: f64, scenario: &str) -> String {
@@ -419,7 +475,136 @@ pub fn checks(done: &[JobResult]) -> Vec<Check> {
         &|x| x > 1.0,
         &|x| format!("up to {} reads at once", num(x, 0)),
     ));
+    out.extend(issue_checks(done));
     out
+}
+
+/// The targets of the fairness / memory / subscription issue.
+fn issue_checks(done: &[JobResult]) -> Vec<Check> {
+    let v = |job, key| value(done, job, key);
+    let check =
+        |target, x: Option<f64>, ok: &dyn Fn(f64) -> bool, show: &dyn Fn(f64) -> String| Check {
+            target,
+            measured: x.map_or_else(|| "not measured".to_owned(), show),
+            met: x.map(ok),
+        };
+    let s5 = Job::S5Processes(Primitive::Lock);
+    let ms = |x: f64| format!("{} ms", num(x, 2));
+    vec![
+        check(
+            "S5 per-process min ≥ 0.7 × mean",
+            v(s5, "min_over_mean"),
+            &|x| x >= 0.7,
+            &|x| {
+                format!(
+                    "{} × mean (min {}, mean {})",
+                    num(x, 2),
+                    num(v(s5, "per_contender_min").unwrap_or(f64::NAN), 0),
+                    num(v(s5, "per_contender_mean").unwrap_or(f64::NAN), 1)
+                )
+            },
+        ),
+        check(
+            "S5 longest run while another process waits ≤ 16",
+            v(s5, "longest_run"),
+            &|x| x <= 16.0,
+            &|x| {
+                format!(
+                    "{} sections; {} % of contested hand-offs back to the releaser",
+                    num(x, 0),
+                    num(v(s5, "back_to_releaser_pct").unwrap_or(f64::NAN), 1)
+                )
+            },
+        ),
+        check(
+            "S5 wait p99 ≤ 20 ms",
+            v(s5, "wait_p99_ms"),
+            &|x| x <= 20.0,
+            &ms,
+        ),
+        check(
+            "S5 wait max ≤ 250 ms",
+            v(s5, "wait_max_ms"),
+            &|x| x <= 250.0,
+            &ms,
+        ),
+        check(
+            "S5 ≥ 0.8 × 2,802 acquisitions/s (earlier report)",
+            v(s5, "acquisitions_per_s"),
+            &|x| x >= 0.8 * S5_EARLIER_PER_S,
+            &|x| {
+                format!(
+                    "{} acquisitions/s ({} × 2,802)",
+                    num(x, 0),
+                    num(x / S5_EARLIER_PER_S, 2)
+                )
+            },
+        ),
+        check(
+            "server CPU per S1 cycle ≤ 15 µs",
+            v(Job::S1Dlock, "server_cpu_us_per_cycle"),
+            &|x| x <= 15.0,
+            &|x| format!("{} µs", num(x, 1)),
+        ),
+        check(
+            "Redis memory growth over 60 s of S1 ≤ 5 MB",
+            v(Job::Memory, "growth_mb"),
+            &|x| x <= 5.0,
+            &|x| {
+                format!(
+                    "{} MB over {} s (peak {} MB)",
+                    num(x, 2),
+                    num(v(Job::Memory, "seconds").unwrap_or(f64::NAN), 0),
+                    num(v(Job::Memory, "peak_growth_mb").unwrap_or(f64::NAN), 2)
+                )
+            },
+        ),
+        check(
+            "waiters on distinct locks all subscribed within 200 ms",
+            v(Job::Subscribe, "subscribed_ms"),
+            &|x| x <= 200.0,
+            &|x| {
+                format!(
+                    "{} ms for {} waiters",
+                    num(x, 0),
+                    num(v(Job::Subscribe, "waiters").unwrap_or(f64::NAN), 0)
+                )
+            },
+        ),
+        check(
+            "cancelled waiters all unsubscribed within 200 ms",
+            v(Job::Subscribe, "unsubscribed_ms"),
+            &|x| x <= 200.0,
+            &|x| format!("{} ms", num(x, 0)),
+        ),
+        check(
+            "demo hot item: each process's sales within ±30 % of the mean",
+            v(Job::Demo, "within_30pct"),
+            &|x| x == 1.0,
+            &|_| {
+                format!(
+                    "{} / {} / {} sold (min {} × mean)",
+                    num(v(Job::Demo, "sold_p1").unwrap_or(f64::NAN), 0),
+                    num(v(Job::Demo, "sold_p2").unwrap_or(f64::NAN), 0),
+                    num(v(Job::Demo, "sold_p3").unwrap_or(f64::NAN), 0),
+                    num(v(Job::Demo, "min_over_mean").unwrap_or(f64::NAN), 2)
+                )
+            },
+        ),
+        check(
+            "demo hot item: sales/s ≥ 0.9 × 1 / critical section",
+            v(Job::Demo, "vs_ceiling"),
+            &|x| x >= 0.9,
+            &|x| {
+                format!(
+                    "{} × ({} sales/s, ceiling {}/s)",
+                    num(x, 2),
+                    num(v(Job::Demo, "sold_per_s").unwrap_or(f64::NAN), 1),
+                    num(1.0 / crate::demo::HOLD.as_secs_f64(), 0)
+                )
+            },
+        ),
+    ]
 }
 
 /// The `--json` document.

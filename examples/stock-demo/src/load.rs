@@ -13,8 +13,13 @@ pub struct Plan {
     pub services: Vec<String>,
     /// Items and their initial stock.
     pub items: Vec<(u64, i64)>,
-    /// Total requests.
+    /// Total requests (an upper bound when `duration` is set).
     pub requests: usize,
+    /// Send no new request after this long (requests in flight still finish and count).
+    pub duration: Option<Duration>,
+    /// The time a sale spends inside the critical section (`--hold`), for the throughput
+    /// figure: one lock serialises the sales of an item, so `1 / hold` is its ceiling.
+    pub hold: Duration,
     /// Requests in flight at once.
     pub concurrency: usize,
     /// `buy`, `buy-manual` or `buy-try`.
@@ -44,6 +49,19 @@ pub struct Report {
     pub stale_refused: usize,
     /// Per item: id, initial stock, final stock, sold.
     pub items: Vec<ItemReport>,
+    /// "sold" answers per service process, in start order. Each request worker sends to
+    /// one process only (as a sticky load balancer would), so a process whose buys lose
+    /// the lock more often sells less: this is the lock's fairness across processes.
+    pub sold_per_process: Vec<usize>,
+    /// Whether every process sold within ±30 % of the mean per process.
+    pub per_process_within_30pct: bool,
+    /// Smallest / mean of `sold_per_process` (1 = perfectly even).
+    pub per_process_min_over_mean: f64,
+    /// Sales per second over the whole run.
+    pub sold_per_s: f64,
+    /// `sold_per_s` × hold: the share of the one-lock ceiling (1 / critical section)
+    /// reached; `None` without a hold.
+    pub sold_per_s_vs_hold: Option<f64>,
     /// Sales the stock does not account for: sold − (initial − final), summed. Must be 0.
     pub oversold: i64,
     /// Requests per second over the whole run.
@@ -96,6 +114,7 @@ pub struct Percentiles {
 #[derive(Default)]
 struct Tally {
     sold: Vec<usize>,
+    sold_by: Vec<usize>,
     sold_out: usize,
     busy: usize,
     stale_refused: usize,
@@ -113,6 +132,7 @@ pub async fn run(plan: Plan) -> Result<Report, String> {
         .map_err(|e| format!("HTTP client: {e}"))?;
     let tally = Arc::new(Mutex::new(Tally {
         sold: vec![0; plan.items.len()],
+        sold_by: vec![0; plan.services.len()],
         ..Tally::default()
     }));
     let next = Arc::new(AtomicUsize::new(0));
@@ -129,7 +149,7 @@ pub async fn run(plan: Plan) -> Result<Report, String> {
     let plan = Arc::new(plan);
     let started = Instant::now();
     let mut workers = Vec::new();
-    for _ in 0..plan.concurrency.max(1) {
+    for worker in 0..plan.concurrency.max(1) {
         let (http, tally, next, plan, bar) = (
             http.clone(),
             tally.clone(),
@@ -139,19 +159,23 @@ pub async fn run(plan: Plan) -> Result<Report, String> {
         );
         workers.push(tokio::spawn(async move {
             loop {
+                if plan.duration.is_some_and(|d| started.elapsed() >= d) {
+                    break;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= plan.requests {
                     break;
                 }
                 let item = i % plan.items.len();
                 let (id, _) = plan.items[item];
-                let mut service = i % plan.services.len();
+                let mut service = worker % plan.services.len();
                 if service == 0
                     && plan.services.len() > 1
                     && plan.first_paused.load(Ordering::SeqCst)
                 {
-                    service = 1 + i % (plan.services.len() - 1);
+                    service = 1 + worker % (plan.services.len() - 1);
                 }
+                let index = service;
                 let service = &plan.services[service];
                 let url = format!("{service}/goods/{id}/{}", plan.route);
                 let sent = Instant::now();
@@ -160,7 +184,10 @@ pub async fn run(plan: Plan) -> Result<Report, String> {
                 let mut tally = tally.lock().unwrap_or_else(|p| p.into_inner());
                 tally.latencies.push(latency);
                 match outcome.map(|r| r.status().as_u16()) {
-                    Ok(200) => tally.sold[item] += 1,
+                    Ok(200) => {
+                        tally.sold[item] += 1;
+                        tally.sold_by[index] += 1;
+                    }
                     Ok(409) => tally.sold_out += 1,
                     Ok(503) => tally.busy += 1,
                     Ok(412) => tally.stale_refused += 1,
@@ -219,6 +246,15 @@ pub async fn run(plan: Plan) -> Result<Report, String> {
         .iter()
         .map(|item| (item.sold as i64 - (item.initial - item.r#final)).max(0))
         .sum();
+    let sent = tally.latencies.len();
+    let sold: usize = tally.sold.iter().sum();
+    let mean = sold as f64 / plan.services.len().max(1) as f64;
+    let min = tally.sold_by.iter().copied().min().unwrap_or(0) as f64;
+    let within = tally
+        .sold_by
+        .iter()
+        .all(|&n| (n as f64 - mean).abs() <= 0.3 * mean);
+    let sold_per_s = sold as f64 / elapsed.as_secs_f64();
     let mut latencies = tally.latencies.clone();
     latencies.sort();
     let percentile = |p: f64| {
@@ -227,15 +263,20 @@ pub async fn run(plan: Plan) -> Result<Report, String> {
             .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
     };
     Ok(Report {
-        requests: plan.requests,
-        sold: tally.sold.iter().sum(),
+        requests: sent,
+        sold,
         sold_out: tally.sold_out,
         busy: tally.busy,
         errors: tally.errors,
         stale_refused: tally.stale_refused,
         items,
+        sold_per_process: tally.sold_by,
+        per_process_within_30pct: within,
+        per_process_min_over_mean: if mean > 0.0 { min / mean } else { f64::NAN },
+        sold_per_s,
+        sold_per_s_vs_hold: (!plan.hold.is_zero()).then(|| sold_per_s * plan.hold.as_secs_f64()),
         oversold,
-        throughput: plan.requests as f64 / elapsed.as_secs_f64(),
+        throughput: sent as f64 / elapsed.as_secs_f64(),
         latency_ms: Percentiles {
             p50: percentile(0.50),
             p95: percentile(0.95),
@@ -290,6 +331,31 @@ impl Report {
             &mut out,
             "throughput",
             format!("{:.0} req/s over {:.2}s", self.throughput, self.seconds),
+        );
+        row(
+            &mut out,
+            "sold per process",
+            format!(
+                "{:?}  (min {:.2} × mean; {})",
+                self.sold_per_process,
+                self.per_process_min_over_mean,
+                if self.per_process_within_30pct {
+                    "each within ±30 % of the mean"
+                } else {
+                    "NOT all within ±30 % of the mean"
+                }
+            ),
+        );
+        row(
+            &mut out,
+            "sales/s",
+            match self.sold_per_s_vs_hold {
+                Some(share) => format!(
+                    "{:.1}  ({share:.2} × the one-lock ceiling, 1 / hold)",
+                    self.sold_per_s
+                ),
+                None => format!("{:.1}", self.sold_per_s),
+            },
         );
         row(
             &mut out,

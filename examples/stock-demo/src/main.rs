@@ -8,6 +8,9 @@
 //! SIGSTOPped inside a sale's critical section for longer than the lock's 5 s lease, and
 //! the report shows what the stale write it makes on waking did. The stock is written
 //! through `client.fenced()` (which refuses that write) unless `--writes plain`.
+//! `stock-demo --mode hot --hold 50ms --duration 10s --stock 100000 --concurrency 12` is
+//! the hot item: the report shows each process's sales (fairness across processes) and
+//! the sales per second against the one-lock ceiling of 1 / hold.
 
 mod app;
 mod load;
@@ -51,9 +54,14 @@ struct RunArgs {
     /// Buy requests to send.
     #[arg(long, default_value_t = 5000)]
     requests: usize,
-    /// Requests in flight at once.
+    /// Requests in flight at once. Each in-flight slot sends to one service process only,
+    /// so the per-process sales show how fairly the lock is shared between processes.
     #[arg(long, default_value_t = 200)]
     concurrency: usize,
+    /// Stop sending new requests after this long (`--requests` stays an upper bound):
+    /// a time-bounded run, e.g. for the hot item's sales per process and per second.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
     /// Items in spread mode.
     #[arg(long, default_value_t = 10)]
     items: u64,
@@ -238,6 +246,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     if args.processes == 0 || args.requests == 0 || args.concurrency == 0 || args.items == 0 {
         return Err("--processes, --requests, --concurrency and --items must be at least 1".into());
     }
+    if args.duration.is_some_and(|d| d.is_zero()) {
+        return Err("--duration must be longer than 0".into());
+    }
     if args.stock < 0 {
         return Err("--stock must not be negative".into());
     }
@@ -348,6 +359,8 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         services: urls,
         items: ids.iter().map(|id| (*id, args.stock)).collect(),
         requests: args.requests,
+        duration: args.duration,
+        hold: args.hold,
         concurrency: args.concurrency,
         route: args.route.path().to_owned(),
         progress: !args.json,

@@ -136,3 +136,52 @@ fn a_holder_paused_past_its_lease_is_refused_with_fencing() {
     assert_eq!(number(&report, "sold"), 40, "{report}");
     assert_eq!(code, Some(0));
 }
+
+/// A time-bounded hot run: `--duration` stops it (not the request count), every sale is
+/// credited to the process that made it, and the sales per second stay under the one-lock
+/// ceiling of 1 / hold. Returns the JSON report.
+fn timed_hot_run(extra: &[&str]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_stock-demo"))
+        .args(["--mode", "hot", "--processes", "2", "--concurrency", "8"])
+        .args(["--hold", "20ms", "--duration", "1s", "--json"])
+        .args(["--stock", "100000", "--requests", "100000"])
+        .args(extra)
+        .output()
+        .expect("run stock-demo");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no JSON report ({e}):\n{stdout}"))
+}
+
+#[test]
+fn a_timed_hot_run_reports_sales_per_process_under_the_lock_ceiling() {
+    let report = timed_hot_run(&[]);
+    let sold = number(&report, "sold");
+    let per_process: Vec<i64> = report["sold_per_process"]
+        .as_array()
+        .expect("sold_per_process")
+        .iter()
+        .map(|n| n.as_i64().expect("a count"))
+        .collect();
+    assert_eq!(per_process.len(), 2, "{report}");
+    assert_eq!(per_process.iter().sum::<i64>(), sold, "{report}");
+    assert!(sold > 0, "{report}");
+    assert!(
+        number(&report, "requests") < 100_000,
+        "the duration stopped it: {report}"
+    );
+    let share = report["sold_per_s_vs_hold"].as_f64().expect("a share");
+    assert!(
+        share > 0.0 && share <= 1.0,
+        "one lock caps sales at 1 / hold: {report}"
+    );
+}
+
+/// The control: without the lock, sales overlap and beat the one-lock ceiling, so the
+/// bound above is one the lock has to earn.
+#[test]
+fn a_timed_hot_run_without_the_lock_beats_the_ceiling() {
+    let report = timed_hot_run(&["--no-lock"]);
+    let share = report["sold_per_s_vs_hold"].as_f64().expect("a share");
+    assert!(share > 1.5, "8 overlapping sales: {report}");
+}

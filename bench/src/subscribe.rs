@@ -1,0 +1,147 @@
+//! `subscribe`: how fast one client subscribes many waiters, and unsubscribes them.
+//!
+//! A rival client holds [`Config::locks`] distinct locks (a fixed lease, no watchdog
+//! traffic). One `LockClient` then starts a waiter per lock (`try_lock_for(long)` in its
+//! own task). The figure is the time from the last waiter started until the server lists
+//! every lock's unlock channel (`PUBSUB CHANNELS` + `PUBSUB SHARDCHANNELS`, polled every
+//! [`POLL_EVERY`]); then the waiters are aborted (the futures dropped) and the time until
+//! the server lists none of those channels is the second figure. A waiter that is not
+//! subscribed yet would only learn of a release from its fallback timer.
+
+use std::time::Duration;
+
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
+
+use crate::metrics::Metrics;
+use crate::plan::Config;
+use crate::stats::{error, Result};
+use crate::target::Target;
+
+/// Poll period of the channel count.
+const POLL_EVERY: Duration = Duration::from_millis(5);
+/// Give up waiting for the channels after this long (the figure is then this bound).
+const GIVE_UP: Duration = Duration::from_secs(30);
+/// The rival's lease: outlasts the run, so no lock is freed meanwhile.
+const RIVAL_LEASE: Duration = Duration::from_secs(300);
+/// The waiters' wait: outlasts the run, so none times out meanwhile.
+const WAITER_WAIT: Duration = Duration::from_secs(300);
+
+/// Unlock channels the server lists (classic and sharded) of this scenario's locks, whose
+/// keys start with `stem` (the run's key prefix + `sub:`).
+async fn channels(conn: &mut MultiplexedConnection, stem: &str) -> Result<usize> {
+    let pattern = "dlock:unlock:*";
+    let mut count = 0;
+    for kind in ["CHANNELS", "SHARDCHANNELS"] {
+        let names: Vec<String> = redis::cmd("PUBSUB")
+            .arg(kind)
+            .arg(pattern)
+            .query_async(conn)
+            .await?;
+        count += names.iter().filter(|n| n.contains(stem)).count();
+    }
+    Ok(count)
+}
+
+/// Polls until `done(count)`; returns the elapsed time since `from` and the last count.
+async fn until(
+    conn: &mut MultiplexedConnection,
+    stem: &str,
+    from: Instant,
+    done: impl Fn(usize) -> bool,
+) -> Result<(Duration, usize, bool)> {
+    loop {
+        let count = channels(conn, stem).await?;
+        if done(count) {
+            return Ok((from.elapsed(), count, true));
+        }
+        if from.elapsed() >= GIVE_UP {
+            return Ok((from.elapsed(), count, false));
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// Runs the subscribe scenario once.
+pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
+    let n = cfg.locks;
+    let names: Vec<String> = (0..n).map(|i| format!("sub:{i}")).collect();
+    let rival = target.lock_client(None).await?;
+    let guards: Vec<dlock_core::LockGuard> = stream::iter(names.iter())
+        .map(|name| {
+            let lock = rival.lock(name);
+            async move { lock.lock_with_lease(RIVAL_LEASE).await }
+        })
+        .buffer_unordered(256)
+        .try_collect()
+        .await?;
+
+    let waiters = target.lock_client(None).await?;
+    let mut admin = target.connection().await?;
+    let stem = format!("{}sub:", target.prefix());
+    let tasks: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let lock = waiters.lock(name);
+            tokio::spawn(async move { lock.try_lock_for(WAITER_WAIT).await })
+        })
+        .collect();
+    let last_started = Instant::now();
+    let (subscribed, reached, all_in) = until(&mut admin, &stem, last_started, |c| c >= n).await?;
+
+    for task in &tasks {
+        task.abort();
+    }
+    let aborted = Instant::now();
+    for task in tasks {
+        match task.await {
+            Err(e) if e.is_cancelled() => {}
+            Err(e) => return Err(error(format!("waiter task: {e}"))),
+            Ok(Ok(_)) => return Err(error("a waiter acquired a lock the rival holds")),
+            Ok(Err(e)) => return Err(error(format!("a waiter failed: {e}"))),
+        }
+    }
+    let (unsubscribed, left, all_out) = until(&mut admin, &stem, aborted, |c| c == 0).await?;
+    for guard in guards {
+        guard.unlock().await?;
+    }
+
+    let mut m = Metrics::default();
+    m.add(
+        "subscribed_ms",
+        "last waiter started → all channels subscribed (ms)",
+        subscribed.as_secs_f64() * 1e3,
+        1,
+    );
+    m.add(
+        "unsubscribed_ms",
+        "waiters aborted → no channel left (ms)",
+        unsubscribed.as_secs_f64() * 1e3,
+        1,
+    );
+    m.add("waiters", "waiters (distinct locks)", n as f64, 0);
+    m.add_min(
+        "subscribed_count",
+        "channels subscribed at the end of the wait (worst run)",
+        reached as f64,
+    );
+    m.add_max(
+        "left_count",
+        "channels left at the end of the wait (worst run)",
+        left as f64,
+    );
+    if !all_in || !all_out {
+        m.note(format!(
+            "subscribe: gave up after {} ({reached} of {n} channels subscribed, {left} left \
+             after the abort); the times shown are that bound",
+            humantime::format_duration(GIVE_UP)
+        ));
+    }
+    m.note(format!(
+        "subscribe: a rival client holds {n} locks; one LockClient starts a try_lock_for waiter \
+         on each; channels counted with PUBSUB CHANNELS / SHARDCHANNELS every {} ms",
+        POLL_EVERY.as_millis()
+    ));
+    Ok(m)
+}
