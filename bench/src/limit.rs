@@ -5,8 +5,10 @@
 //! as `EVALSHA` through one raw multiplexed connection by as many tasks as S1 uses, each
 //! task with its own key, so requests pipeline the same way dlock's do and the server sees
 //! the same commands on the same kind of keyspace: every cycle is an acquire of the task's
-//! free key (a new owner each time, as dlock's `lock()` makes) and the release that frees it
-//! again (delete, publish, write the release memo). Each task times its acquire and its
+//! free key (a new owner each time, with a fencing token and the waiter-registry
+//! arguments, as dlock's `lock()` sends it) and the guard's release that frees it again
+//! (memo lookup, delete, registry check: an owner's last hold writes no memo and, with
+//! nobody registered as waiting, publishes nothing). Each task times its acquire and its
 //! release calls; with `tasks` calls in flight, `acquire/s = tasks / mean acquire latency`
 //! and likewise for release, so `1 / (1/acquire + 1/release)` is the cycle ceiling (it
 //! matches the directly counted raw cycles/s, also reported).
@@ -34,6 +36,10 @@ const RELEASE: &str = include_str!("../../dlock-core/src/lock/scripts/release.lu
 const LEASE_MS: u64 = 30_000;
 /// Lifetime of release memos, as dlock's default client uses (3 × 3 s + 1 s).
 const MEMO_TTL_MS: u64 = 10_000;
+/// Lifetime of waiter registries, as dlock's default client uses (3 × 1 s + 1 s).
+const REGISTRY_TTL_MS: u64 = 4_000;
+/// How long a lock passed to a waiting client stays reserved for it.
+const RESERVATION_MS: u64 = 100;
 
 /// What every task needs to send the scripts.
 #[derive(Clone)]
@@ -181,6 +187,7 @@ async fn cycles(
 ) -> Result<Totals> {
     let key = format!("{}lim:{task}", s.prefix);
     let channel = format!("dlock:unlock:{{x}}:{key}");
+    let fence = format!("dlock:fence:{{x}}:{}", s.prefix);
     let mut totals = Totals::default();
     for owner in 0u64.. {
         let began = Instant::now();
@@ -189,15 +196,23 @@ async fn cycles(
         }
         // A new owner per acquisition and a unique memo per release, as dlock does.
         let field = format!("{}:{task}:{owner}", s.client_id);
-        let busy: Option<i64> = redis::cmd("EVALSHA")
+        let token: Vec<i64> = redis::cmd("EVALSHA")
             .arg(&s.acquire_sha)
-            .arg(1)
+            .arg(4)
             .arg(&key)
+            .arg(&key)
+            .arg(&fence)
+            .arg(&channel)
             .arg(LEASE_MS)
             .arg(&field)
+            .arg("fresh")
+            .arg(0)
+            .arg("1")
+            .arg(&s.client_id)
+            .arg(REGISTRY_TTL_MS)
             .query_async(&mut conn)
             .await?;
-        if busy.is_some() {
+        if token.len() != 1 {
             return Err(error(format!("limit: {key} was locked by someone else")));
         }
         let acquired = Instant::now();
@@ -209,9 +224,13 @@ async fn cycles(
             .arg(&channel)
             .arg(&memo)
             .arg(&field)
-            .arg("all")
+            .arg("one")
             .arg(MEMO_TTL_MS)
             .arg("publish")
+            .arg("0")
+            .arg("0")
+            .arg(REGISTRY_TTL_MS)
+            .arg(RESERVATION_MS)
             .query_async(&mut conn)
             .await?;
         if remaining != 0 {
@@ -280,8 +299,26 @@ async fn run_redis_benchmark(
 
     for (shape, flags) in shapes {
         let key = format!("{prefix}rb:acq:{shape}:__rand_int__");
+        let fence = format!("dlock:fence:{{x}}:{prefix}");
+        let channel = format!("dlock:unlock:{{x}}:{key}");
         let lease = LEASE_MS.to_string();
-        let args = ["EVALSHA", &scripts.acquire_sha, "1", &key, &lease, field];
+        let registry = REGISTRY_TTL_MS.to_string();
+        let args = [
+            "EVALSHA",
+            &scripts.acquire_sha,
+            "4",
+            &key,
+            &key,
+            &fence,
+            &channel,
+            &lease,
+            field,
+            "fresh",
+            "0",
+            "1",
+            &scripts.client_id,
+            &registry,
+        ];
         let rps = benchmark_rps(host, port, flags, requests, 2_000_000_000, &args).await?;
         out.push((
             if shape == "c64" {
@@ -309,6 +346,8 @@ async fn run_redis_benchmark(
         let channel = format!("dlock:unlock:{{x}}:{prefix}rb");
         let memo = format!("{prefix}rb:memo:{shape}:__rand_int__");
         let memo_ttl = MEMO_TTL_MS.to_string();
+        let registry = REGISTRY_TTL_MS.to_string();
+        let reservation = RESERVATION_MS.to_string();
         let args = [
             "EVALSHA",
             &scripts.release_sha,
@@ -317,13 +356,17 @@ async fn run_redis_benchmark(
             &channel,
             &memo,
             field,
-            "all",
+            "one",
             &memo_ttl,
             "publish",
+            "0",
+            "0",
+            &registry,
+            &reservation,
         ];
         let rps = benchmark_rps(host, port, flags, release_requests, pool, &args).await?;
         let calls = target::command_calls(&mut conn).await?;
-        let full = calls.get("hdel").copied().unwrap_or(0) as f64 / release_requests as f64 * 100.0;
+        let full = calls.get("del").copied().unwrap_or(0) as f64 / release_requests as f64 * 100.0;
         if shape == "c64" {
             out.push((
                 "rb_release_c64_per_s",
