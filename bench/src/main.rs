@@ -2,9 +2,13 @@
 //! Redis server's own ceiling for dlock's scripts and with rslock.
 //!
 //! ```text
-//! cargo run --release -p dlock-bench -- [--scenarios limit,s1,s2,s3,s4,s5,peers] [--runs 3]
-//!     [--duration 10s] [--json] [--write-docs docs/PERFORMANCE.md] [--redis-url URL] [--quick]
+//! cargo run --release -p dlock-bench -- [--scenarios limit,s1,s2,s3,s4,s5,peers,family,sweeps]
+//!     [--runs 3] [--duration 10s] [--json] [--write-docs docs/PERFORMANCE.md] [--plots DIR]
+//!     [--redis-url URL] [--quick]
 //! ```
+//!
+//! Everything, tables and scaling sweeps with their pictures:
+//! `cargo run --release -p dlock-bench -- --scenarios all,sweeps --write-docs docs/PERFORMANCE.md`.
 //!
 //! See `docs/PERFORMANCE.md` for what each scenario measures and the latest results.
 
@@ -14,9 +18,11 @@ mod limit;
 mod machine;
 mod metrics;
 mod plan;
+mod plot;
 mod processes;
 mod report;
 mod stats;
+mod sweep;
 mod target;
 mod uncontended;
 mod watchdog;
@@ -26,7 +32,7 @@ use std::time::Instant;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Sub};
+use crate::cli::{Cli, Scenario, Sub};
 use crate::machine::Machine;
 use crate::metrics::Metrics;
 use crate::plan::{Config, Job};
@@ -115,10 +121,51 @@ async fn bench(cli: &Cli) -> Result<bool> {
             }
         }
     }
-    let all_ok = done.iter().all(|r| r.error.is_none());
+    let sweeps = if cli.scenarios.contains(&Scenario::Sweeps) {
+        let started = Instant::now();
+        let sweeps = sweep::run(&config).await;
+        eprintln!("dlock-bench: sweeps took {:.0?}", started.elapsed());
+        for s in &sweeps {
+            table(&sweep::summary_line(s));
+        }
+        sweeps
+    } else {
+        Vec::new()
+    };
+    let all_ok = done.iter().all(|r| r.error.is_none())
+        && sweeps
+            .iter()
+            .flat_map(|s| &s.series)
+            .flat_map(|s| &s.points)
+            .all(|p| p.outcome.is_ok());
+
+    // Pictures: into --plots, or perf/ beside the docs file; linked from the docs by a
+    // path relative to the docs file when they are under its directory.
+    let docs_dir = cli.write_docs.as_ref().map(|path| {
+        path.parent()
+            .unwrap_or(std::path::Path::new(""))
+            .to_path_buf()
+    });
+    let plots = cli
+        .plots
+        .clone()
+        .or_else(|| docs_dir.as_ref().map(|dir| dir.join("perf")));
+    let mut pictures: Option<String> = None;
+    if let (Some(dir), false) = (&plots, sweeps.is_empty()) {
+        for path in plot::write_all(&sweeps, dir)? {
+            eprintln!("dlock-bench: wrote {}", path.display());
+        }
+        pictures = match &docs_dir {
+            Some(docs) => dir
+                .strip_prefix(docs)
+                .ok()
+                .map(|rel| rel.to_string_lossy().into_owned()),
+            None => None,
+        };
+    }
 
     machine.load_at_end = machine::load_average();
-    let checks = report::checks(&done);
+    let checks = report::checks(&done, &sweeps);
     if checks.iter().any(|c| c.met.is_some()) {
         table("");
         table("targets:");
@@ -132,10 +179,20 @@ async fn bench(cli: &Cli) -> Result<bool> {
         }
     }
     if cli.json {
-        println!("{}", report::json(&machine, &config, &command, &done)?);
+        println!(
+            "{}",
+            report::json(&machine, &config, &command, &done, &sweeps)?
+        );
     }
     if let Some(path) = &cli.write_docs {
-        let section = report::markdown(&machine, &config, &command, &done);
+        let section = report::markdown(
+            &machine,
+            &config,
+            &command,
+            &done,
+            &sweeps,
+            pictures.as_deref(),
+        );
         report::write_docs(path, &section)?;
         eprintln!("dlock-bench: wrote {}", path.display());
     }
