@@ -184,16 +184,17 @@ async fn bench(cli: &Cli) -> Result<bool> {
             report::json(&machine, &config, &command, &done, &sweeps)?
         );
     }
+    // Each generated section is rewritten only by a run that measured it: the tables and
+    // the sweeps can be measured apart.
     if let Some(path) = &cli.write_docs {
-        let section = report::markdown(
-            &machine,
-            &config,
-            &command,
-            &done,
-            &sweeps,
-            pictures.as_deref(),
-        );
-        report::write_docs(path, &section)?;
+        if !done.is_empty() {
+            let section = report::markdown(&machine, &config, &command, &done, &sweeps);
+            report::write_docs(path, report::BEGIN, report::END, &section)?;
+        }
+        if !sweeps.is_empty() {
+            let section = report::sweeps_markdown(&machine, &command, &sweeps, pictures.as_deref());
+            report::write_docs(path, report::SWEEPS_BEGIN, report::SWEEPS_END, &section)?;
+        }
         eprintln!("dlock-bench: wrote {}", path.display());
     }
     Ok(all_ok)

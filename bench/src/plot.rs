@@ -8,6 +8,7 @@ use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use crate::report::num;
 use crate::stats::{error, Result};
 use crate::sweep::{Figure, Sweep};
 
@@ -69,7 +70,14 @@ fn draw_panel<DB: DrawingBackend>(
         .collect();
     let all = || curves.iter().flat_map(|(_, points)| points.iter());
     let (x_min, x_max) = bounds(all().map(|p| p.0), 1.0);
-    let x_range = (x_min..x_max * 1.2).log_scale();
+    // Ticks at powers of 2 where the sizes are (1 .. 1,024 contenders or tasks), of 10
+    // otherwise (locks, clients).
+    let base = if x_min.log2().fract() == 0.0 && x_max.log2().fract() == 0.0 {
+        2.0
+    } else {
+        10.0
+    };
+    let x_range = (x_min / 1.2..x_max * 1.2).log_scale().base(base);
     if figure.log_y {
         let (y_min, y_max) = bounds(all().map(|p| p.1), 1.0);
         let y_range = (y_min / 2.0..y_max * 2.0).log_scale();
@@ -77,6 +85,17 @@ fn draw_panel<DB: DrawingBackend>(
     } else {
         let (_, y_max) = bounds(all().map(|p| p.1), 1.0);
         draw_curves(area, sweep, figure, &curves, x_range, 0.0..y_max * 1.1)
+    }
+}
+
+/// An axis label: whole numbers with thousands separators, others to 3 significant
+/// digits.
+fn tick(value: f64) -> String {
+    if value >= 100.0 || (value >= 1.0 && value.fract().abs() < 1e-9) {
+        num(value, 0)
+    } else {
+        let digits = (2 - value.abs().log10().floor() as i32).clamp(0, 6) as usize;
+        num(value, digits)
     }
 }
 
@@ -120,6 +139,10 @@ where
     chart
         .configure_mesh()
         .x_desc(format!("{} (log scale)", sweep.x_label))
+        .x_label_formatter(&|x| tick(*x))
+        .y_label_formatter(&|y| tick(*y))
+        .y_labels(8)
+        .light_line_style(WHITE)
         .y_desc(if figure.log_y {
             format!("{} (log)", figure.label)
         } else {

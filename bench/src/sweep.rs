@@ -29,6 +29,8 @@ struct Sizes {
     s1_duration: Duration,
     contenders: &'static [usize],
     contended_acquisitions: u64,
+    /// A contended or wake-up point that takes longer fails (the sweep goes on).
+    contended_timeout: Duration,
     locks: &'static [usize],
     s4_watchdog: Duration,
     s4_periods: u32,
@@ -42,6 +44,7 @@ const FULL: Sizes = Sizes {
     s1_duration: Duration::from_secs(2),
     contenders: &[2, 16, 128, 1024],
     contended_acquisitions: 2_000,
+    contended_timeout: Duration::from_secs(120),
     locks: &[1_000, 10_000, 100_000],
     // Longer than taking 100 k locks (≈ 2 s), so every lock is renewed in time.
     s4_watchdog: Duration::from_secs(6),
@@ -56,6 +59,7 @@ const QUICK: Sizes = Sizes {
     s1_duration: Duration::from_millis(500),
     contenders: &[4, 16],
     contended_acquisitions: 200,
+    contended_timeout: Duration::from_secs(30),
     locks: &[100, 1_000],
     s4_watchdog: Duration::from_millis(1500),
     s4_periods: 2,
@@ -92,6 +96,7 @@ impl Point {
                 processes,
             } => {
                 cfg.acquisitions = sizes.contended_acquisitions;
+                cfg.contended_timeout = sizes.contended_timeout;
                 cfg.s2_tasks = contenders;
                 cfg.processes = processes;
                 cfg.tasks_per_process = contenders / processes;
@@ -101,7 +106,10 @@ impl Point {
                 cfg.s4_watchdog = sizes.s4_watchdog;
                 cfg.s4_periods = sizes.s4_periods;
             }
-            Point::Wakeups { .. } => cfg.acquisitions = sizes.wakeup_acquisitions,
+            Point::Wakeups { .. } => {
+                cfg.acquisitions = sizes.wakeup_acquisitions;
+                cfg.contended_timeout = sizes.contended_timeout;
+            }
         }
         cfg
     }
@@ -205,7 +213,45 @@ fn plans(sizes: &Sizes) -> Vec<Plan> {
             })
             .collect()
     };
+    // S4 first: its memory per lock is the growth of the process' VmRSS, which memory
+    // freed by earlier points (S1's 1,024 tasks, ...) would hide.
     vec![
+        Plan {
+            id: "sweep-s4",
+            title: "S4 watchdog vs held locks",
+            x_label: "locks held with watchdog renewal",
+            figures: &[
+                Figure {
+                    key: "round_trips_per_period",
+                    label: "round trips (EVALSHA) per renewal period",
+                    log_y: true,
+                },
+                Figure {
+                    key: "server_cpu_ms_per_period",
+                    label: "server CPU per renewal period (ms)",
+                    log_y: true,
+                },
+                Figure {
+                    key: "client_bytes_per_lock",
+                    label: "client memory per held lock (bytes of VmRSS)",
+                    log_y: true,
+                },
+            ],
+            series: vec![(
+                "1 client",
+                sizes
+                    .locks
+                    .iter()
+                    .map(|&locks| (locks, Point::Watchdog { locks }))
+                    .collect(),
+            )],
+            setup: format!(
+                "S4 (locks taken by 64 tasks, held over {} renewal periods of {}); memory is \
+                 the growth of the process' VmRSS while taking the locks, over their number",
+                sizes.s4_periods,
+                humantime::format_duration(sizes.s4_watchdog / 3)
+            ),
+        },
         Plan {
             id: "sweep-s1",
             title: "S1 uncontended vs tasks",
@@ -266,43 +312,7 @@ fn plans(sizes: &Sizes) -> Vec<Plan> {
                  fairness is per task in 1 process and per process in {PROCESSES} processes \
                  (contenders / {PROCESSES} tasks each, sharing the process' client; the \
                  {PROCESSES}-process series starts at {PROCESSES} contenders)",
-                sizes.contended_acquisitions
-            ),
-        },
-        Plan {
-            id: "sweep-s4",
-            title: "S4 watchdog vs held locks",
-            x_label: "locks held with watchdog renewal",
-            figures: &[
-                Figure {
-                    key: "round_trips_per_period",
-                    label: "round trips (EVALSHA) per renewal period",
-                    log_y: true,
-                },
-                Figure {
-                    key: "server_cpu_ms_per_period",
-                    label: "server CPU per renewal period (ms)",
-                    log_y: true,
-                },
-                Figure {
-                    key: "client_bytes_per_lock",
-                    label: "client memory per held lock (bytes of VmRSS)",
-                    log_y: true,
-                },
-            ],
-            series: vec![(
-                "1 client",
-                sizes
-                    .locks
-                    .iter()
-                    .map(|&locks| (locks, Point::Watchdog { locks }))
-                    .collect(),
-            )],
-            setup: format!(
-                "S4 (locks taken by 64 tasks, held over {} renewal periods of {}); memory is \
-                 the growth of the process' VmRSS while taking the locks, over their number",
-                sizes.s4_periods,
-                humantime::format_duration(sizes.s4_watchdog / 3)
+                num(sizes.contended_acquisitions as f64, 0)
             ),
         },
         Plan {
@@ -320,6 +330,11 @@ fn plans(sizes: &Sizes) -> Vec<Plan> {
                     label: "Redis commands per release (the lock's)",
                     log_y: true,
                 },
+                Figure {
+                    key: "acquisitions_per_s",
+                    label: "acquisitions/s",
+                    log_y: true,
+                },
             ],
             series: vec![(
                 "lock",
@@ -334,7 +349,7 @@ fn plans(sizes: &Sizes) -> Vec<Plan> {
                  another connection → unlock on one key, {} counted acquisitions in all; \
                  commands from INFO commandstats (reset at the start) less the critical \
                  section's and the measurement's",
-                sizes.wakeup_acquisitions
+                num(sizes.wakeup_acquisitions as f64, 0)
             ),
         },
     ]
@@ -492,15 +507,8 @@ pub fn markdown(sweeps: &[Sweep], pictures: Option<&str>) -> String {
     if sweeps.is_empty() {
         return md;
     }
-    let _ = writeln!(
-        md,
-        "\n### Scaling sweeps\n\nOne run per point, each against a fresh redis-server. Growth \
-         is the least-squares slope of ln y over ln x (y ∝ x^slope): |slope| ≤ 0.2 constant, \
-         0.8-1.2 linear, above 1.2 worse than linear; \"steps\" are the slopes between \
-         successive points, where a knee shows."
-    );
     for sweep in sweeps {
-        let _ = writeln!(md, "\n#### {}\n", sweep.title);
+        let _ = writeln!(md, "\n### {}\n", sweep.title);
         if let Some(dir) = pictures {
             let _ = writeln!(md, "![{}]({dir}/{}.svg)\n", sweep.title, sweep.id);
         }
