@@ -91,11 +91,12 @@ fn draw_panel<DB: DrawingBackend>(
 /// An axis label: whole numbers with thousands separators, others to 3 significant
 /// digits.
 fn tick(value: f64) -> String {
-    if value >= 100.0 || (value >= 1.0 && value.fract().abs() < 1e-9) {
+    if value == 0.0 || value.abs() >= 100.0 || (value.abs() >= 1.0 && value.fract() == 0.0) {
         num(value, 0)
     } else {
-        let digits = (2 - value.abs().log10().floor() as i32).clamp(0, 6) as usize;
-        num(value, digits)
+        // 0 < |value| < 100 here, so the exponent is small and finite.
+        let exponent = value.abs().log10().floor() as i32;
+        num(value, (2 - exponent).clamp(0, 6) as usize)
     }
 }
 
@@ -176,4 +177,19 @@ where
         .draw()
         .map_err(drawing)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks() {
+        assert_eq!(tick(0.0), "0");
+        assert_eq!(tick(1024.0), "1,024");
+        assert_eq!(tick(16.0), "16");
+        assert_eq!(tick(0.25), "0.250");
+        assert_eq!(tick(2.5), "2.50");
+        assert_eq!(tick(-0.5), "-0.500");
+    }
 }
