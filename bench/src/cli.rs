@@ -41,7 +41,8 @@ pub struct Cli {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub locks: Option<u64>,
 
-    /// Smoke-test sizes: 1 run, 2 s durations, 500 acquisitions, 1,000 locks in S4.
+    /// Smoke-test sizes: 1 run, 2 s durations, 500 acquisitions, 1,000 locks in S4, and
+    /// a few small points per sweep.
     #[arg(long)]
     pub quick: bool,
 
@@ -53,6 +54,11 @@ pub struct Cli {
     /// (text outside them is kept).
     #[arg(long, value_name = "PATH")]
     pub write_docs: Option<PathBuf>,
+
+    /// Write the sweeps' pictures (SVG) into this directory [default with --write-docs:
+    /// `perf/` beside the docs file].
+    #[arg(long, value_name = "DIR")]
+    pub plots: Option<PathBuf>,
 
     /// Repeat a run (at most twice) when other processes used more than this much CPU
     /// during it, in % of one core; the machine may be shared.
@@ -92,8 +98,12 @@ pub enum Scenario {
     Subscribe,
     /// The stock demo's hot item (runs the `stock-demo` binary found next to this one).
     Demo,
-    /// Everything above.
+    /// Everything above (the default).
     All,
+    /// Scaling sweeps (S1 vs tasks, S2 / S5 vs contenders, S4 vs locks, waiters vs
+    /// wake-ups), one run per point; not part of `all` (it adds minutes): everything is
+    /// `--scenarios all,sweeps`.
+    Sweeps,
 }
 
 /// Subcommands that are not for people.
@@ -119,9 +129,13 @@ pub struct WorkerArgs {
     /// Acquisitions to count in total (over all workers).
     #[arg(long)]
     pub total: u64,
-    /// This worker's number.
+    /// This worker's number (also the contender id of all its tasks: S5 reports
+    /// fairness per process).
     #[arg(long)]
     pub id: u32,
+    /// Contending tasks in this worker, sharing its `LockClient`.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub tasks: u32,
     /// Give up after this long.
     #[arg(long, value_parser = parse_duration)]
     pub timeout: Duration,

@@ -244,6 +244,70 @@ pub async fn s2_dlock(target: &Target, cfg: &Config, primitive: Primitive) -> Re
     in_tasks(target, cfg, contenders).await
 }
 
+/// Waiters vs wake-ups: `clients` separate `LockClient`s (each its own connections and
+/// pub/sub subscription), one task each, S2's loop on one shared key for
+/// `cfg.acquisitions` counted acquisitions. Reports what a release costs Redis:
+/// commands (`INFO commandstats`, reset at the start) and acquire scripts sent (the
+/// clients' `acquire_attempts`), per release (every acquisition, counted or the last one
+/// of each contender, is released once).
+pub async fn wakeups(target: &Target, cfg: &Config, clients: usize) -> Result<Metrics> {
+    let mut handles = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        handles.push(target.lock_client(None).await?);
+    }
+    let contenders = handles
+        .iter()
+        .map(|client| Primitive::Lock.contender(client, "wakeups"))
+        .collect();
+    let attempts_before: u64 = handles.iter().map(|c| c.stats().acquire_attempts).sum();
+    let mut admin = target.connection().await?;
+    target::reset_stats(&mut admin).await?;
+    let mut m = in_tasks(target, cfg, contenders).await?;
+    let calls = target::command_calls(&mut admin).await?;
+    let attempts = handles
+        .iter()
+        .map(|c| c.stats().acquire_attempts)
+        .sum::<u64>()
+        - attempts_before;
+
+    let count = |name: &str| calls.get(name).copied().unwrap_or(0);
+    let acquisitions = m.get("acquisitions").unwrap_or(0.0) as u64;
+    // Every contender also takes the lock once more to read the target count and leave.
+    let releases = acquisitions + clients as u64;
+    // Not the lock's: the measurement's INFO and CONFIG calls, and the critical section of
+    // `contend`'s loop: GET + SET per counted acquisition, one last GET per contender
+    // (it reads the target count and leaves), and `in_tasks`' final GET of the counter.
+    let instrumentation = count("info") + count("config|resetstat");
+    let critical = 2 * acquisitions + clients as u64 + 1;
+    let all = calls.values().sum::<u64>().saturating_sub(instrumentation);
+    let per_release = |n: u64| n as f64 / releases.max(1) as f64;
+    m.add(
+        "lock_commands_per_release",
+        "Redis commands per release, the lock's (scripts' included)",
+        per_release(all.saturating_sub(critical)),
+        2,
+    );
+    m.add(
+        "commands_per_release",
+        "Redis commands per release, all (critical section's GET + SET included)",
+        per_release(all),
+        2,
+    );
+    m.add(
+        "attempts_per_release",
+        "acquire attempts that reach Redis per release",
+        per_release(attempts),
+        2,
+    );
+    m.add(
+        "clients",
+        "waiting clients (one task each)",
+        clients as f64,
+        0,
+    );
+    Ok(m)
+}
+
 /// S2 with rslock: `cfg.s2_tasks` tasks sharing one `LockManager`.
 pub async fn s2_rslock(target: &Target, cfg: &Config) -> Result<Metrics> {
     let manager = LockManager::new(vec![target.url().to_owned()]);

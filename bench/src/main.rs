@@ -2,10 +2,13 @@
 //! Redis server's own ceiling for dlock's scripts and with rslock.
 //!
 //! ```text
-//! cargo run --release -p dlock-bench -- [--scenarios limit,s1,s2,s3,s4,s5,peers,memory,...]
-//!     [--runs 3]
-//!     [--duration 10s] [--json] [--write-docs docs/PERFORMANCE.md] [--redis-url URL] [--quick]
+//! cargo run --release -p dlock-bench -- [--scenarios limit,s1,s2,s3,s4,s5,peers,family,
+//!     memory,subscribe,demo,sweeps] [--runs 3] [--duration 10s] [--json]
+//!     [--write-docs docs/PERFORMANCE.md] [--plots DIR] [--redis-url URL] [--quick]
 //! ```
+//!
+//! Everything, tables and scaling sweeps with their pictures:
+//! `cargo run --release -p dlock-bench -- --scenarios all,sweeps --write-docs docs/PERFORMANCE.md`.
 //!
 //! See `docs/PERFORMANCE.md` for what each scenario measures and the latest results.
 
@@ -17,10 +20,12 @@ mod machine;
 mod memory;
 mod metrics;
 mod plan;
+mod plot;
 mod processes;
 mod report;
 mod stats;
 mod subscribe;
+mod sweep;
 mod target;
 mod uncontended;
 mod watchdog;
@@ -30,7 +35,7 @@ use std::time::Instant;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Sub};
+use crate::cli::{Cli, Scenario, Sub};
 use crate::machine::Machine;
 use crate::metrics::Metrics;
 use crate::plan::{Config, Job};
@@ -119,10 +124,51 @@ async fn bench(cli: &Cli) -> Result<bool> {
             }
         }
     }
-    let all_ok = done.iter().all(|r| r.error.is_none());
+    let sweeps = if cli.scenarios.contains(&Scenario::Sweeps) {
+        let started = Instant::now();
+        let sweeps = sweep::run(&config).await;
+        eprintln!("dlock-bench: sweeps took {:.0?}", started.elapsed());
+        for s in &sweeps {
+            table(&sweep::summary_line(s));
+        }
+        sweeps
+    } else {
+        Vec::new()
+    };
+    let all_ok = done.iter().all(|r| r.error.is_none())
+        && sweeps
+            .iter()
+            .flat_map(|s| &s.series)
+            .flat_map(|s| &s.points)
+            .all(|p| p.outcome.is_ok());
+
+    // Pictures: into --plots, or perf/ beside the docs file; linked from the docs by a
+    // path relative to the docs file when they are under its directory.
+    let docs_dir = cli.write_docs.as_ref().map(|path| {
+        path.parent()
+            .unwrap_or(std::path::Path::new(""))
+            .to_path_buf()
+    });
+    let plots = cli
+        .plots
+        .clone()
+        .or_else(|| docs_dir.as_ref().map(|dir| dir.join("perf")));
+    let mut pictures: Option<String> = None;
+    if let (Some(dir), false) = (&plots, sweeps.is_empty()) {
+        for path in plot::write_all(&sweeps, dir)? {
+            eprintln!("dlock-bench: wrote {}", path.display());
+        }
+        pictures = match &docs_dir {
+            Some(docs) => dir
+                .strip_prefix(docs)
+                .ok()
+                .map(|rel| rel.to_string_lossy().into_owned()),
+            None => None,
+        };
+    }
 
     machine.load_at_end = machine::load_average();
-    let checks = report::checks(&done);
+    let checks = report::checks(&done, &sweeps);
     if checks.iter().any(|c| c.met.is_some()) {
         table("");
         table("targets:");
@@ -136,11 +182,22 @@ async fn bench(cli: &Cli) -> Result<bool> {
         }
     }
     if cli.json {
-        println!("{}", report::json(&machine, &config, &command, &done)?);
+        println!(
+            "{}",
+            report::json(&machine, &config, &command, &done, &sweeps)?
+        );
     }
+    // Each generated section is rewritten only by a run that measured it: the tables and
+    // the sweeps can be measured apart.
     if let Some(path) = &cli.write_docs {
-        let section = report::markdown(&machine, &config, &command, &done);
-        report::write_docs(path, &section)?;
+        if !done.is_empty() {
+            let section = report::markdown(&machine, &config, &command, &done, &sweeps);
+            report::write_docs(path, report::BEGIN, report::END, &section)?;
+        }
+        if !sweeps.is_empty() {
+            let section = report::sweeps_markdown(&machine, &command, &sweeps, pictures.as_deref());
+            report::write_docs(path, report::SWEEPS_BEGIN, report::SWEEPS_END, &section)?;
+        }
         eprintln!("dlock-bench: wrote {}", path.display());
     }
     Ok(all_ok)

@@ -38,6 +38,8 @@ pub struct Config {
     pub s2_tasks: usize,
     /// Processes in S5.
     pub processes: usize,
+    /// Contending tasks in each S5 process (they share the process' `LockClient`).
+    pub tasks_per_process: usize,
     /// S4's watchdog timeout (renewal every third of it).
     #[serde(with = "secs")]
     pub s4_watchdog: Duration,
@@ -87,6 +89,7 @@ impl Config {
             s1_tasks: 64,
             s2_tasks: 16,
             processes: 4,
+            tasks_per_process: 1,
             s4_watchdog: if quick {
                 Duration::from_millis(1500)
             } else {
@@ -165,6 +168,7 @@ impl Job {
 
     /// The jobs the selected scenarios ask for, in running order.
     pub fn selected(scenarios: &[Scenario]) -> Vec<Job> {
+        // `all` is every table scenario; the sweeps run apart (see `sweep::run`).
         let has = |s: Scenario| scenarios.contains(&s) || scenarios.contains(&Scenario::All);
         Job::ALL
             .into_iter()

@@ -1,7 +1,9 @@
-//! S5: S2's workload with one contender per OS process.
+//! S5: S2's workload across OS processes (one contending task per process, or
+//! `cfg.tasks_per_process` in the scaling sweep).
 //!
 //! The parent re-executes its own binary with the hidden `worker` subcommand. Each worker
-//! connects (its own `LockClient` and counter connection), prints `READY`, and waits for a
+//! connects (its own `LockClient` and counter connection, shared by its tasks), prints
+//! `READY`, and waits for a
 //! `GO` line on stdin: the parent sends it to all workers once every one is ready, so
 //! connection set-up is not measured. A worker prints its acquisitions as one JSON line on
 //! stdout and exits.
@@ -38,6 +40,8 @@ pub async fn s5_processes(target: &Target, cfg: &Config, primitive: Primitive) -
         humantime::format_duration(cfg.contended_timeout).to_string(),
         "--primitive".into(),
         primitive.name().into(),
+        "--tasks".into(),
+        cfg.tasks_per_process.to_string(),
     ];
     let processes = cfg.processes;
     let (start_us, outputs) =
@@ -59,7 +63,17 @@ pub async fn s5_processes(target: &Target, cfg: &Config, primitive: Primitive) -
         processes,
         final_value.unwrap_or(0),
     );
-    m.note("S5: one contender per process, each with its own LockClient; start by a stdin barrier");
+    if cfg.tasks_per_process == 1 {
+        m.note(
+            "S5: one contender per process, each with its own LockClient; start by a stdin barrier",
+        );
+    } else {
+        m.note(format!(
+            "S5: {} tasks per process sharing its LockClient; per-contender figures \
+             (fairness) are per process; start by a stdin barrier",
+            cfg.tasks_per_process
+        ));
+    }
     Ok(m)
 }
 
@@ -153,7 +167,6 @@ pub async fn worker(args: WorkerArgs) -> Result<()> {
     let conn = redis::Client::open(args.redis_url.as_str())?
         .get_multiplexed_async_connection()
         .await?;
-    let contender = args.primitive.contender(&client, "s5");
 
     let mut out = std::io::stdout();
     writeln!(out, "READY")?;
@@ -168,12 +181,25 @@ pub async fn worker(args: WorkerArgs) -> Result<()> {
         return Err(error("worker: no GO from the parent"));
     }
     let timeout: Duration = args.timeout;
-    let events = tokio::time::timeout(
-        timeout,
-        contend(contender, conn, args.counter, args.total, args.id),
-    )
-    .await
-    .map_err(|_| error("worker: timed out"))??;
+    let tasks: Vec<_> = (0..args.tasks)
+        .map(|_| {
+            let contender = args.primitive.contender(&client, "s5");
+            tokio::spawn(contend(
+                contender,
+                conn.clone(),
+                args.counter.clone(),
+                args.total,
+                args.id,
+            ))
+        })
+        .collect();
+    let joined = tokio::time::timeout(timeout, futures_util::future::join_all(tasks))
+        .await
+        .map_err(|_| error("worker: timed out"))?;
+    let mut events = Vec::new();
+    for task in joined {
+        events.extend(task.map_err(|e| error(format!("worker task: {e}")))??);
+    }
     writeln!(out, "{}", serde_json::to_string(&events)?)?;
     out.flush()?;
     Ok(())

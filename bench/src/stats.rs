@@ -51,6 +51,16 @@ pub fn machine_busy() -> Option<f64> {
     Some((field(0) + field(1) + field(2) + field(5) + field(6)) as f64 / 100.0)
 }
 
+/// This process' resident set size in bytes (`VmRSS` in `/proc/self/status`); `None`
+/// where that file is missing.
+pub fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    // "VmRSS:     12345 kB"
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// The `p`-th percentile (0..=100) of `sorted` by the nearest-rank method; 0 when empty.
 pub fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {

@@ -7,13 +7,18 @@
 //! k × period), so it contains exactly `s4_periods` rounds. During the window only the
 //! watchdog talks to Redis; `INFO commandstats` (reset at the window's start) counts its
 //! calls (`EVALSHA` = client round trips) and the commands the scripts ran.
+//!
+//! Client memory per held lock is the growth of the process' resident set (`VmRSS` in
+//! `/proc/self/status`) while the locks are taken, over the number of locks: the guards,
+//! the watchdog's bookkeeping and the allocator's slack. Memory freed by an earlier run in
+//! the same process may be reused, which can only make the figure smaller.
 
 use dlock_core::{LockError, LockGuard};
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;
 use crate::plan::Config;
-use crate::stats::{error, process_cpu, Result};
+use crate::stats::{error, process_cpu, resident_bytes, Result};
 use crate::target::{self, Target};
 
 /// Tasks that acquire (and later release) the locks.
@@ -28,6 +33,7 @@ pub async fn s4_watchdog(target: &Target, cfg: &Config) -> Result<Metrics> {
     let period = cfg.s4_watchdog / 3;
     let locks = cfg.locks;
 
+    let rss_before = resident_bytes();
     let acquire_started = Instant::now();
     let handles: Vec<_> = (0..WORKERS)
         .map(|worker| {
@@ -46,6 +52,9 @@ pub async fn s4_watchdog(target: &Target, cfg: &Config) -> Result<Metrics> {
         guards.extend(handle.await??);
     }
     let acquire_time = acquire_started.elapsed();
+    let rss_growth = resident_bytes()
+        .zip(rss_before)
+        .map(|(after, before)| after as f64 - before as f64);
 
     // Window: from half a period after the next round, for `periods` whole periods.
     let since = rounds_from.elapsed().as_secs_f64() / period.as_secs_f64();
@@ -156,6 +165,12 @@ pub async fn s4_watchdog(target: &Target, cfg: &Config) -> Result<Metrics> {
         "time to acquire all locks (s)",
         acquire_time.as_secs_f64(),
         2,
+    );
+    m.add(
+        "client_bytes_per_lock",
+        "client memory per held lock (VmRSS growth / locks, bytes)",
+        rss_growth.map_or(f64::NAN, |bytes| bytes / locks as f64),
+        0,
     );
     m.add(
         "min_remaining_lease_ms",

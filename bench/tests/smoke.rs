@@ -1,5 +1,5 @@
-//! Smoke test: the benchmark binary runs the quick limit, S1 and S2 scenarios against its
-//! own redis-server and reports plausible figures.
+//! Smoke tests: the benchmark binary runs the quick limit, S1 and S2 scenarios, and the
+//! quick scaling sweeps, against its own redis-servers and reports plausible figures.
 
 use std::process::Command;
 use std::time::Instant;
@@ -60,4 +60,82 @@ fn quick_limit_s1_s2() {
     assert_eq!(summary("s2", "counter"), 500.0);
     assert_eq!(summary("s2", "counter_ok"), 1.0);
     eprintln!("smoke run took {:.1?}", started.elapsed());
+}
+
+/// The quick sweeps: every point runs, every curve gets a growth class, the pictures are
+/// written beside the docs file and linked from it, and the wake-up target is judged.
+#[test]
+fn quick_sweeps() {
+    let started = Instant::now();
+    let dir = std::env::temp_dir().join(format!("dlock-bench-sweeps-{}", std::process::id()));
+    let docs = dir.join("PERFORMANCE.md");
+    let output = Command::new(env!("CARGO_BIN_EXE_dlock-bench"))
+        .args(["--quick", "--scenarios", "sweeps", "--json", "--write-docs"])
+        .arg(&docs)
+        .output()
+        .expect("run dlock-bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "dlock-bench failed ({}):\n{stderr}\n{stdout}",
+        output.status
+    );
+
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    let sweeps = json["sweeps"].as_array().expect("sweeps");
+    let ids: Vec<&str> = sweeps.iter().filter_map(|s| s["id"].as_str()).collect();
+    assert_eq!(
+        ids,
+        ["sweep-s4", "sweep-s1", "sweep-s2-s5", "sweep-wakeups"]
+    );
+    for sweep in sweeps {
+        for series in sweep["series"].as_array().expect("series") {
+            let points = series["points"].as_array().expect("points");
+            assert!(points.len() >= 2, "{series}");
+            for point in points {
+                assert!(point["error"].is_null(), "failed point: {point}");
+            }
+            for (metric, growth) in series["growth"].as_object().expect("growth") {
+                // Fairness may be 0 at some point; every other curve must be fitted.
+                if metric != "min_over_mean" {
+                    assert!(growth["class"].is_string(), "{metric}: {growth}");
+                }
+            }
+        }
+        let id = sweep["id"].as_str().unwrap_or_default();
+        let svg = std::fs::read_to_string(dir.join("perf").join(format!("{id}.svg")))
+            .unwrap_or_else(|e| panic!("no picture of {id}: {e}"));
+        assert!(
+            svg.starts_with("<svg") && svg.contains("(log scale)"),
+            "{id}"
+        );
+        assert!(std::fs::read_to_string(&docs)
+            .expect("docs written")
+            .contains(&format!("](perf/{id}.svg)")));
+    }
+    // The contended points are still exact, in 1 and in 4 processes.
+    for series in sweeps[2]["series"].as_array().expect("series") {
+        for point in series["points"].as_array().expect("points") {
+            assert_eq!(point["values"]["counter_ok"], 1.0, "{point}");
+        }
+    }
+    let wakeups = &sweeps[3]["series"][0]["points"];
+    assert_eq!(
+        wakeups[0]["values"]["attempts_per_release"], 1.0,
+        "one client never waits"
+    );
+    let target = json["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .find(|t| {
+            t["target"]
+                .as_str()
+                .is_some_and(|t| t.contains("20 waiting clients"))
+        })
+        .expect("wake-up target");
+    assert!(target["met"].is_boolean(), "judged: {target}");
+    std::fs::remove_dir_all(&dir).ok();
+    eprintln!("sweep smoke run took {:.1?}", started.elapsed());
 }
