@@ -89,7 +89,7 @@ impl Config {
             s1_tasks: 64,
             s2_tasks: 16,
             processes: 4,
-            tasks_per_process: 1,
+            tasks_per_process: 4,
             s4_watchdog: if quick {
                 Duration::from_millis(1500)
             } else {
@@ -241,13 +241,13 @@ impl Job {
             Job::S2Dlock(Primitive::Rw) => "S2 contended, read-write lock: 16 tasks, one key, 3 reads (GET) per write (GET/+1/SET)",
             Job::S2Rslock => "S2 contended hand-off: 16 tasks, one key, GET/+1/SET inside (rslock)",
             Job::S4Watchdog => "S4 watchdog at scale: locks held with watchdog renewal",
-            Job::S5Processes(Primitive::Lock) => "S5 cross-process: S2 with 4 processes",
-            Job::S5Processes(Primitive::Fair) => "S5 cross-process: S2 with 4 processes (dlock fair lock)",
-            Job::S5Processes(Primitive::Rw) => "S5 cross-process, read-write lock: 4 processes, 3 reads per write",
+            Job::S5Processes(Primitive::Lock) => "S5 cross-process: S2 with 4 processes × 4 tasks",
+            Job::S5Processes(Primitive::Fair) => "S5 cross-process: S2 with 4 processes × 4 tasks (dlock fair lock)",
+            Job::S5Processes(Primitive::Rw) => "S5 cross-process, read-write lock: 4 processes × 4 tasks, 3 reads per write",
             Job::S2Dlock(Primitive::Semaphore) => "S2 contended hand-off: 16 tasks, a semaphore of 1 permit, GET/+1/SET inside",
             Job::S2Dlock(Primitive::Multi) => "S2 contended hand-off: 16 tasks, a multi-lock over 2 keys of one slot, GET/+1/SET inside",
-            Job::S5Processes(Primitive::Semaphore) => "S5 cross-process: S2 with 4 processes (semaphore of 1 permit)",
-            Job::S5Processes(Primitive::Multi) => "S5 cross-process: S2 with 4 processes (multi-lock over 2 keys)",
+            Job::S5Processes(Primitive::Semaphore) => "S5 cross-process: S2 with 4 processes × 4 tasks (semaphore of 1 permit)",
+            Job::S5Processes(Primitive::Multi) => "S5 cross-process: S2 with 4 processes × 4 tasks (multi-lock over 2 keys)",
             Job::S1Family(Family::MultiSameSlot(_)) => "S1 family: 64 tasks, a multi-lock over keys of one slot each (one script)",
             Job::S1Family(Family::MultiSequential(_)) => "S1 family: 64 tasks, a multi-lock over keys in different slots each (one after another)",
             Job::S1Family(Family::Semaphore) => "S1 family: 64 tasks, a semaphore of 4 each, one permit per cycle",
