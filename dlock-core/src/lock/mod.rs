@@ -33,6 +33,16 @@ use crate::sync::owner;
 /// | [`try_lock_for`](Lock::try_lock_for) | up to `wait` | watchdog |
 /// | [`try_lock_with`](Lock::try_lock_with) | up to `wait` | explicit |
 ///
+/// # Waiting across processes
+///
+/// A try that finds the lock taken registers its client as waiting; a release wakes the
+/// longest-waiting client only (one try at Redis per release, however many clients
+/// wait) and reserves the lock for it for 100 ms, so that a caller elsewhere that needs
+/// no wake-up cannot take it first. Within one client, tasks line up and the lock goes
+/// from one to the next, for at most 8 hand-offs in a row while other clients wait; then
+/// it goes to them. [`try_lock`](Lock::try_lock), which does not wait, never registers.
+/// While a lock is reserved, [`is_locked`](Lock::is_locked) reports it taken.
+///
 /// # Cancel safety
 ///
 /// All acquisition methods are cancel safe: dropping the future never leaves a lock
