@@ -69,9 +69,10 @@ if type(mine) == 'table' and mine.err then
 end
 
 if not reenter then
-  -- A release passed the lock to this client: it holds nothing but the reservation
-  -- (field '!next' = the client id, expiring soon), which only this client may take.
-  if mine == 0 and ARGV[6] ~= '' and redis.call('hget', KEYS[1], '!next') == ARGV[6] then
+  -- A release passed the lock to a waiting client: it holds nothing but the reservation
+  -- (field '!next' = that client's id, expiring soon), which only that client may take.
+  local reserved_for = mine == 0 and redis.call('hget', KEYS[1], '!next')
+  if reserved_for and reserved_for == ARGV[6] and ARGV[6] ~= '' then
     redis.call('del', KEYS[1])
     return grant()
   end
@@ -93,7 +94,7 @@ if not reenter then
     redis.call('zadd', KEYS[4], 'nx', now[1] * 1000 + math.floor(now[2] / 1000), ARGV[6])
     redis.call('pexpire', KEYS[4], ARGV[7])
   end
-  if mine == 0 and redis.call('hexists', KEYS[1], '!next') == 1 then
+  if reserved_for then
     -- Reserved for another client, which holds it next: this client is registered and
     -- woken in its turn, so its waiter need not try again when the reservation ends
     -- (-1: no expiry known; it still rechecks every max_wait_recheck).
