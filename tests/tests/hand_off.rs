@@ -218,3 +218,48 @@ async fn a_client_that_stops_waiting_passes_its_wake_up_on() {
     let left: usize = server.connection().zcard(registry("passed-on")).unwrap();
     assert_eq!(left, 0);
 }
+
+/// Twenty clients, one task each, take a contended lock again right after giving it
+/// back, as a busy endpoint does: each acquisition costs its first try (busy) and the try
+/// its wake-up causes, no more. The channel stays subscribed a moment after a client's
+/// wait, so the next call's busy try waits for its wake-up at once. Fails when every call
+/// subscribes afresh (a third try per acquisition, after the subscription's
+/// confirmation: 3 per acquisition).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_takes_the_lock_again_needs_two_tries_per_acquisition() {
+    const CLIENTS: usize = 20;
+    const ROUNDS: usize = 10;
+    let server = RedisServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(LockClient::connect(&server.url()).await.unwrap());
+    }
+    let mut tasks = Vec::new();
+    for client in &clients {
+        let lock = client.lock("{again}");
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = lock.try_lock_for(Duration::from_secs(30)).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("the clients finished")
+            .unwrap();
+    }
+    let (attempts, acquired) = clients.iter().fold((0, 0), |(attempts, acquired), c| {
+        let stats = c.stats();
+        (attempts + stats.acquire_attempts, acquired + stats.acquired)
+    });
+    let per_acquisition = attempts as f64 / acquired as f64;
+    eprintln!("{CLIENTS} clients looping: {attempts} acquire attempts for {acquired} acquisitions ({per_acquisition:.2} each)");
+    assert_eq!(acquired, (CLIENTS * ROUNDS) as u64);
+    assert!(
+        per_acquisition <= 2.4,
+        "{per_acquisition:.2} acquire attempts per acquisition"
+    );
+}

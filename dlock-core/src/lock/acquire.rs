@@ -301,6 +301,14 @@ impl Lock {
             maybe_applied: false,
             waits: wait != Some(Duration::ZERO),
         };
+        // A confirmed subscription held before the first try (the line's, or the channel
+        // still subscribed from this client's last wait) means a busy first try can wait
+        // for its wake-up at once: nothing published after it can be missed.
+        let subscription = subscription.or_else(|| {
+            inner
+                .pubsub
+                .subscribe_if_confirmed(&self.keys.channel, &self.keys.key)
+        });
         let mut waiter = Waiter::new(
             &inner.pubsub,
             &self.keys.channel,

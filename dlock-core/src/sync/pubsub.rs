@@ -14,12 +14,13 @@
 //! A client whose last waiter on such a lock leaves removes itself from the registry (and
 //! passes on a wake-up it may have been sent meanwhile).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::{RedisError, RedisResult};
 use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::redis::{Backend, Subscriber, SubscriberEvent};
@@ -39,6 +40,14 @@ const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 /// timeout, and the messages arriving meanwhile wait no longer than that.
 const MAX_BATCH: usize = 1_000;
 
+/// How long a channel stays subscribed after its last waiter left. A task that takes a
+/// contended lock again right after releasing it (a loop, a busy endpoint) finds the
+/// subscription still confirmed: its first busy try can wait for its wake-up at once,
+/// instead of subscribing, waiting for the confirmation and trying once more, and the
+/// connection is spared an UNSUBSCRIBE and a SUBSCRIBE per acquisition. Short, so that
+/// channels nobody waits on go within a fraction of a second.
+const LINGER: Duration = Duration::from_millis(50);
+
 /// The client's subscription service.
 pub(crate) struct PubSubService {
     shared: Arc<Shared>,
@@ -53,6 +62,8 @@ struct Shared {
     client_id: Arc<str>,
     /// For leaving waiter registries.
     backend: Backend,
+    /// Channels whose last waiter left, in the order they left (see [`LINGER`]).
+    lingering: Mutex<VecDeque<(Instant, String)>>,
 }
 
 struct Channel {
@@ -66,6 +77,8 @@ struct Channel {
     /// The lock whose waiter registry this client joins while it waits on the channel
     /// (the registry is named like the channel), left when the last waiter goes.
     registry_of: Option<String>,
+    /// When the last waiter left: the channel stays subscribed for [`LINGER`].
+    idle_since: Option<Instant>,
 }
 
 impl Channel {
@@ -109,6 +122,7 @@ impl PubSubService {
             changes,
             client_id,
             backend: backend.clone(),
+            lingering: Mutex::default(),
         });
         let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
         let weak = Arc::downgrade(&shared);
@@ -138,8 +152,31 @@ impl PubSubService {
         self.subscribe_to(channel, Some(lock_key))
     }
 
+    /// [`subscribe_registered`](PubSubService::subscribe_registered), but only if the
+    /// channel is subscribed and confirmed already (other waiters of the client, or a
+    /// channel lingering after its last waiter): a try made while holding it needs no
+    /// re-try after a confirmation, since no message sent after it can be missed.
+    pub(crate) fn subscribe_if_confirmed(
+        &self,
+        channel: &str,
+        lock_key: &str,
+    ) -> Option<Subscription> {
+        let confirmed = self
+            .shared
+            .lock_channels()
+            .get(channel)
+            .is_some_and(|entry| *entry.confirmed.borrow());
+        confirmed.then(|| self.subscribe_to(channel, Some(lock_key)))
+    }
+
     fn subscribe_to(&self, channel: &str, registry_of: Option<&str>) -> Subscription {
         let mut channels = self.shared.lock_channels();
+        if let Some(entry) = channels.get_mut(channel) {
+            if entry.idle_since.take().is_some() {
+                // A wake-up stored while nobody waited belongs to nobody now.
+                entry.wake = Arc::new(Notify::new());
+            }
+        }
         let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
             let (confirm, confirmed) = watch::channel(false);
             let _ = self.shared.changes.send(channel.to_owned());
@@ -150,6 +187,7 @@ impl PubSubService {
                 confirmed,
                 confirm,
                 registry_of: None,
+                idle_since: None,
             }
         });
         if entry.registry_of.is_none() {
@@ -177,6 +215,36 @@ impl Shared {
             channel.wake.notify_waiters();
             channel.notify(true);
         }
+    }
+
+    /// When the oldest lingering channel's time is up.
+    fn next_expiry(&self) -> Option<Instant> {
+        let lingering = self.lingering.lock().unwrap_or_else(|p| p.into_inner());
+        lingering.front().map(|(since, _)| *since + LINGER)
+    }
+
+    /// Forgets the lingering channels whose time is up and nobody took again; returns
+    /// them, to be unsubscribed.
+    fn expire_lingering(&self, now: Instant) -> Vec<String> {
+        let mut expired = Vec::new();
+        let mut lingering = self.lingering.lock().unwrap_or_else(|p| p.into_inner());
+        let mut channels = self.lock_channels();
+        while let Some((since, _)) = lingering.front() {
+            if *since + LINGER > now {
+                break;
+            }
+            let Some((since, name)) = lingering.pop_front() else {
+                break;
+            };
+            if channels
+                .get(&name)
+                .is_some_and(|entry| entry.waiters == 0 && entry.idle_since == Some(since))
+            {
+                channels.remove(&name);
+                expired.push(name);
+            }
+        }
+        expired
     }
 
     /// Whether an unlock message with `payload` wakes a waiter of this client: unless it
@@ -249,10 +317,16 @@ impl Drop for Subscription {
         if let Some(entry) = channels.get_mut(&self.channel) {
             entry.waiters -= 1;
             if entry.waiters == 0 {
-                let registry_of = channels
-                    .remove(&self.channel)
-                    .and_then(|entry| entry.registry_of);
+                let now = Instant::now();
+                entry.idle_since = Some(now);
+                let registry_of = entry.registry_of.clone();
                 drop(channels);
+                self.shared
+                    .lingering
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push_back((now, self.channel.clone()));
+                // Tells the subscriber task there is a lingering channel to time.
                 let _ = self.shared.changes.send(self.channel.clone());
                 if let Some(lock_key) = registry_of {
                     self.shared
@@ -331,7 +405,20 @@ async fn run(
         }
 
         while healthy {
+            let expiry = shared.upgrade().and_then(|shared| shared.next_expiry());
             tokio::select! {
+                () = sleep_until_some(expiry) => {
+                    let Some(expired) = shared.upgrade().map(|shared| shared.expire_lingering(Instant::now())) else {
+                        return;
+                    };
+                    for batch in expired.chunks(MAX_BATCH) {
+                        if let Err(error) = apply(&shared, &mut subscriber, &mut subscribed, batch, command_timeout).await {
+                            tracing::warn!(%error, channels = batch.len(), "dlock: unsubscribing failed; reconnecting");
+                            healthy = false;
+                            break;
+                        }
+                    }
+                }
                 change = changes.recv() => match change {
                     None => return,
                     Some(first) => {
@@ -376,6 +463,14 @@ async fn run(
         }
         tracing::warn!("dlock: subscriber connection lost; reconnecting");
         unconfirm_all(&shared);
+    }
+}
+
+/// Sleeps until `at`, or forever without it.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
