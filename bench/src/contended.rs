@@ -295,8 +295,16 @@ pub async fn wakeups(target: &Target, cfg: &Config, clients: usize) -> Result<Me
     );
     m.add(
         "attempts_per_release",
-        "acquire attempts that reach Redis per release",
+        "acquire scripts per release (each lock() call's own first try included)",
         per_release(attempts),
+        2,
+    );
+    // Every `lock()` call tries once as it starts, whoever holds the lock; the tries after
+    // that are the ones a release (a wake-up) or a recheck causes: the herd, if any.
+    m.add(
+        "woken_attempts_per_release",
+        "acquire tries after a wait per release (beyond each call's first try)",
+        per_release(attempts.saturating_sub(releases)),
         2,
     );
     m.add(

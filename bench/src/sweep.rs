@@ -322,7 +322,12 @@ fn plans(sizes: &Sizes) -> Vec<Plan> {
             figures: &[
                 Figure {
                     key: "attempts_per_release",
-                    label: "acquire attempts per release",
+                    label: "acquire scripts per release",
+                    log_y: true,
+                },
+                Figure {
+                    key: "woken_attempts_per_release",
+                    label: "tries after a wait per release",
                     log_y: true,
                 },
                 Figure {
