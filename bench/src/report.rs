@@ -267,7 +267,7 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
 }
 
 /// S5's throughput (lock) in the report before the fairness work (docs/PERFORMANCE.md of
-/// 2026-11-22): the issue's S5 throughput target is 0.8 × this.
+/// 2026-11-22): the S5 throughput target is 0.8 × this.
 const S5_EARLIER_PER_S: f64 = 2_802.0;
 
 /// "dlock S1 = 1.23 × rslock", from dlock's rate (if measured) and rslock's.
@@ -280,10 +280,10 @@ fn versus(dlock: Option<f64>, rslock: f64, scenario: &str) -> String {
     }
 }
 
-/// One target of the issue and how the measurement compares.
+/// One performance target and how the measurement compares.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
-    /// The target, as the issue states it.
+    /// The target, as stated.
     pub target: &'static str,
     /// The measured figure.
     pub measured: String,
@@ -483,7 +483,7 @@ pub fn checks(done: &[JobResult], sweeps: &[Sweep]) -> Vec<Check> {
         &|x| x > 1.0,
         &|x| format!("up to {} reads at once", num(x, 0)),
     ));
-    out.extend(issue_checks(done));
+    out.extend(fairness_and_cost_checks(done));
     out.push(threshold(
         "acquire attempts that reach Redis per release (beyond each call's first try), 20 waiting clients ≤ 2",
         sweep::value_at(sweeps, "sweep-wakeups", 20.0, "woken_attempts_per_release"),
@@ -508,8 +508,8 @@ pub fn checks(done: &[JobResult], sweeps: &[Sweep]) -> Vec<Check> {
     out
 }
 
-/// The targets of the fairness / memory / subscription issue.
-fn issue_checks(done: &[JobResult]) -> Vec<Check> {
+/// The targets for cross-process fairness, server cost, memory, subscriptions and the demo.
+fn fairness_and_cost_checks(done: &[JobResult]) -> Vec<Check> {
     let v = |job, key| value(done, job, key);
     let check =
         |target, x: Option<f64>, ok: &dyn Fn(f64) -> bool, show: &dyn Fn(f64) -> String| Check {
@@ -651,7 +651,7 @@ pub struct JsonReport<'a> {
     pub command: &'a str,
     /// One entry per job.
     pub scenarios: Vec<JsonJob>,
-    /// The issue's targets.
+    /// The performance targets.
     pub targets: Vec<Check>,
     /// The scaling sweeps (empty unless `sweeps` ran).
     pub sweeps: Vec<sweep::JsonSweep>,

@@ -38,7 +38,7 @@ struct Sizes {
     wakeup_acquisitions: u64,
 }
 
-/// The sizes.
+/// The sizes the scaling questions ask about.
 const FULL: Sizes = Sizes {
     s1_tasks: &[1, 4, 16, 64, 256, 1024],
     s1_duration: Duration::from_secs(2),
