@@ -186,8 +186,10 @@ async fn cycles(
     until: Instant,
 ) -> Result<Totals> {
     let key = format!("{}lim:{task}", s.prefix);
-    let channel = format!("dlock:unlock:{{x}}:{key}");
-    let fence = format!("dlock:fence:{{x}}:{}", s.prefix);
+    // dlock's names (`dlock:<kind>:<prefix>{tag}:...`), all with one tag: the server is
+    // not a cluster.
+    let channel = format!("dlock:unlock:{}{{x}}:lim:{task}", s.prefix);
+    let fence = format!("dlock:fence:{}{{x}}", s.prefix);
     let mut totals = Totals::default();
     for owner in 0u64.. {
         let began = Instant::now();
@@ -216,7 +218,7 @@ async fn cycles(
             return Err(error(format!("limit: {key} was locked by someone else")));
         }
         let acquired = Instant::now();
-        let memo = format!("dlock:release:{{x}}:{field}:{owner}");
+        let memo = format!("dlock:release:{}{{x}}:{field}:{owner}", s.prefix);
         let remaining: i64 = redis::cmd("EVALSHA")
             .arg(&s.release_sha)
             .arg(3)
@@ -299,8 +301,8 @@ async fn run_redis_benchmark(
 
     for (shape, flags) in shapes {
         let key = format!("{prefix}rb:acq:{shape}:__rand_int__");
-        let fence = format!("dlock:fence:{{x}}:{prefix}");
-        let channel = format!("dlock:unlock:{{x}}:{key}");
+        let fence = format!("dlock:fence:{prefix}{{x}}");
+        let channel = format!("dlock:unlock:{prefix}{{x}}:rb:acq:{shape}:__rand_int__");
         let lease = LEASE_MS.to_string();
         let registry = REGISTRY_TTL_MS.to_string();
         let args = [
@@ -343,7 +345,7 @@ async fn run_redis_benchmark(
         prepopulate(&mut conn, &key_base, field, pool).await?;
         target::reset_stats(&mut conn).await?;
         let key = format!("{key_base}__rand_int__");
-        let channel = format!("dlock:unlock:{{x}}:{prefix}rb");
+        let channel = format!("dlock:unlock:{prefix}{{x}}:rb");
         let memo = format!("{prefix}rb:memo:{shape}:__rand_int__");
         let memo_ttl = MEMO_TTL_MS.to_string();
         let registry = REGISTRY_TTL_MS.to_string();

@@ -64,6 +64,19 @@ pub enum LockError {
         source: Option<redis::RedisError>,
     },
 
+    /// The client was told to call dlock's function library
+    /// ([`ScriptMode::Functions`](crate::ScriptMode::Functions)), or may not load scripts,
+    /// and the server does not have this version's library.
+    #[error("dlock's function library {library} is not loaded on {address} ({detail}); load it once with an administrator's credentials (LockClientBuilder::load_functions, or FUNCTION LOAD REPLACE with FunctionLibrary::code()), or let this client load scripts (ScriptMode::Eval)")]
+    FunctionLibraryMissing {
+        /// The deployment, with any password replaced by `***`.
+        address: String,
+        /// The library this client calls: `dlock_<version>`.
+        library: String,
+        /// What the server answered.
+        detail: String,
+    },
+
     /// The acquire script took the lock on the master, but fewer replicas than the client's
     /// [`replica_acks`](crate::LockClientBuilder::replica_acks) confirmed it in time: a
     /// failover could have lost it. dlock released it again.

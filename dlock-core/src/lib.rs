@@ -58,7 +58,7 @@ mod scripts;
 mod semaphore;
 mod sync;
 
-pub use crate::redis::Topology;
+pub use crate::redis::{ScriptMode, Topology};
 pub use client::global::{global_client, set_global};
 pub use client::{LockClient, LockClientBuilder, MAX_COMMAND_TIMEOUT};
 pub use error::{LockError, LossReason, Result};
@@ -72,6 +72,7 @@ pub use multi::{MultiGuard, MultiLock};
 pub use names::MAX_NAME_LEN;
 pub use redlock::{RedLock, RedLockClient, RedLockGuard};
 pub use rw::{ReadLock, ReadWriteLock, WriteLock};
+pub use scripts::FunctionLibrary;
 pub use semaphore::Semaphore;
 pub use sync::metrics::{Stats, LATENCY_BOUNDS};
 pub use sync::owner::current_fence;

@@ -7,6 +7,13 @@
 //! the first `{`, then the first `}` after it, with something in between), otherwise a
 //! short string chosen to hash to the same slot. Naively wrapping the name in `{...}` would
 //! be wrong for names such as `{}` or `a{b}}`, whose slot is that of the whole name.
+//!
+//! Every helper name is `dlock:<kind>:<key prefix>{<tag>}:<rest>`: the key prefix comes
+//! right after the fixed kind, before anything a lock name can influence, so an ACL
+//! pattern `dlock:<kind>:<prefix>*` matches one application's names and no other's,
+//! whatever characters the other application's lock names hold (a pattern with a `*`
+//! before the prefix would let a name containing `}:<prefix>` match it). That is why a key
+//! prefix may not contain `{` ([`check_prefix`]): the helper's own tag must be the first.
 
 use std::sync::OnceLock;
 
@@ -44,6 +51,23 @@ pub(crate) fn check_text(what: &'static str, text: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a key prefix: a lock name's rules ([`check_text`]), and no `{`, which would
+/// take the place of the hash tag dlock writes after the prefix in its helper names and
+/// move them to another cluster slot than the lock's (see the module documentation).
+pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
+    check_text("key prefix", prefix)?;
+    if let Some(at) = prefix.find('{') {
+        return Err(LockError::invalid_name(
+            "key prefix",
+            prefix,
+            format!(
+                "a key prefix must not contain `{{` (found at byte {at}): dlock writes the prefix before the cluster hash tag of its own keys; put hash tags in lock names instead"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 const SLOTS: usize = 16_384;
 
 /// The names dlock uses in Redis for one lock.
@@ -51,14 +75,18 @@ const SLOTS: usize = 16_384;
 pub(crate) struct LockKeys {
     /// The lock hash: key prefix + lock name.
     pub(crate) key: String,
+    /// Where the lock name starts in `key` (the key prefix's length).
+    name_at: usize,
+    /// `<key prefix>{<tag>}`: what every helper name of this lock starts with after
+    /// `dlock:<kind>:`.
+    scope: String,
     /// Channel on which a full release publishes, in the key's slot.
     pub(crate) channel: String,
     /// Start of the release memo keys (`<memo_prefix><owner>:<op>`) and re-entry markers
-    /// (`<memo_prefix><owner>:acq:<op>`), in the key's slot and under the key prefix
-    /// (after the tag), so that an ACL can give each application its own:
-    /// `dlock:release:{tag}:<key prefix>`.
+    /// (`<memo_prefix><owner>:acq:<op>`), in the key's slot:
+    /// `dlock:release:<key prefix>{tag}:`.
     pub(crate) memo_prefix: String,
-    /// The fencing-token counter (`dlock:fence:{anchor}:<key prefix>`): one per slot
+    /// The fencing-token counter (`dlock:fence:<key prefix>{anchor}`): one per slot
     /// anchor and key prefix, shared by every lock whose key has that anchor, so the number
     /// of counters is bounded (at most 16,384 for untagged names, plus one per hash tag in
     /// use) however many lock names come and go. It only ever grows, so the tokens of each
@@ -69,13 +97,25 @@ pub(crate) struct LockKeys {
 impl LockKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> LockKeys {
         let key = format!("{prefix}{name}");
-        let anchor = slot_anchor(key.as_bytes());
+        let scope = format!("{prefix}{{{}}}", slot_anchor(key.as_bytes()));
         LockKeys {
-            channel: format!("dlock:unlock:{{{anchor}}}:{key}"),
-            memo_prefix: format!("dlock:release:{{{anchor}}}:{prefix}"),
-            fence: format!("dlock:fence:{{{anchor}}}:{prefix}"),
+            channel: format!("dlock:unlock:{scope}:{name}"),
+            memo_prefix: format!("dlock:release:{scope}:"),
+            fence: format!("dlock:fence:{scope}"),
+            name_at: prefix.len(),
+            scope,
             key,
         }
+    }
+
+    /// The lock name (the key without its prefix).
+    fn name(&self) -> &str {
+        &self.key[self.name_at..]
+    }
+
+    /// `dlock:<kind>:<key prefix>{tag}:<name>`: a helper of `kind` for this lock.
+    fn helper(&self, kind: &str) -> String {
+        format!("dlock:{kind}:{}:{}", self.scope, self.name())
     }
 }
 
@@ -94,11 +134,7 @@ impl LockKeys {
     /// The read-write lock's set of waiting writers (a sorted set: writer owner → server
     /// deadline of its entry), in the key's slot.
     pub(crate) fn waiting_writers(&self) -> String {
-        format!(
-            "dlock:rwwait:{{{}}}:{}",
-            slot_anchor(self.key.as_bytes()),
-            self.key
-        )
+        self.helper("rwwait")
     }
 }
 
@@ -116,9 +152,7 @@ pub(crate) struct FairKeys {
 
 impl FairKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> FairKeys {
-        let key = format!("{prefix}{name}");
-        let anchor = slot_anchor(key.as_bytes());
-        let base = format!("dlock:fair:{{{anchor}}}:{key}");
+        let base = LockKeys::new(prefix, name).helper("fair");
         FairKeys {
             queue: format!("{base}:queue"),
             deadlines: format!("{base}:deadlines"),
@@ -145,10 +179,9 @@ pub(crate) struct SemKeys {
 impl SemKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> SemKeys {
         let lock = LockKeys::new(prefix, name);
-        let anchor = slot_anchor(lock.key.as_bytes());
         SemKeys {
-            grants: format!("dlock:sem:{{{anchor}}}:{}", lock.key),
-            capacity: format!("dlock:semcap:{{{anchor}}}:{}", lock.key),
+            grants: lock.helper("sem"),
+            capacity: lock.helper("semcap"),
             lock,
         }
     }
@@ -166,10 +199,10 @@ pub(crate) struct FencedKeys {
 
 impl FencedKeys {
     pub(crate) fn new(prefix: &str, key: &str) -> FencedKeys {
-        let anchor = slot_anchor(key.as_bytes());
+        let scope = format!("{prefix}{{{}}}", slot_anchor(key.as_bytes()));
         FencedKeys {
-            fence: format!("dlock:fenced:{{{anchor}}}:{prefix}{key}"),
-            op_prefix: format!("dlock:fencedop:{{{anchor}}}:{prefix}"),
+            fence: format!("dlock:fenced:{scope}:{key}"),
+            op_prefix: format!("dlock:fencedop:{scope}:"),
         }
     }
 }
@@ -284,7 +317,7 @@ mod tests {
             "",
             "ключ",
         ] {
-            for prefix in ["", "shop:", "{shop}:"] {
+            for prefix in ["", "shop:", "sh}op:"] {
                 let keys = LockKeys::new(prefix, name);
                 let slot = slot_of(keys.key.as_bytes());
                 assert_eq!(slot_of(keys.channel.as_bytes()), slot, "{prefix}{name}");
@@ -327,7 +360,7 @@ mod tests {
     #[test]
     fn fenced_names_share_the_application_key_slot() {
         for key in ["stock:42", "stock:{42}", "{}", "a{b}}c", "}{", "ключ"] {
-            for prefix in ["", "shop:", "{shop}:"] {
+            for prefix in ["", "shop:", "sh}op:"] {
                 let names = FencedKeys::new(prefix, key);
                 let slot = slot_of(key.as_bytes());
                 let memo = format!("{}client:1:7", names.op_prefix);
@@ -335,6 +368,51 @@ mod tests {
                     assert_eq!(slot_of(name.as_bytes()), slot, "{prefix} {key}: {name}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn helper_names_start_with_their_kind_and_the_prefix_then_their_own_tag() {
+        let hostile = ["x}:b:y", "{b}:x", "b:*", "?}{", "}", "{", "a:{x}:b:", "*"];
+        for prefix in ["a:", "b:", "", "sh}op:"] {
+            for name in hostile {
+                let keys = LockKeys::new(prefix, name);
+                let fair = FairKeys::new(prefix, name);
+                let sem = SemKeys::new(prefix, name);
+                let fenced = FencedKeys::new(prefix, name);
+                let helpers = [
+                    ("unlock", keys.channel.clone()),
+                    ("release", keys.memo("c:1", 7)),
+                    ("release", keys.marker("c:1", 7)),
+                    ("fence", keys.fence.clone()),
+                    ("rwwait", keys.waiting_writers()),
+                    ("fair", fair.queue),
+                    ("fair", format!("{}c:1", fair.wake_prefix)),
+                    ("sem", sem.grants),
+                    ("semcap", sem.capacity),
+                    ("fenced", fenced.fence),
+                    ("fencedop", format!("{}c:1:7", fenced.op_prefix)),
+                ];
+                for (kind, helper) in helpers {
+                    let start = format!("dlock:{kind}:{prefix}{{");
+                    assert!(
+                        helper.starts_with(&start),
+                        "{helper} for {prefix:?} {name:?}"
+                    );
+                    assert_eq!(helper.find('{'), Some(start.len() - 1), "{helper}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_prefix_with_an_opening_brace_is_refused() {
+        for prefix in ["{shop}:", "a{", "{}"] {
+            let error = check_prefix(prefix).unwrap_err().to_string();
+            assert!(error.contains("must not contain `{`"), "{error}");
+        }
+        for prefix in ["", "shop:", "sh}op:", "ключ:"] {
+            check_prefix(prefix).unwrap();
         }
     }
 

@@ -16,7 +16,8 @@ use redis::Commands;
 use tokio::time::Instant;
 
 /// The waiter registry of the lock `{tag}` (no key prefix): named like its unlock
-/// channel, `dlock:unlock:{<slot anchor>}:<key>`, whose anchor is the key's hash tag.
+/// channel, `dlock:unlock:<prefix>{<slot anchor>}:<name>`, whose anchor is the key's hash
+/// tag.
 fn registry(tag: &str) -> String {
     format!("dlock:unlock:{{{tag}}}:{{{tag}}}")
 }

@@ -7,9 +7,10 @@ use super::LockClient;
 use crate::background::Background;
 use crate::error::{LockError, Result};
 use crate::lease::{lease_millis, MAX_LEASE, OVER_MAX_LEASE};
-use crate::names::check_text;
+use crate::names::check_prefix;
 use crate::redis::Backend;
-use crate::redis::{ConnectOptions, Topology, TopologyKind};
+use crate::redis::{ConnectOptions, ScriptMode, Topology, TopologyKind};
+use crate::scripts::FunctionLibrary;
 
 /// Shortest accepted watchdog timeout: renewal runs every third of it and needs room for a
 /// round trip and a retry.
@@ -52,6 +53,7 @@ pub struct LockClientBuilder {
     retry_delay: Duration,
     replica_acks: Option<ReplicaAcks>,
     fencing_tokens: bool,
+    script_mode: ScriptMode,
 }
 
 impl Default for LockClientBuilder {
@@ -68,6 +70,7 @@ impl Default for LockClientBuilder {
             retry_delay: Duration::from_millis(50),
             replica_acks: None,
             fencing_tokens: true,
+            script_mode: ScriptMode::Auto,
         }
     }
 }
@@ -207,6 +210,76 @@ impl LockClientBuilder {
         self
     }
 
+    /// How the client runs dlock's scripts: `EVALSHA` of scripts it loads, or `FCALL` of
+    /// dlock's [`FunctionLibrary`] that an administrator loaded (see
+    /// [`load_functions`](LockClientBuilder::load_functions)). Default
+    /// [`ScriptMode::Auto`]: the library when it is loaded, scripts otherwise.
+    ///
+    /// [`ScriptMode::Functions`] is for an application user that may call dlock's
+    /// functions and nothing else (docs/SECURITY.md has the ACL rule): such a user cannot
+    /// load a script of its own, so it cannot stall the server with one.
+    #[must_use]
+    pub fn script_mode(mut self, mode: ScriptMode) -> Self {
+        self.script_mode = mode;
+        self
+    }
+
+    /// Loads this version's [`FunctionLibrary`] into `topology` with `FUNCTION LOAD
+    /// REPLACE` (on every master of a cluster; replicas get it by replication), using the
+    /// topology's credentials, which need `+function|load`: an administrator's set-up
+    /// step, run once per deployment and dlock version before clients built with
+    /// [`ScriptMode::Functions`] connect. Loading the same version again changes nothing;
+    /// libraries of other versions stay loaded (remove them with `FUNCTION DELETE` once
+    /// no client of that version runs). Returns the library's name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// # let (admin_url, app_url) = (server.url(), server.url());
+    /// use dlock_core::{LockClient, ScriptMode, Topology};
+    ///
+    /// LockClient::builder()
+    ///     .load_functions(&Topology::single(&admin_url))
+    ///     .await?;
+    /// let client = LockClient::builder()
+    ///     .script_mode(ScriptMode::Functions)
+    ///     .connect(&app_url)
+    ///     .await?;
+    /// client.lock("goods:42").lock().await?.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As for [`connect_to`](LockClientBuilder::connect_to), and [`LockError::Config`]
+    /// when the server refuses the library or does not answer (no `+function|load`, a
+    /// Redis before 7).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the library is loaded or not; nothing else is left behind.
+    pub async fn load_functions(&self, topology: &Topology) -> Result<String> {
+        let settings = self.validate()?;
+        let options = ConnectOptions {
+            connect_timeout: self.connect_timeout,
+            command_timeout: settings.command_timeout,
+        };
+        let (backend, shown) = Backend::open(topology, options).await?;
+        let library = FunctionLibrary::current();
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg("REPLACE").arg(library.code());
+        backend.query::<redis::Value>(&load).await.map_err(|e| {
+            LockError::Config(format!(
+                "could not load dlock's function library {} into {shown}: {e}",
+                library.name()
+            ))
+        })?;
+        tracing::info!(library = library.name(), deployment = %shown, "dlock: function library loaded");
+        Ok(library.name().to_owned())
+    }
+
     /// Validates the settings, connects to the Redis server at `url` and starts the
     /// client's background tasks (subscriber, watchdog, background release).
     ///
@@ -259,7 +332,7 @@ impl LockClientBuilder {
             ));
         }
         let background = Background::default();
-        let backend = Backend::connect(topology, options, &background).await?;
+        let backend = Backend::connect(topology, options, &background, self.script_mode).await?;
         tracing::debug!(mode = topology.mode(), "dlock: connected");
         Ok(LockClient::start(
             backend,
@@ -279,7 +352,7 @@ impl LockClientBuilder {
             });
         }
         debug_assert!(lease_ms >= 100);
-        check_text("key prefix", &self.key_prefix)?;
+        check_prefix(&self.key_prefix)?;
         // Backoffs multiply the retry delay; a bounded one cannot overflow.
         if self.retry_delay > MAX_LEASE {
             return Err(LockError::InvalidDuration {

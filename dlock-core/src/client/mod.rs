@@ -5,7 +5,7 @@ pub(crate) mod global;
 pub(crate) mod settings;
 
 pub use builder::{LockClientBuilder, MAX_COMMAND_TIMEOUT};
-pub(crate) use settings::{ReplicaAcks, Settings};
+pub(crate) use settings::Settings;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -8,13 +8,13 @@ use tokio::time::Instant;
 
 use super::release_ops::{release_job, FairRelease};
 use super::FairLock;
-use crate::client::{ClientInner, ReplicaAcks};
+use crate::client::ClientInner;
 use crate::error::{LossReason, Result};
 use crate::fence::Fence;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
-use crate::redis::{evalsha, CallError};
-use crate::scripts::{fair_scripts, scripts};
+use crate::redis::CallError;
+use crate::scripts::{fair_scripts, scripts, Script};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::owner;
 use crate::sync::release::{self, HandOff, ReleaseJob};
@@ -273,28 +273,22 @@ impl FairLock {
                 inner.metrics.attempted();
                 match inner.settings.replica_acks {
                     None => inner.backend.invoke::<Reply>(invocation).await,
-                    Some(acks) => self.call_replicated(call, acks).await,
+                    // `call` followed by `WAIT` (see `Backend::invoke_replicated`):
+                    // granted but not confirmed by enough replicas is an error, and the
+                    // hold stays for the retry (which finds it) or the leave (which gives
+                    // it back).
+                    Some(acks) => {
+                        inner
+                            .backend
+                            .invoke_replicated(
+                                &self.name,
+                                invocation,
+                                (acks.replicas, acks.within),
+                                |reply| matches!(reply, Reply::Acquired(_)),
+                            )
+                            .await
+                    }
                 }
-            })
-            .await
-    }
-
-    /// `call` followed by `WAIT` (see `Backend::invoke_replicated`): granted but not
-    /// confirmed by enough replicas is an error, and the hold stays for the retry (which
-    /// finds it) or the leave (which gives it back).
-    async fn call_replicated(
-        &self,
-        call: &Call,
-        acks: ReplicaAcks,
-    ) -> std::result::Result<Reply, CallError> {
-        let keys: Vec<&str> = call.keys.iter().map(String::as_str).collect();
-        let mut evalsha = evalsha(call.script, &keys);
-        evalsha.arg(&call.args);
-        self.client
-            .inner
-            .backend
-            .invoke_replicated(&self.name, evalsha, (acks.replicas, acks.within), |reply| {
-                matches!(reply, Reply::Acquired(_))
             })
             .await
     }
@@ -302,7 +296,7 @@ impl FairLock {
 
 /// A script call: the script with its keys and arguments.
 struct Call {
-    script: &'static redis::Script,
+    script: &'static Script,
     keys: Vec<String>,
     args: Vec<String>,
 }

@@ -6,14 +6,14 @@
 //!
 //! Redis layout (all in the application key's cluster slot, see `names::FencedKeys`):
 //! - `<key>`: the application key, as the application names it (no key prefix): a string.
-//! - `dlock:fenced:{tag}:<prefix><key>`: hash, field `fence` = the highest token that has
+//! - `dlock:fenced:<prefix>{tag}:<key>`: hash, field `fence` = the highest token that has
 //!   written `<key>`, in decimal. No TTL: it must outlive every holder that could still
 //!   present an older token, or such a holder would be let through again. About 100
 //!   bytes plus the key's length per key ever written. It can be deleted once the
 //!   application key is gone for good and no process can still write it with a token
 //!   taken before (e.g. after all writers restarted, or a retention of the longest
 //!   lease + pause the application tolerates).
-//! - `dlock:fencedop:{tag}:<prefix><client-id>:<op>`: the memo of one `incr_by` call,
+//! - `dlock:fencedop:<prefix>{tag}:<client-id>:<op>`: the memo of one `incr_by` call,
 //!   holding its result, for the client's memo time (3 × command timeout + 1 s), so that
 //!   a retry after a lost reply returns the first result instead of adding twice.
 //!

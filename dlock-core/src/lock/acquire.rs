@@ -9,11 +9,10 @@ use tokio::time::Instant;
 use super::guard::LockGuard;
 use super::release_ops::{release_job, ReleaseKind};
 use super::Lock;
-use crate::client::ReplicaAcks;
 use crate::error::{LockError, LossReason, Result};
 use crate::fence::Fence;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
-use crate::redis::{evalsha, CallError};
+use crate::redis::CallError;
 use crate::scripts::scripts;
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::local::{Place, Ticket, Turn};
@@ -515,22 +514,28 @@ impl Attempt<'_> {
         // PEXPIRE after HSET, say) keeps what it wrote, so the compensating release is
         // needed then as well.
         self.maybe_applied = true;
-        let (this, invocation) = (&*self, &invocation);
+        let (invocation, name) = (&invocation, &self.lock.name);
         let outcome = inner
             .settings
             .retry()
-            .run(&self.lock.name, give_up_at, || async move {
+            .run(name, give_up_at, || async move {
                 inner.metrics.attempted();
                 match inner.settings.replica_acks {
                     None => inner.backend.invoke::<Reply>(invocation).await,
+                    // The script followed by `WAIT` (see `Backend::invoke_replicated`):
+                    // taken but not confirmed by enough replicas is an error; the hold
+                    // stays `maybe_applied` and is released if the caller gives up (a
+                    // retry of the same acquisition finds it applied and adds nothing).
                     Some(acks) => {
-                        this.acquire_replicated(
-                            lease_ms,
-                            (marker, kind, marker_ms),
-                            (registrant, registry_ms),
-                            acks,
-                        )
-                        .await
+                        inner
+                            .backend
+                            .invoke_replicated(
+                                name,
+                                invocation,
+                                (acks.replicas, acks.within),
+                                |reply| matches!(reply, Reply::Acquired(_)),
+                            )
+                            .await
                     }
                 }
             })
@@ -542,41 +547,6 @@ impl Attempt<'_> {
             }
         }
         outcome
-    }
-
-    /// The acquire script followed by `WAIT` (see `Backend::invoke_replicated`): taken
-    /// but not confirmed by enough replicas is an error; the hold stays `maybe_applied`
-    /// and is released if the caller gives up (a retry of the same acquisition finds it
-    /// applied and adds nothing).
-    async fn acquire_replicated(
-        &self,
-        lease_ms: u64,
-        (marker, kind, marker_ms): (&str, &str, u64),
-        (registrant, registry_ms): (&str, u64),
-        acks: ReplicaAcks,
-    ) -> Result<Reply, CallError> {
-        let inner = &self.lock.client.inner;
-        let keys = &self.lock.keys;
-        let mut call = evalsha(
-            &scripts().acquire,
-            &[&keys.key, marker, &keys.fence, &keys.channel],
-        );
-        call.arg(lease_ms)
-            .arg(&*self.field)
-            .arg(kind)
-            .arg(marker_ms)
-            .arg(inner.settings.fence_arg())
-            .arg(registrant)
-            .arg(registry_ms);
-        inner
-            .backend
-            .invoke_replicated(
-                &self.lock.name,
-                call,
-                (acks.replicas, acks.within),
-                |reply| matches!(reply, Reply::Acquired(_)),
-            )
-            .await
     }
 }
 

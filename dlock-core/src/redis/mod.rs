@@ -8,6 +8,8 @@
 //! - `subscriber`: the connection that receives unlock messages;
 //! - `exclusive`: connections lent to one blocking call (`WAIT`);
 //! - `runtime_probe`: noticing that the runtime driving the connections shut down;
+//! - `scripting`: running dlock's scripts as `EVALSHA` or as `FCALL` of its function
+//!   library;
 //! - `topology`: the public description of a deployment.
 
 mod call;
@@ -15,19 +17,21 @@ mod connect;
 mod exclusive;
 mod replicated;
 mod runtime_probe;
+mod scripting;
 mod sentinel;
 mod subscriber;
 mod topology;
 
 pub(crate) use call::CallError;
-pub(crate) use replicated::evalsha;
+pub use scripting::ScriptMode;
+use scripting::Scripting;
 pub(crate) use subscriber::{Subscriber, SubscriberEvent};
 use topology::Auth;
 pub use topology::Topology;
 pub(crate) use topology::TopologyKind;
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use redis::aio::{
@@ -35,16 +39,13 @@ use redis::aio::{
 };
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{
-    Cmd, FromRedisValue, Pipeline, PushInfo, RedisError, RedisFuture, RedisResult,
-    ScriptInvocation, Value,
-};
+use redis::{Cmd, FromRedisValue, Pipeline, PushInfo, RedisError, RedisFuture, RedisResult, Value};
 use tokio::sync::{mpsc, watch};
 
 use crate::background::Background;
 use crate::error::LockError;
 use crate::redact::{list, redact};
-use crate::scripts::every_script;
+use crate::scripts::ScriptCall;
 use connect::{
     connect_cluster, connect_error, connect_node, connection_info, install_tls_provider, open,
 };
@@ -76,6 +77,8 @@ struct Shared {
     probe: Mutex<RuntimeProbe>,
     /// Held while reopening the connections on a new runtime, so that it happens once.
     reopening: tokio::sync::Mutex<()>,
+    /// How scripts run, decided once when connecting (`EVALSHA` until then).
+    scripting: OnceLock<Scripting>,
 }
 
 enum Route {
@@ -150,12 +153,33 @@ impl ConnectionLike for Conn {
 }
 
 impl Backend {
-    /// Connects to `topology` and loads the scripts.
+    /// Connects to `topology`, makes its scripts runnable as `mode` asks, and follows the
+    /// Sentinel master.
     pub(crate) async fn connect(
         topology: &Topology,
         options: ConnectOptions,
         background: &Background,
+        mode: ScriptMode,
     ) -> Result<Backend, LockError> {
+        let (backend, shown) = Backend::open(topology, options).await?;
+        let scripting = backend.prepare_scripts(mode, &shown).await?;
+        tracing::debug!(?scripting, "dlock: scripts ready");
+        let _ = backend.shared.scripting.set(scripting);
+        if let Route::Sentinel(route) = &backend.shared.route {
+            backend
+                .watch_sentinels(&route.sentinels, &shown, background)
+                .await;
+        }
+        Ok(backend)
+    }
+
+    /// Connects to `topology` and nothing more (no scripts, no Sentinel watch): the
+    /// connection an administrator's one-off command needs. Also returns how the
+    /// deployment is named in errors (passwords redacted).
+    pub(crate) async fn open(
+        topology: &Topology,
+        options: ConnectOptions,
+    ) -> Result<(Backend, String), LockError> {
         install_tls_provider();
         let root_ca = topology.root_ca.as_deref();
         let (route, shown) = match &topology.kind {
@@ -229,31 +253,18 @@ impl Backend {
                 exclusive: ExclusivePool::default(),
                 probe: Mutex::new(RuntimeProbe::start()),
                 reopening: tokio::sync::Mutex::new(()),
+                scripting: OnceLock::new(),
             }),
         };
-        backend
-            .load_scripts()
-            .await
-            .map_err(|e| connect_error(shown.clone(), e))?;
-        if let Route::Sentinel(route) = &backend.shared.route {
-            backend
-                .watch_sentinels(&route.sentinels, &shown, background)
-                .await;
-        }
-        Ok(backend)
+        Ok((backend, shown))
     }
 
-    /// Loads every script up front, so the first lock operation is one `EVALSHA` round
-    /// trip. (After a restart or failover `NOSCRIPT` makes `invoke` reload them.)
-    async fn load_scripts(&self) -> Result<(), CallError> {
-        for script in every_script() {
-            self.bounded_call(async {
-                let mut conn = self.conn().await?;
-                script.load_async(&mut conn).await.map_err(CallError::Redis)
-            })
-            .await?;
-        }
-        Ok(())
+    fn scripting(&self) -> Scripting {
+        self.shared
+            .scripting
+            .get()
+            .copied()
+            .unwrap_or(Scripting::Eval)
     }
 
     /// The command that announces a release on a lock's channel: sharded in a cluster, so
@@ -288,15 +299,12 @@ impl Backend {
     /// Runs a script, bounded by the command timeout.
     pub(crate) async fn invoke<T: FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        call: &ScriptCall,
     ) -> Result<T, CallError> {
         let result = self
             .bounded_call(async {
                 let mut conn = self.conn().await?;
-                invocation
-                    .invoke_async(&mut conn)
-                    .await
-                    .map_err(CallError::Redis)
+                self.run_script(&mut conn, call).await
             })
             .await;
         self.after(result).await

@@ -3,20 +3,13 @@
 
 use std::time::Duration;
 
-use redis::{Cmd, FromRedisValue, Script};
+use redis::FromRedisValue;
 
 use super::{Backend, CallError};
-
-/// `EVALSHA` of `script` over `keys`; the caller adds the arguments.
-pub(crate) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
-    let mut call = redis::cmd("EVALSHA");
-    call.arg(script.get_hash()).arg(keys.len()).arg(keys);
-    call
-}
+use crate::scripts::ScriptCall;
 
 impl Backend {
-    /// Runs `call` (an acquire script, see [`evalsha`]) followed by `WAIT replicas
-    /// within` in one pipeline, so both run on the same connection and `WAIT` covers the
+    /// Runs `call` (an acquire script) followed by `WAIT replicas within` in one pipeline, so both run on the same connection and `WAIT` covers the
     /// script's writes (the hold, its fencing token). The connection is one of its own:
     /// `WAIT` blocks it, and must not delay the client's other commands.
     ///
@@ -26,14 +19,14 @@ impl Backend {
     pub(crate) async fn invoke_replicated<T: FromRedisValue>(
         &self,
         name: &str,
-        call: Cmd,
+        call: &ScriptCall,
         (replicas, within): (u32, Duration),
         granted: impl FnOnce(&T) -> bool,
     ) -> Result<T, CallError> {
         let wait_ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
         let mut pipeline = redis::pipe();
         pipeline
-            .add_command(call)
+            .add_command(self.script_cmd(call))
             .cmd("WAIT")
             .arg(replicas)
             .arg(wait_ms);

@@ -17,7 +17,7 @@ use crate::error::{LockError, LossReason, Result};
 use crate::fence::Fence;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
-use crate::redis::{evalsha, CallError};
+use crate::redis::CallError;
 use crate::scripts::rw_scripts;
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::owner;
@@ -411,38 +411,33 @@ impl Attempt<'_> {
         for arg in &args {
             invocation.arg(arg);
         }
-        // With `replica_acks`, the same call followed by `WAIT`: a hold counts once the
-        // replicas have it (and its fencing token).
-        let replicated = inner.settings.replica_acks.map(|_| {
-            let mut call = evalsha(&rw_scripts().acquire, &keys);
-            call.arg(&args);
-            call
-        });
         // Stays true after an error reply too: a script refused half-way keeps what it
         // wrote, so the compensating release is needed then as well.
         self.maybe_applied = true;
         if entry_ms > 0 {
             self.queued = true;
         }
-        let (invocation, replicated) = (&invocation, &replicated);
+        let invocation = &invocation;
         let outcome = inner
             .settings
             .retry()
             .run(&lock.name, give_up_at, || async move {
                 inner.metrics.attempted();
-                match (inner.settings.replica_acks, replicated) {
-                    (Some(acks), Some(call)) => {
+                match inner.settings.replica_acks {
+                    // The call followed by `WAIT`: a hold counts once the replicas have
+                    // it (and its fencing token).
+                    Some(acks) => {
                         inner
                             .backend
                             .invoke_replicated(
                                 &lock.name,
-                                call.clone(),
+                                invocation,
                                 (acks.replicas, acks.within),
                                 |reply| matches!(reply, Reply::Acquired(_)),
                             )
                             .await
                     }
-                    _ => inner.backend.invoke::<Reply>(invocation).await,
+                    None => inner.backend.invoke::<Reply>(invocation).await,
                 }
             })
             .await;

@@ -5,13 +5,13 @@
 //!
 //! Redis layout (all in the slot a lock of the same name would have, each name in a
 //! namespace of its own, see `names::SemKeys`):
-//! - `dlock:sem:{tag}:<prefix><name>`: hash of the live grants, `<grant>` → permits and
+//! - `dlock:sem:<prefix>{tag}:<name>`: hash of the live grants, `<grant>` → permits and
 //!   `<grant>:t` → server-time deadline (ms); it expires with its latest deadline. Its
 //!   name is also the channel on which releases and reclaims publish the permits free.
-//! - `dlock:semcap:{tag}:<prefix><name>`: the capacity, written by the first acquisition
+//! - `dlock:semcap:<prefix>{tag}:<name>`: the capacity, written by the first acquisition
 //!   (or `set_permits`); the one key that stays when the semaphore is idle (one small
 //!   string, about 100 bytes with its key).
-//! - `dlock:release:{tag}:<prefix><grant>:<op>`: release memos, as for every primitive.
+//! - `dlock:release:<prefix>{tag}:<grant>:<op>`: release memos, as for every primitive.
 //!
 //! The permits held are the sum over the live grants, counted in every script: there is
 //! no counter that a lost reply or a crash could leave wrong. The price is a scan of the
@@ -189,7 +189,7 @@ impl Semaphore {
         &self.shared.name
     }
 
-    /// The Redis key of the grants hash (`dlock:sem:{tag}:<key prefix><name>`).
+    /// The Redis key of the grants hash (`dlock:sem:<key prefix>{tag}:<name>`).
     pub fn key(&self) -> &str {
         &self.shared.key
     }

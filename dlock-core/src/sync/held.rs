@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use redis::Script;
+use crate::scripts::Script;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use redis::Script;
+use crate::scripts::Script;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 

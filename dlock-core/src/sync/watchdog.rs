@@ -164,7 +164,7 @@ fn batches(held: &[(u64, Arc<Held>)], per_slot: bool) -> Vec<Vec<Entry>> {
             0
         };
         groups
-            .entry((lock.renew_script.get_hash(), slot))
+            .entry((lock.renew_script.name(), slot))
             .or_default()
             .push((*id, Arc::clone(lock)));
     }

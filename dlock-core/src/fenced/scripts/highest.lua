@@ -1,6 +1,6 @@
 -- The highest token that has written an application key through the fenced writes.
 --
--- KEYS[1]  the bookkeeping hash `dlock:fenced:{tag}:<prefix><key>`
+-- KEYS[1]  the bookkeeping hash `dlock:fenced:<prefix>{tag}:<key>`
 --
 -- Returns 'fence:<token>', 'none' when no fenced write reached the key, or
 -- 'wrongtype:fence:<type>' when the bookkeeping key holds another type of value.

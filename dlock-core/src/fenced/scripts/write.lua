@@ -2,9 +2,9 @@
 -- token is at least the highest token that has written that key, and records the token.
 --
 -- KEYS[1]  the application key (a string, or nothing)
--- KEYS[2]  its bookkeeping hash `dlock:fenced:{tag}:<prefix><key>`, field `fence`: the
+-- KEYS[2]  its bookkeeping hash `dlock:fenced:<prefix>{tag}:<key>`, field `fence`: the
 --          highest token that has written the key (no TTL; see fenced/mod.rs)
--- KEYS[3]  `incrby`: this call's memo `dlock:fencedop:{tag}:<prefix><client>:<op>`;
+-- KEYS[3]  `incrby`: this call's memo `dlock:fencedop:<prefix>{tag}:<client>:<op>`;
 --          `set`: the bookkeeping hash again (unused; keeps the key count fixed)
 -- ARGV[1]  'set' or 'incrby'
 -- ARGV[2]  the token, in decimal without leading zeros (compared as text, so every u64

@@ -1,13 +1,13 @@
 -- Shared by every semaphore script (prepended to each one when it is registered).
 --
--- The grants hash (one per semaphore, `dlock:sem:{tag}:<prefix><name>`):
+-- The grants hash (one per semaphore, `dlock:sem:<prefix>{tag}:<name>`):
 --   <grant>     the permits of one grant (one guard); a grant is "<client-id>:<owner-id>"
 --   <grant>:t   that grant's deadline: server time in ms after which its permits return
 -- A grant id never ends in ':t'. The hash expires at its latest deadline (so a semaphore
 -- whose holders all died leaves nothing but its capacity), and every script first
 -- reclaims the grants whose deadline passed. The permits held are the sum over the live
 -- grants: nothing else counts them, so no counter can drift from the grants.
--- The capacity is a string key of its own (`dlock:semcap:{tag}:...`), without a TTL.
+-- The capacity is a string key of its own (`dlock:semcap:<prefix>{tag}:...`), without a TTL.
 -- Releases and reclaims publish the permits available on the channel named like the
 -- grants hash.
 

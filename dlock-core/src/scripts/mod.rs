@@ -1,13 +1,18 @@
-//! The registry of Lua scripts: every primitive's scripts, built once per process and
-//! loaded into each server when a client connects (see `Backend::connect`). A primitive's
-//! `.lua` files live in its own folder; adding a primitive adds its scripts here.
+//! The registry of Lua scripts: every primitive's scripts, built once per process. A
+//! primitive's `.lua` files live in its own folder; adding a primitive adds its scripts
+//! here, and `every_script()` then puts them into what each client loads (`SCRIPT LOAD`,
+//! see `redis::scripting`) and into dlock's function library (`library`).
 //!
-//! `redis::Script` sends `EVALSHA` and falls back to loading the script on `NOSCRIPT`
-//! (after a server restart or failover the script cache is empty).
+//! - `script`: one script and one call of it;
+//! - `library`: every script as one Redis 7 function library.
+
+mod library;
+mod script;
+
+pub use library::FunctionLibrary;
+pub(crate) use script::{Oom, Script, ScriptCall};
 
 use std::sync::OnceLock;
-
-use redis::Script;
 
 /// The reentrant lock's scripts (`lock/scripts/`).
 pub(crate) struct Scripts {
@@ -59,7 +64,7 @@ pub(crate) struct FencedScripts {
 }
 
 /// Every script of every primitive: what a client loads into each server.
-pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
+pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> + Clone {
     let (lock, fair, rw, multi, sem, fenced) = (
         scripts(),
         fair_scripts(),
@@ -97,67 +102,103 @@ pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> {
 /// A script made of a primitive's shared functions (`$common`), then its own body
 /// (`$file`), both in the primitive's `scripts/` folder `$dir`.
 macro_rules! prefixed_script {
-    ($dir:literal, $common:literal, $file:literal) => {
-        Script::new(concat!(
-            include_str!(concat!($dir, "/scripts/", $common)),
-            include_str!(concat!($dir, "/scripts/", $file))
-        ))
+    ($make:ident, $name:literal, $dir:literal, $common:literal, $file:literal) => {
+        Script::$make(
+            $name,
+            concat!(
+                include_str!(concat!("../", $dir, "/scripts/", $common)),
+                include_str!(concat!("../", $dir, "/scripts/", $file))
+            ),
+        )
     };
 }
 
 pub(crate) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::new(include_str!("lock/scripts/acquire.lua")),
-        release: Script::new(include_str!("lock/scripts/release.lua")),
-        renew: Script::new(include_str!("lock/scripts/renew.lua")),
-        force_unlock: Script::new(include_str!("lock/scripts/force_unlock.lua")),
-        leave: Script::new(include_str!("lock/scripts/leave.lua")),
+        acquire: Script::creating("lock_acquire", include_str!("../lock/scripts/acquire.lua")),
+        release: Script::new("lock_release", include_str!("../lock/scripts/release.lua")),
+        renew: Script::new("lock_renew", include_str!("../lock/scripts/renew.lua")),
+        force_unlock: Script::new(
+            "lock_force_unlock",
+            include_str!("../lock/scripts/force_unlock.lua"),
+        ),
+        leave: Script::new("lock_leave", include_str!("../lock/scripts/leave.lua")),
     })
 }
 
 pub(crate) fn fair_scripts() -> &'static FairScripts {
     static SCRIPTS: OnceLock<FairScripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| FairScripts {
-        acquire: prefixed_script!("fair", "queue.lua", "acquire.lua"),
-        release: prefixed_script!("fair", "queue.lua", "release.lua"),
-        force_unlock: prefixed_script!("fair", "queue.lua", "force_unlock.lua"),
-        queue_len: prefixed_script!("fair", "queue.lua", "queue_len.lua"),
+        acquire: prefixed_script!(creating, "fair_acquire", "fair", "queue.lua", "acquire.lua"),
+        release: prefixed_script!(new, "fair_release", "fair", "queue.lua", "release.lua"),
+        force_unlock: prefixed_script!(
+            new,
+            "fair_force_unlock",
+            "fair",
+            "queue.lua",
+            "force_unlock.lua"
+        ),
+        queue_len: prefixed_script!(new, "fair_queue_len", "fair", "queue.lua", "queue_len.lua"),
     })
 }
 
 pub(crate) fn rw_scripts() -> &'static RwScripts {
     static SCRIPTS: OnceLock<RwScripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| RwScripts {
-        acquire: prefixed_script!("rw", "common.lua", "acquire.lua"),
-        release: prefixed_script!("rw", "common.lua", "release.lua"),
-        renew_read: prefixed_script!("rw", "common.lua", "renew_read.lua"),
-        renew_write: prefixed_script!("rw", "common.lua", "renew_write.lua"),
+        acquire: prefixed_script!(creating, "rw_acquire", "rw", "common.lua", "acquire.lua"),
+        release: prefixed_script!(new, "rw_release", "rw", "common.lua", "release.lua"),
+        renew_read: prefixed_script!(new, "rw_renew_read", "rw", "common.lua", "renew_read.lua"),
+        renew_write: prefixed_script!(new, "rw_renew_write", "rw", "common.lua", "renew_write.lua"),
     })
 }
 
 pub(crate) fn multi_scripts() -> &'static MultiScripts {
     static SCRIPTS: OnceLock<MultiScripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| MultiScripts {
-        acquire: Script::new(include_str!("multi/scripts/acquire.lua")),
+        acquire: Script::creating(
+            "multi_acquire",
+            include_str!("../multi/scripts/acquire.lua"),
+        ),
     })
 }
 
 pub(crate) fn sem_scripts() -> &'static SemScripts {
     static SCRIPTS: OnceLock<SemScripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| SemScripts {
-        acquire: prefixed_script!("semaphore", "common.lua", "acquire.lua"),
-        release: prefixed_script!("semaphore", "common.lua", "release.lua"),
-        renew: prefixed_script!("semaphore", "common.lua", "renew.lua"),
-        available: prefixed_script!("semaphore", "common.lua", "available.lua"),
-        set_permits: prefixed_script!("semaphore", "common.lua", "set_permits.lua"),
+        acquire: prefixed_script!(
+            creating,
+            "sem_acquire",
+            "semaphore",
+            "common.lua",
+            "acquire.lua"
+        ),
+        release: prefixed_script!(new, "sem_release", "semaphore", "common.lua", "release.lua"),
+        renew: prefixed_script!(new, "sem_renew", "semaphore", "common.lua", "renew.lua"),
+        available: prefixed_script!(
+            new,
+            "sem_available",
+            "semaphore",
+            "common.lua",
+            "available.lua"
+        ),
+        set_permits: prefixed_script!(
+            creating,
+            "sem_set_permits",
+            "semaphore",
+            "common.lua",
+            "set_permits.lua"
+        ),
     })
 }
 
 pub(crate) fn fenced_scripts() -> &'static FencedScripts {
     static SCRIPTS: OnceLock<FencedScripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| FencedScripts {
-        write: Script::new(include_str!("fenced/scripts/write.lua")),
-        highest: Script::new(include_str!("fenced/scripts/highest.lua")),
+        write: Script::creating("fenced_write", include_str!("../fenced/scripts/write.lua")),
+        highest: Script::new(
+            "fenced_highest",
+            include_str!("../fenced/scripts/highest.lua"),
+        ),
     })
 }
