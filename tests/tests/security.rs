@@ -7,19 +7,22 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use dlock_config::{Config, ConfigError};
-use dlock_core::{LockClient, LockError, Topology};
+use dlock_core::{FunctionLibrary, LockClient, LockError, MultiLock, ScriptMode, Topology};
 use dlock_tests::logs::{capture_logs, captured};
 use dlock_tests::{RedisCluster, RedisReplicaSet, RedisSentinelGroup, RedisServer};
 
 /// Commands every mode needs: the scripts run with `EVALSHA` (reloaded with
-/// `SCRIPT LOAD` after `NOSCRIPT`), the commands the scripts call (a script runs with the
-/// caller's permissions: the sorted-set commands and `TIME` are the fair lock's queue and
-/// the read-write lock's waiting writers, `HGETALL` the read-write lock's owners), and the
-/// reads behind `is_locked`, `hold_count` and `remaining_lease`, and `INCR` (the fencing
-/// token minted by every exclusive acquisition). `EVAL` is never sent.
+/// `SCRIPT LOAD` after `NOSCRIPT`), `FCALL` (a client built with the default
+/// `ScriptMode::Auto` asks whether dlock's function library is loaded, and uses it when it
+/// is), the commands the scripts call (a script runs with the caller's permissions: the
+/// sorted-set commands and `TIME` are the fair lock's queue and the read-write lock's
+/// waiting writers, `HGETALL` the read-write lock's owners), and the reads behind
+/// `is_locked`, `hold_count` and `remaining_lease`, and `INCR` (the fencing token minted by
+/// every exclusive acquisition). `EVAL` is never sent.
 const COMMON_COMMANDS: &[&str] = &[
     "+evalsha",
     "+script|load",
+    "+fcall",
     "+exists",
     "+hexists",
     "+hget",
@@ -75,37 +78,41 @@ impl Mode {
     }
 }
 
-/// The least-privilege rule for an application whose key prefix is `prefix`: what follows
-/// `ACL SETUSER <user> reset on ><password>`.
+/// The script-mode least-privilege rule for an application whose key prefix is `prefix`:
+/// what follows `ACL SETUSER <user> reset on ><password>`.
+///
+/// Every helper name is `dlock:<kind>:<prefix>{tag}:...`, the prefix right after the fixed
+/// kind, so each pattern is a kind and the prefix: nothing another application's lock
+/// names contain can make them match.
 fn acl_rule(mode: Mode, prefix: &str) -> Vec<String> {
     let prefix = glob_escape(prefix);
     let mut rule = vec![
         // The lock hashes.
         format!("~{prefix}*"),
-        // Release memos: `dlock:release:{tag}:<prefix><owner>:<op>`.
-        format!("~dlock:release:{{*}}:{prefix}*"),
+        // Release memos: `dlock:release:<prefix>{tag}:<owner>:<op>`.
+        format!("~dlock:release:{prefix}*"),
         // The unlock channel is passed to the release scripts as a key (for cluster
         // routing), so it needs a key pattern as well as a channel pattern.
-        format!("~dlock:unlock:{{*}}:{prefix}*"),
-        format!("&dlock:unlock:{{*}}:{prefix}*"),
+        format!("~dlock:unlock:{prefix}*"),
+        format!("&dlock:unlock:{prefix}*"),
         // The fair lock's queue and entry deadlines, and each waiter's wake-up channel:
-        // `dlock:fair:{tag}:<prefix><name>:queue|deadlines|wake:<waiter>`.
-        format!("~dlock:fair:{{*}}:{prefix}*"),
-        format!("&dlock:fair:{{*}}:{prefix}*"),
-        // The read-write lock's waiting writers: `dlock:rwwait:{tag}:<prefix><name>`.
-        format!("~dlock:rwwait:{{*}}:{prefix}*"),
+        // `dlock:fair:<prefix>{tag}:<name>:queue|deadlines|wake:<waiter>`.
+        format!("~dlock:fair:{prefix}*"),
+        format!("&dlock:fair:{prefix}*"),
+        // The read-write lock's waiting writers: `dlock:rwwait:<prefix>{tag}:<name>`.
+        format!("~dlock:rwwait:{prefix}*"),
         // The semaphore's grants hash, also the name of its channel (passed as a key
-        // for cluster routing), and its capacity: `dlock:sem:{tag}:<prefix><name>`,
-        // `dlock:semcap:{tag}:<prefix><name>`.
-        format!("~dlock:sem:{{*}}:{prefix}*"),
-        format!("&dlock:sem:{{*}}:{prefix}*"),
-        format!("~dlock:semcap:{{*}}:{prefix}*"),
+        // for cluster routing), and its capacity: `dlock:sem:<prefix>{tag}:<name>`,
+        // `dlock:semcap:<prefix>{tag}:<name>`.
+        format!("~dlock:sem:{prefix}*"),
+        format!("&dlock:sem:{prefix}*"),
+        format!("~dlock:semcap:{prefix}*"),
         // The fenced writes' highest token per application key and `incr_by` memos:
-        // `dlock:fenced:{tag}:<prefix><key>`, `dlock:fencedop:{tag}:<prefix><client>:<op>`.
-        format!("~dlock:fenced:{{*}}:{prefix}*"),
-        format!("~dlock:fencedop:{{*}}:{prefix}*"),
-        // The fencing-token counters, one per slot anchor: `dlock:fence:{tag}:<prefix>`.
-        format!("~dlock:fence:{{*}}:{prefix}*"),
+        // `dlock:fenced:<prefix>{tag}:<key>`, `dlock:fencedop:<prefix>{tag}:<client>:<op>`.
+        format!("~dlock:fenced:{prefix}*"),
+        format!("~dlock:fencedop:{prefix}*"),
+        // The fencing-token counters, one per slot anchor: `dlock:fence:<prefix>{tag}`.
+        format!("~dlock:fence:{prefix}*"),
     ];
     rule.extend(
         COMMON_COMMANDS
@@ -114,6 +121,16 @@ fn acl_rule(mode: Mode, prefix: &str) -> Vec<String> {
             .map(|command| (*command).to_owned()),
     );
     rule
+}
+
+/// The function-mode rule: [`acl_rule`] with `+fcall` as the only way to run a script,
+/// for clients built with `ScriptMode::Functions` once an administrator loaded dlock's
+/// function library. The user can load no script of its own.
+fn functions_rule(mode: Mode, prefix: &str) -> Vec<String> {
+    acl_rule(mode, prefix)
+        .into_iter()
+        .filter(|token| token != "+evalsha" && token != "+script|load")
+        .collect()
 }
 
 /// `text` with the glob characters of ACL patterns escaped.
@@ -169,8 +186,9 @@ fn acl_denials(admin: &mut redis::Connection) -> Vec<String> {
         .collect()
 }
 
-/// An admin connection (the unrestricted `default` user) to `url`.
-fn admin(url: &str) -> redis::Connection {
+/// A connection to `url`, as the user it names (the unrestricted `default` user when it
+/// names none).
+fn connection(url: &str) -> redis::Connection {
     redis::Client::open(url).unwrap().get_connection().unwrap()
 }
 
@@ -604,6 +622,263 @@ async fn the_single_rule_is_enough_for_every_lock_operation() {
     eprintln!("single: wake-ups under the ACL user {wakeups:?}");
 }
 
+/// Loads dlock's function library into `topology` with the admin's rights.
+async fn load_library(topology: &Topology) {
+    let name = LockClient::builder()
+        .load_functions(topology)
+        .await
+        .unwrap();
+    assert_eq!(name, FunctionLibrary::current().name());
+}
+
+/// How many times the server ran `command` since the last `CONFIG RESETSTAT`.
+fn calls(admin: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(admin).unwrap();
+    let field = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&field))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_function_rule_is_enough_for_every_lock_operation() {
+    capture_logs(tracing::Level::TRACE);
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    load_library(&Topology::single(server.url())).await;
+    set_user(
+        &mut admin,
+        "dlock",
+        ACL_PASSWORD,
+        &functions_rule(Mode::Single, "shop:"),
+    );
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query::<()>(&mut admin)
+        .unwrap();
+    let topology = Topology::single(with_credentials(&server.url(), "dlock", ACL_PASSWORD));
+    let [a, b, fast] = app_clients(&topology, "shop:").await;
+    // Told to use functions, the client checks for the library when it connects.
+    let told = LockClient::builder()
+        .key_prefix("shop:")
+        .script_mode(ScriptMode::Functions)
+        .connect_to(&topology)
+        .await
+        .unwrap();
+
+    let mut wakeups = exercise(&[a.clone(), told.clone(), fast], &["goods:1".to_owned()]).await;
+    wakeups.push(exercise_fair(&a, &b, "1").await);
+    exercise_rw(&told, &b, "1").await;
+    exercise_semaphore(&a, &told, "1").await;
+    exercise_fenced(&told, "1").await;
+    let pair = MultiLock::same_slot(&a, ["{t}:1", "{t}:2"]).unwrap();
+    pair.lock().await.unwrap().unlock().await.unwrap();
+
+    assert_eq!(acl_denials(&mut admin), Vec::<String>::new());
+    let (fcall, evalsha, script) = (
+        calls(&mut admin, "fcall"),
+        calls(&mut admin, "evalsha"),
+        calls(&mut admin, "script|load"),
+    );
+    assert!(fcall > 50, "{fcall} FCALLs");
+    assert_eq!((evalsha, script), (0, 0), "EVALSHA and SCRIPT LOAD calls");
+    eprintln!("functions: {fcall} FCALLs, wake-ups under the ACL user {wakeups:?}");
+}
+
+/// The least-privilege rule of the script mode lets its user stall the server for every
+/// client: it may load a script (`SCRIPT LOAD`) and run it (`EVALSHA`), and a script that
+/// never ends answers everyone else `BUSY`. The function rule refuses every way of
+/// loading or running code of the user's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_function_rule_lets_no_user_script_stall_the_server() {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("busy-reply-threshold")
+        .arg(100)
+        .query::<()>(&mut admin)
+        .unwrap();
+    set_user(
+        &mut admin,
+        "scripts",
+        ACL_PASSWORD,
+        &acl_rule(Mode::Single, "shop:"),
+    );
+    set_user(
+        &mut admin,
+        "functions",
+        ACL_PASSWORD,
+        &functions_rule(Mode::Single, "shop:"),
+    );
+    let user = |name: &str| connection(&with_credentials(&server.url(), name, ACL_PASSWORD));
+    const ENDLESS: &str = "while true do end";
+
+    // The control: the script-mode user loads an endless script and runs it.
+    let mut scripts = user("scripts");
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(ENDLESS)
+        .query(&mut scripts)
+        .unwrap();
+    let running = std::thread::spawn(move || {
+        redis::cmd("EVALSHA")
+            .arg(&sha)
+            .arg(0)
+            .query::<redis::Value>(&mut scripts)
+            .unwrap_err()
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    let busy = redis::cmd("PING").query::<String>(&mut admin).unwrap_err();
+    assert_eq!(busy.code(), Some("BUSY"), "{busy}");
+    redis::cmd("SCRIPT")
+        .arg("KILL")
+        .query::<()>(&mut admin)
+        .unwrap();
+    let killed = running.join().unwrap();
+    eprintln!("script mode: the admin's PING got {busy}; the script ended with {killed}");
+
+    // The function-mode user can load and run nothing of its own.
+    let sha = redis::Script::new(ENDLESS).get_hash().to_owned();
+    let library =
+        format!("#!lua name=stall\nredis.register_function('stall', function() {ENDLESS} end)");
+    let mut functions = user("functions");
+    let attempts = [
+        (
+            "SCRIPT LOAD",
+            redis::cmd("SCRIPT").arg("LOAD").arg(ENDLESS).clone(),
+        ),
+        ("EVALSHA", redis::cmd("EVALSHA").arg(&sha).arg(0).clone()),
+        ("EVAL", redis::cmd("EVAL").arg(ENDLESS).arg(0).clone()),
+        ("EVAL_RO", redis::cmd("EVAL_RO").arg(ENDLESS).arg(0).clone()),
+        (
+            "FUNCTION LOAD",
+            redis::cmd("FUNCTION").arg("LOAD").arg(&library).clone(),
+        ),
+        (
+            "FUNCTION DELETE",
+            redis::cmd("FUNCTION")
+                .arg("DELETE")
+                .arg(FunctionLibrary::current().name())
+                .clone(),
+        ),
+        (
+            "FUNCTION FLUSH",
+            redis::cmd("FUNCTION").arg("FLUSH").clone(),
+        ),
+        (
+            "FUNCTION RESTORE",
+            redis::cmd("FUNCTION").arg("RESTORE").arg("x").clone(),
+        ),
+        ("SCRIPT FLUSH", redis::cmd("SCRIPT").arg("FLUSH").clone()),
+        ("SCRIPT KILL", redis::cmd("SCRIPT").arg("KILL").clone()),
+    ];
+    for (what, cmd) in &attempts {
+        let error = cmd.query::<redis::Value>(&mut functions).unwrap_err();
+        assert_eq!(error.code(), Some("NOPERM"), "{what}: {error}");
+    }
+    // Nor through dlock's own set-up step.
+    let refused = LockClient::builder()
+        .load_functions(&Topology::single(with_credentials(
+            &server.url(),
+            "functions",
+            ACL_PASSWORD,
+        )))
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("no permissions to run the 'function|load'"),
+        "{refused}"
+    );
+    assert_eq!(
+        redis::cmd("PING").query::<String>(&mut admin).unwrap(),
+        "PONG"
+    );
+    eprintln!(
+        "function mode: all {} attempts refused with NOPERM",
+        attempts.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_older_function_library_is_a_clear_error_at_connect() {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    set_user(
+        &mut admin,
+        "functions",
+        ACL_PASSWORD,
+        &functions_rule(Mode::Single, "shop:"),
+    );
+    let current = FunctionLibrary::current().name();
+    let connect = |url: String, mode: ScriptMode| async move {
+        LockClient::builder()
+            .key_prefix("shop:")
+            .script_mode(mode)
+            .connect(&url)
+            .await
+    };
+    let missing = |error: LockError, why: &str| match &error {
+        LockError::FunctionLibraryMissing { library, .. } => {
+            assert_eq!(library, current);
+            let message = error.to_string();
+            assert!(message.contains(why), "{message}");
+            assert!(message.contains("load_functions"), "{message}");
+            message
+        }
+        other => panic!("not a missing library: {other:?}"),
+    };
+
+    // Nothing loaded: a client told to use functions stops at connect.
+    let error = connect(server.url(), ScriptMode::Functions)
+        .await
+        .unwrap_err();
+    let nothing = missing(error, "Function not found");
+    // An older dlock's library is there (another version, so other function names).
+    let older = "dlock_0123456789abcdef";
+    let library = format!(
+        "#!lua name={older}\nredis.register_function{{function_name='{older}_library', callback=function() return '{older}' end, flags={{'no-writes'}}}}"
+    );
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(&library)
+        .query::<String>(&mut admin)
+        .unwrap();
+    let error = connect(server.url(), ScriptMode::Functions)
+        .await
+        .unwrap_err();
+    let old = missing(error, "Function not found");
+    // A user that may not load scripts either: the automatic mode has no way left.
+    let user_url = with_credentials(&server.url(), "functions", ACL_PASSWORD);
+    let error = connect(user_url.clone(), ScriptMode::Auto)
+        .await
+        .unwrap_err();
+    let neither = missing(error, "may not load scripts either");
+    assert!(!neither.contains(ACL_PASSWORD), "{neither}");
+
+    // Once the current library is loaded, the same user connects and locks.
+    load_library(&Topology::single(server.url())).await;
+    let client = connect(user_url, ScriptMode::Functions).await.unwrap();
+    client
+        .lock("goods:1")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    // Both versions stay loaded side by side, for a rolling upgrade.
+    let libraries: Vec<HashMap<String, redis::Value>> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(libraries.len(), 2, "{libraries:?}");
+    eprintln!("no library: {nothing}\nolder library: {old}\nuser without SCRIPT LOAD: {neither}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_single_rule_refuses_everything_else() {
     capture_logs(tracing::Level::TRACE);
@@ -640,7 +915,7 @@ async fn the_single_rule_refuses_everything_else() {
         (
             "PUBLISH on another application's channel",
             redis::cmd("PUBLISH")
-                .arg("dlock:unlock:{x}:other:goods:1")
+                .arg("dlock:unlock:other:{x}:goods:1")
                 .arg("unlocked")
                 .clone(),
         ),
@@ -752,7 +1027,7 @@ async fn master_slave_mode_needs_only_the_single_rule() {
     let set = RedisReplicaSet::start(1);
     let mut admins: Vec<redis::Connection> = std::iter::once(set.master_url())
         .chain(set.replica_urls())
-        .map(|url| admin(&url))
+        .map(|url| connection(&url))
         .collect();
     for admin in &mut admins {
         set_user(
@@ -969,14 +1244,16 @@ fn the_documented_rules_are_the_tested_ones() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/SECURITY.md");
     let doc = std::fs::read_to_string(path).unwrap();
     for mode in [Mode::Single, Mode::Cluster] {
-        let line = format!(
-            "ACL SETUSER dlock reset on >PASSWORD {}",
-            acl_rule(mode, "PREFIX").join(" ")
-        );
-        assert!(
-            doc.contains(&line),
-            "{path} lacks the {mode:?} rule:\n{line}"
-        );
+        for (scripts, rule) in [
+            ("script", acl_rule(mode, "PREFIX")),
+            ("function", functions_rule(mode, "PREFIX")),
+        ] {
+            let line = format!("ACL SETUSER dlock reset on >PASSWORD {}", rule.join(" "));
+            assert!(
+                doc.contains(&line),
+                "{path} lacks the {mode:?} {scripts}-mode rule:\n{line}"
+            );
+        }
     }
     assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
 }
@@ -1227,11 +1504,15 @@ async fn key_prefixes_keep_two_applications_apart() {
     assert_eq!(locks, ["app-a:goods:1", "app-b:goods:1"]);
     assert_eq!(counters.len(), 2, "{counters:?}");
     assert!(
-        counters.iter().any(|key| key.ends_with("}:app-a:")),
+        counters
+            .iter()
+            .any(|key| key.starts_with("dlock:fence:app-a:{")),
         "{counters:?}"
     );
     assert!(
-        counters.iter().any(|key| key.ends_with("}:app-b:")),
+        counters
+            .iter()
+            .any(|key| key.starts_with("dlock:fence:app-b:{")),
         "{counters:?}"
     );
     let hash = |admin: &mut redis::Connection| -> HashMap<String, u32> {
@@ -1259,7 +1540,9 @@ async fn key_prefixes_keep_two_applications_apart() {
         .query(&mut admin)
         .unwrap();
     assert!(
-        channels.len() == 1 && channels[0].ends_with("}:app-a:goods:1"),
+        channels.len() == 1
+            && channels[0].starts_with("dlock:unlock:app-a:{")
+            && channels[0].ends_with("}:goods:1"),
         "{channels:?}"
     );
     for _ in 0..3 {
@@ -1313,6 +1596,121 @@ async fn key_prefixes_keep_two_applications_apart() {
 /// a failover) must not end sharded pub/sub for the client's life: once SSUBSCRIBE is
 /// allowed again, waiters are woken by messages, not by `max_wait_recheck`. (The
 /// subscriber used to drop the cluster connection's only push receiver.)
+/// Lock names built to make one application's channels match the other's patterns:
+/// every character a glob or a hash tag cares about, and the other application's prefix
+/// after a closing brace (with a pattern `dlock:unlock:{*}:app-a:*`, a `*` before the
+/// prefix, `x}:app-a:y` of app-b matched app-a's rule).
+const HOSTILE_NAMES: &[&str] = &[
+    "x}:{OTHER}y",
+    "}:{OTHER}",
+    "{x}:{OTHER}",
+    "{OTHER}x",
+    "*}:{OTHER}*",
+    "?}{:{OTHER}?",
+    "[a]}:{OTHER}",
+    "{}",
+    "}{",
+];
+
+/// The channels (and the keys named like them) that `owner`'s waiters use for `name`:
+/// found by making a waiter of each primitive subscribe, then asking the server.
+async fn channels_of(
+    holder: &LockClient,
+    waiter: &LockClient,
+    name: &str,
+    admin: &mut redis::Connection,
+) -> Vec<String> {
+    let before: HashSet<String> = pubsub_channels(admin).into_iter().collect();
+    // A fair lock shares the lock's hash, so it gets a name of its own.
+    let fair_name = format!("{name}~fair");
+    let lock = holder.lock(name).lock().await.unwrap();
+    let fair = holder.fair_lock(&fair_name).lock().await.unwrap();
+    let permit = holder.semaphore(name, 1).acquire(1).await.unwrap();
+    let (l, f, p) = (
+        waiter.lock(name),
+        waiter.fair_lock(&fair_name),
+        waiter.semaphore(name, 1),
+    );
+    let wait = Duration::from_millis(400);
+    let waits = tokio::spawn(async move {
+        let _ = tokio::join!(
+            l.try_lock_for(wait),
+            f.try_lock_for(wait),
+            p.try_acquire_for(1, wait)
+        );
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let channels: Vec<String> = pubsub_channels(admin)
+        .into_iter()
+        .filter(|channel| !before.contains(channel))
+        .collect();
+    waits.await.unwrap();
+    lock.unlock().await.unwrap();
+    fair.unlock().await.unwrap();
+    permit.unlock().await.unwrap();
+    assert_eq!(
+        channels.len(),
+        3,
+        "a channel per primitive for {name:?}: {channels:?}"
+    );
+    channels
+}
+
+fn pubsub_channels(admin: &mut redis::Connection) -> Vec<String> {
+    redis::cmd("PUBSUB").arg("CHANNELS").query(admin).unwrap()
+}
+
+/// The server's answer to `cmd` from a fresh connection of `url`'s user.
+fn answer(url: &str, cmd: &redis::Cmd) -> Result<redis::Value, redis::RedisError> {
+    cmd.query(&mut connection(url))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_lock_name_opens_one_applications_channels_to_another() {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    let apps = [
+        ("app-a", A_PASSWORD, "app-a:"),
+        ("app-b", B_PASSWORD, "app-b:"),
+    ];
+    let mut urls = Vec::new();
+    for (user, password, prefix) in apps {
+        set_user(&mut admin, user, password, &acl_rule(Mode::Single, prefix));
+        urls.push(with_credentials(&server.url(), user, password));
+    }
+    let mut tried = 0;
+    for (me, other) in [(0, 1), (1, 0)] {
+        let (my_prefix, other_prefix) = (apps[me].2, apps[other].2);
+        let holder = connect_as(&urls[me], my_prefix).await;
+        let waiter = connect_as(&urls[me], my_prefix).await;
+        for template in HOSTILE_NAMES {
+            let name = template.replace("{OTHER}", other_prefix);
+            for channel in channels_of(&holder, &waiter, &name, &mut admin).await {
+                // The owner's own user may use its channel...
+                let mine = answer(&urls[me], redis::cmd("PUBLISH").arg(&channel).arg("x"));
+                assert!(mine.is_ok(), "{channel}: {mine:?}");
+                // ...the other application's may not publish, subscribe or touch the
+                // registry stored under the channel's name.
+                for cmd in [
+                    redis::cmd("PUBLISH").arg(&channel).arg("forged").clone(),
+                    redis::cmd("SUBSCRIBE").arg(&channel).clone(),
+                    redis::cmd("EXISTS").arg(&channel).clone(),
+                ] {
+                    let error = answer(&urls[other], &cmd).unwrap_err();
+                    assert_eq!(
+                        error.code(),
+                        Some("NOPERM"),
+                        "{channel} as {}: {error}",
+                        apps[other].0
+                    );
+                    tried += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{tried} cross-application PUBLISH / SUBSCRIBE / key accesses refused");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_pubsub_recovers_after_a_refused_ssubscribe() {
     capture_logs(tracing::Level::TRACE);
