@@ -222,6 +222,9 @@ fn is_plain_user(user: &str) -> bool {
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::redact;
 
