@@ -316,6 +316,12 @@ mod tests {
             "unix:///run/redis.sock?pass=%26%3F%3D&pass=s3cret",
             "unix:///run/redis.sock?pass=***&pass=***",
         );
+        // An unencoded `&` ends the value, for the redis crate as here: `cd` is the name
+        // of another parameter (docs/SECURITY.md says to write `%26`).
+        shows(
+            "unix:///run/redis.sock?pass=ab&cd",
+            "unix:///run/redis.sock?pass=***&cd",
+        );
         // An empty value is hidden as well: the message does not say what it was.
         shows(
             "unix:///run/redis.sock?pass=",
@@ -394,6 +400,11 @@ mod tests {
         shows(
             "redis://app:se/cr?et@host:6379/0",
             "redis://app:***@host:6379/0",
+        );
+        // The example of docs/SECURITY.md.
+        shows(
+            "redis://app:pa/ss@host:6379/0?db=1",
+            "redis://app:***@host:6379/0?db=***",
         );
         // No `:` in the userinfo: all of it may be a password.
         shows("redis://s3cret@h^st", "redis://***@h^st");
