@@ -85,12 +85,25 @@ pub use sync::owner::current_fence;
 #[doc = include_str!("../../README.md")]
 mod readme {}
 
-/// `url` with any password replaced by `***`, for logs and error messages.
+/// `url` with any password replaced by `***`, for logs and error messages: the userinfo
+/// password of every scheme, the `pass` parameter of Unix socket URLs (also written
+/// percent-encoded, and any parameter whose name says it is a password or token), and
+/// for a string that is no valid URL, everything that could be one. dlock shows every
+/// address it puts in an error, a log line or a `Debug` output this way.
 ///
 /// ```
 /// assert_eq!(
 ///     dlock_core::redact_url("redis://app:hunter2@127.0.0.1:6379"),
 ///     "redis://app:***@127.0.0.1:6379"
+/// );
+/// assert_eq!(
+///     dlock_core::redact_url("redis+unix:///run/redis.sock?user=app&pa%73s=hunter2&db=1"),
+///     "redis+unix:///run/redis.sock?user=app&pa%73s=***&db=1"
+/// );
+/// // Not a URL (the port is not a number): all that could be secret is hidden.
+/// assert_eq!(
+///     dlock_core::redact_url("redis://app:hunter2@127.0.0.1:63a9?db=1"),
+///     "redis://app:***@127.0.0.1:63a9?db=***"
 /// );
 /// ```
 pub fn redact_url(url: &str) -> String {
