@@ -56,7 +56,7 @@ pub use error::{ConfigError, Result};
 pub use load::{ADDRESS_ENV, CONFIG_ENV, PASSWORD_ENV, USERNAME_ENV};
 pub use model::{
     Address, Addresses, Cluster, Config, Connection, LockSection, MasterSlave, RedLockSection,
-    Redis, ReplicaAcksSection, Secret, Sentinel, Single,
+    Redis, ReplicaAcksSection, ScriptsSetting, Secret, Sentinel, Single,
 };
 
 use dlock_core::{LockClient, LockClientBuilder, RedLockClient, Topology};
@@ -145,6 +145,9 @@ impl Config {
         }
         if let Some(acks) = &l.replica_acks {
             builder = builder.replica_acks(acks.replicas, acks.within);
+        }
+        if let Some(scripts) = l.scripts {
+            builder = builder.script_mode(scripts.into());
         }
         builder.default_wait(l.wait)
     }

@@ -210,7 +210,7 @@ fn explain(message: &str) -> String {
         format!("more than one Redis topology: keep exactly one of {TOPOLOGIES}")
     } else if message.starts_with("wanted exactly 1 element, found 0") {
         format!("[redis] names no topology: add exactly one of {TOPOLOGIES}")
-    } else if message.starts_with("unknown variant") {
+    } else if message.starts_with("unknown variant") && message.contains("`single`") {
         format!("unknown Redis topology: {message}")
     } else {
         message.to_owned()

@@ -143,6 +143,33 @@ pub struct LockSection {
     /// Replicas that must confirm each acquisition (Redis `WAIT`), e.g.
     /// `replica_acks = { replicas = 1, within = "100ms" }`. Default: not waited for.
     pub replica_acks: Option<ReplicaAcksSection>,
+    /// How dlock's scripts run: `"auto"` (default: dlock's function library when an
+    /// administrator loaded it, scripts otherwise), `"eval"` (scripts the client loads) or
+    /// `"functions"` (the library only; the client refuses to connect without it). See
+    /// `dlock_core::ScriptMode`.
+    pub scripts: Option<ScriptsSetting>,
+}
+
+/// `[lock] scripts`: see `dlock_core::ScriptMode`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ScriptsSetting {
+    /// `"auto"`: [`dlock_core::ScriptMode::Auto`].
+    Auto,
+    /// `"eval"`: [`dlock_core::ScriptMode::Eval`].
+    Eval,
+    /// `"functions"`: [`dlock_core::ScriptMode::Functions`].
+    Functions,
+}
+
+impl From<ScriptsSetting> for dlock_core::ScriptMode {
+    fn from(setting: ScriptsSetting) -> Self {
+        match setting {
+            ScriptsSetting::Auto => dlock_core::ScriptMode::Auto,
+            ScriptsSetting::Eval => dlock_core::ScriptMode::Eval,
+            ScriptsSetting::Functions => dlock_core::ScriptMode::Functions,
+        }
+    }
 }
 
 /// `[lock] replica_acks`: see `LockClientBuilder::replica_acks`.

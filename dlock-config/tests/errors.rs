@@ -54,7 +54,7 @@ fn invalid_toml_gives_line_and_column_with_the_file_name() {
 fn an_unknown_key_is_named_with_the_expected_ones() {
     assert_eq!(
         error("[redis.single]\naddress = \"redis://127.0.0.1\"\n\n[lock]\nwatchdog = \"30s\"\n"),
-        "<string>:5:1: unknown field `watchdog`, expected one of `watchdog_timeout`, `key_prefix`, `wait`, `max_wait_recheck`, `failover_wait`, `replica_acks`"
+        "<string>:5:1: unknown field `watchdog`, expected one of `watchdog_timeout`, `key_prefix`, `wait`, `max_wait_recheck`, `failover_wait`, `replica_acks`, `scripts`"
     );
     assert_eq!(
         error("[redis.single]\naddress = \"redis://127.0.0.1\"\n[pool]\nsize = 4\n"),
@@ -540,4 +540,50 @@ fn a_file_with_neither_table_names_both() {
         message.contains("[redis.single]") && message.contains("[redlock]"),
         "{message}"
     );
+}
+
+#[test]
+fn an_unknown_script_mode_names_the_choices() {
+    assert_eq!(
+        error("[redis.single]\naddress = \"redis://127.0.0.1\"\n[lock]\nscripts = \"lua\"\n"),
+        "<string>:4:11: unknown variant `lua`, expected one of `auto`, `eval`, `functions`"
+    );
+}
+
+/// `scripts = "functions"` reaches the client: without dlock's function library on the
+/// server it refuses to connect, naming the library; `"eval"` connects.
+#[tokio::test]
+async fn the_script_mode_reaches_the_client() {
+    let server = dlock_tests::RedisServer::start();
+    let toml = |mode: &str| {
+        format!(
+            "[redis.single]\naddress = \"{}\"\n[lock]\nscripts = \"{mode}\"\n",
+            server.url()
+        )
+    };
+    let refused = Config::from_toml_str(&toml("functions"))
+        .unwrap()
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &refused,
+            ConfigError::Lock(dlock_core::LockError::FunctionLibraryMissing { .. })
+        ),
+        "{refused:?}"
+    );
+    let client = Config::from_toml_str(&toml("eval"))
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    client
+        .lock("a")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
 }
