@@ -1197,6 +1197,103 @@ async fn cluster_mode_needs_sharded_pubsub_and_the_slot_map() {
 /// A user without the channel permission: SUBSCRIBE is refused. Waiters fall back to
 /// polling every `max_wait_recheck`, which is fine, but the subscriber must not retry
 /// the refused subscription in a tight loop of new connections.
+/// Whether `admin`'s server has this version's function library.
+fn has_library(admin: &mut redis::Connection) -> bool {
+    let libraries: Vec<HashMap<String, redis::Value>> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(FunctionLibrary::current().name())
+        .query(admin)
+        .unwrap();
+    libraries.len() == 1
+}
+
+/// Function-mode clients of a Sentinel deployment and of a cluster: the library, loaded
+/// once through the administrator's topology, is on every data node (replicas included,
+/// by replication), and after a failover the promoted replica runs it for the same user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_function_rule_works_on_sentinel_and_cluster_through_a_failover() {
+    let functions_client = |topology: Topology| async move {
+        let connect = |watchdog: Duration| {
+            LockClient::builder()
+                .key_prefix("shop:")
+                .watchdog_timeout(watchdog)
+                .script_mode(ScriptMode::Functions)
+                .connect_to(&topology)
+        };
+        [
+            connect(Duration::from_secs(30)).await.unwrap(),
+            connect(Duration::from_secs(30)).await.unwrap(),
+            connect(Duration::from_secs(1)).await.unwrap(),
+        ]
+    };
+
+    let group = RedisSentinelGroup::start();
+    load_library(&Topology::sentinel(
+        group.master_name(),
+        group.sentinel_urls(),
+    ))
+    .await;
+    for server in group.servers() {
+        let mut admin = server.connection();
+        assert!(has_library(&mut admin), "replicated to every data node");
+        set_user(
+            &mut admin,
+            "dlock",
+            ACL_PASSWORD,
+            &functions_rule(Mode::Single, "shop:"),
+        );
+    }
+    let topology = Topology::sentinel(group.master_name(), group.sentinel_urls())
+        .credentials(Some("dlock".to_owned()), Some(ACL_PASSWORD.to_owned()));
+    let clients = functions_client(topology).await;
+    let mut wakeups = exercise(&clients, &["goods:1".to_owned()]).await;
+    group.failover();
+    wakeups.push(handoff(&clients[0], &clients[1], "goods:2").await);
+    for server in group.servers() {
+        assert_eq!(acl_denials(&mut server.connection()), Vec::<String>::new());
+    }
+    eprintln!("sentinel, function mode: wake-ups {wakeups:?}, the last after a failover");
+    drop(clients);
+    drop(group);
+
+    let cluster = RedisCluster::start();
+    load_library(&Topology::cluster(cluster.node_urls())).await;
+    let mut admins: Vec<redis::Connection> = cluster
+        .nodes()
+        .iter()
+        .map(RedisServer::connection)
+        .collect();
+    for admin in &mut admins {
+        assert!(has_library(admin), "on every master and replica");
+        set_user(
+            admin,
+            "dlock",
+            ACL_PASSWORD,
+            &functions_rule(Mode::Cluster, "shop:"),
+        );
+    }
+    let topology = Topology::cluster(cluster.node_urls())
+        .credentials(Some("dlock".to_owned()), Some(ACL_PASSWORD.to_owned()));
+    let clients = functions_client(topology).await;
+    // One lock name on each master.
+    let mut masters = HashSet::new();
+    let names: Vec<String> = (0..)
+        .map(|i| format!("goods:{i}"))
+        .filter(|name| {
+            masters.insert(cluster.slot_owner_port(cluster.key_slot(&format!("shop:{name}"))))
+        })
+        .take(3)
+        .collect();
+    let mut wakeups = exercise(&clients, &names).await;
+    cluster.failover_slot(cluster.key_slot(&format!("shop:{}", names[0])));
+    wakeups.push(handoff(&clients[0], &clients[1], &names[0]).await);
+    for admin in &mut admins {
+        assert_eq!(acl_denials(admin), Vec::<String>::new());
+    }
+    eprintln!("cluster, function mode: wake-ups {wakeups:?}, the last after a failover");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_subscribe_is_retried_with_back_off() {
     capture_logs(tracing::Level::TRACE);
