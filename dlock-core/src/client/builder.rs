@@ -85,7 +85,12 @@ impl LockClientBuilder {
     }
 
     /// Prefix of every lock key, e.g. `"shop:"`. Default: none. Like a lock name, at most
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes without ASCII control characters.
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes without ASCII control characters, and
+    /// without `{`: dlock's own names put the prefix before a cluster hash tag
+    /// (`dlock:unlock:<prefix>{tag}:<name>`), so that an ACL pattern per prefix keeps
+    /// applications apart (docs/SECURITY.md); put hash tags in lock names instead.
+    /// [`connect`](LockClientBuilder::connect) refuses other prefixes with
+    /// [`LockError::InvalidName`].
     #[must_use]
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
@@ -289,7 +294,7 @@ impl LockClientBuilder {
     /// zero timeout / recheck interval, a command timeout over 60 s or a retry delay over
     /// 366 days,
     /// [`LockError::InvalidName`] for a key prefix over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or with a control character,
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, with a control character or a `{`,
     /// [`LockError::Config`] for a malformed address,
     /// [`LockError::Connect`] when Redis cannot be reached.
     ///
