@@ -4,73 +4,16 @@
 
 use dlock_config::Config;
 use proptest::prelude::*;
-use proptest::sample::{select, Index};
 use proptest::test_runner::TestCaseError;
 
-/// Every scheme the redis crate (1.8) accepts, and some it does not.
-const SCHEMES: &[&str] = &[
-    "redis",
-    "rediss",
-    "valkey",
-    "valkeys",
-    "redis+unix",
-    "unix",
-    "valkey+unix",
-    "http",
-    "garbage",
-    "",
-];
+use dlock_tests::secret_urls::{self, any_scheme, check, mostly, strings, Case};
 
-/// The password: 8 to 16 characters, among them the ones that end or split a URL part.
-const SECRET: &str = "[A-Za-z0-9@:/?#%&=]{8,16}";
-
-/// Query parameter names the password goes in, as written: the redis crate reads the
-/// first three as `pass`.
-const SECRET_NAMES: &[&str] = &["pass", "pa%73s", "%70%61%73%73", "password", "p%61ssword"];
-
-#[derive(Debug, Clone)]
-struct Case {
-    url: String,
-    secret: String,
-}
-
-/// `text` percent-encoded: every byte, or every byte but letters and digits.
-fn encoded(text: &str, all: bool) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() && !all {
-                char::from(b).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-fn strings(fixed: &'static [&'static str], random: &'static str) -> BoxedStrategy<String> {
-    prop_oneof![
-        select(fixed).prop_map(str::to_owned),
-        proptest::string::string_regex(random).unwrap(),
-    ]
-    .boxed()
-}
-
-/// Mostly one of `valid` (what dlock-config accepts), sometimes anything `other` gives.
-fn mostly(valid: &'static [&'static str], other: BoxedStrategy<String>) -> BoxedStrategy<String> {
-    prop_oneof![3 => select(valid).prop_map(str::to_owned), 2 => other].boxed()
-}
-
-/// A URL with the password as the userinfo password (`name` none) or as the value of the
-/// password parameter `name` among others; written as is (in a query value with `&` as
-/// `%26`, which would end the value), percent-encoded, or fully percent-encoded (`form`
-/// 0, 1, 2).
+/// Addresses mostly of the shapes dlock-config accepts (so that both its errors and its
+/// loaded configs are looked at), with a password in every place and spelling.
 fn case() -> impl Strategy<Value = Case> {
-    let shape = (
-        mostly(
-            &["redis", "rediss"],
-            select(SCHEMES).prop_map(str::to_owned).boxed(),
-        ),
-        strings(&["", "app"], "[a-z]{1,7}"),
+    secret_urls::case(
+        mostly(&["redis", "rediss"], any_scheme()),
+        &["://"],
         mostly(
             &["127.0.0.1", "[::1]", "cache.internal"],
             strings(&["localhost", "", "h^st"], "[a-z][a-z0-9-]{0,6}"),
@@ -80,77 +23,7 @@ fn case() -> impl Strategy<Value = Case> {
             &["", "/", "/0"],
             strings(&["/run/redis.sock"], "/[a-z0-9._-]{1,7}"),
         ),
-    );
-    let rest = (
-        proptest::collection::vec(
-            strings(&["db=1", "protocol=3", "x"], "[a-z]{1,5}=[a-z0-9]{0,5}"),
-            0..3,
-        ),
-        any::<Index>(),
-        proptest::option::of(strings(&["insecure"], "[a-z]{1,6}")),
-        SECRET,
-        proptest::option::of(select(SECRET_NAMES)),
-        0..3u8,
-    );
-    (shape, rest).prop_map(
-        |((scheme, user, host, port, path), (mut params, at, fragment, secret, name, form))| {
-            let value = match form {
-                0 if name.is_some() => secret.replace('&', "%26"),
-                0 => secret.clone(),
-                1 => encoded(&secret, false),
-                _ => encoded(&secret, true),
-            };
-            let userinfo = match name {
-                None => format!("{user}:{value}@"),
-                Some(_) if user.is_empty() => String::new(),
-                Some(_) => format!("{user}@"),
-            };
-            if let Some(name) = name {
-                params.insert(at.index(params.len() + 1), format!("{name}={value}"));
-            }
-            let mut url = format!("{scheme}://{userinfo}{host}{port}{path}");
-            if !params.is_empty() {
-                url.push('?');
-                url.push_str(&params.join("&"));
-            }
-            if let Some(fragment) = fragment {
-                url.push('#');
-                url.push_str(&fragment);
-            }
-            Case { url, secret }
-        },
     )
-}
-
-/// `shown` (from `what`) contains neither the password nor any spelling of it, nor the
-/// password the redis crate itself reads from the URL.
-fn check(case: &Case, what: &str, shown: &str) -> Result<(), TestCaseError> {
-    let mut spellings = vec![
-        case.secret.clone(),
-        encoded(&case.secret, false),
-        encoded(&case.secret, true),
-        case.secret.replace('&', "%26"),
-    ];
-    // Only a long one can be looked for without finding it by chance elsewhere.
-    use redis::IntoConnectionInfo;
-    if let Ok(info) = case.url.as_str().into_connection_info() {
-        if let Some(password) = info.redis_settings().password() {
-            if password.len() >= 8 {
-                spellings.push(password.to_owned());
-            }
-        }
-    }
-    for spelling in spellings {
-        prop_assert!(
-            !shown.contains(&spelling),
-            "{} shows the password {:?} of {:?}: {}",
-            what,
-            spelling,
-            case.url,
-            shown
-        );
-    }
-    Ok(())
 }
 
 /// Loads `text` and checks everything that can be shown of the outcome; whether it

@@ -22,6 +22,8 @@
 //!   [`RedisCluster::failover_slot`].
 //! - [`commandstats`] counts the commands a server ran (`INFO commandstats`).
 //! - [`logs`] captures what dlock logs, for tests that check it.
+//! - [`secret_urls`] generates Redis URLs with a known password, for the property tests
+//!   that no display of an address shows it.
 //! - [`overlap`] merges the critical sections that separate processes recorded on the
 //!   monotonic clock (the `dlock-overlap` binary) and counts overlaps and lost sections.
 //!
@@ -46,6 +48,7 @@ pub mod logs;
 pub mod overlap;
 mod proxy;
 mod replicas;
+pub mod secret_urls;
 mod sentinel;
 mod server;
 pub mod workload;

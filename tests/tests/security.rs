@@ -631,16 +631,6 @@ async fn load_library(topology: &Topology) {
     assert_eq!(name, FunctionLibrary::current().name());
 }
 
-/// How many times the server ran `command` since the last `CONFIG RESETSTAT`.
-fn calls(admin: &mut redis::Connection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(admin).unwrap();
-    let field = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&field))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_function_rule_is_enough_for_every_lock_operation() {
     capture_logs(tracing::Level::TRACE);
@@ -676,11 +666,9 @@ async fn the_function_rule_is_enough_for_every_lock_operation() {
     pair.lock().await.unwrap().unlock().await.unwrap();
 
     assert_eq!(acl_denials(&mut admin), Vec::<String>::new());
-    let (fcall, evalsha, script) = (
-        calls(&mut admin, "fcall"),
-        calls(&mut admin, "evalsha"),
-        calls(&mut admin, "script|load"),
-    );
+    let calls = dlock_tests::commandstats::command_calls(&mut admin);
+    let count = |command: &str| calls.get(command).copied().unwrap_or(0);
+    let (fcall, evalsha, script) = (count("fcall"), count("evalsha"), count("script|load"));
     assert!(fcall > 50, "{fcall} FCALLs");
     assert_eq!((evalsha, script), (0, 0), "EVALSHA and SCRIPT LOAD calls");
     eprintln!("functions: {fcall} FCALLs, wake-ups under the ACL user {wakeups:?}");
@@ -858,6 +846,26 @@ async fn a_missing_or_older_function_library_is_a_clear_error_at_connect() {
         .unwrap_err();
     let neither = missing(error, "may not load scripts either");
     assert!(!neither.contains(ACL_PASSWORD), "{neither}");
+
+    // A script-mode user without `+fcall`: the automatic mode takes scripts; told to use
+    // functions, the client says which command it may not run.
+    let (user, rule) = rule_without(Mode::Single, "+fcall");
+    set_user(&mut admin, &user, ACL_PASSWORD, &rule);
+    let no_fcall = with_credentials(&server.url(), &user, ACL_PASSWORD);
+    let client = connect(no_fcall.clone(), ScriptMode::Auto).await.unwrap();
+    client
+        .lock("goods:1")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let error = connect(no_fcall, ScriptMode::Functions).await.unwrap_err();
+    assert!(
+        is_noperm(&error) && error.to_string().contains("'fcall' command"),
+        "{error:?}"
+    );
 
     // Once the current library is loaded, the same user connects and locks.
     load_library(&Topology::single(server.url())).await;

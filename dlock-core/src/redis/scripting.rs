@@ -60,6 +60,12 @@ impl Backend {
         let absent = match self.probe_library().await {
             Ok(()) => return Ok(Scripting::Functions),
             Err(LibraryProbe::Absent(detail)) => detail,
+            // A user of the script-mode rule without `+fcall`: scripts are its way.
+            Err(LibraryProbe::Failed(CallError::Redis(e)))
+                if mode == ScriptMode::Auto && is_noperm(&e) =>
+            {
+                e.to_string()
+            }
             Err(LibraryProbe::Failed(error)) => {
                 return Err(super::connect_error(shown.to_owned(), error))
             }
@@ -69,13 +75,9 @@ impl Backend {
         }
         match self.load_scripts().await {
             Ok(()) => Ok(Scripting::Eval),
-            Err(CallError::Redis(e))
-                if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoPerm) =>
-            {
-                Err(missing(format!(
-                    "{absent}, and this user may not load scripts either: {e}"
-                )))
-            }
+            Err(CallError::Redis(e)) if is_noperm(&e) => Err(missing(format!(
+                "{absent}, and this user may not load scripts either: {e}"
+            ))),
             Err(e) => Err(super::connect_error(shown.to_owned(), e)),
         }
     }
@@ -160,12 +162,13 @@ enum LibraryProbe {
     Failed(CallError),
 }
 
-/// Whether `error` says the function does not exist (not loaded, or an older library), or
-/// that the server has no functions at all (Redis before 7), or that this user may not
-/// call functions (a rule written for the script mode).
+/// Whether `error` says the function does not exist (not loaded, or only an older
+/// library), or that the server has no functions at all (Redis before 7).
 fn is_absent(error: &redis::RedisError) -> bool {
     let text = error.to_string().to_ascii_lowercase();
+    text.contains("function not found") || text.contains("unknown command")
+}
+
+fn is_noperm(error: &redis::RedisError) -> bool {
     error.kind() == redis::ErrorKind::Server(ServerErrorKind::NoPerm)
-        || text.contains("function not found")
-        || text.contains("unknown command")
 }
