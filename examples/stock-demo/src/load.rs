@@ -56,19 +56,24 @@ pub struct Report {
     /// Whether every process sold within ±30 % of the mean per process.
     pub per_process_within_30pct: bool,
     /// Smallest / mean of `sold_per_process` (1 = perfectly even).
+    #[serde(serialize_with = "rounded")]
     pub per_process_min_over_mean: f64,
     /// Sales per second over the whole run.
+    #[serde(serialize_with = "rounded")]
     pub sold_per_s: f64,
     /// `sold_per_s` × hold: the share of the one-lock ceiling (1 / critical section)
     /// reached; `None` without a hold.
+    #[serde(serialize_with = "rounded_option")]
     pub sold_per_s_vs_hold: Option<f64>,
     /// Sales the stock does not account for: sold − (initial − final), summed. Must be 0.
     pub oversold: i64,
     /// Requests per second over the whole run.
+    #[serde(serialize_with = "rounded")]
     pub throughput: f64,
     /// Latency percentiles in milliseconds.
     pub latency_ms: Percentiles,
     /// Wall time of the load phase in seconds.
+    #[serde(serialize_with = "rounded")]
     pub seconds: f64,
     /// The `--pause-holder` fault, when it ran.
     pub pause: Option<Pause>,
@@ -104,11 +109,52 @@ pub struct ItemReport {
 #[derive(Debug, Serialize)]
 pub struct Percentiles {
     /// Median.
+    #[serde(serialize_with = "rounded")]
     pub p50: f64,
     /// 95th percentile.
+    #[serde(serialize_with = "rounded")]
     pub p95: f64,
     /// 99th percentile.
+    #[serde(serialize_with = "rounded")]
     pub p99: f64,
+}
+
+/// A measured figure in the JSON report, to 3 decimals: more digits are noise, and
+/// `0.30000000000000004` is hard to read.
+fn rounded<S: serde::Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_f64((value * 1000.0).round() / 1000.0)
+}
+
+/// [`rounded`] for an optional figure.
+fn rounded_option<S: serde::Serializer>(
+    value: &Option<f64>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(value) => rounded(value, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// How long the run has left: the time to the `--duration` bound, or to the last request
+/// at the average rate so far, whichever comes first. `None` (shown as `…`) until the rate
+/// means something: at least 1 % of the requests done and 100 ms elapsed. (indicatif's own
+/// estimate starts from its first few samples and showed hours for a one-second run.)
+fn time_left(
+    done: u64,
+    total: Option<u64>,
+    elapsed: Duration,
+    duration: Option<Duration>,
+) -> Option<Duration> {
+    let by_duration = duration.map(|d| d.saturating_sub(elapsed));
+    let total = total.unwrap_or(0);
+    let by_rate = (done > 0 && done * 100 >= total && elapsed >= Duration::from_millis(100))
+        .then(|| elapsed.mul_f64(total.saturating_sub(done) as f64 / done as f64));
+    match (by_duration, by_rate) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (Some(a), None) => Some(a),
+        (None, rate) => rate,
+    }
 }
 
 #[derive(Default)]
@@ -138,9 +184,20 @@ pub async fn run(plan: Plan) -> Result<Report, String> {
     let next = Arc::new(AtomicUsize::new(0));
     let bar = if plan.progress {
         let bar = ProgressBar::new(plan.requests as u64);
+        let duration = plan.duration;
         bar.set_style(
-            ProgressStyle::with_template("{bar:40} {pos}/{len} requests {per_sec} eta {eta}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template("{bar:40} {pos}/{len} requests {per_sec} eta {left}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .with_key(
+                    "left",
+                    move |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let left = time_left(state.pos(), state.len(), state.elapsed(), duration);
+                        let _ = match left {
+                            Some(left) => write!(w, "{:.1}s", left.as_secs_f64()),
+                            None => write!(w, "…"),
+                        };
+                    },
+                ),
         );
         bar
     } else {
@@ -373,5 +430,30 @@ impl Report {
             ));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time_left;
+    use std::time::Duration;
+
+    #[test]
+    fn time_left_waits_for_a_meaningful_rate_then_uses_the_average() {
+        let ms = Duration::from_millis;
+        // Nothing measured yet: no estimate (indicatif showed hours here).
+        assert_eq!(time_left(0, Some(5_000), ms(5), None), None);
+        assert_eq!(time_left(10, Some(5_000), ms(20), None), None);
+        // 1,000 of 5,000 in 200 ms: 800 ms left at the average rate.
+        assert_eq!(time_left(1_000, Some(5_000), ms(200), None), Some(ms(800)));
+        // A one-second run: never more than the time to its bound.
+        assert_eq!(
+            time_left(0, Some(5_000), ms(5), Some(ms(1_000))),
+            Some(ms(995))
+        );
+        assert_eq!(
+            time_left(1_000, Some(1_000_000), ms(200), Some(ms(1_000))),
+            Some(ms(800))
+        );
     }
 }

@@ -90,7 +90,7 @@ struct RunArgs {
     /// buy locks' 5 s lease, so another process takes the lock and sells meanwhile.
     #[arg(long, value_parser = humantime::parse_duration)]
     pause_holder: Option<Duration>,
-    /// Print the report as one JSON object on the last line too.
+    /// Print the report as one JSON object on stdout (and the table on stderr).
     #[arg(long)]
     json: bool,
 }
@@ -383,12 +383,16 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     } else {
         "stock-demo report"
     };
-    println!("{}", report.table(title));
+    // With --json, stdout carries the JSON document alone (for tools), the table goes to
+    // stderr (for people).
     if args.json {
+        eprintln!("{}", report.table(title));
         println!(
             "{}",
             serde_json::to_string(&report).map_err(|e| e.to_string())?
         );
+    } else {
+        println!("{}", report.table(title));
     }
     Ok(if report.oversold == 0 {
         ExitCode::SUCCESS

@@ -20,15 +20,33 @@ fn demo(extra: &[&str]) -> (Option<i32>, Value) {
         .args(extra)
         .output()
         .expect("run stock-demo");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let last = stdout.lines().last().unwrap_or_default();
-    let report: Value = serde_json::from_str(last).unwrap_or_else(|e| {
-        panic!(
-            "last line is not the JSON report ({e}):\n{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    // With --json, stdout is the JSON document alone; the table goes to stderr.
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}\n{stderr}"));
+    assert!(
+        stderr.contains("stock-demo report"),
+        "no table on stderr:\n{stderr}"
+    );
+    assert_rounded(&report);
     (output.status.code(), report)
+}
+
+/// Every measured figure in the report has at most 3 decimals.
+fn assert_rounded(value: &Value) {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let shown = n.to_string();
+            let decimals = shown.split_once('.').map_or(0, |(_, d)| d.len());
+            assert!(decimals <= 3, "{shown} is not rounded");
+        }
+        Value::Array(items) => items.iter().for_each(assert_rounded),
+        Value::Object(fields) => fields.values().for_each(assert_rounded),
+        _ => {}
+    }
 }
 
 fn number(report: &Value, field: &str) -> i64 {
