@@ -49,6 +49,7 @@
 //! [`Config::with_env_overrides`]).
 
 mod error;
+mod interpolate;
 mod load;
 mod model;
 

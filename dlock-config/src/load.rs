@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use crate::error::{ConfigError, Result};
+use crate::interpolate::{interpolate, Lookup};
 use crate::model::{check_address, Address, Addresses, Config, Redis, Secret};
 
 /// Environment variable naming the config file for [`Config::from_env`].
@@ -20,18 +21,44 @@ const TOPOLOGIES: &str =
     "[redis.single], [redis.master_slave], [redis.sentinel] or [redis.cluster]";
 
 impl Config {
-    /// Parses TOML text; errors name `<string>` as the origin. Pure: reads no environment.
+    /// Parses TOML text; errors name `<string>` as the origin. `${VAR}` and
+    /// `${VAR:-default}` in string values are filled in from the process environment
+    /// (`$${` is a literal `${`); nothing else is read.
+    ///
+    /// ```
+    /// let config = dlock_config::Config::from_toml_str(
+    ///     "[redis.single]\naddress = \"redis://${DLOCK_DOC_HOST:-127.0.0.1}:6379\"\n",
+    /// )?;
+    /// assert_eq!(config.to_string(), "single redis://127.0.0.1:6379");
+    /// # Ok::<(), dlock_config::ConfigError>(())
+    /// ```
     ///
     /// # Errors
     ///
     /// [`ConfigError::Invalid`] with line and column for malformed TOML, unknown keys,
-    /// a missing or repeated topology, bad addresses or durations, and a database in
-    /// cluster mode.
+    /// a missing or repeated topology, bad addresses or durations, a database in
+    /// cluster mode, and a `${VAR}` whose variable is unset (without a default) or not
+    /// UTF-8.
     pub fn from_toml_str(text: &str) -> Result<Config> {
-        parse(text, "<string>")
+        parse(text, "<string>", &process_env)
     }
 
-    /// Reads and parses `path`; errors name the file. Pure apart from reading the file.
+    /// [`from_toml_str`](Config::from_toml_str) with the `${VAR}` references looked up by
+    /// `lookup` (`None`: unset) instead of the process environment. Pure.
+    ///
+    /// # Errors
+    ///
+    /// As for [`from_toml_str`](Config::from_toml_str).
+    pub fn from_toml_str_with(
+        text: &str,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config> {
+        parse(text, "<string>", &|name| Ok(lookup(name)))
+    }
+
+    /// Reads and parses `path`; errors name the file. Reads nothing else but the
+    /// environment variables its `${VAR}` references name (see
+    /// [`from_toml_str`](Config::from_toml_str)).
     ///
     /// # Errors
     ///
@@ -48,7 +75,7 @@ impl Config {
             path: shown.clone(),
             offset: e.utf8_error().valid_up_to(),
         })?;
-        let mut config = parse(&text, &shown)?;
+        let mut config = parse(&text, &shown, &process_env)?;
         config.base_dir = path.parent().map(Path::to_path_buf);
         Ok(config)
     }
@@ -153,15 +180,29 @@ fn env_var(variable: &'static str) -> Result<Option<String>> {
     }
 }
 
-fn parse(text: &str, origin: &str) -> Result<Config> {
-    let config: Config = toml::from_str(text).map_err(|e| {
+/// A `${VAR}` reference's variable from the process environment; one that is set but
+/// not UTF-8 is an error rather than "unset" (its default would silently win).
+fn process_env(name: &str) -> std::result::Result<Option<String>, String> {
+    match std::env::var(name) {
+        Ok(value) => Ok(Some(value)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err("is not UTF-8 text".to_owned()),
+    }
+}
+
+fn parse(text: &str, origin: &str, lookup: Lookup<'_>) -> Result<Config> {
+    let filled =
+        interpolate(text, lookup).map_err(|e| invalid(text, origin, e.offset, e.message))?;
+    // Errors below point into the file as written, not into the filled-in text.
+    let invalid = |offset: usize, message: String| {
+        invalid(text, origin, filled.original_offset(offset), message)
+    };
+    let config: Config = toml::from_str(&filled.text).map_err(|e| {
         let offset = e.span().map_or(0, |span| span.start);
-        invalid(text, origin, offset, explain(e.message()))
+        invalid(offset, explain(e.message()))
     })?;
     if config.redis.is_none() && config.redlock.is_none() {
         return Err(invalid(
-            text,
-            origin,
             0,
             format!("no Redis topology: add exactly one of {TOPOLOGIES}, or a [redlock] table"),
         ));
@@ -169,15 +210,13 @@ fn parse(text: &str, origin: &str) -> Result<Config> {
     if let (Some(Redis::Cluster(_)), Some(database)) = (&config.redis, &config.connection.database)
     {
         return Err(invalid(
-            text,
-            origin,
             database.span().start,
             "`database` is not supported with [redis.cluster]: a Redis Cluster only has database 0; remove it".to_owned(),
         ));
     }
     if let Some(redlock) = &config.redlock {
         check_redlock_servers(redlock.servers.get_ref())
-            .map_err(|message| invalid(text, origin, redlock.servers.span().start, message))?;
+            .map_err(|message| invalid(redlock.servers.span().start, message))?;
     }
     Ok(config)
 }

@@ -36,7 +36,9 @@ pub struct Config {
 pub enum Redis {
     /// `[redis.single]`: one server.
     Single(Single),
-    /// `[redis.master_slave]`: a master with replicas; locks use the master only.
+    /// `[redis.master_slave]` (also accepted as `[redis.master_replicas]`, the name of
+    /// `Topology::master_replicas`): a master with replicas; locks use the master only.
+    #[serde(alias = "master_replicas")]
     MasterSlave(MasterSlave),
     /// `[redis.sentinel]`: a Sentinel-managed master.
     Sentinel(Sentinel),

@@ -12,6 +12,29 @@ fn not_utf8() -> OsString {
 
 #[test]
 fn a_variable_that_is_not_utf8_is_an_error_naming_it() {
+    // Also behind a `${VAR}` reference: an error, not "unset" (its default would win).
+    std::env::set_var("DLOCK_TEST_RAW_HOST", not_utf8());
+    let err = Config::from_toml_str(
+        "[redis.single]\naddress = \"redis://${DLOCK_TEST_RAW_HOST:-127.0.0.1}:6379\"\n",
+    )
+    .unwrap_err();
+    std::env::remove_var("DLOCK_TEST_RAW_HOST");
+    assert_eq!(
+        err.to_string(),
+        "<string>:2:20: environment variable DLOCK_TEST_RAW_HOST (used as ${DLOCK_TEST_RAW_HOST}) is not UTF-8 text"
+    );
+    // A file's references are filled in from the process environment.
+    std::env::set_var("DLOCK_TEST_HOST", "127.0.0.9");
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(
+        &mut file,
+        b"[redis.single]\naddress = \"redis://${DLOCK_TEST_HOST}:6379\"\n",
+    )
+    .unwrap();
+    let config = Config::from_file(file.path()).unwrap();
+    std::env::remove_var("DLOCK_TEST_HOST");
+    assert_eq!(config.to_string(), "single redis://127.0.0.9:6379");
+
     let config =
         Config::from_toml_str("[redis.single]\naddress = \"redis://127.0.0.1:6379\"\n").unwrap();
     for variable in [PASSWORD_ENV, USERNAME_ENV, ADDRESS_ENV] {

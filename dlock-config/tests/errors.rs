@@ -66,7 +66,7 @@ fn an_unknown_key_is_named_with_the_expected_ones() {
 fn an_unknown_topology_lists_the_valid_ones() {
     assert_eq!(
         error("[redis.replicated]\naddress = \"redis://127.0.0.1\"\n"),
-        "<string>:1:8: unknown Redis topology: unknown variant `replicated`, expected one of `single`, `master_slave`, `sentinel`, `cluster`"
+        "<string>:1:8: unknown Redis topology: unknown variant `replicated`, expected one of `single`, `master_replicas`, `master_slave`, `sentinel`, `cluster`"
     );
 }
 
@@ -586,4 +586,76 @@ async fn the_script_mode_reaches_the_client() {
         .unlock()
         .await
         .unwrap();
+}
+
+/// `${VAR}` references: filled in from the lookup, in any string value, written so that a
+/// value cannot change the file's structure; mistakes are errors at the reference, and
+/// later errors still point into the file as written.
+#[test]
+fn variable_references_are_filled_in_and_their_mistakes_located() {
+    let env = |name: &str| match name {
+        "HOST" => Some("127.0.0.7".to_owned()),
+        "PREFIX" => Some("shop:\"x".to_owned()),
+        _ => None,
+    };
+    let load = |text: &str| Config::from_toml_str_with(text, env);
+    let config = load(
+        "[redis.single]\naddress = \"redis://${HOST}:${PORT:-6380}\"\n[lock]\nkey_prefix = \"${PREFIX}\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.to_string(), "single redis://127.0.0.7:6380");
+    assert_eq!(config.lock.key_prefix.as_deref(), Some("shop:\"x"));
+    // Comments are not filled in; `$${` is a literal `${`.
+    let config = load(
+        "# ${NOPE}\n[redis.single]\naddress = \"redis://127.0.0.1\"\n[lock]\nkey_prefix = \"$${HOST}\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.lock.key_prefix.as_deref(), Some("${HOST}"));
+    assert_eq!(
+        load("[redis.single]\naddress = \"redis://${REDIS_HOST}:6379\"\n")
+            .unwrap_err()
+            .to_string(),
+        "<string>:2:20: environment variable REDIS_HOST is not set (used as ${REDIS_HOST}); set it, or give a default: ${REDIS_HOST:-...}"
+    );
+    // After a substitution that lengthens line 2, an error on line 3 keeps its column.
+    assert_eq!(
+        load("[redis.single]\naddress = \"redis://${HOST:-a-much-longer-default-host}\"\n  bogus = 1\n")
+            .unwrap_err()
+            .to_string(),
+        "<string>:3:3: unknown field `bogus`, expected `address`"
+    );
+}
+
+/// The master/replicas topology has one name in the API and the config
+/// (`master_slave`), and the other (`master_replicas`) is accepted in both.
+#[test]
+fn master_replicas_is_another_name_for_master_slave() {
+    let text = |table: &str| {
+        format!("[redis.{table}]\nmaster = \"redis://127.0.0.1:6379\"\nreplicas = [\"redis://127.0.0.1:6380\"]\n")
+    };
+    let (slave, replicas) = (
+        Config::from_toml_str(&text("master_slave")).unwrap(),
+        Config::from_toml_str(&text("master_replicas")).unwrap(),
+    );
+    assert_eq!(slave.to_string(), replicas.to_string());
+    assert_eq!(
+        format!("{:?}", slave.topology().unwrap()),
+        format!(
+            "{:?}",
+            dlock_core::Topology::master_replicas(
+                "redis://127.0.0.1:6379",
+                vec!["redis://127.0.0.1:6380".to_owned()]
+            )
+        )
+    );
+    assert_eq!(
+        format!("{:?}", slave.topology().unwrap()),
+        format!(
+            "{:?}",
+            dlock_core::Topology::master_slave(
+                "redis://127.0.0.1:6379",
+                vec!["redis://127.0.0.1:6380".to_owned()]
+            )
+        )
+    );
 }

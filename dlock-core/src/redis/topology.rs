@@ -61,12 +61,20 @@ impl Topology {
         })
     }
 
-    /// A master with replicas; lock operations all go to the master.
-    pub fn master_replicas(master: impl Into<String>, replicas: Vec<String>) -> Topology {
+    /// A master with replicas; lock operations all go to the master. The same name as
+    /// dlock-config's `[redis.master_slave]` (Redisson's `masterSlaveServersConfig`);
+    /// [`master_replicas`](Topology::master_replicas) is another name for it.
+    pub fn master_slave(master: impl Into<String>, replicas: Vec<String>) -> Topology {
         Topology::new(TopologyKind::MasterReplicas {
             master: master.into(),
             replicas,
         })
+    }
+
+    /// [`master_slave`](Topology::master_slave) under Redis' newer word for a replica
+    /// (dlock-config accepts `[redis.master_replicas]` too).
+    pub fn master_replicas(master: impl Into<String>, replicas: Vec<String>) -> Topology {
+        Topology::master_slave(master, replicas)
     }
 
     /// The master called `master_name` of a Sentinel group, found through `sentinels`
