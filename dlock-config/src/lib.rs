@@ -82,6 +82,10 @@ impl Config {
             ),
             Redis::Sentinel(sentinel) => {
                 Topology::sentinel(sentinel.master_name.clone(), sentinel.sentinels.urls())
+                    .sentinel_credentials(
+                        sentinel.sentinel_username.clone(),
+                        sentinel.sentinel_password.as_ref().map(|p| p.0.clone()),
+                    )
             }
             Redis::Cluster(cluster) => Topology::cluster(cluster.nodes.urls()),
         };

@@ -74,6 +74,12 @@ pub struct Sentinel {
     pub master_name: String,
     /// Sentinel addresses (at least one).
     pub sentinels: Addresses,
+    /// User for the sentinels themselves (Redis 6.2+ ACL), overriding the sentinel URLs';
+    /// the data nodes use `[connection] username`.
+    pub sentinel_username: Option<String>,
+    /// Password for the sentinels, separate from `[connection] password` (the data
+    /// nodes'). Never shown.
+    pub sentinel_password: Option<Secret>,
 }
 
 /// `[redis.cluster]`

@@ -144,3 +144,118 @@ async fn failover_while_locking(group: &Arc<RedisSentinelGroup>, config: &dlock_
         "the replicated lock was lost in the failover; the wake-ups were not measured"
     );
 }
+
+/// The sentinels and the data nodes have users of their own: `[redis.sentinel]
+/// sentinel_username` / `sentinel_password` reach the sentinels, `[connection] username` /
+/// `password` the master, and neither stands in for the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_and_data_nodes_take_separate_credentials() {
+    const SENTINEL_PW: &str = "sentinel-pw-3e1a";
+    const DATA_PW: &str = "data-pw-94bc";
+    let group = RedisSentinelGroup::start();
+    for sentinel in group.sentinels() {
+        let mut conn = sentinel.connection();
+        for rule in [
+            vec![
+                "watcher",
+                "on",
+                &format!(">{SENTINEL_PW}"),
+                "allcommands",
+                "allkeys",
+                "allchannels",
+            ],
+            // Only `watcher` may use the sentinels now (they talk to each other as
+            // `default` only for failovers, which this test does not make).
+            vec!["default", "off"],
+        ] {
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(&rule)
+                .query::<()>(&mut conn)
+                .unwrap();
+        }
+    }
+    for server in group.servers() {
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(
+                &[
+                    "app",
+                    "on",
+                    &format!(">{DATA_PW}"),
+                    "allcommands",
+                    "allkeys",
+                    "allchannels",
+                ][..],
+            )
+            .query::<()>(&mut server.connection())
+            .unwrap();
+    }
+    let toml = |sentinel: (&str, &str), data: (&str, &str)| {
+        let sentinels: Vec<String> = group
+            .sentinel_urls()
+            .iter()
+            .map(|u| format!("{u:?}"))
+            .collect();
+        format!(
+            "[redis.sentinel]\nmaster_name = \"{}\"\nsentinels = [{}]\nsentinel_username = \"{}\"\nsentinel_password = \"{}\"\n[connection]\nusername = \"{}\"\npassword = \"{}\"\nconnect_timeout = \"2s\"\n",
+            group.master_name(),
+            sentinels.join(", "),
+            sentinel.0,
+            sentinel.1,
+            data.0,
+            data.1
+        )
+    };
+
+    let config =
+        dlock_config::Config::from_toml_str(&toml(("watcher", SENTINEL_PW), ("app", DATA_PW)))
+            .unwrap();
+    assert!(!format!("{config:?}").contains(SENTINEL_PW), "{config:?}");
+    let client = config.build().await.unwrap();
+    client
+        .lock("goods:1")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+
+    // Swapped, or the data node's credentials for both: the sentinels refuse.
+    for (sentinel, data) in [
+        (("app", DATA_PW), ("watcher", SENTINEL_PW)),
+        (("app", DATA_PW), ("app", DATA_PW)),
+    ] {
+        let error = dlock_config::Config::from_toml_str(&toml(sentinel, data))
+            .unwrap()
+            .build()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("WRONGPASS")
+                || error.contains("NOAUTH")
+                || error.contains("AuthenticationFailed"),
+            "{error}"
+        );
+        assert!(
+            !error.contains(DATA_PW) && !error.contains(SENTINEL_PW),
+            "{error}"
+        );
+    }
+    // The sentinels' credentials, but the wrong ones for the master: the master refuses.
+    let error = dlock_config::Config::from_toml_str(&toml(
+        ("watcher", SENTINEL_PW),
+        ("watcher", SENTINEL_PW),
+    ))
+    .unwrap()
+    .build()
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("WRONGPASS") || error.contains("AuthenticationFailed"),
+        "{error}"
+    );
+}

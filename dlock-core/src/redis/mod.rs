@@ -26,7 +26,6 @@ pub(crate) use call::CallError;
 pub use scripting::ScriptMode;
 use scripting::Scripting;
 pub(crate) use subscriber::{Subscriber, SubscriberEvent};
-use topology::Auth;
 pub use topology::Topology;
 pub(crate) use topology::TopologyKind;
 
@@ -211,7 +210,7 @@ impl Backend {
                 let shown = format!("sentinel master {master_name:?} via {}", list(sentinels));
                 let sentinels = sentinels
                     .iter()
-                    .map(|sentinel| open(sentinel, &Auth::default(), None))
+                    .map(|sentinel| open(sentinel, &topology.sentinel_auth, None))
                     .collect::<Result<Vec<_>, _>>()?;
                 let route = SentinelRoute::connect(master_name, sentinels, &topology.auth, options)
                     .await

@@ -23,6 +23,8 @@
 pub struct Topology {
     pub(crate) kind: TopologyKind,
     pub(crate) auth: Auth,
+    /// Credentials for the sentinels (a Sentinel deployment only).
+    pub(crate) sentinel_auth: Auth,
     /// PEM root certificate(s) trusted for `rediss://` data nodes instead of the system's.
     pub(crate) root_ca: Option<Vec<u8>>,
 }
@@ -45,7 +47,7 @@ pub(crate) enum TopologyKind {
     },
 }
 
-/// Credentials and database applied to every data node (not to sentinels).
+/// Credentials and database applied to every data node, or credentials for the sentinels.
 #[derive(Clone, Default)]
 pub(crate) struct Auth {
     pub(crate) username: Option<String>,
@@ -96,16 +98,41 @@ impl Topology {
         Topology {
             kind,
             auth: Auth::default(),
+            sentinel_auth: Auth::default(),
             root_ca: None,
         }
     }
 
     /// Username (Redis 6 ACL) and password for every data node, overriding those in the
-    /// URLs. Sentinels themselves are contacted as their URLs say.
+    /// URLs. Sentinels themselves are contacted with
+    /// [`sentinel_credentials`](Topology::sentinel_credentials), else as their URLs say.
     #[must_use]
     pub fn credentials(mut self, username: Option<String>, password: Option<String>) -> Topology {
         self.auth.username = username.or(self.auth.username);
         self.auth.password = password.or(self.auth.password);
+        self
+    }
+
+    /// Username and password for the sentinels of a Sentinel deployment, overriding those
+    /// in the sentinel URLs; separate from the data nodes'
+    /// ([`credentials`](Topology::credentials)), since sentinels usually have users of
+    /// their own (Redisson's `sentinelUsername` / `sentinelPassword`). Ignored by the
+    /// other deployments.
+    ///
+    /// ```
+    /// let topology = dlock_core::Topology::sentinel("mymaster", vec!["redis://127.0.0.1:26379".into()])
+    ///     .sentinel_credentials(Some("watcher".into()), Some("s3cret".into()))
+    ///     .credentials(Some("app".into()), Some("other".into()));
+    /// assert!(!format!("{topology:?}").contains("s3cret"));
+    /// ```
+    #[must_use]
+    pub fn sentinel_credentials(
+        mut self,
+        username: Option<String>,
+        password: Option<String>,
+    ) -> Topology {
+        self.sentinel_auth.username = username.or(self.sentinel_auth.username);
+        self.sentinel_auth.password = password.or(self.sentinel_auth.password);
         self
     }
 
@@ -166,6 +193,11 @@ impl std::fmt::Debug for Topology {
                 .debug_struct("Sentinel")
                 .field("master_name", master_name)
                 .field("sentinels", &all(sentinels))
+                .field("sentinel_username", &self.sentinel_auth.username)
+                .field(
+                    "sentinel_password",
+                    &self.sentinel_auth.password.as_ref().map(|_| "***"),
+                )
                 .field("username", &self.auth.username)
                 .field("password", &password)
                 .field("database", &self.auth.database)
