@@ -3,13 +3,14 @@
 use std::time::Duration;
 
 use proc_macro2::Span;
+use syn::ext::IdentExt;
 use syn::parse::ParseStream;
 use syn::{Expr, Ident, LitStr, Path, Token};
 
 const OPTIONS: &str =
-    "`key`, `keys`, `kind`, `permits`, `lease`, `wait`, `client`, `on_fail`, `on_lost`";
+    "`key`, `keys`, `kind`, `permits`, `lease`, `wait`, `on_busy`, `client`, `on_fail`, `on_lost`, `crate`";
 
-/// `#[distributed_lock(key = "...", kind = "...", lease = "...", wait = "...", client = expr, on_fail = path)]`,
+/// `#[distributed_lock(key = "...", kind = "...", lease = "...", wait = "...", on_busy = "...", client = expr, on_fail = path, crate = path)]`,
 /// with `keys = ["...", ...]` in place of `key` for a multi-lock, or `permits = n` beside
 /// `key` for a semaphore.
 ///
@@ -29,10 +30,54 @@ pub(crate) struct Args {
     permits_span: Option<Span>,
     pub(crate) lease: Option<Lease>,
     pub(crate) wait: Option<Duration>,
+    /// Where `wait` was written, when it was.
+    wait_span: Option<Span>,
+    /// `on_busy = "..."`: what a call does when the lock is busy.
+    pub(crate) on_busy: OnBusy,
+    /// Where the `on_busy` value was written, when it was.
+    pub(crate) on_busy_span: Option<Span>,
     pub(crate) client: Option<Expr>,
     pub(crate) on_fail: Option<Path>,
     /// `on_lost = "..."`: what a lock lost while the body runs does to the call.
     pub(crate) on_lost: OnLost,
+    /// `crate = path`: where dlock-core is, for a dependency renamed in Cargo.toml.
+    pub(crate) krate: Option<Path>,
+}
+
+/// What a call does when another owner holds the lock: `on_busy = "..."`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum OnBusy {
+    /// `"wait"`, the default: wait as `wait` (or the client's `default_wait`) says.
+    #[default]
+    Wait,
+    /// `"skip"`: try once; when busy run nothing and return `None` / `Ok(None)` / `()`.
+    Skip,
+    /// `"fail"`: try once; when busy fail with the busy error (`LockError::Timeout`).
+    Fail,
+}
+
+impl OnBusy {
+    const NAMES: [(&'static str, OnBusy); 3] = [
+        ("wait", OnBusy::Wait),
+        ("skip", OnBusy::Skip),
+        ("fail", OnBusy::Fail),
+    ];
+
+    fn parse(literal: &LitStr) -> syn::Result<OnBusy> {
+        let text = literal.value();
+        OnBusy::NAMES
+            .iter()
+            .find(|(name, _)| *name == text)
+            .map(|(_, mode)| *mode)
+            .ok_or_else(|| {
+                syn::Error::new_spanned(
+                    literal,
+                    format!(
+                        "unknown `on_busy` value {text:?}; expected \"wait\" (the default: wait for the lock), \"skip\" (run nothing and return `None` / `()` when busy) or \"fail\" (try once, fail when busy)"
+                    ),
+                )
+            })
+    }
 }
 
 /// What the attribute does when the lock is lost while the body runs: `on_lost = "..."`.
@@ -136,7 +181,8 @@ impl Args {
         let mut seen: Vec<String> = Vec::new();
 
         while !input.is_empty() {
-            let name: Ident = input.parse()?;
+            // `Ident::parse_any` also reads the keyword `crate`.
+            let name: Ident = input.call(Ident::parse_any)?;
             input.parse::<Token![=]>()?;
             let option = name.to_string();
             if seen.contains(&option) {
@@ -181,8 +227,32 @@ impl Args {
                 }
                 "wait" => {
                     let literal: LitStr = input.parse()?;
+                    args.wait_span = Some(literal.span());
                     args.wait = errors.keep(parse_duration(&literal, "wait", false));
                 }
+                "on_busy" if !input.peek(LitStr) => {
+                    let value: Expr = input.parse()?;
+                    errors.push(syn::Error::new_spanned(
+                        &value,
+                        "`on_busy` is a string: write e.g. on_busy = \"skip\" (\"wait\", \"skip\" or \"fail\")",
+                    ));
+                }
+                "on_busy" => {
+                    let literal: LitStr = input.parse()?;
+                    args.on_busy_span = Some(literal.span());
+                    args.on_busy = errors.keep(OnBusy::parse(&literal)).unwrap_or_default();
+                }
+                "crate" if input.peek(LitStr) => {
+                    // `crate = "path"`, the spelling of serde and tokio.
+                    let literal: LitStr = input.parse()?;
+                    args.krate = errors.keep(literal.parse::<Path>().map_err(|_| {
+                        syn::Error::new_spanned(
+                            &literal,
+                            "`crate` is the path of dlock-core as this crate names it: write e.g. crate = dlock",
+                        )
+                    }));
+                }
+                "crate" => args.krate = Some(input.call(Path::parse_mod_style)?),
                 "on_lost" if !input.peek(LitStr) => {
                     let value: Expr = input.parse()?;
                     errors.push(syn::Error::new_spanned(
@@ -219,6 +289,19 @@ impl Args {
     /// semaphore, so it takes one `key` and no `kind`; a multi-lock is made of reentrant
     /// locks.
     fn check_combination(&self, keys_given: bool, errors: &mut Errors) {
+        if let (Some(span), Some(_)) = (self.on_busy_span, self.wait_span) {
+            if self.on_busy != OnBusy::Wait {
+                let busy = if self.on_busy == OnBusy::Skip {
+                    "skip"
+                } else {
+                    "fail"
+                };
+                errors.push(syn::Error::new(
+                    span,
+                    format!("`on_busy = \"{busy}\"` tries the lock once, so it takes no `wait`; remove `wait`, or use on_busy = \"wait\""),
+                ));
+            }
+        }
         match (&self.key, keys_given) {
             (None, false) => errors.push(syn::Error::new(
                 Span::call_site(),
