@@ -196,6 +196,7 @@ pub fn redact_url(url: &str) -> String {
 /// | `lease` | duration string: `"500ms"`, `"5s"`, `"2m"`, `"1h"` | watchdog renewal |
 /// | `wait` | duration string; `"0s"` tries once | the client's `default_wait` (until acquired unless set) |
 /// | `on_busy` | `"wait"`, `"skip"` or `"fail"`: what a call does when another owner holds the lock | `"wait"` |
+/// | `min_hold` | duration string: the lock stays taken at least this long after acquisition | released at the body's end |
 /// | `client` | expression giving a [`LockClient`] or a [`RedLockClient`] (or a reference or `Arc` of one) | the client registered with [`set_global`] |
 /// | `on_fail` | path of a fn taking the [`LockError`] and returning the function's type | `return Err(error.into())` |
 /// | `on_lost` | `"cancel"`, `"error"` or `"ignore"`: what a lock lost while the body runs does | `"cancel"` |
@@ -250,6 +251,19 @@ pub fn redact_url(url: &str) -> String {
 ///     when busy fail with [`LockError::Timeout`] without running the body.
 ///
 ///   `"skip"` and `"fail"` try once, so they take no `wait` (a compile error).
+/// - **`min_hold`** (ShedLock's `lockAtLeastFor`): when the body ends before
+///   acquisition + `min_hold`, the lock is not deleted: the owner's hold is dropped and the
+///   key is left to expire at acquisition + `min_hold`, so every caller meanwhile finds it
+///   busy and waiters are woken by that expiry, not before. One script does it, and only if
+///   the lock is still this owner's (held once): another owner's lock is never touched. A
+///   body that ran longer releases normally. With `on_busy = "skip"` this is the scheduled
+///   job run once per tick across nodes even when their clocks or ticks drift apart (a
+///   node whose tick comes a little late finds the lock still taken and skips); the
+///   repository's `examples/scheduled-job` runs it in three processes. Only on the
+///   reentrant lock of one `key` of a [`LockClient`] (not with `keys`, `permits`, another
+///   `kind` or a [`RedLockClient`]: compile errors), at most `lease` when a `lease` is
+///   given (checked at compile time). If Redis fails at that moment the lock is left to
+///   its lease rather than freed early.
 /// - **`client`**: e.g. `client = state.locks` or `client = self.locks`. With a
 ///   [`RedLockClient`] the body runs under a RedLock (not reentrant; `kind` and `permits`
 ///   are then refused with [`LockError::Config`] at the call).
@@ -320,6 +334,8 @@ pub fn redact_url(url: &str) -> String {
 /// a bad duration, an `on_lost` that is not `"cancel"`, `"error"` or `"ignore"`, an
 /// `on_busy` that is not `"wait"`, `"skip"` or `"fail"`, `"skip"` or `"fail"` with `wait`,
 /// `"skip"` on a function returning neither `Option<T>`, `Result<Option<T>, E>` nor `()`, a
+/// `min_hold` longer than `lease` or with `keys`, `permits`, another `kind` or a
+/// [`RedLockClient`], a
 /// non-async function, a function that cannot report failure, and an error type without
 /// `From<LockError>` (pointing to `on_fail`).
 #[cfg(feature = "macros")]

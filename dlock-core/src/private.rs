@@ -208,6 +208,13 @@ pub const fn lease_fits(secs: u64, nanos: u32) -> bool {
     secs < max || (secs == max && nanos == 0)
 }
 
+/// When a `min_hold` that starts now ends (the attribute checks `min_hold` against
+/// [`MAX_LEASE`](crate::MAX_LEASE) at compile time, so this cannot overflow in practice).
+pub fn min_hold_end(min_hold: Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    now.checked_add(min_hold).unwrap_or(now)
+}
+
 /// Which lock the attribute's `kind` option names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -417,6 +424,29 @@ impl Guard for MultiGuard {
         let was_lost = self.is_lost();
         if let Err(error) = self.unlock().await {
             log_release_failure(&names, &error, was_lost);
+        }
+    }
+}
+
+/// `min_hold = "..."`: a guard whose lock can stay taken after the body, until the
+/// minimum hold ends. Only the reentrant lock of a [`LockClient`] can.
+#[diagnostic::on_unimplemented(
+    message = "`min_hold` needs the reentrant lock of a `LockClient`, not `{Self}`",
+    label = "this client's lock cannot be held past the body",
+    note = "remove `min_hold`, or pass a `LockClient` as `client`"
+)]
+pub trait HoldAfterExit {
+    /// Gives the lock back after the body, leaving it taken until `until` when that is
+    /// still in the future; a failure is logged like any release after the body.
+    fn release_at(self, until: std::time::Instant) -> impl Future<Output = ()>;
+}
+
+impl HoldAfterExit for LockGuard {
+    async fn release_at(self, until: std::time::Instant) {
+        let name = self.name().to_owned();
+        let was_lost = self.is_lost();
+        if let Err(error) = self.hold_until(until).await {
+            log_release_failure(&name, &error, was_lost);
         }
     }
 }

@@ -8,7 +8,7 @@ use syn::parse::ParseStream;
 use syn::{Expr, Ident, LitStr, Path, Token};
 
 const OPTIONS: &str =
-    "`key`, `keys`, `kind`, `permits`, `lease`, `wait`, `on_busy`, `client`, `on_fail`, `on_lost`, `crate`";
+    "`key`, `keys`, `kind`, `permits`, `lease`, `wait`, `on_busy`, `min_hold`, `client`, `on_fail`, `on_lost`, `crate`";
 
 /// `#[distributed_lock(key = "...", kind = "...", lease = "...", wait = "...", on_busy = "...", client = expr, on_fail = path, crate = path)]`,
 /// with `keys = ["...", ...]` in place of `key` for a multi-lock, or `permits = n` beside
@@ -29,6 +29,8 @@ pub(crate) struct Args {
     /// Where `permits` was written, when it was.
     permits_span: Option<Span>,
     pub(crate) lease: Option<Lease>,
+    /// `min_hold = "..."`: the lock stays taken at least this long after acquisition.
+    pub(crate) min_hold: Option<Lease>,
     pub(crate) wait: Option<Duration>,
     /// Where `wait` was written, when it was.
     wait_span: Option<Span>,
@@ -225,6 +227,16 @@ impl Args {
                                 span: literal.span(),
                             });
                 }
+                "min_hold" => {
+                    let literal: LitStr = input.parse()?;
+                    args.min_hold =
+                        errors
+                            .keep(parse_duration(&literal, "min_hold", true))
+                            .map(|duration| Lease {
+                                duration,
+                                span: literal.span(),
+                            });
+                }
                 "wait" => {
                     let literal: LitStr = input.parse()?;
                     args.wait_span = Some(literal.span());
@@ -289,6 +301,9 @@ impl Args {
     /// semaphore, so it takes one `key` and no `kind`; a multi-lock is made of reentrant
     /// locks.
     fn check_combination(&self, keys_given: bool, errors: &mut Errors) {
+        if let Some(min_hold) = &self.min_hold {
+            self.check_min_hold(min_hold, keys_given, errors);
+        }
         if let (Some(span), Some(_)) = (self.on_busy_span, self.wait_span) {
             if self.on_busy != OnBusy::Wait {
                 let busy = if self.on_busy == OnBusy::Skip {
@@ -332,6 +347,40 @@ impl Args {
                 errors.push(syn::Error::new(
                     span,
                     "`permits` takes a semaphore, which has no `kind`; remove `kind`",
+                ));
+            }
+        }
+    }
+}
+
+impl Args {
+    /// `min_hold` keeps the reentrant lock of one `key` taken past the body, for at most
+    /// as long as the lock lives: with an explicit `lease`, `min_hold <= lease`.
+    fn check_min_hold(&self, min_hold: &Lease, keys_given: bool, errors: &mut Errors) {
+        let other = if keys_given {
+            Some("`keys`")
+        } else if self.permits.is_some() || self.permits_span.is_some() {
+            Some("`permits`")
+        } else if self.kind != Kind::Reentrant {
+            Some("this `kind`")
+        } else {
+            None
+        };
+        if let Some(other) = other {
+            errors.push(syn::Error::new(
+                min_hold.span,
+                format!("`min_hold` keeps one reentrant lock taken after the body; it cannot be used with {other}"),
+            ));
+        }
+        if let Some(lease) = &self.lease {
+            if min_hold.duration > lease.duration {
+                errors.push(syn::Error::new(
+                    min_hold.span,
+                    format!(
+                        "`min_hold` ({}) is longer than `lease` ({}): the lock would expire before its minimum hold; make `min_hold` at most `lease`, or leave `lease` out (the watchdog keeps the lock while the body runs)",
+                        humantime::format_duration(min_hold.duration),
+                        humantime::format_duration(lease.duration),
+                    ),
                 ));
             }
         }
@@ -394,7 +443,7 @@ fn parse_permits(value: &Expr) -> syn::Result<u32> {
 }
 
 /// A duration string such as `"250ms"`, `"5s"`, `"1m"`, `"1h"`.
-fn parse_duration(literal: &LitStr, option: &str, is_lease: bool) -> syn::Result<Duration> {
+fn parse_duration(literal: &LitStr, option: &str, nonzero: bool) -> syn::Result<Duration> {
     let text = literal.value();
     let duration = humantime::parse_duration(text.trim()).map_err(|e| {
         syn::Error::new_spanned(
@@ -402,10 +451,14 @@ fn parse_duration(literal: &LitStr, option: &str, is_lease: bool) -> syn::Result
             format!("invalid `{option}` duration {text:?}: {e}; write e.g. \"250ms\", \"5s\", \"2m\" or \"1h\""),
         )
     })?;
-    if is_lease && duration.as_millis() == 0 {
+    if nonzero && duration.as_millis() == 0 {
         return Err(syn::Error::new_spanned(
             literal,
-            format!("`lease` {text:?} is shorter than 1ms; Redis would delete the lock at once. Leave `lease` out to use the watchdog"),
+            if option == "lease" {
+                format!("`lease` {text:?} is shorter than 1ms; Redis would delete the lock at once. Leave `lease` out to use the watchdog")
+            } else {
+                format!("`{option}` {text:?} is shorter than 1ms and would hold nothing; give at least \"1ms\", or leave `{option}` out")
+            },
         ));
     }
     Ok(duration)

@@ -201,6 +201,21 @@ fn rewrite(
             "`lease` is longer than `dlock_core::MAX_LEASE`; leave `lease` out to use the watchdog"
         );)
     });
+    let min_hold_check = args.min_hold.as_ref().map(|min_hold| {
+        let (secs, nanos) = (
+            min_hold.duration.as_secs(),
+            min_hold.duration.subsec_nanos(),
+        );
+        quote_spanned!(min_hold.span=> const _: () = ::core::assert!(
+            #private::lease_fits(#secs, #nanos),
+            "`min_hold` is longer than `dlock_core::MAX_LEASE`, the longest a lock can be kept"
+        );)
+    });
+    // Counted from the acquisition, which the expansion sees complete just before it.
+    let min_hold_end = args.min_hold.as_ref().map(|min_hold| {
+        let (secs, nanos) = (min_hold.duration.as_secs(), min_hold.duration.subsec_nanos());
+        quote!(let __dlock_hold_end = #private::min_hold_end(::core::time::Duration::new(#secs, #nanos));)
+    });
     // Typing the body's future with the declared return type lets `?` and `return` inside
     // it infer as they would in the original function.
     let body = match returned_type(&sig.output) {
@@ -255,11 +270,13 @@ fn rewrite(
         #vis #sig {
             #(#inner)*
             #lease_check
+            #min_hold_check
             #acquire
             let __dlock_guard = match __dlock_acquired {
                 #held
                 ::core::result::Result::Err(__dlock_error) => return #fail,
             };
+            #min_hold_end
             #run
         }
     }
@@ -275,11 +292,18 @@ fn run_body(
     body: TokenStream,
     fail: &TokenStream,
 ) -> TokenStream {
+    // With `min_hold` the lock stays taken until the minimum hold ends.
+    let release = match args.min_hold {
+        Some(_) => {
+            quote!(#private::HoldAfterExit::release_at(__dlock_guard, __dlock_hold_end).await;)
+        }
+        None => quote!(#private::Guard::release(__dlock_guard).await;),
+    };
     let runner = match args.on_lost {
         OnLost::Ignore => {
             return quote! {
                 let __dlock_output = #private::run_ignoring_loss(&__dlock_guard, #body).await;
-                #private::Guard::release(__dlock_guard).await;
+                #release
                 __dlock_output
             };
         }
@@ -299,7 +323,7 @@ fn run_body(
     });
     quote! {
         let __dlock_run = #private::#runner(&__dlock_guard, #body).await;
-        #private::Guard::release(__dlock_guard).await;
+        #release
         match __dlock_run {
             ::core::result::Result::Ok(__dlock_output) => __dlock_output,
             #keep_failure
@@ -656,6 +680,15 @@ mod snapshots {
             "on_busy_fail",
             r#"key = "report:<day>", on_busy = "fail""#,
             "async fn report(day: u32) -> Result<u64, AppError> { Ok(1) }",
+        );
+    }
+
+    #[test]
+    fn min_hold_with_skip() {
+        check(
+            "min_hold_with_skip",
+            r#"key = "job:<name>", on_busy = "skip", min_hold = "50s""#,
+            "async fn tick(name: &str) {}",
         );
     }
 

@@ -191,3 +191,110 @@ async fn fail_tries_once_and_wait_waits() {
     assert_eq!(fail_when_busy(&locks, "f", &runs).await.unwrap(), 7);
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
+
+#[distributed_lock(key = "job:<name>", on_busy = "skip", min_hold = "1500ms", client = locks)]
+async fn held_at_least(locks: &LockClient, name: &str, runs: &AtomicUsize) -> Option<u32> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Some(1)
+}
+
+#[distributed_lock(key = "job:<name>", wait = "5s", client = locks)]
+async fn waits_for_job(locks: &LockClient, name: &str) -> Result<Instant, LockError> {
+    Ok(Instant::now())
+}
+
+/// `min_hold`: after a quick body the lock stays taken until acquisition + min_hold (no
+/// other node runs the job again in that window, a waiter is not woken before it ends),
+/// then it is free.
+#[tokio::test]
+async fn min_hold_keeps_the_lock_until_it_ends() {
+    let server = RedisServer::start();
+    let (locks, other) = (client(&server).await, client(&server).await);
+    let mut redis = server.client().get_connection().unwrap();
+    let runs = AtomicUsize::new(0);
+
+    let started = Instant::now();
+    assert_eq!(held_at_least(&locks, "a", &runs).await, Some(1));
+    let ttl: i64 = redis.pttl("job:a").unwrap();
+    assert!(
+        (1000..=1500).contains(&ttl),
+        "the lock expires at acquisition + 1.5 s: PTTL {ttl} ms"
+    );
+    let fields: Vec<String> = redis.hkeys("job:a").unwrap();
+    assert_eq!(fields, ["!held"], "our hold is gone, the lock stays busy");
+    assert_eq!(locks.stats().released, 1);
+
+    // Another node's tick inside the window: skipped.
+    assert_eq!(held_at_least(&other, "a", &runs).await, None);
+    assert_eq!(other.stats().skipped, 1);
+    // A waiter is woken by the expiry, not before.
+    let acquired_at = waits_for_job(&other, "a").await.unwrap();
+    let held_for = acquired_at - started;
+    assert!(
+        held_for >= Duration::from_millis(1400),
+        "the waiter got the lock {held_for:?} after the acquisition, before min_hold ended"
+    );
+    assert!(held_for < Duration::from_secs(4), "{held_for:?}");
+    // Past the window the job runs again.
+    assert_eq!(held_at_least(&other, "a", &runs).await, Some(1));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[distributed_lock(key = "job:<name>", min_hold = "200ms", client = locks)]
+async fn slow_job(locks: &LockClient, name: &str) -> Result<(), LockError> {
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    Ok(())
+}
+
+/// A body that outlives `min_hold` releases the lock normally at its end.
+#[tokio::test]
+async fn min_hold_already_over_releases_normally() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let mut redis = server.client().get_connection().unwrap();
+    slow_job(&locks, "slow").await.unwrap();
+    let exists: bool = redis.exists("job:slow").unwrap();
+    assert!(!exists, "released at once: min_hold was over");
+}
+
+#[distributed_lock(
+    key = "job:<name>",
+    min_hold = "2s",
+    on_lost = "ignore",
+    client = locks
+)]
+async fn job_taken_over(
+    locks: &LockClient,
+    name: &str,
+    other: &LockClient,
+) -> Result<dlock_core::LockGuard, LockError> {
+    // Our lock is force-unlocked and another owner takes it while the body runs.
+    assert!(other.lock("job:taken").force_unlock().await?);
+    other
+        .lock("job:taken")
+        .lock_with_lease(Duration::from_secs(10))
+        .await
+}
+
+/// The hold script is value-checked: another owner's lock keeps its owner and its TTL.
+#[tokio::test]
+async fn min_hold_never_touches_another_owners_lock() {
+    let server = RedisServer::start();
+    let (locks, other) = (client(&server).await, client(&server).await);
+    let mut redis = server.client().get_connection().unwrap();
+    let theirs = job_taken_over(&locks, "taken", &other).await.unwrap();
+    let ttl: i64 = redis.pttl("job:taken").unwrap();
+    assert!(
+        ttl > 5000,
+        "the other owner's 10 s lease is intact: PTTL {ttl} ms"
+    );
+    assert_eq!(
+        theirs.hold_count().await.unwrap(),
+        1,
+        "the other owner still holds it"
+    );
+    let fields: Vec<String> = redis.hkeys("job:taken").unwrap();
+    assert!(!fields.contains(&"!held".to_owned()), "{fields:?}");
+    assert_eq!(locks.stats().release_errors, 1, "ours was found not held");
+    theirs.unlock().await.unwrap();
+}

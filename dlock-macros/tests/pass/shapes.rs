@@ -178,6 +178,18 @@ async fn skip_unit_on_fail(job: u32) -> () {
     let _ = job;
 }
 
+/// `min_hold` with `on_busy = "skip"`: the scheduled job run once per tick across nodes.
+#[distributed_lock(key = "job:<name>", on_busy = "skip", min_hold = "50s")]
+async fn scheduled(name: &str) {
+    let _ = name;
+}
+
+#[distributed_lock(key = "job:<name>", min_hold = "5s", lease = "5s", on_lost = "ignore")]
+async fn min_hold_within_lease(name: &str) -> AppResult<()> {
+    let _ = name;
+    Ok(())
+}
+
 #[distributed_lock(key = "report:<day>", on_busy = "fail")]
 async fn busy_fails(day: u32) -> AppResult<u32> {
     Ok(day)
@@ -224,6 +236,7 @@ fn main() {
     assert_send(free_function(1, 1));
     assert_send(skip_option(1));
     assert_send(skip_unit(1));
+    assert_send(scheduled("report"));
     // Referencing the futures' types is enough: this suite checks that the shapes compile.
     let _ = free_function;
     let _ = alias_result;
@@ -234,4 +247,5 @@ fn main() {
     let _ = (fair, read, write, reentrant);
     let _ = (skip_result_option, skip_unit_on_fail, busy_fails, busy_waits);
     let _ = (foreign_error, renamed, renamed_as_string);
+    let _ = (scheduled, min_hold_within_lease);
 }
