@@ -298,3 +298,53 @@ async fn min_hold_never_touches_another_owners_lock() {
     assert_eq!(locks.stats().release_errors, 1, "ours was found not held");
     theirs.unlock().await.unwrap();
 }
+
+#[distributed_lock(key = "fair:<job>", kind = "fair", on_busy = "skip", client = locks)]
+async fn skip_fair(locks: &LockClient, job: &str) -> Option<()> {
+    Some(())
+}
+
+#[distributed_lock(key = "rw:<job>", kind = "write", on_busy = "skip", client = locks)]
+async fn skip_write(locks: &LockClient, job: &str) -> Option<()> {
+    Some(())
+}
+
+#[distributed_lock(key = "pool:<job>", permits = 1, on_busy = "skip", client = locks)]
+async fn skip_permit(locks: &LockClient, job: &str) -> Option<()> {
+    Some(())
+}
+
+#[distributed_lock(keys = ["a:<job>", "b:<job>"], on_busy = "skip", client = locks)]
+async fn skip_all(locks: &LockClient, job: &str) -> Option<()> {
+    Some(())
+}
+
+/// Every lock the attribute takes skips when busy: a fair lock, a write lock, a semaphore
+/// permit and a multi-lock one of whose locks is held.
+#[tokio::test]
+async fn skip_works_on_every_kind() {
+    let server = RedisServer::start();
+    let (locks, other) = (client(&server).await, client(&server).await);
+
+    let fair = other.fair_lock("fair:x").lock().await.unwrap();
+    let write = other.rw_lock("rw:x").read().lock().await.unwrap();
+    let permit = other.semaphore("pool:x", 1).acquire(1).await.unwrap();
+    let one_of_two = other.lock("b:x").lock().await.unwrap();
+    assert_eq!(skip_fair(&locks, "x").await, None);
+    assert_eq!(skip_write(&locks, "x").await, None, "a reader holds it");
+    assert_eq!(skip_permit(&locks, "x").await, None);
+    assert_eq!(skip_all(&locks, "x").await, None);
+    assert_eq!(locks.stats().skipped, 4);
+    let free: bool = server.connection().exists("a:x").unwrap();
+    assert!(!free, "the multi-lock took none of its locks");
+
+    fair.unlock().await.unwrap();
+    write.unlock().await.unwrap();
+    permit.unlock().await.unwrap();
+    one_of_two.unlock().await.unwrap();
+    assert_eq!(skip_fair(&locks, "x").await, Some(()));
+    assert_eq!(skip_write(&locks, "x").await, Some(()));
+    assert_eq!(skip_permit(&locks, "x").await, Some(()));
+    assert_eq!(skip_all(&locks, "x").await, Some(()));
+    assert_eq!(locks.stats().skipped, 4);
+}
