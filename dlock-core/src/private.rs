@@ -23,7 +23,7 @@ pub use crate::client::global::global_client_for;
 #[diagnostic::on_unimplemented(
     message = "#[distributed_lock] cannot turn a `dlock_core::LockError` into `{Self}`, this function's error type",
     label = "`{Self}` has no `From<dlock_core::LockError>`",
-    note = "add `on_fail = handler` to the attribute: a fn taking the `LockError` and returning this function's type (e.g. `fn busy(e: LockError) -> Result<T, StatusCode>`)",
+    note = "add `on_fail = handler` to the attribute: a fn taking the `LockError` and returning this function's type (e.g. `fn busy(e: LockError) -> Result<T, {Self}>`)",
     note = "or return an error type of your own that implements `From<dlock_core::LockError>`"
 )]
 pub trait FromLockError {

@@ -10,7 +10,7 @@ use syn::{Expr, Ident, LitStr, Path, Token};
 const OPTIONS: &str =
     "`key`, `keys`, `kind`, `permits`, `lease`, `wait`, `on_busy`, `min_hold`, `client`, `on_fail`, `on_lost`, `crate`";
 
-/// `#[distributed_lock(key = "...", kind = "...", lease = "...", wait = "...", on_busy = "...", client = expr, on_fail = path, crate = path)]`,
+/// `#[distributed_lock(key = "...", kind = "...", lease = "...", wait = "...", on_busy = "...", min_hold = "...", client = expr, on_fail = path, crate = path)]`,
 /// with `keys = ["...", ...]` in place of `key` for a multi-lock, or `permits = n` beside
 /// `key` for a semaphore.
 ///
@@ -351,9 +351,7 @@ impl Args {
             }
         }
     }
-}
 
-impl Args {
     /// `min_hold` keeps the reentrant lock of one `key` taken past the body, for at most
     /// as long as the lock lives: with an explicit `lease`, `min_hold <= lease`.
     fn check_min_hold(&self, min_hold: &Lease, keys_given: bool, errors: &mut Errors) {
