@@ -144,9 +144,14 @@ pub enum LockError {
     },
 
     /// A `#[distributed_lock]` function without `client = ...` ran before a process-wide
-    /// client was registered.
-    #[error("no LockClient registered for #[distributed_lock]: call dlock_core::set_global(client) at start-up, or pass `client = ...` to the attribute")]
-    NoClient,
+    /// client was registered (or [`global_client`](crate::global_client) was asked for
+    /// one). Found at the first call, so check at start-up with `global_client()`.
+    #[error("no LockClient registered for #[distributed_lock]{}: call dlock_core::set_global(client) at start-up (and check it there with dlock_core::global_client()), or pass `client = ...` to the attribute", needed_by(*.function))]
+    NoClient {
+        /// The annotated function that needed the client (`module::function`), `None`
+        /// when [`global_client`](crate::global_client) was called directly.
+        function: Option<&'static str>,
+    },
 
     /// The client could not be configured (bad address, bad option).
     #[error("invalid configuration: {0}")]
@@ -413,6 +418,11 @@ impl From<LockError> for std::io::Error {
         };
         std::io::Error::new(kind, error)
     }
+}
+
+/// " (needed by `f`)" for [`LockError::NoClient`]: the function to look at in the message.
+fn needed_by(function: Option<&'static str>) -> String {
+    function.map_or_else(String::new, |f| format!(" (needed by `{f}`)"))
 }
 
 /// `Result` with [`LockError`].

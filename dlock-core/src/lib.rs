@@ -195,16 +195,23 @@ pub fn redact_url(url: &str) -> String {
 /// | `permits` | `4`: one permit of the semaphore `key` with this capacity | — |
 /// | `lease` | duration string: `"500ms"`, `"5s"`, `"2m"`, `"1h"` | watchdog renewal |
 /// | `wait` | duration string; `"0s"` tries once | the client's `default_wait` (until acquired unless set) |
+/// | `on_busy` | `"wait"`, `"skip"` or `"fail"`: what a call does when another owner holds the lock | `"wait"` |
+/// | `min_hold` | duration string: the lock stays taken at least this long after acquisition | released at the body's end |
 /// | `client` | expression giving a [`LockClient`] or a [`RedLockClient`] (or a reference or `Arc` of one) | the client registered with [`set_global`] |
 /// | `on_fail` | path of a fn taking the [`LockError`] and returning the function's type | `return Err(error.into())` |
 /// | `on_lost` | `"cancel"`, `"error"` or `"ignore"`: what a lock lost while the body runs does | `"cancel"` |
+/// | `crate` | path of dlock-core as the crate names it, e.g. `crate = dlock` (or `"dlock"`) | `::dlock_core` |
 ///
 /// - **`key`**: literal text with placeholders. `<param>` inserts a parameter with
 ///   `Display`; `<param.field.sub>` (or `<self.field>` in methods, `<pair.0>`) inserts a
 ///   field. A parameter destructured in the signature, such as `Path(id): Path<u64>` in an
 ///   axum handler, is named by its binding: `<id>`. Braces are literal text, so Redis Cluster
 ///   hash tags like `"{goods}:<id>"` work. The client's key prefix is applied. The template is
-///   parsed at compile time; at run time the key is one `format!`.
+///   parsed at compile time; at run time the key is one `format!`. A key without any
+///   placeholder on a function that has parameters is legal and means what it says: one
+///   lock for every call, whatever the arguments (a global lock, e.g. `key = "nightly-report"`
+///   on `async fn report(day: Date)`); write `<param>` where calls for different values
+///   should run concurrently.
 /// - **`kind`**: which lock guards the body. `"reentrant"` is [`LockClient::lock`];
 ///   `"fair"` is [`LockClient::fair_lock`] (granted in arrival order across processes);
 ///   `"read"` and `"write"` are the two sides of [`LockClient::rw_lock`] on the same key:
@@ -224,11 +231,53 @@ pub fn redact_url(url: &str) -> String {
 /// - **`lease`**: the lock expires after it and is never renewed; without it the watchdog
 ///   renews the lease while the body runs. Checked at compile time (1 ms to 366 days).
 /// - **`wait`**: how long to wait for the lock; when it passes the function fails with
-///   [`LockError::Timeout`] without running the body.
+///   [`LockError::Timeout`] without running the body. Without `wait` the call waits as the
+///   client's [`default_wait`](LockClientBuilder::default_wait) says: until the lock is
+///   acquired, unless the client was built with a default wait.
+/// - **`on_busy`**: what a call does when another owner holds the lock (the intents of
+///   ShedLock and lock4j):
+///   - `"wait"` (the default): wait as `wait` says, as above.
+///   - `"skip"`: try once; when busy, run nothing and return at once `None` (for an
+///     `Option<T>` function), `Ok(None)` (for `Result<Option<T>, E>`) or `()` (no return
+///     type); any other return type is a compile error. A skip is counted in
+///     [`Stats::skipped`] of the client ([`LockClient::stats`]; a [`RedLockClient`] keeps
+///     no statistics) and traced as a `tracing` debug event naming the lock. Other failures
+///     (Redis down, a lost lock) are not skips: they go to `on_fail` or the `Result`'s
+///     error as usual; an `Option<T>` or `()` function without `on_fail` has nowhere to put
+///     them, so it returns `None` / `()` too and logs a `tracing` warning naming the
+///     function. This is the "run once per tick across nodes" scheduled job: every node
+///     fires the tick, one runs the body, the others skip.
+///   - `"fail"`: try once (like `wait = "0s"`, whatever the client's `default_wait`);
+///     when busy fail with [`LockError::Timeout`] without running the body.
+///
+///   `"skip"` and `"fail"` try once, so they take no `wait` (a compile error).
+/// - **`min_hold`** (ShedLock's `lockAtLeastFor`): when the body ends before
+///   acquisition + `min_hold`, the lock is not deleted: the owner's hold is dropped and the
+///   key is left to expire at acquisition + `min_hold`, so every caller meanwhile finds it
+///   busy and waiters are woken by that expiry, not before. One script does it, and only if
+///   the lock is still this owner's (held once): another owner's lock is never touched. A
+///   body that ran longer releases normally. With `on_busy = "skip"` this is the scheduled
+///   job run once per tick across nodes even when their clocks or ticks drift apart (a
+///   node whose tick comes a little late finds the lock still taken and skips); the
+///   repository's `examples/scheduled-job` runs it in three processes. Only on the
+///   reentrant lock of one `key` of a [`LockClient`] (not with `keys`, `permits`, another
+///   `kind` or a [`RedLockClient`]: compile errors), at most `lease` when a `lease` is
+///   given (checked at compile time). If Redis fails at that moment the lock is left to
+///   its lease rather than freed early.
 /// - **`client`**: e.g. `client = state.locks` or `client = self.locks`. With a
 ///   [`RedLockClient`] the body runs under a RedLock (not reentrant; `kind` and `permits`
 ///   are then refused with [`LockError::Config`] at the call).
-/// - **`on_fail`**: `on_fail = busy` calls `busy(error)` and returns what it returns.
+/// - **`on_fail`**: `on_fail = busy` calls `busy(error)` and returns what it returns. This
+///   is the way for an error type that cannot have `From<LockError>` (one of another
+///   crate, such as axum's `StatusCode`: the orphan rule forbids the impl), and for axum
+///   handlers returning `impl IntoResponse`. Two recipes work there: return
+///   `Result<impl IntoResponse, AppError>` where your `AppError` implements
+///   `From<LockError>` and `IntoResponse`, or keep `-> impl IntoResponse` (or `Response`)
+///   and give `on_fail = locked_out` with `fn locked_out(e: LockError) -> Response`, the
+///   body returning a `Response` too (an `impl Trait` return is one concrete type).
+/// - **`crate`**: for a renamed dependency (`dlock = { package = "dlock-core", ... }` in
+///   Cargo.toml) write `crate = dlock`: every path the expansion generates then starts
+///   there instead of at `::dlock_core`, as serde's and tokio's `crate` options do.
 /// - **`on_lost`**: the body has no guard in scope, so the attribute watches for the lock
 ///   being lost ([`LockError::Lost`]: a lease running out, a renewal finding the key gone,
 ///   Redis unreachable past the lease) and acts on it:
@@ -261,11 +310,20 @@ pub fn redact_url(url: &str) -> String {
 /// # Failure
 ///
 /// When the lock cannot be acquired (timeout, Redis error, no registered client) the body
-/// does not run. The function returns `Err(From::from(error))`, so its return type must be a
-/// `Result` (any type named `…Result`) whose error implements `From<LockError>`, or it calls
-/// `on_fail`. A function that can do neither is a compile error saying so. A failed release
-/// after the body cannot change the body's result; it is logged with `tracing`. A lock lost
-/// while the body runs is a failure too, by default (see `on_lost`).
+/// does not run: there is no mode that runs the body without the lock, neither by default
+/// nor on a Redis outage (unlike klock's default, which runs it unlocked). The function
+/// returns `Err(From::from(error))`, so its return type must be a `Result` (any type named
+/// `…Result`) whose error implements `From<LockError>`, or it calls `on_fail`. A function
+/// that can do neither is a compile error saying so, and an error type without
+/// `From<LockError>` is a compile error on the return type that points to `on_fail`. A
+/// failed release after the body cannot change the body's result; it is logged with
+/// `tracing`. A lock lost while the body runs is a failure too, by default (see `on_lost`).
+///
+/// The process-wide client is looked up at each call, so a service that never called
+/// [`set_global`] would find out at its first request ([`LockError::NoClient`], which names
+/// the function that needed the client). Check it at start-up instead, right after
+/// registering: `dlock_core::global_client()?;` fails the boot when nothing was
+/// registered.
 ///
 /// # Compile errors
 ///
@@ -273,8 +331,13 @@ pub fn redact_url(url: &str) -> String {
 /// `key`, both `key` and `keys`, `keys` that is not a non-empty array of strings, `kind`
 /// with `keys` or `permits`, `permits` that is not a whole number from 1, empty key,
 /// unterminated `<`, a placeholder naming no parameter (the message lists the parameters),
-/// a bad duration, an `on_lost` that is not `"cancel"`, `"error"` or `"ignore"`, a
-/// non-async function, and a function that cannot report failure.
+/// a bad duration, an `on_lost` that is not `"cancel"`, `"error"` or `"ignore"`, an
+/// `on_busy` that is not `"wait"`, `"skip"` or `"fail"`, `"skip"` or `"fail"` with `wait`,
+/// `"skip"` on a function returning neither `Option<T>`, `Result<Option<T>, E>` nor `()`, a
+/// `min_hold` longer than `lease` or with `keys`, `permits`, another `kind` or a
+/// [`RedLockClient`], a
+/// non-async function, a function that cannot report failure, and an error type without
+/// `From<LockError>` (pointing to `on_fail`).
 #[cfg(feature = "macros")]
 #[doc(inline)]
 pub use dlock_macros::distributed_lock;

@@ -14,7 +14,44 @@ use crate::lock::guard::LockGuard;
 use crate::multi::{MultiGuard, MultiLock};
 use crate::redlock::{RedLockClient, RedLockGuard};
 
-pub use crate::client::global::global_client;
+pub use crate::client::global::global_client_for;
+
+/// How the expansion turns a [`LockError`] into the function's error type when there is no
+/// `on_fail`: through `From`, with a compile error that names the way out when the type
+/// has no `From<LockError>` (a foreign type such as axum's `StatusCode` cannot get one: the
+/// orphan rule).
+#[diagnostic::on_unimplemented(
+    message = "#[distributed_lock] cannot turn a `dlock_core::LockError` into `{Self}`, this function's error type",
+    label = "`{Self}` has no `From<dlock_core::LockError>`",
+    note = "add `on_fail = handler` to the attribute: a fn taking the `LockError` and returning this function's type (e.g. `fn busy(e: LockError) -> Result<T, {Self}>`)",
+    note = "or return an error type of your own that implements `From<dlock_core::LockError>`"
+)]
+pub trait FromLockError {
+    /// The error to return for `error`.
+    fn from_lock_error(error: LockError) -> Self;
+}
+
+impl<E: From<LockError>> FromLockError for E {
+    fn from_lock_error(error: LockError) -> Self {
+        E::from(error)
+    }
+}
+
+/// `Err(error)` converted for the function's return type.
+pub fn lock_failure<T, E: FromLockError>(error: LockError) -> std::result::Result<T, E> {
+    Err(E::from_lock_error(error))
+}
+
+/// `on_busy = "skip"` on a function that cannot return an error (`Option<T>` or `()`
+/// without `on_fail`): a failure other than a busy lock (Redis down, the lock lost while
+/// the body ran) also returns the skipped value, and is logged so that it is not silent.
+pub fn skipped_on_failure(function: &str, error: &LockError) {
+    tracing::warn!(
+        function,
+        %error,
+        "dlock: #[distributed_lock(on_busy = \"skip\")] returns its skipped value: the lock failed"
+    );
+}
 
 /// What `client = expr` may evaluate to: a [`LockClient`], a [`RedLockClient`], or a
 /// reference or `Arc` of one.
@@ -54,7 +91,7 @@ impl<T: IntoClient + ?Sized> IntoClient for Arc<T> {
 }
 
 /// A client the attribute takes one lock from.
-pub trait Source {
+pub trait Source: Clone {
     /// What it hands out.
     type Guard: Guard;
     /// Acquires the lock of `kind` called `key` the way the attribute's `wait` / `lease`
@@ -66,6 +103,9 @@ pub trait Source {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> impl Future<Output = Result<Self::Guard>> + Send;
+
+    /// Counts an `on_busy = "skip"` call that found the lock busy.
+    fn count_skip(&self);
 }
 
 /// What the attribute does with a guard: run the body in its scope, watch for its loss,
@@ -168,6 +208,13 @@ pub const fn lease_fits(secs: u64, nanos: u32) -> bool {
     secs < max || (secs == max && nanos == 0)
 }
 
+/// When a `min_hold` that starts now ends (the attribute checks `min_hold` against
+/// [`MAX_LEASE`](crate::MAX_LEASE) at compile time, so this cannot overflow in practice).
+pub fn min_hold_end(min_hold: Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    now.checked_add(min_hold).unwrap_or(now)
+}
+
 /// Which lock the attribute's `kind` option names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -223,6 +270,10 @@ impl Source for LockClient {
             }
         }
     }
+
+    fn count_skip(&self) {
+        self.inner.metrics.skipped();
+    }
 }
 
 impl Source for RedLockClient {
@@ -243,6 +294,9 @@ impl Source for RedLockClient {
         }
         acquire_with!(self.lock(&key), wait, lease)
     }
+
+    /// A RedLockClient keeps no statistics of its own; the skip is still traced.
+    fn count_skip(&self) {}
 }
 
 /// Acquires one lock from `client`.
@@ -254,6 +308,50 @@ pub async fn acquire<S: Source>(
     lease: Option<Duration>,
 ) -> Result<S::Guard> {
     client?.acquire(kind, key, wait, lease).await
+}
+
+/// `on_busy = "skip"`: tries once; `Ok(None)` when the lock is busy (counted in the
+/// client's [`Stats::skipped`](crate::Stats::skipped) and traced at debug level).
+pub async fn acquire_or_skip<S: Source>(
+    client: Result<S>,
+    kind: Kind,
+    key: String,
+    lease: Option<Duration>,
+) -> Result<Option<S::Guard>> {
+    let client = client?;
+    let acquired = client
+        .clone()
+        .acquire(kind, key.clone(), Some(Duration::ZERO), lease)
+        .await;
+    skip_if_busy(acquired, &key, || client.count_skip())
+}
+
+/// `keys = [...]` with `on_busy = "skip"`: all or none, tried once; `Ok(None)` when one
+/// of them is busy.
+pub async fn acquire_all_or_skip(
+    client: Result<LockClient>,
+    keys: Vec<String>,
+    lease: Option<Duration>,
+) -> Result<Option<MultiGuard>> {
+    let client = client?;
+    let names = keys.join(", ");
+    let acquired = acquire_all(Ok(client.clone()), keys, Some(Duration::ZERO), lease).await;
+    skip_if_busy(acquired, &names, || client.count_skip())
+}
+
+fn skip_if_busy<G>(acquired: Result<G>, lock: &str, count: impl FnOnce()) -> Result<Option<G>> {
+    match acquired {
+        Ok(guard) => Ok(Some(guard)),
+        Err(error) if error.is_timeout() => {
+            count();
+            tracing::debug!(
+                %lock,
+                "dlock: #[distributed_lock(on_busy = \"skip\")] found the lock busy; the body did not run"
+            );
+            Ok(None)
+        }
+        Err(error) => Err(error),
+    }
 }
 
 /// Acquires every lock of `keys`, all or none (`keys = [...]`): in one script when they
@@ -326,6 +424,29 @@ impl Guard for MultiGuard {
         let was_lost = self.is_lost();
         if let Err(error) = self.unlock().await {
             log_release_failure(&names, &error, was_lost);
+        }
+    }
+}
+
+/// `min_hold = "..."`: a guard whose lock can stay taken after the body, until the
+/// minimum hold ends. Only the reentrant lock of a [`LockClient`] can.
+#[diagnostic::on_unimplemented(
+    message = "`min_hold` needs the reentrant lock of a `LockClient`, not `{Self}`",
+    label = "this client's lock cannot be held past the body",
+    note = "remove `min_hold`, or pass a `LockClient` as `client`"
+)]
+pub trait HoldAfterExit {
+    /// Gives the lock back after the body, leaving it taken until `until` when that is
+    /// still in the future; a failure is logged like any release after the body.
+    fn release_at(self, until: std::time::Instant) -> impl Future<Output = ()>;
+}
+
+impl HoldAfterExit for LockGuard {
+    async fn release_at(self, until: std::time::Instant) {
+        let name = self.name().to_owned();
+        let was_lost = self.is_lost();
+        if let Err(error) = self.hold_until(until).await {
+            log_release_failure(&name, &error, was_lost);
         }
     }
 }

@@ -3,13 +3,14 @@
 use std::time::Duration;
 
 use proc_macro2::Span;
+use syn::ext::IdentExt;
 use syn::parse::ParseStream;
 use syn::{Expr, Ident, LitStr, Path, Token};
 
 const OPTIONS: &str =
-    "`key`, `keys`, `kind`, `permits`, `lease`, `wait`, `client`, `on_fail`, `on_lost`";
+    "`key`, `keys`, `kind`, `permits`, `lease`, `wait`, `on_busy`, `min_hold`, `client`, `on_fail`, `on_lost`, `crate`";
 
-/// `#[distributed_lock(key = "...", kind = "...", lease = "...", wait = "...", client = expr, on_fail = path)]`,
+/// `#[distributed_lock(key = "...", kind = "...", lease = "...", wait = "...", on_busy = "...", min_hold = "...", client = expr, on_fail = path, crate = path)]`,
 /// with `keys = ["...", ...]` in place of `key` for a multi-lock, or `permits = n` beside
 /// `key` for a semaphore.
 ///
@@ -28,11 +29,57 @@ pub(crate) struct Args {
     /// Where `permits` was written, when it was.
     permits_span: Option<Span>,
     pub(crate) lease: Option<Lease>,
+    /// `min_hold = "..."`: the lock stays taken at least this long after acquisition.
+    pub(crate) min_hold: Option<Lease>,
     pub(crate) wait: Option<Duration>,
+    /// Where `wait` was written, when it was.
+    wait_span: Option<Span>,
+    /// `on_busy = "..."`: what a call does when the lock is busy.
+    pub(crate) on_busy: OnBusy,
+    /// Where the `on_busy` value was written, when it was.
+    pub(crate) on_busy_span: Option<Span>,
     pub(crate) client: Option<Expr>,
     pub(crate) on_fail: Option<Path>,
     /// `on_lost = "..."`: what a lock lost while the body runs does to the call.
     pub(crate) on_lost: OnLost,
+    /// `crate = path`: where dlock-core is, for a dependency renamed in Cargo.toml.
+    pub(crate) krate: Option<Path>,
+}
+
+/// What a call does when another owner holds the lock: `on_busy = "..."`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum OnBusy {
+    /// `"wait"`, the default: wait as `wait` (or the client's `default_wait`) says.
+    #[default]
+    Wait,
+    /// `"skip"`: try once; when busy run nothing and return `None` / `Ok(None)` / `()`.
+    Skip,
+    /// `"fail"`: try once; when busy fail with the busy error (`LockError::Timeout`).
+    Fail,
+}
+
+impl OnBusy {
+    const NAMES: [(&'static str, OnBusy); 3] = [
+        ("wait", OnBusy::Wait),
+        ("skip", OnBusy::Skip),
+        ("fail", OnBusy::Fail),
+    ];
+
+    fn parse(literal: &LitStr) -> syn::Result<OnBusy> {
+        let text = literal.value();
+        OnBusy::NAMES
+            .iter()
+            .find(|(name, _)| *name == text)
+            .map(|(_, mode)| *mode)
+            .ok_or_else(|| {
+                syn::Error::new_spanned(
+                    literal,
+                    format!(
+                        "unknown `on_busy` value {text:?}; expected \"wait\" (the default: wait for the lock), \"skip\" (run nothing and return `None` / `()` when busy) or \"fail\" (try once, fail when busy)"
+                    ),
+                )
+            })
+    }
 }
 
 /// What the attribute does when the lock is lost while the body runs: `on_lost = "..."`.
@@ -136,7 +183,8 @@ impl Args {
         let mut seen: Vec<String> = Vec::new();
 
         while !input.is_empty() {
-            let name: Ident = input.parse()?;
+            // `Ident::parse_any` also reads the keyword `crate`.
+            let name: Ident = input.call(Ident::parse_any)?;
             input.parse::<Token![=]>()?;
             let option = name.to_string();
             if seen.contains(&option) {
@@ -179,10 +227,44 @@ impl Args {
                                 span: literal.span(),
                             });
                 }
+                "min_hold" => {
+                    let literal: LitStr = input.parse()?;
+                    args.min_hold =
+                        errors
+                            .keep(parse_duration(&literal, "min_hold", true))
+                            .map(|duration| Lease {
+                                duration,
+                                span: literal.span(),
+                            });
+                }
                 "wait" => {
                     let literal: LitStr = input.parse()?;
+                    args.wait_span = Some(literal.span());
                     args.wait = errors.keep(parse_duration(&literal, "wait", false));
                 }
+                "on_busy" if !input.peek(LitStr) => {
+                    let value: Expr = input.parse()?;
+                    errors.push(syn::Error::new_spanned(
+                        &value,
+                        "`on_busy` is a string: write e.g. on_busy = \"skip\" (\"wait\", \"skip\" or \"fail\")",
+                    ));
+                }
+                "on_busy" => {
+                    let literal: LitStr = input.parse()?;
+                    args.on_busy_span = Some(literal.span());
+                    args.on_busy = errors.keep(OnBusy::parse(&literal)).unwrap_or_default();
+                }
+                "crate" if input.peek(LitStr) => {
+                    // `crate = "path"`, the spelling of serde and tokio.
+                    let literal: LitStr = input.parse()?;
+                    args.krate = errors.keep(literal.parse::<Path>().map_err(|_| {
+                        syn::Error::new_spanned(
+                            &literal,
+                            "`crate` is the path of dlock-core as this crate names it: write e.g. crate = dlock",
+                        )
+                    }));
+                }
+                "crate" => args.krate = Some(input.call(Path::parse_mod_style)?),
                 "on_lost" if !input.peek(LitStr) => {
                     let value: Expr = input.parse()?;
                     errors.push(syn::Error::new_spanned(
@@ -219,6 +301,22 @@ impl Args {
     /// semaphore, so it takes one `key` and no `kind`; a multi-lock is made of reentrant
     /// locks.
     fn check_combination(&self, keys_given: bool, errors: &mut Errors) {
+        if let Some(min_hold) = &self.min_hold {
+            self.check_min_hold(min_hold, keys_given, errors);
+        }
+        if let (Some(span), Some(_)) = (self.on_busy_span, self.wait_span) {
+            if self.on_busy != OnBusy::Wait {
+                let busy = if self.on_busy == OnBusy::Skip {
+                    "skip"
+                } else {
+                    "fail"
+                };
+                errors.push(syn::Error::new(
+                    span,
+                    format!("`on_busy = \"{busy}\"` tries the lock once, so it takes no `wait`; remove `wait`, or use on_busy = \"wait\""),
+                ));
+            }
+        }
         match (&self.key, keys_given) {
             (None, false) => errors.push(syn::Error::new(
                 Span::call_site(),
@@ -249,6 +347,38 @@ impl Args {
                 errors.push(syn::Error::new(
                     span,
                     "`permits` takes a semaphore, which has no `kind`; remove `kind`",
+                ));
+            }
+        }
+    }
+
+    /// `min_hold` keeps the reentrant lock of one `key` taken past the body, for at most
+    /// as long as the lock lives: with an explicit `lease`, `min_hold <= lease`.
+    fn check_min_hold(&self, min_hold: &Lease, keys_given: bool, errors: &mut Errors) {
+        let other = if keys_given {
+            Some("`keys`")
+        } else if self.permits.is_some() || self.permits_span.is_some() {
+            Some("`permits`")
+        } else if self.kind != Kind::Reentrant {
+            Some("this `kind`")
+        } else {
+            None
+        };
+        if let Some(other) = other {
+            errors.push(syn::Error::new(
+                min_hold.span,
+                format!("`min_hold` keeps one reentrant lock taken after the body; it cannot be used with {other}"),
+            ));
+        }
+        if let Some(lease) = &self.lease {
+            if min_hold.duration > lease.duration {
+                errors.push(syn::Error::new(
+                    min_hold.span,
+                    format!(
+                        "`min_hold` ({}) is longer than `lease` ({}): the lock would expire before its minimum hold; make `min_hold` at most `lease`, or leave `lease` out (the watchdog keeps the lock while the body runs)",
+                        humantime::format_duration(min_hold.duration),
+                        humantime::format_duration(lease.duration),
+                    ),
                 ));
             }
         }
@@ -311,7 +441,7 @@ fn parse_permits(value: &Expr) -> syn::Result<u32> {
 }
 
 /// A duration string such as `"250ms"`, `"5s"`, `"1m"`, `"1h"`.
-fn parse_duration(literal: &LitStr, option: &str, is_lease: bool) -> syn::Result<Duration> {
+fn parse_duration(literal: &LitStr, option: &str, nonzero: bool) -> syn::Result<Duration> {
     let text = literal.value();
     let duration = humantime::parse_duration(text.trim()).map_err(|e| {
         syn::Error::new_spanned(
@@ -319,10 +449,14 @@ fn parse_duration(literal: &LitStr, option: &str, is_lease: bool) -> syn::Result
             format!("invalid `{option}` duration {text:?}: {e}; write e.g. \"250ms\", \"5s\", \"2m\" or \"1h\""),
         )
     })?;
-    if is_lease && duration.as_millis() == 0 {
+    if nonzero && duration.as_millis() == 0 {
         return Err(syn::Error::new_spanned(
             literal,
-            format!("`lease` {text:?} is shorter than 1ms; Redis would delete the lock at once. Leave `lease` out to use the watchdog"),
+            if option == "lease" {
+                format!("`lease` {text:?} is shorter than 1ms; Redis would delete the lock at once. Leave `lease` out to use the watchdog")
+            } else {
+                format!("`{option}` {text:?} is shorter than 1ms and would hold nothing; give at least \"1ms\", or leave `{option}` out")
+            },
         ));
     }
     Ok(duration)

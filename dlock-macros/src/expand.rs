@@ -9,7 +9,7 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{AttrStyle, FnArg, ItemFn, Pat, ReturnType, Type};
 
-use crate::args::{Args, Errors, OnLost};
+use crate::args::{Args, Errors, OnBusy, OnLost};
 use crate::key::{key_expression, parse_template, Piece};
 
 /// Entry point on `proc_macro2` streams, so it can be tested and snapshotted.
@@ -65,7 +65,27 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
         // Both or neither: `Args::parse` reported it.
         _ => None,
     };
-    if args.on_fail.is_none() && !returns_result(&function.sig.output) {
+    let skip = (args.on_busy == OnBusy::Skip)
+        .then(|| skipped_value(&function.sig.output))
+        .and_then(|value| {
+            if value.is_none() {
+                let culprit = match &function.sig.output {
+                    ReturnType::Type(_, ty) => ty.to_token_stream(),
+                    ReturnType::Default => function.sig.ident.to_token_stream(),
+                };
+                errors.push(syn::Error::new_spanned(
+                    culprit,
+                    "`on_busy = \"skip\"` returns without running the body when the lock is busy, so the function must return `Option<T>` (skipped: `None`), `Result<Option<T>, E>` (`Ok(None)`) or `()`",
+                ));
+            }
+            value
+        });
+    // With `on_busy = "skip"` the type check above has spoken: `Option<T>` and `()` return
+    // the skipped value for failures too.
+    if args.on_fail.is_none()
+        && !returns_result(&function.sig.output)
+        && args.on_busy != OnBusy::Skip
+    {
         let culprit = match &function.sig.output {
             ReturnType::Type(_, ty) => ty.to_token_stream(),
             ReturnType::Default => function.sig.ident.to_token_stream(),
@@ -77,7 +97,7 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
     }
     errors.finish()?;
     match target {
-        Some(target) => Ok(rewrite(function, &args, target)),
+        Some(target) => Ok(rewrite(function, &args, target, skip)),
         // No error recorded means the keys were there and valid; stay total anyway.
         None => Ok(function.to_token_stream()),
     }
@@ -122,7 +142,12 @@ fn compile_key(
     Some(key_expression(&pieces, literal))
 }
 
-fn rewrite(function: &ItemFn, args: &Args, target: Target) -> TokenStream {
+fn rewrite(
+    function: &ItemFn,
+    args: &Args,
+    target: Target,
+    skip: Option<TokenStream>,
+) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
@@ -133,21 +158,40 @@ fn rewrite(function: &ItemFn, args: &Args, target: Target) -> TokenStream {
         .iter()
         .partition(|attr| matches!(attr.style, AttrStyle::Outer));
     let statements = &block.stmts;
-    let private = quote!(::dlock_core::__private);
+    let private = private_path(args);
+    let name = sig.ident.to_string();
 
-    let fail = match &args.on_fail {
-        Some(handler) => quote!(#handler(__dlock_error)),
-        None => quote!(::core::result::Result::Err(::core::convert::From::from(
-            __dlock_error
-        ))),
+    let fail = match (&args.on_fail, &skip) {
+        (Some(handler), _) => quote!(#handler(__dlock_error)),
+        // `Option<T>` or `()` with `on_busy = "skip"`: nothing to return a failure in.
+        (None, Some(skipped)) if !returns_result(&sig.output) => quote!({
+            #private::skipped_on_failure(
+                ::core::concat!(::core::module_path!(), "::", #name),
+                &__dlock_error,
+            );
+            #skipped
+        }),
+        // Spanned on the return type: a missing `From<LockError>` is reported there.
+        (None, _) => {
+            let span = match &sig.output {
+                ReturnType::Type(_, ty) => ty.span(),
+                ReturnType::Default => sig.ident.span(),
+            };
+            respan(quote!(#private::lock_failure(__dlock_error)), span)
+        }
     };
     let client = match &args.client {
         Some(expr) => {
             quote_spanned!(expr.span()=> ::core::result::Result::Ok(#private::IntoClient::to_client(&(#expr))))
         }
-        None => quote!(#private::global_client()),
+        None => {
+            quote!(#private::global_client_for(::core::concat!(::core::module_path!(), "::", #name)))
+        }
     };
-    let wait = optional_duration(args.wait);
+    let wait = match args.on_busy {
+        OnBusy::Fail => optional_duration(Some(Duration::ZERO)),
+        OnBusy::Wait | OnBusy::Skip => optional_duration(args.wait),
+    };
     let lease = optional_duration(args.lease.as_ref().map(|lease| lease.duration));
     // Checked against dlock-core's limit when the expansion compiles, pointing at the lease.
     let lease_check = args.lease.as_ref().map(|lease| {
@@ -156,6 +200,21 @@ fn rewrite(function: &ItemFn, args: &Args, target: Target) -> TokenStream {
             #private::lease_fits(#secs, #nanos),
             "`lease` is longer than `dlock_core::MAX_LEASE`; leave `lease` out to use the watchdog"
         );)
+    });
+    let min_hold_check = args.min_hold.as_ref().map(|min_hold| {
+        let (secs, nanos) = (
+            min_hold.duration.as_secs(),
+            min_hold.duration.subsec_nanos(),
+        );
+        quote_spanned!(min_hold.span=> const _: () = ::core::assert!(
+            #private::lease_fits(#secs, #nanos),
+            "`min_hold` is longer than `dlock_core::MAX_LEASE`, the longest a lock can be kept"
+        );)
+    });
+    // Counted from the acquisition, which the expansion sees complete just before it.
+    let min_hold_end = args.min_hold.as_ref().map(|min_hold| {
+        let (secs, nanos) = (min_hold.duration.as_secs(), min_hold.duration.subsec_nanos());
+        quote!(let __dlock_hold_end = #private::min_hold_end(::core::time::Duration::new(#secs, #nanos));)
     });
     // Typing the body's future with the declared return type lets `?` and `return` inside
     // it infer as they would in the original function.
@@ -176,29 +235,48 @@ fn rewrite(function: &ItemFn, args: &Args, target: Target) -> TokenStream {
                     quote!(#private::Kind::#variant)
                 }
             };
+            let call = match skip {
+                Some(_) => quote!(#private::acquire_or_skip(#client, #kind, __dlock_key, #lease)),
+                None => quote!(#private::acquire(#client, #kind, __dlock_key, #wait, #lease)),
+            };
             quote! {
                 let __dlock_key: ::std::string::String = #key;
-                let __dlock_acquired = #private::acquire(#client, #kind, __dlock_key, #wait, #lease).await;
+                let __dlock_acquired = #call.await;
             }
         }
-        Target::All(keys) => quote! {
-            let __dlock_keys: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#keys),*];
-            let __dlock_acquired = #private::acquire_all(#client, __dlock_keys, #wait, #lease).await;
+        Target::All(keys) => {
+            let call = match skip {
+                Some(_) => quote!(#private::acquire_all_or_skip(#client, __dlock_keys, #lease)),
+                None => quote!(#private::acquire_all(#client, __dlock_keys, #wait, #lease)),
+            };
+            quote! {
+                let __dlock_keys: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#keys),*];
+                let __dlock_acquired = #call.await;
+            }
+        }
+    };
+    let held = match &skip {
+        Some(skipped) => quote! {
+            ::core::result::Result::Ok(::core::option::Option::Some(__dlock_guard)) => __dlock_guard,
+            ::core::result::Result::Ok(::core::option::Option::None) => return #skipped,
         },
+        None => quote!(::core::result::Result::Ok(__dlock_guard) => __dlock_guard,),
     };
 
-    let run = run_body(args, &sig.output, body, &fail);
+    let run = run_body(args, &private, &sig.output, body, &fail);
 
     quote! {
         #(#outer)*
         #vis #sig {
             #(#inner)*
             #lease_check
+            #min_hold_check
             #acquire
             let __dlock_guard = match __dlock_acquired {
-                ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
+                #held
                 ::core::result::Result::Err(__dlock_error) => return #fail,
             };
+            #min_hold_end
             #run
         }
     }
@@ -209,16 +287,23 @@ fn rewrite(function: &ItemFn, args: &Args, target: Target) -> TokenStream {
 /// which reads `__dlock_error`).
 fn run_body(
     args: &Args,
+    private: &TokenStream,
     output: &ReturnType,
     body: TokenStream,
     fail: &TokenStream,
 ) -> TokenStream {
-    let private = quote!(::dlock_core::__private);
+    // With `min_hold` the lock stays taken until the minimum hold ends.
+    let release = match args.min_hold {
+        Some(_) => {
+            quote!(#private::HoldAfterExit::release_at(__dlock_guard, __dlock_hold_end).await;)
+        }
+        None => quote!(#private::Guard::release(__dlock_guard).await;),
+    };
     let runner = match args.on_lost {
         OnLost::Ignore => {
             return quote! {
                 let __dlock_output = #private::run_ignoring_loss(&__dlock_guard, #body).await;
-                #private::Guard::release(__dlock_guard).await;
+                #release
                 __dlock_output
             };
         }
@@ -238,12 +323,79 @@ fn run_body(
     });
     quote! {
         let __dlock_run = #private::#runner(&__dlock_guard, #body).await;
-        #private::Guard::release(__dlock_guard).await;
+        #release
         match __dlock_run {
             ::core::result::Result::Ok(__dlock_output) => __dlock_output,
             #keep_failure
             ::core::result::Result::Err(#private::Lost { error: __dlock_error, .. }) => #fail,
         }
+    }
+}
+
+/// `dlock_core::__private`, through `crate = path` when the dependency is renamed.
+fn private_path(args: &Args) -> TokenStream {
+    match &args.krate {
+        Some(krate) => quote!(#krate::__private),
+        None => quote!(::dlock_core::__private),
+    }
+}
+
+/// `tokens` with every span set to `span`, so that an error about them (a type without
+/// `From<LockError>`) points at the user's code instead of the attribute.
+fn respan(tokens: TokenStream, span: proc_macro2::Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let proc_macro2::TokenTree::Group(group) = &token {
+                let mut inner =
+                    proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                return proc_macro2::TokenTree::Group(inner);
+            }
+            token.set_span(span);
+            token
+        })
+        .collect()
+}
+
+/// What an `on_busy = "skip"` call returns when the lock is busy: `None` for `Option<T>`,
+/// `Ok(None)` for `Result<Option<T>, E>` (or an alias named `…Result<Option<T>>`), nothing
+/// (a bare `return`: `return ()` would trip clippy's `unused_unit` in the user's crate) for
+/// no return type or `()`; `None` for any other type, which cannot say "skipped".
+fn skipped_value(output: &ReturnType) -> Option<TokenStream> {
+    let ty = match output {
+        ReturnType::Default => return Some(TokenStream::new()),
+        ReturnType::Type(_, ty) => &**ty,
+    };
+    match ty {
+        Type::Tuple(tuple) if tuple.elems.is_empty() => Some(TokenStream::new()),
+        Type::Path(path) => {
+            let last = path.path.segments.last()?;
+            let name = last.ident.to_string();
+            if name == "Option" {
+                return Some(quote!(::core::option::Option::None));
+            }
+            let first_generic = match &last.arguments {
+                syn::PathArguments::AngleBracketed(generics) => generics.args.first(),
+                _ => None,
+            };
+            match first_generic {
+                Some(syn::GenericArgument::Type(Type::Path(inner)))
+                    if name.ends_with("Result")
+                        && inner
+                            .path
+                            .segments
+                            .last()
+                            .is_some_and(|segment| segment.ident == "Option") =>
+                {
+                    Some(quote!(::core::result::Result::Ok(
+                        ::core::option::Option::None
+                    )))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
     }
 }
 
@@ -501,6 +653,51 @@ mod snapshots {
             "on_lost_ignore",
             r#"key = "report:<day>", on_lost = "ignore", lease = "1s""#,
             "async fn report(day: u32) -> Result<u64, AppError> { Ok(1) }",
+        );
+    }
+
+    #[test]
+    fn on_busy_skip() {
+        check(
+            "on_busy_skip",
+            r#"key = "tick:<job>", on_busy = "skip""#,
+            "async fn run(job: &str) -> Result<Option<u64>, AppError> { Ok(Some(1)) }",
+        );
+    }
+
+    #[test]
+    fn on_busy_skip_unit() {
+        check(
+            "on_busy_skip_unit",
+            r#"keys = ["a:<job>", "b:<job>"], on_busy = "skip""#,
+            "async fn run(job: &str) {}",
+        );
+    }
+
+    #[test]
+    fn on_busy_fail() {
+        check(
+            "on_busy_fail",
+            r#"key = "report:<day>", on_busy = "fail""#,
+            "async fn report(day: u32) -> Result<u64, AppError> { Ok(1) }",
+        );
+    }
+
+    #[test]
+    fn min_hold_with_skip() {
+        check(
+            "min_hold_with_skip",
+            r#"key = "job:<name>", on_busy = "skip", min_hold = "50s""#,
+            "async fn tick(name: &str) {}",
+        );
+    }
+
+    #[test]
+    fn renamed_crate() {
+        check(
+            "renamed_crate",
+            r#"key = "goods:<id>", crate = dlock"#,
+            "async fn buy(id: u64) -> Result<(), AppError> { Ok(()) }",
         );
     }
 

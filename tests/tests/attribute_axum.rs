@@ -122,3 +122,83 @@ async fn control_the_same_handler_without_the_lock_oversells() {
     );
     eprintln!("control: {sold} sold, {stock} left of 5");
 }
+
+/// Recipe 1 for handlers returning `impl IntoResponse`: wrap it in a `Result` whose error
+/// is an application type with `From<LockError>` and `IntoResponse` (`Busy` above).
+#[distributed_lock(key = "report:<id>", on_busy = "fail", client = state.locks)]
+async fn report_result(
+    State(state): State<AppState>,
+    Path(id): Path<u64>,
+) -> Result<impl IntoResponse, Busy> {
+    Ok((StatusCode::OK, format!("report {id}")))
+}
+
+/// Recipe 2: a handler returning `impl IntoResponse` (or `Response`) with `on_fail`
+/// turning the `LockError` into a `Response`; the body returns a `Response` too, since an
+/// `impl Trait` return is one concrete type. This is also the way for a foreign error
+/// type such as `StatusCode`, which cannot get `From<LockError>`.
+fn locked_out(error: LockError) -> Response {
+    let status = if error.is_timeout() {
+        StatusCode::CONFLICT
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, error.to_string()).into_response()
+}
+
+#[distributed_lock(key = "report:<id>", on_busy = "fail", client = state.locks, on_fail = locked_out)]
+async fn report_on_fail(State(state): State<AppState>, Path(id): Path<u64>) -> impl IntoResponse {
+    (StatusCode::OK, format!("report {id}")).into_response()
+}
+
+/// Calls `GET /report/7` on a router serving `handler`, once with the lock free and once
+/// while another client holds it; returns both statuses and bodies.
+async fn report_free_then_busy<H, T>(handler: H) -> [(StatusCode, String); 2]
+where
+    H: axum::handler::Handler<T, AppState>,
+    T: 'static,
+{
+    let server = RedisServer::start();
+    let state = AppState {
+        locks: LockClient::connect(&server.url()).await.unwrap(),
+        redis: server
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap(),
+    };
+    let app = Router::new()
+        .route("/report/{id}", axum::routing::get(handler))
+        .with_state(state);
+    let call = |app: Router| async move {
+        let request = Request::get("/report/7").body(Body::empty()).unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    };
+    let free = call(app.clone()).await;
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let held = other.lock("report:7").lock().await.unwrap();
+    let busy = call(app).await;
+    held.unlock().await.unwrap();
+    [free, busy]
+}
+
+#[tokio::test]
+async fn impl_into_response_in_a_result_with_an_app_error() {
+    let [free, busy] = report_free_then_busy(report_result).await;
+    assert_eq!(free, (StatusCode::OK, "report 7".to_owned()));
+    assert_eq!(busy.0, StatusCode::CONFLICT, "{busy:?}");
+    assert!(busy.1.contains("report:7"), "{busy:?}");
+}
+
+#[tokio::test]
+async fn impl_into_response_with_on_fail_returning_a_response() {
+    let [free, busy] = report_free_then_busy(report_on_fail).await;
+    assert_eq!(free, (StatusCode::OK, "report 7".to_owned()));
+    assert_eq!(busy.0, StatusCode::CONFLICT, "{busy:?}");
+    assert!(busy.1.contains("report:7"), "{busy:?}");
+}

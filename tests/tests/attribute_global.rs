@@ -24,7 +24,13 @@ async fn the_registered_global_client_is_used() {
         .connect(&server.url())
         .await
         .unwrap();
+    assert!(
+        dlock_core::global_client().is_err(),
+        "nothing registered yet"
+    );
     assert!(dlock_core::set_global(client.clone()).is_ok());
+    // The start-up check passes once a client is registered.
+    dlock_core::global_client().expect("the registered client");
     let again = LockClient::connect(&server.url()).await.unwrap();
     assert!(
         dlock_core::set_global(again).is_err(),

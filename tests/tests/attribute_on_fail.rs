@@ -68,7 +68,7 @@ async fn sell_plain(locks: &LockClient, id: u64, runs: &AtomicUsize) -> Result<u
 
 /// No `client =` and no global client in this test binary: acquisition always fails.
 fn no_client(error: LockError) -> Option<u32> {
-    assert!(matches!(error, LockError::NoClient), "{error:?}");
+    assert!(matches!(error, LockError::NoClient { .. }), "{error:?}");
     None
 }
 

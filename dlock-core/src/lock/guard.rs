@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
+use crate::scripts::scripts;
 use crate::sync::held::Held;
 use crate::sync::owner;
 use crate::sync::release::{self, ReleaseJob, Released};
@@ -212,6 +213,55 @@ impl LockGuard {
             }
             // `released` stays false: Drop hands the same operation to the background.
             Err(error) => Err(error.into_lock_error(&self.held.name, "release")),
+        }
+    }
+
+    /// Gives back this hold but leaves the lock taken in Redis until `until` (the
+    /// attribute's `min_hold`: acquisition + the minimum hold), so that no other node runs
+    /// the same job before then. Value-checked in `hold_until.lua`: a lock that is no
+    /// longer this owner's is not touched. Past `until` it is a plain [`unlock`]; a
+    /// re-entered lock (the owner holds it more than once) gives back one hold normally.
+    ///
+    /// When Redis fails, the lock is left to expire at the end of its lease (never freed
+    /// earlier than asked), and the error is returned.
+    ///
+    /// [`unlock`]: LockGuard::unlock
+    pub(crate) async fn hold_until(mut self, until: std::time::Instant) -> Result<()> {
+        let remaining = until.saturating_duration_since(std::time::Instant::now());
+        let millis = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
+        if millis == 0 {
+            return self.unlock().await;
+        }
+        self.stop_renewal();
+        let inner = &self.client.inner;
+        inner.keep_running();
+        let mut invocation = scripts().hold_until.prepare_invoke();
+        invocation
+            .key(&*self.held.key)
+            .arg(&*self.held.field)
+            .arg(millis);
+        let reply: std::result::Result<i64, _> = inner.backend.invoke(&invocation).await;
+        if let Ok(holds) = reply {
+            if holds > 1 {
+                return self.unlock().await;
+            }
+        }
+        // Applied, not ours, or unknown: in every case nothing is left for Drop to release
+        // (an unknown outcome is left to the lease rather than freed before `until`).
+        self.released = true;
+        self.held.give_up_turn();
+        match reply {
+            Ok(0) => {
+                inner.metrics.released(true);
+                Ok(())
+            }
+            Ok(_) => {
+                inner.metrics.released(false);
+                Err(LockError::NotHeld {
+                    name: self.held.name.to_string(),
+                })
+            }
+            Err(error) => Err(error.into_lock_error(&self.held.name, "hold")),
         }
     }
 

@@ -151,8 +151,8 @@ impl Lock {
             .await
     }
 
-    /// Acquires the lock, waiting as long as it takes; the key expires after `lease` and is
-    /// not renewed.
+    /// Acquires the lock, waiting as long as it takes (or the client's `default_wait`); the key
+    /// expires after `lease` and is not renewed.
     ///
     /// # Errors
     ///

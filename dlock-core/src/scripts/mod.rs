@@ -22,6 +22,9 @@ pub(crate) struct Scripts {
     pub(crate) force_unlock: Script,
     /// A client stops waiting: leaves the waiter registry (see `sync::pubsub`).
     pub(crate) leave: Script,
+    /// The last hold is given back but the lock stays taken until its minimum hold ends
+    /// (`#[distributed_lock(min_hold = "...")]`).
+    pub(crate) hold_until: Script,
 }
 
 /// The fair lock's scripts (`fair/scripts/`), each prefixed with the shared `queue.lua`.
@@ -79,6 +82,7 @@ pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> + Clone {
         &lock.renew,
         &lock.force_unlock,
         &lock.leave,
+        &lock.hold_until,
         &fair.acquire,
         &fair.release,
         &fair.force_unlock,
@@ -124,6 +128,10 @@ pub(crate) fn scripts() -> &'static Scripts {
             include_str!("../lock/scripts/force_unlock.lua"),
         ),
         leave: Script::new("lock_leave", include_str!("../lock/scripts/leave.lua")),
+        hold_until: Script::new(
+            "lock_hold_until",
+            include_str!("../lock/scripts/hold_until.lua"),
+        ),
     })
 }
 

@@ -29,6 +29,7 @@ pub(crate) struct Metrics {
     renewals: AtomicU64,
     renewal_failures: AtomicU64,
     lost: AtomicU64,
+    skipped: AtomicU64,
     latency_buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
     latency_sum_micros: AtomicU64,
 }
@@ -57,6 +58,9 @@ pub struct Stats {
     pub renewal_failures: u64,
     /// Guards that found their lock lost.
     pub lost: u64,
+    /// `#[distributed_lock(on_busy = "skip")]` calls that found the lock busy and ran
+    /// nothing: with a scheduled job on several nodes, the ticks another node ran.
+    pub skipped: u64,
     /// Time from the call to the acquired lock, bucketed by [`LATENCY_BOUNDS`]: entry `i`
     /// counts acquisitions that took at most `LATENCY_BOUNDS[i]` (and more than the bound
     /// before); the last entry counts the longer ones.
@@ -111,6 +115,11 @@ impl Metrics {
         self.lost.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// An `on_busy = "skip"` call found the lock busy.
+    pub(crate) fn skipped(&self) {
+        self.skipped.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self) -> Stats {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         Stats {
@@ -123,6 +132,7 @@ impl Metrics {
             renewals: get(&self.renewals),
             renewal_failures: get(&self.renewal_failures),
             lost: get(&self.lost),
+            skipped: get(&self.skipped),
             acquire_latency: self.latency_buckets.iter().map(get).collect(),
             acquire_latency_sum: Duration::from_micros(get(&self.latency_sum_micros)),
         }

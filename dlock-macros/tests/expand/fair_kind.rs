@@ -1,7 +1,9 @@
 async fn serve(id: u64) -> Result<(), AppError> {
     let __dlock_key: ::std::string::String = ::std::format!("queue:{}", id);
     let __dlock_acquired = ::dlock_core::__private::acquire(
-            ::dlock_core::__private::global_client(),
+            ::dlock_core::__private::global_client_for(
+                ::core::concat!(::core::module_path!(), "::", "serve"),
+            ),
             ::dlock_core::__private::Kind::Fair,
             __dlock_key,
             ::core::option::Option::Some(::core::time::Duration::new(2u64, 0u32)),
@@ -11,9 +13,7 @@ async fn serve(id: u64) -> Result<(), AppError> {
     let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => {
-            return ::core::result::Result::Err(
-                ::core::convert::From::from(__dlock_error),
-            );
+            return ::dlock_core::__private::lock_failure(__dlock_error);
         }
     };
     let __dlock_run = ::dlock_core::__private::run_cancelling(
@@ -37,6 +37,6 @@ async fn serve(id: u64) -> Result<(), AppError> {
         ) => __dlock_output,
         ::core::result::Result::Err(
             ::dlock_core::__private::Lost { error: __dlock_error, .. },
-        ) => ::core::result::Result::Err(::core::convert::From::from(__dlock_error)),
+        ) => ::dlock_core::__private::lock_failure(__dlock_error),
     }
 }

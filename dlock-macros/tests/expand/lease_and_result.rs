@@ -6,7 +6,9 @@ pub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> {
     );
     let __dlock_key: ::std::string::String = ::std::format!("goods:{}", id);
     let __dlock_acquired = ::dlock_core::__private::acquire(
-            ::dlock_core::__private::global_client(),
+            ::dlock_core::__private::global_client_for(
+                ::core::concat!(::core::module_path!(), "::", "buy"),
+            ),
             ::dlock_core::__private::Kind::Reentrant,
             __dlock_key,
             ::core::option::Option::None,
@@ -16,9 +18,7 @@ pub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> {
     let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => {
-            return ::core::result::Result::Err(
-                ::core::convert::From::from(__dlock_error),
-            );
+            return ::dlock_core::__private::lock_failure(__dlock_error);
         }
     };
     let __dlock_run = ::dlock_core::__private::run_cancelling(
@@ -42,6 +42,6 @@ pub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> {
         ) => __dlock_output,
         ::core::result::Result::Err(
             ::dlock_core::__private::Lost { error: __dlock_error, .. },
-        ) => ::core::result::Result::Err(::core::convert::From::from(__dlock_error)),
+        ) => ::dlock_core::__private::lock_failure(__dlock_error),
     }
 }

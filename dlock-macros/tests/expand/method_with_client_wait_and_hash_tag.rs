@@ -16,9 +16,7 @@ async fn sell(&mut self, order: Order) -> AppResult<()> {
     let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => {
-            return ::core::result::Result::Err(
-                ::core::convert::From::from(__dlock_error),
-            );
+            return ::dlock_core::__private::lock_failure(__dlock_error);
         }
     };
     let __dlock_run = ::dlock_core::__private::run_cancelling(
@@ -45,6 +43,6 @@ async fn sell(&mut self, order: Order) -> AppResult<()> {
         ) => __dlock_output,
         ::core::result::Result::Err(
             ::dlock_core::__private::Lost { error: __dlock_error, .. },
-        ) => ::core::result::Result::Err(::core::convert::From::from(__dlock_error)),
+        ) => ::dlock_core::__private::lock_failure(__dlock_error),
     }
 }

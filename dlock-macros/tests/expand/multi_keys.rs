@@ -3,7 +3,9 @@ async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), AppError> {
         ::std::format!("account:{}", from), ::std::format!("account:{}", to)
     ];
     let __dlock_acquired = ::dlock_core::__private::acquire_all(
-            ::dlock_core::__private::global_client(),
+            ::dlock_core::__private::global_client_for(
+                ::core::concat!(::core::module_path!(), "::", "transfer"),
+            ),
             __dlock_keys,
             ::core::option::Option::Some(::core::time::Duration::new(2u64, 0u32)),
             ::core::option::Option::None,
@@ -12,9 +14,7 @@ async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), AppError> {
     let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => {
-            return ::core::result::Result::Err(
-                ::core::convert::From::from(__dlock_error),
-            );
+            return ::dlock_core::__private::lock_failure(__dlock_error);
         }
     };
     let __dlock_run = ::dlock_core::__private::run_cancelling(
@@ -38,6 +38,6 @@ async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), AppError> {
         ) => __dlock_output,
         ::core::result::Result::Err(
             ::dlock_core::__private::Lost { error: __dlock_error, .. },
-        ) => ::core::result::Result::Err(::core::convert::From::from(__dlock_error)),
+        ) => ::dlock_core::__private::lock_failure(__dlock_error),
     }
 }

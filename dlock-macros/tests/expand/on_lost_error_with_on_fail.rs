@@ -1,7 +1,9 @@
 async fn report(day: u32) -> u64 {
     let __dlock_key: ::std::string::String = ::std::format!("report:{}", day);
     let __dlock_acquired = ::dlock_core::__private::acquire(
-            ::dlock_core::__private::global_client(),
+            ::dlock_core::__private::global_client_for(
+                ::core::concat!(::core::module_path!(), "::", "report"),
+            ),
             ::dlock_core::__private::Kind::Reentrant,
             __dlock_key,
             ::core::option::Option::None,

@@ -5,7 +5,9 @@ async fn report(day: u32) -> Result<u64, AppError> {
     );
     let __dlock_key: ::std::string::String = ::std::format!("report:{}", day);
     let __dlock_acquired = ::dlock_core::__private::acquire(
-            ::dlock_core::__private::global_client(),
+            ::dlock_core::__private::global_client_for(
+                ::core::concat!(::core::module_path!(), "::", "report"),
+            ),
             ::dlock_core::__private::Kind::Reentrant,
             __dlock_key,
             ::core::option::Option::None,
@@ -15,9 +17,7 @@ async fn report(day: u32) -> Result<u64, AppError> {
     let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => {
-            return ::core::result::Result::Err(
-                ::core::convert::From::from(__dlock_error),
-            );
+            return ::dlock_core::__private::lock_failure(__dlock_error);
         }
     };
     let __dlock_output = ::dlock_core::__private::run_ignoring_loss(

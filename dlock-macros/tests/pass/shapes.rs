@@ -156,6 +156,76 @@ async fn on_lost_ignore(day: u32) -> AppResult<u32> {
     Ok(day)
 }
 
+/// Every `on_busy` mode: "skip" on each return type that can say "skipped", alone and
+/// with `keys`, `permits`, `on_fail` and `lease`.
+#[distributed_lock(key = "tick:<job>", on_busy = "skip")]
+async fn skip_option(job: u32) -> Option<u32> {
+    Some(job)
+}
+
+#[distributed_lock(key = "tick:<job>", on_busy = "skip", lease = "5s")]
+async fn skip_result_option(job: u32) -> AppResult<Option<u32>> {
+    Ok(Some(job))
+}
+
+#[distributed_lock(keys = ["a:<job>", "b:<job>"], on_busy = "skip")]
+async fn skip_unit(job: u32) {
+    let _ = job;
+}
+
+#[distributed_lock(key = "pool:<job>", permits = 2, on_busy = "skip", on_fail = unit_on_fail)]
+async fn skip_unit_on_fail(job: u32) -> () {
+    let _ = job;
+}
+
+/// `min_hold` with `on_busy = "skip"`: the scheduled job run once per tick across nodes.
+#[distributed_lock(key = "job:<name>", on_busy = "skip", min_hold = "50s")]
+async fn scheduled(name: &str) {
+    let _ = name;
+}
+
+#[distributed_lock(key = "job:<name>", min_hold = "5s", lease = "5s", on_lost = "ignore")]
+async fn min_hold_within_lease(name: &str) -> AppResult<()> {
+    let _ = name;
+    Ok(())
+}
+
+#[distributed_lock(key = "report:<day>", on_busy = "fail")]
+async fn busy_fails(day: u32) -> AppResult<u32> {
+    Ok(day)
+}
+
+#[distributed_lock(key = "report:<day>", on_busy = "wait", wait = "1s")]
+async fn busy_waits(day: u32) -> AppResult<u32> {
+    Ok(day)
+}
+
+/// A foreign error type (no `From<LockError>` possible) works through `on_fail`.
+pub struct StatusCode(pub u16);
+
+fn conflict(_: LockError) -> Result<u64, StatusCode> {
+    Err(StatusCode(409))
+}
+
+#[distributed_lock(key = "goods:<id>", on_fail = conflict)]
+async fn foreign_error(id: u64) -> Result<u64, StatusCode> {
+    Ok(id)
+}
+
+/// `crate = ...` names dlock-core by another name, as a path or (like serde and tokio) a
+/// string. The real rename in Cargo.toml is built by examples/scheduled-job.
+extern crate dlock_core as dlock;
+
+#[distributed_lock(key = "goods:<id>", crate = dlock)]
+async fn renamed(id: u64) -> AppResult<u64> {
+    Ok(id)
+}
+
+#[distributed_lock(key = "goods:<id>", crate = "::dlock")]
+async fn renamed_as_string(id: u64) -> AppResult<u64> {
+    Ok(id)
+}
+
 /// The expansion keeps a `Send` body's future `Send` in every mode (spawnable).
 fn assert_send<F: std::future::Future + Send>(_: F) {}
 
@@ -164,6 +234,9 @@ fn main() {
     assert_send(on_lost_error(1));
     assert_send(on_lost_ignore(1));
     assert_send(free_function(1, 1));
+    assert_send(skip_option(1));
+    assert_send(skip_unit(1));
+    assert_send(scheduled("report"));
     // Referencing the futures' types is enough: this suite checks that the shapes compile.
     let _ = free_function;
     let _ = alias_result;
@@ -172,4 +245,7 @@ fn main() {
     let _ = destructured;
     let _ = returns_unit;
     let _ = (fair, read, write, reentrant);
+    let _ = (skip_result_option, skip_unit_on_fail, busy_fails, busy_waits);
+    let _ = (foreign_error, renamed, renamed_as_string);
+    let _ = (scheduled, min_hold_within_lease);
 }

@@ -1,0 +1,33 @@
+-- Give back a reentrant lock's last hold without freeing the lock: it stays taken until
+-- its minimum hold ends (the attribute's `min_hold`, ShedLock's lockAtLeastFor), so that a
+-- job run once per tick across nodes is not run again by a node whose tick comes late.
+--
+-- KEYS[1]  the lock hash
+-- ARGV[1]  owner field
+-- ARGV[2]  what is left of the minimum hold, in milliseconds (> 0)
+--
+-- Only if the owner field is still ours and holds the lock once (no re-entry alive): the
+-- field and its fencing token go, the hash keeps '!held' = the field (so the lock stays
+-- busy for everybody, and a retry of this script knows it was applied), and the key expires
+-- after ARGV[2] ms. Nothing is published: waiters are woken by the expiry they already nap
+-- until (the busy answer of acquire.lua is the TTL), not before.
+--
+-- Returns 0 when applied (now or by an earlier try), -1 when the lock is not ours (lease
+-- ran out, force-unlocked, another owner, or the key holds another type), n > 1 when the
+-- owner holds it n times (nothing changed: the caller releases its one hold normally).
+if redis.pcall('hget', KEYS[1], '!held') == ARGV[1] then
+  return 0
+end
+local count = redis.pcall('hget', KEYS[1], ARGV[1])
+if not count or (type(count) == 'table' and count.err) then
+  return -1
+end
+count = tonumber(count)
+if count > 1 then
+  return count
+end
+-- The marker first: deleting the last field first would delete the key.
+redis.call('hset', KEYS[1], '!held', ARGV[1])
+redis.call('hdel', KEYS[1], ARGV[1], ARGV[1] .. ':f')
+redis.call('pexpire', KEYS[1], ARGV[2])
+return 0
