@@ -50,17 +50,18 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
     }
     let names = parameter_names(function);
     let target = match (&args.key, &args.keys) {
-        (Some(literal), None) => {
-            compile_key(literal, &names, &mut errors).map(|key| Target::One(key, args.permits))
-        }
+        (Some(literal), None) => compile_key(literal, &names, &mut errors)
+            .map(|key| Target::One(key, literal.value(), args.permits)),
         (None, Some(literals)) => {
             let keys: Vec<_> = literals
                 .iter()
                 .map(|literal| compile_key(literal, &names, &mut errors))
                 .collect();
+            // The templates as written, joined: one label for the set.
+            let templates: Vec<String> = literals.iter().map(syn::LitStr::value).collect();
             keys.into_iter()
                 .collect::<Option<Vec<_>>>()
-                .map(Target::All)
+                .map(|keys| Target::All(keys, templates.join(", ")))
         }
         // Both or neither: `Args::parse` reported it.
         _ => None,
@@ -86,10 +87,10 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
 /// What the expansion acquires: the code building each key at run time.
 enum Target {
     /// `key`: one lock of the attribute's `kind`, or with `permits` one permit of a
-    /// semaphore of that capacity.
-    One(TokenStream, Option<u32>),
-    /// `keys`: a multi-lock, all or none.
-    All(Vec<TokenStream>),
+    /// semaphore of that capacity; with the key as written, the label of its metrics.
+    One(TokenStream, String, Option<u32>),
+    /// `keys`: a multi-lock, all or none; with the keys as written, joined by `", "`.
+    All(Vec<TokenStream>, String),
 }
 
 /// Checks one key template against the function's parameters; the code building the key,
@@ -165,7 +166,7 @@ fn rewrite(function: &ItemFn, args: &Args, target: Target) -> TokenStream {
     };
 
     let acquire = match target {
-        Target::One(key, permits) => {
+        Target::One(key, template, permits) => {
             let kind = match permits {
                 Some(permits) => quote!(#private::Kind::Permits(#permits)),
                 None => {
@@ -178,12 +179,12 @@ fn rewrite(function: &ItemFn, args: &Args, target: Target) -> TokenStream {
             };
             quote! {
                 let __dlock_key: ::std::string::String = #key;
-                let __dlock_acquired = #private::acquire(#client, #kind, __dlock_key, #wait, #lease).await;
+                let __dlock_acquired = #private::acquire(#client, #kind, #template, __dlock_key, #wait, #lease).await;
             }
         }
-        Target::All(keys) => quote! {
+        Target::All(keys, template) => quote! {
             let __dlock_keys: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#keys),*];
-            let __dlock_acquired = #private::acquire_all(#client, __dlock_keys, #wait, #lease).await;
+            let __dlock_acquired = #private::acquire_all(#client, #template, __dlock_keys, #wait, #lease).await;
         },
     };
 

@@ -3,6 +3,7 @@ async fn serve(id: u64) -> Result<(), AppError> {
     let __dlock_acquired = ::dlock_core::__private::acquire(
             ::dlock_core::__private::global_client(),
             ::dlock_core::__private::Kind::Fair,
+            "queue:<id>",
             __dlock_key,
             ::core::option::Option::Some(::core::time::Duration::new(2u64, 0u32)),
             ::core::option::Option::None,

@@ -4,6 +4,7 @@ async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), AppError> {
     ];
     let __dlock_acquired = ::dlock_core::__private::acquire_all(
             ::dlock_core::__private::global_client(),
+            "account:<from>, account:<to>",
             __dlock_keys,
             ::core::option::Option::Some(::core::time::Duration::new(2u64, 0u32)),
             ::core::option::Option::None,

@@ -3,6 +3,7 @@ async fn report(name: impl Display) -> impl Display {
     let __dlock_acquired = ::dlock_core::__private::acquire(
             ::dlock_core::__private::global_client(),
             ::dlock_core::__private::Kind::Reentrant,
+            "report:<name>",
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::None,

@@ -7,6 +7,7 @@ async fn report(day: u32) -> Result<u64, AppError> {
     let __dlock_acquired = ::dlock_core::__private::acquire(
             ::dlock_core::__private::global_client(),
             ::dlock_core::__private::Kind::Reentrant,
+            "report:<day>",
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::Some(::core::time::Duration::new(1u64, 0u32)),

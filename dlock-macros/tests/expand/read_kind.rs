@@ -3,6 +3,7 @@ async fn price(shop: u32, item: u64) -> Result<u64, AppError> {
     let __dlock_acquired = ::dlock_core::__private::acquire(
             ::dlock_core::__private::global_client(),
             ::dlock_core::__private::Kind::Read,
+            "catalog:<shop>",
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::None,

@@ -7,6 +7,7 @@ async fn query(name: &str) -> Result<u64, AppError> {
     let __dlock_acquired = ::dlock_core::__private::acquire(
             ::dlock_core::__private::global_client(),
             ::dlock_core::__private::Kind::Permits(4u32),
+            "pool:<name>",
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::Some(::core::time::Duration::new(30u64, 0u32)),

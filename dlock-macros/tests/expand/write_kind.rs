@@ -7,6 +7,7 @@ async fn reprice(shop: u32, item: u64) -> Result<(), AppError> {
     let __dlock_acquired = ::dlock_core::__private::acquire(
             ::dlock_core::__private::global_client(),
             ::dlock_core::__private::Kind::Write,
+            "catalog:<shop>",
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::Some(::core::time::Duration::new(10u64, 0u32)),
