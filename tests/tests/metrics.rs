@@ -146,6 +146,27 @@ async fn every_metric_matches_the_run() {
     assert_eq!(value(m, "dlock_acquisitions_total", "lock", "*"), 3.0);
     assert_eq!(value(m, "dlock_hold_seconds_count", "lock", "*"), 3.0);
 
+    // A cancelled acquisition stops counting as a waiter and counts as nothing else.
+    let blocker = others.lock("metrics:manual:c").lock().await.unwrap();
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(100),
+        locks.lock("metrics:manual:c").lock(),
+    )
+    .await;
+    assert!(cancelled.is_err(), "the acquisition was cancelled");
+    assert_eq!(value(m, "dlock_waiters", "lock", "*"), 0.0);
+    blocker.unlock().await.unwrap();
+    assert_eq!(value(m, "dlock_acquisitions_total", "lock", "*"), 4.0);
+    assert_eq!(value(m, "dlock_timeouts_total", "lock", "*"), 0.0);
+
+    // Bad input is an acquisition error, not a timeout.
+    let refused = locks.lock("").lock().await;
+    assert!(
+        matches!(refused, Err(LockError::InvalidName { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(value(m, "dlock_acquire_errors_total", "lock", "*"), 1.0);
+
     // Other kinds count under their own label.
     let permit = locks.semaphore("metrics:pool", 1).acquire(1).await.unwrap();
     let busy = locks.semaphore("metrics:pool", 1).try_acquire(1).await;

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use dlock_core::{distributed_lock, LockClient, LockError, MultiLock};
+use dlock_core::{distributed_lock, LockClient, LockError, MultiLock, RedLockClient};
 use dlock_tests::spans::{capture_spans, closed_spans, ClosedSpan};
 use dlock_tests::RedisServer;
 
@@ -154,6 +154,22 @@ async fn manual_acquisitions_record_their_outcome_and_no_template() {
     for (lock, kind) in kinds {
         assert_eq!(the_acquisition(lock).field("kind"), Some(kind), "{lock}");
     }
+    let servers: Vec<_> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let redlock = RedLockClient::connect(LockClient::builder(), &urls)
+        .await
+        .unwrap();
+    redlock
+        .lock("spans:red")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let red = the_acquisition("spans:red");
+    assert_eq!(red.field("kind"), Some("redlock"));
+    assert_eq!(red.field("outcome"), Some("acquired"));
     let multi = the_acquisition("spans:m1, spans:m2");
     assert_eq!(multi.field("kind"), Some("multi_lock"));
     // Taken one by one, its locks are not acquisitions of their own.
