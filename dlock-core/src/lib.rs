@@ -67,7 +67,7 @@
 //! | `dlock_acquisitions_total` | counter | acquisitions that got the lock (re-entries included) |
 //! | `dlock_timeouts_total` | counter | acquisitions whose wait ran out |
 //! | `dlock_acquire_errors_total` | counter | acquisitions that failed otherwise (Redis, bad input) |
-//! | `dlock_skips_total` | counter | attribute bodies skipped because the lock was busy |
+//! | `dlock_skips_total` | counter | attribute bodies skipped because the lock was busy (that acquisition is a timeout too) |
 //! | `dlock_losses_total` | counter | held locks found lost (lease ran out, key gone) |
 //! | `dlock_release_errors_total` | counter | releases that found the lock not held or failed (per lock, in the background too) |
 //! | `dlock_wait_seconds` | histogram | from the call to the acquired lock |

@@ -7,7 +7,7 @@ use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
 use crate::sync::held::Held;
-use crate::sync::observe::{HoldRecord, Observed};
+use crate::sync::observe::{self, HoldRecord, Observed};
 use crate::sync::owner;
 use crate::sync::release::{self, ReleaseJob, Released};
 
@@ -80,6 +80,11 @@ impl LockGuard {
     /// The hold this guard gives back.
     pub(crate) fn held(&self) -> &Arc<Held> {
         &self.held
+    }
+
+    /// The span around the attribute's body under this guard.
+    pub(crate) fn hold_span(&self) -> tracing::Span {
+        observe::hold_span(&self.held.name, self.held.label())
     }
 
     /// The client the lock belongs to.
@@ -206,7 +211,7 @@ impl LockGuard {
             Ok(Released::NotHeld) => {
                 inner.metrics.released(false);
                 if let Some(label) = self.held.label() {
-                    crate::sync::observe::release_failed(label);
+                    observe::release_failed(label);
                 }
                 self.released = true;
                 Err(LockError::NotHeld {
@@ -322,13 +327,6 @@ impl Observed for LockGuard {
     fn observe(&mut self, hold: HoldRecord) {
         self.held.set_label(hold.label());
         self.record = Some(hold);
-    }
-}
-
-impl LockGuard {
-    /// The span around the attribute's body under this guard.
-    pub(crate) fn hold_span(&self) -> tracing::Span {
-        crate::sync::observe::hold_span(&self.held.name, self.held.label())
     }
 }
 
