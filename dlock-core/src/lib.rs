@@ -36,6 +36,56 @@
 //! holds under faults (killed holders, paused or restarted Redis, failovers) and what
 //! Redis' asynchronous replication does not allow is measured in the repository's
 //! `docs/RELIABILITY.md`; [`LockClientBuilder::replica_acks`] narrows the failover window.
+//!
+//! # Tracing
+//!
+//! Every acquisition, by any primitive, runs in an INFO span `dlock.acquire` with the
+//! fields `lock` (the name; a multi-lock's names joined by `", "`), `kind` (see below),
+//! `key_template` (only for [`distributed_lock`]: the key as written, `goods:<id>`),
+//! `wait` (the budget: `2s`, or `unbounded`), and, recorded when it ends, `outcome`
+//! (`acquired`, `timeout`, `error`, or `cancelled` when its future was dropped) and
+//! `waited_ms`. The attribute runs its body in an INFO span `dlock.hold` (`lock`, `kind`,
+//! `key_template`), open exactly as long as the body holds the lock, so lock waits and
+//! hold times show up in traces. dlock's log events are unchanged, and now sit inside
+//! these spans.
+//!
+//! # Metrics
+//!
+//! With the `metrics` feature (off by default), dlock records through the `metrics`
+//! facade crate to whatever recorder the application installed (a
+//! Prometheus exporter, StatsD, ...); without a recorder nothing is kept. Every series has
+//! two labels, both bounded:
+//!
+//! - `kind`: `lock`, `fair_lock`, `read`, `write`, `semaphore`, `multi_lock`, `redlock`;
+//! - `key_template`: for [`distributed_lock`], the key as written (`goods:<id>`; a
+//!   `keys = [...]` multi-lock's templates joined by `", "`); for the manual API, which has
+//!   no template, `*` (one series per kind). Never the lock's name: names grow with the
+//!   data (one per item), and a label per name would make a series per item.
+//!
+//! | metric | type | counts |
+//! |---|---|---|
+//! | `dlock_acquisitions_total` | counter | acquisitions that got the lock (re-entries included) |
+//! | `dlock_timeouts_total` | counter | acquisitions whose wait ran out |
+//! | `dlock_acquire_errors_total` | counter | acquisitions that failed otherwise (Redis, bad input) |
+//! | `dlock_skips_total` | counter | attribute bodies skipped because the lock was busy (that acquisition is a timeout too) |
+//! | `dlock_losses_total` | counter | held locks found lost (lease ran out, key gone) |
+//! | `dlock_release_errors_total` | counter | releases that found the lock not held or failed (per lock, in the background too) |
+//! | `dlock_wait_seconds` | histogram | from the call to the acquired lock |
+//! | `dlock_hold_seconds` | histogram | from the acquired lock to its guard's release or drop |
+//! | `dlock_waiters` | gauge | acquisitions of this process in progress |
+//! | `dlock_locks_held` | gauge | guards of this process alive |
+//!
+//! A multi-lock is one acquisition and one hold (not one per lock). [`LockClient::stats`]
+//! keeps its own per-client counters with or without the feature. Scraped from a
+//! Prometheus exporter after five sales through `#[distributed_lock(key = "goods:<id>")]`:
+//!
+//! ```text
+//! dlock_acquisitions_total{kind="lock",key_template="goods:<id>"} 5
+//! dlock_hold_seconds_count{kind="lock",key_template="goods:<id>"} 5
+//! dlock_locks_held{kind="lock",key_template="goods:<id>"} 0
+//! ```
+//!
+//! The repository's stock demo serves them on `/metrics` (`examples/stock-demo`).
 
 #[doc(hidden)]
 #[path = "private.rs"]
@@ -324,6 +374,12 @@ pub fn redact_url(url: &str) -> String {
 /// the function that needed the client). Check it at start-up instead, right after
 /// registering: `dlock_core::global_client()?;` fails the boot when nothing was
 /// registered.
+///
+/// # Tracing and metrics
+///
+/// The acquisition's `dlock.acquire` span and its metrics carry the key template as
+/// written (`key_template = "goods:<id>"`), and the body runs in a `dlock.hold` span (see
+/// the crate's `# Tracing` and `# Metrics`).
 ///
 /// # Compile errors
 ///

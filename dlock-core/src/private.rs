@@ -7,12 +7,14 @@ use futures_util::future::Either;
 use futures_util::FutureExt;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::lock::guard::LockGuard;
 use crate::multi::{MultiGuard, MultiLock};
 use crate::redlock::{RedLockClient, RedLockGuard};
+use crate::sync::observe::{self, Label};
 
 pub use crate::client::global::global_client_for;
 
@@ -94,6 +96,8 @@ impl<T: IntoClient + ?Sized> IntoClient for Arc<T> {
 pub trait Source: Clone {
     /// What it hands out.
     type Guard: Guard;
+    /// The `kind` label of the metrics of an acquisition of `kind` from this client.
+    fn kind_label(kind: Kind) -> &'static str;
     /// Acquires the lock of `kind` called `key` the way the attribute's `wait` / `lease`
     /// options say.
     fn acquire(
@@ -118,6 +122,8 @@ pub trait Guard {
     fn lost(&self) -> impl Future<Output = LockError> + Send + 'static;
     /// The loss, if the guard knows of one now (a passed deadline counts).
     fn loss(&self) -> Option<LockError>;
+    /// The `dlock.hold` span the body runs in.
+    fn hold_span(&self) -> tracing::Span;
     /// Releases after the body; a failure cannot change the body's result any more, so
     /// it is logged (quietly when the loss was already reported: the release then finds
     /// the lock not held, as expected).
@@ -145,7 +151,7 @@ pub async fn run_cancelling<G: Guard, F: Future>(
 ) -> Result<F::Output, Lost<F::Output>> {
     let ended = {
         let lost = guard.lost();
-        let body = guard.scope(body);
+        let body = guard.scope(body).instrument(guard.hold_span());
         futures_util::pin_mut!(lost, body);
         // `select` polls its first future first: the loss wins a tie.
         match futures_util::future::select(lost, body).await {
@@ -169,14 +175,14 @@ pub async fn run_to_end<G: Guard, F: Future>(
     guard: &G,
     body: F,
 ) -> Result<F::Output, Lost<F::Output>> {
-    let output = guard.scope(body).await;
+    let output = guard.scope(body).instrument(guard.hold_span()).await;
     finished(guard, output)
 }
 
 /// `on_lost = "ignore"`: runs the body in the guard's scope to its end and returns its
 /// output even if the lock was lost meanwhile, with a warning.
 pub async fn run_ignoring_loss<G: Guard, F: Future>(guard: &G, body: F) -> F::Output {
-    let output = guard.scope(body).await;
+    let output = guard.scope(body).instrument(guard.hold_span()).await;
     if let Some(error) = guard.loss() {
         let lock = match &error {
             LockError::Lost { name, .. } => name.as_str(),
@@ -244,8 +250,25 @@ macro_rules! acquire_with {
     }};
 }
 
+impl Kind {
+    /// The `kind` label of this kind's metrics on a [`LockClient`].
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Reentrant => "lock",
+            Kind::Fair => "fair_lock",
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::Permits(_) => "semaphore",
+        }
+    }
+}
+
 impl Source for LockClient {
     type Guard = LockGuard;
+
+    fn kind_label(kind: Kind) -> &'static str {
+        kind.label()
+    }
 
     async fn acquire(
         self,
@@ -279,6 +302,10 @@ impl Source for LockClient {
 impl Source for RedLockClient {
     type Guard = RedLockGuard;
 
+    fn kind_label(_: Kind) -> &'static str {
+        "redlock"
+    }
+
     async fn acquire(
         self,
         kind: Kind,
@@ -299,44 +326,75 @@ impl Source for RedLockClient {
     fn count_skip(&self) {}
 }
 
-/// Acquires one lock from `client`.
+/// Acquires one lock from `client`; `template` is the attribute's key as written
+/// (`goods:<id>`), the label of the acquisition's span and metrics.
 pub async fn acquire<S: Source>(
     client: Result<S>,
     kind: Kind,
+    template: &'static str,
     key: String,
     wait: Option<Duration>,
     lease: Option<Duration>,
 ) -> Result<S::Guard> {
-    client?.acquire(kind, key, wait, lease).await
+    observe::with_template(template, client?.acquire(kind, key, wait, lease)).await
+}
+
+/// Counts a body the attribute did not run because its lock was busy
+/// (`on_busy = "skip"`) in `dlock_skips_total`, labelled like the acquisition that found
+/// the lock busy: its kind label and the key template.
+fn record_skip(kind: &'static str, template: &'static str) {
+    observe::skipped(Label {
+        kind,
+        template: Some(template),
+    });
 }
 
 /// `on_busy = "skip"`: tries once; `Ok(None)` when the lock is busy (counted in the
-/// client's [`Stats::skipped`](crate::Stats::skipped) and traced at debug level).
+/// client's [`Stats::skipped`](crate::Stats::skipped) and in `dlock_skips_total`, and
+/// traced at debug level). `template` as for [`acquire`].
 pub async fn acquire_or_skip<S: Source>(
     client: Result<S>,
     kind: Kind,
+    template: &'static str,
     key: String,
     lease: Option<Duration>,
 ) -> Result<Option<S::Guard>> {
     let client = client?;
-    let acquired = client
-        .clone()
-        .acquire(kind, key.clone(), Some(Duration::ZERO), lease)
-        .await;
-    skip_if_busy(acquired, &key, || client.count_skip())
+    let acquired = observe::with_template(
+        template,
+        client
+            .clone()
+            .acquire(kind, key.clone(), Some(Duration::ZERO), lease),
+    )
+    .await;
+    skip_if_busy(acquired, &key, || {
+        client.count_skip();
+        record_skip(S::kind_label(kind), template);
+    })
 }
 
 /// `keys = [...]` with `on_busy = "skip"`: all or none, tried once; `Ok(None)` when one
-/// of them is busy.
+/// of them is busy. `template` as for [`acquire_all`].
 pub async fn acquire_all_or_skip(
     client: Result<LockClient>,
+    template: &'static str,
     keys: Vec<String>,
     lease: Option<Duration>,
 ) -> Result<Option<MultiGuard>> {
     let client = client?;
     let names = keys.join(", ");
-    let acquired = acquire_all(Ok(client.clone()), keys, Some(Duration::ZERO), lease).await;
-    skip_if_busy(acquired, &names, || client.count_skip())
+    let acquired = acquire_all(
+        Ok(client.clone()),
+        template,
+        keys,
+        Some(Duration::ZERO),
+        lease,
+    )
+    .await;
+    skip_if_busy(acquired, &names, || {
+        client.count_skip();
+        record_skip("multi_lock", template);
+    })
 }
 
 fn skip_if_busy<G>(acquired: Result<G>, lock: &str, count: impl FnOnce()) -> Result<Option<G>> {
@@ -355,14 +413,25 @@ fn skip_if_busy<G>(acquired: Result<G>, lock: &str, count: impl FnOnce()) -> Res
 }
 
 /// Acquires every lock of `keys`, all or none (`keys = [...]`): in one script when they
-/// share a cluster slot, else one after another in the canonical order.
+/// share a cluster slot, else one after another in the canonical order. `template` is
+/// the attribute's keys as written, joined by `", "`.
 pub async fn acquire_all(
     client: Result<LockClient>,
+    template: &'static str,
     keys: Vec<String>,
     wait: Option<Duration>,
     lease: Option<Duration>,
 ) -> Result<MultiGuard> {
-    let client = client?;
+    observe::with_template(template, take_all(client?, keys, wait, lease)).await
+}
+
+/// The multi-lock of `acquire_all`.
+async fn take_all(
+    client: LockClient,
+    keys: Vec<String>,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+) -> Result<MultiGuard> {
     let multi = match MultiLock::same_slot(&client, &keys) {
         Ok(multi) => multi,
         Err(LockError::CrossSlot { .. }) => {
@@ -397,6 +466,10 @@ impl Guard for LockGuard {
         LockGuard::lost(self).now_or_never()
     }
 
+    fn hold_span(&self) -> tracing::Span {
+        LockGuard::hold_span(self)
+    }
+
     async fn release(self) {
         let name = self.name().to_owned();
         let was_lost = self.is_lost();
@@ -417,6 +490,10 @@ impl Guard for MultiGuard {
 
     fn loss(&self) -> Option<LockError> {
         MultiGuard::lost(self).now_or_never()
+    }
+
+    fn hold_span(&self) -> tracing::Span {
+        MultiGuard::hold_span(self)
     }
 
     async fn release(self) {
@@ -476,6 +553,10 @@ impl Guard for RedLockGuard {
         )
     }
 
+    fn hold_span(&self) -> tracing::Span {
+        RedLockGuard::hold_span(self)
+    }
+
     async fn release(self) {
         let name = self.name().to_owned();
         let was_lost = self.is_lost();
@@ -489,4 +570,29 @@ impl Guard for RedLockGuard {
 /// inside it infer exactly as in the original function.
 pub fn typed_body<T, F: Future<Output = T>>(body: F) -> F {
     body
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skip_is_counted_under_its_kind_and_template() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            record_skip(LockClient::kind_label(Kind::Fair), "jobs:<id>");
+            record_skip(RedLockClient::kind_label(Kind::Reentrant), "jobs:<id>");
+            record_skip(RedLockClient::kind_label(Kind::Reentrant), "jobs:<id>");
+        });
+        let text = handle.render();
+        assert!(
+            text.contains(r#"dlock_skips_total{kind="fair_lock",key_template="jobs:<id>"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"dlock_skips_total{kind="redlock",key_template="jobs:<id>"} 2"#),
+            "{text}"
+        );
+    }
 }

@@ -50,17 +50,18 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
     }
     let names = parameter_names(function);
     let target = match (&args.key, &args.keys) {
-        (Some(literal), None) => {
-            compile_key(literal, &names, &mut errors).map(|key| Target::One(key, args.permits))
-        }
+        (Some(literal), None) => compile_key(literal, &names, &mut errors)
+            .map(|key| Target::One(key, literal.value(), args.permits)),
         (None, Some(literals)) => {
             let keys: Vec<_> = literals
                 .iter()
                 .map(|literal| compile_key(literal, &names, &mut errors))
                 .collect();
+            // The templates as written, joined: one label for the set.
+            let templates: Vec<String> = literals.iter().map(syn::LitStr::value).collect();
             keys.into_iter()
                 .collect::<Option<Vec<_>>>()
-                .map(Target::All)
+                .map(|keys| Target::All(keys, templates.join(", ")))
         }
         // Both or neither: `Args::parse` reported it.
         _ => None,
@@ -106,10 +107,10 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
 /// What the expansion acquires: the code building each key at run time.
 enum Target {
     /// `key`: one lock of the attribute's `kind`, or with `permits` one permit of a
-    /// semaphore of that capacity.
-    One(TokenStream, Option<u32>),
-    /// `keys`: a multi-lock, all or none.
-    All(Vec<TokenStream>),
+    /// semaphore of that capacity; with the key as written, the label of its metrics.
+    One(TokenStream, String, Option<u32>),
+    /// `keys`: a multi-lock, all or none; with the keys as written, joined by `", "`.
+    All(Vec<TokenStream>, String),
 }
 
 /// Checks one key template against the function's parameters; the code building the key,
@@ -224,7 +225,7 @@ fn rewrite(
     };
 
     let acquire = match target {
-        Target::One(key, permits) => {
+        Target::One(key, template, permits) => {
             let kind = match permits {
                 Some(permits) => quote!(#private::Kind::Permits(#permits)),
                 None => {
@@ -236,18 +237,26 @@ fn rewrite(
                 }
             };
             let call = match skip {
-                Some(_) => quote!(#private::acquire_or_skip(#client, #kind, __dlock_key, #lease)),
-                None => quote!(#private::acquire(#client, #kind, __dlock_key, #wait, #lease)),
+                Some(_) => {
+                    quote!(#private::acquire_or_skip(#client, #kind, #template, __dlock_key, #lease))
+                }
+                None => {
+                    quote!(#private::acquire(#client, #kind, #template, __dlock_key, #wait, #lease))
+                }
             };
             quote! {
                 let __dlock_key: ::std::string::String = #key;
                 let __dlock_acquired = #call.await;
             }
         }
-        Target::All(keys) => {
+        Target::All(keys, template) => {
             let call = match skip {
-                Some(_) => quote!(#private::acquire_all_or_skip(#client, __dlock_keys, #lease)),
-                None => quote!(#private::acquire_all(#client, __dlock_keys, #wait, #lease)),
+                Some(_) => {
+                    quote!(#private::acquire_all_or_skip(#client, #template, __dlock_keys, #lease))
+                }
+                None => {
+                    quote!(#private::acquire_all(#client, #template, __dlock_keys, #wait, #lease))
+                }
             };
             quote! {
                 let __dlock_keys: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#keys),*];

@@ -21,7 +21,8 @@
 //!   variable, else `redis-cli` from `PATH`), with a bounded, fully observed
 //!   [`RedisCluster::failover_slot`].
 //! - [`commandstats`] counts the commands a server ran (`INFO commandstats`).
-//! - [`logs`] captures what dlock logs, for tests that check it.
+//! - [`logs`] captures what dlock logs, for tests that check it; [`spans`] captures the
+//!   spans it opens, with their fields and how long they were open.
 //! - [`secret_urls`] generates Redis URLs with a known password, for the property tests
 //!   that no display of an address shows it.
 //! - [`overlap`] merges the critical sections that separate processes recorded on the
@@ -51,6 +52,7 @@ mod replicas;
 pub mod secret_urls;
 mod sentinel;
 mod server;
+pub mod spans;
 pub mod workload;
 
 pub use cluster::{RedisCluster, REDIS_CLI_ENV};

@@ -138,7 +138,8 @@ impl LockClient {
     }
 
     /// Counters and the acquisition-latency histogram since the client was built, for
-    /// export to a metrics system.
+    /// export to a metrics system. The `metrics` feature records labelled metrics through
+    /// the `metrics` facade instead (see the crate's `# Metrics`).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -16,14 +16,25 @@ use crate::lock::guard::LockGuard;
 use crate::redis::CallError;
 use crate::scripts::{fair_scripts, scripts, Script};
 use crate::sync::held::{Held, HoldOwner};
+use crate::sync::observe;
 use crate::sync::owner;
 use crate::sync::release::{self, HandOff, ReleaseJob};
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl FairLock {
+    /// The acquisition, traced and measured (`sync::observe`).
+    pub(super) async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<LockGuard> {
+        let acquisition = self.acquire_unobserved(wait, lease);
+        observe::acquisition("fair_lock", &self.name, wait, acquisition).await
+    }
+
     /// The acquisition: a re-entry inside a live scope of this lock, otherwise a new
     /// waiter. `wait: None` waits forever; `lease: None` uses the watchdog.
-    pub(super) async fn acquire(
+    async fn acquire_unobserved(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,

@@ -46,5 +46,6 @@ pub(super) fn release_job(
             args: vec![field.to_owned(), mode.to_owned(), fair.wake_prefix.clone()],
             finds_nothing_once_done: false,
         },
+        label: None,
     }
 }

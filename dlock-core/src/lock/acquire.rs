@@ -16,16 +16,34 @@ use crate::redis::CallError;
 use crate::scripts::scripts;
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::local::{Place, Ticket, Turn};
+use crate::sync::observe;
 use crate::sync::owner;
 use crate::sync::pubsub::Subscription;
 use crate::sync::release::ReleaseJob;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl Lock {
+    /// The acquisition, traced and measured (`sync::observe`): every public way to take
+    /// the lock comes here.
+    pub(crate) async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<LockGuard> {
+        observe::acquisition(
+            "lock",
+            &self.name,
+            wait,
+            self.acquire_unobserved(wait, lease),
+        )
+        .await
+    }
+
     /// The acquisition: a re-entry inside a live scope of this lock, otherwise a new owner
     /// that lines up locally and then waits in Redis. `wait: None` waits forever;
-    /// `lease: None` uses the watchdog.
-    pub(crate) async fn acquire(
+    /// `lease: None` uses the watchdog. Unobserved: a multi-lock taking its locks one by
+    /// one counts as one acquisition, its own.
+    pub(crate) async fn acquire_unobserved(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,

@@ -8,6 +8,7 @@ use crate::error::{LockError, Result};
 use crate::fence::Fence;
 use crate::scripts::scripts;
 use crate::sync::held::Held;
+use crate::sync::observe::{self, HoldRecord, Observed};
 use crate::sync::owner;
 use crate::sync::release::{self, ReleaseJob, Released};
 
@@ -35,6 +36,9 @@ pub struct LockGuard {
     /// interrupted in `unlock` and finished by `Drop` counts once.
     release: ReleaseJob,
     released: bool,
+    /// Counts the lock as held until the guard is gone; `None` for the guards a
+    /// multi-lock is made of (the multi-lock's guard has the record).
+    record: Option<HoldRecord>,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -70,12 +74,18 @@ impl LockGuard {
             watchdog_id,
             release,
             released: false,
+            record: None,
         }
     }
 
     /// The hold this guard gives back.
     pub(crate) fn held(&self) -> &Arc<Held> {
         &self.held
+    }
+
+    /// The span around the attribute's body under this guard.
+    pub(crate) fn hold_span(&self) -> tracing::Span {
+        observe::hold_span(&self.held.name, self.held.label())
     }
 
     /// The client the lock belongs to.
@@ -201,6 +211,9 @@ impl LockGuard {
         match outcome {
             Ok(Released::NotHeld) => {
                 inner.metrics.released(false);
+                if let Some(label) = self.held.label() {
+                    observe::release_failed(label);
+                }
                 self.released = true;
                 Err(LockError::NotHeld {
                     name: self.held.name.to_string(),
@@ -360,6 +373,13 @@ impl LockGuard {
     }
 }
 
+impl Observed for LockGuard {
+    fn observe(&mut self, hold: HoldRecord) {
+        self.held.set_label(hold.label());
+        self.record = Some(hold);
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.released {
@@ -367,9 +387,9 @@ impl Drop for LockGuard {
         }
         self.stop_renewal();
         tracing::debug!(lock = %self.held.name, "dlock: guard dropped; releasing in the background");
-        self.client
-            .inner
-            .release_in_background(self.release.clone());
+        let mut job = self.release.clone();
+        job.label = self.held.label();
+        self.client.inner.release_in_background(job);
         // The next local waiter may find the lock still held until the background
         // release ran; it then waits for the release's unlock message like anyone else.
         self.held.give_up_turn();

@@ -42,5 +42,6 @@ pub(crate) fn release_job(
             args: vec![field.to_owned(), mode.to_owned()],
             finds_nothing_once_done: true,
         },
+        label: None,
     }
 }

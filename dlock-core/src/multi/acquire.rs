@@ -14,13 +14,30 @@ use crate::lock::guard::LockGuard;
 use crate::lock::Lock;
 use crate::redis::CallError;
 use crate::scripts::multi_scripts;
+use crate::sync::observe;
 use crate::sync::owner;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl MultiLock {
+    /// The acquisition, traced and measured (`sync::observe`) under the set's names.
+    pub(super) async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<MultiGuard> {
+        let names = self.names().join(", ");
+        observe::acquisition(
+            "multi_lock",
+            &names,
+            wait,
+            self.acquire_unobserved(wait, lease),
+        )
+        .await
+    }
+
     /// The acquisition of the whole set within one wait budget (`None`: no end);
     /// `lease: None` uses the watchdog.
-    pub(super) async fn acquire(
+    async fn acquire_unobserved(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,
@@ -79,9 +96,10 @@ impl MultiLock {
         for lock in self.locks.iter() {
             let remaining = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
             let outcome = match lease {
-                None => lock.acquire(remaining, None).await,
+                None => lock.acquire_unobserved(remaining, None).await,
                 Some(lease) => {
-                    keep_alive_while(&held, lease, lock.acquire(remaining, Some(lease))).await
+                    let acquisition = lock.acquire_unobserved(remaining, Some(lease));
+                    keep_alive_while(&held, lease, acquisition).await
                 }
             };
             match outcome {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
 use crate::lock::guard::LockGuard;
+use crate::sync::observe::{self, HoldRecord, Observed};
 use crate::sync::owner;
 
 /// Every lock of a [`MultiLock`](super::MultiLock), held together: one hold of each, in
@@ -24,11 +25,32 @@ use crate::sync::owner;
 pub struct MultiGuard {
     /// In canonical order.
     guards: Vec<LockGuard>,
+    /// Counts the set as one held lock until the guard is gone.
+    record: Option<HoldRecord>,
+}
+
+/// Each lock's losses and release failures count under the set's label.
+impl Observed for MultiGuard {
+    fn observe(&mut self, hold: HoldRecord) {
+        for guard in &self.guards {
+            guard.held().set_label(hold.label());
+        }
+        self.record = Some(hold);
+    }
 }
 
 impl MultiGuard {
     pub(super) fn new(guards: Vec<LockGuard>) -> MultiGuard {
-        MultiGuard { guards }
+        MultiGuard {
+            guards,
+            record: None,
+        }
+    }
+
+    /// The span around the attribute's body under this guard.
+    pub(crate) fn hold_span(&self) -> tracing::Span {
+        let label = self.record.as_ref().map(HoldRecord::label);
+        observe::hold_span(&self.names().join(", "), label)
     }
 
     /// The names of the locks held, in canonical order.

@@ -1,7 +1,7 @@
 //! [`RedLockGuard`]: a RedLock held on a majority, its renewal task and its release.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::{drift, node, per_node_timeout, release_timeout, RedLock};
 use crate::error::{LockError, LossReason, Result};
 use crate::lease::lease_millis;
+use crate::sync::observe::{self, HoldRecord, Label, Observed};
 use crate::sync::release::Released;
 
 /// A RedLock held on a majority of its servers, from [`RedLock`]'s acquisition methods.
@@ -26,6 +27,8 @@ pub struct RedLockGuard {
     /// The task that renews the lock (or, with an explicit lease, reports its expiry).
     task: AbortHandle,
     released: bool,
+    /// Counts the lock as held until the guard is gone.
+    record: Option<HoldRecord>,
 }
 
 /// What the guard shares with its task and its `lost()` futures.
@@ -38,6 +41,8 @@ struct Hold {
     /// `Some` once the lock is lost; dropped (closing the channel) once the guard and its
     /// task are gone.
     lost: watch::Sender<Option<LossReason>>,
+    /// The acquisition's labels, for the loss's metric; set when the guard is handed out.
+    label: OnceLock<Label>,
 }
 
 impl Hold {
@@ -47,7 +52,10 @@ impl Hold {
 
     fn mark_lost(&self, reason: LossReason) {
         tracing::warn!(lock = %self.lock.name, %reason, "dlock: RedLock lost");
-        self.lost.send_replace(Some(reason));
+        let first = self.lost.send_replace(Some(reason)).is_none();
+        if let (true, Some(label)) = (first, self.label.get()) {
+            observe::lost(*label);
+        }
     }
 }
 
@@ -76,13 +84,20 @@ impl RedLockGuard {
             lease,
             deadline: Mutex::new(deadline),
             lost: watch::channel(None).0,
+            label: OnceLock::new(),
         });
         let task = tokio::spawn(watch_hold(Arc::clone(&hold), renewed)).abort_handle();
         RedLockGuard {
             hold,
             task,
             released: false,
+            record: None,
         }
+    }
+
+    /// The span around the attribute's body under this guard.
+    pub(crate) fn hold_span(&self) -> tracing::Span {
+        observe::hold_span(&self.hold.lock.name, self.hold.label.get().copied())
     }
 
     /// The lock's name.
@@ -173,12 +188,16 @@ impl RedLockGuard {
                 node.inner.release_in_background(job);
             }
         }
-        match first_error {
+        let outcome = match first_error {
             Some(error) if held < quorum && held + failed >= quorum => {
                 Err(error.into_lock_error(&lock.name, "release"))
             }
             _ => Ok(held >= quorum),
+        };
+        if let (Ok(false) | Err(_), Some(label)) = (&outcome, self.hold.label.get()) {
+            observe::release_failed(*label);
         }
+        outcome
     }
 
     /// Completes with [`LockError::Lost`] if the lock is lost while this guard holds it: a
@@ -214,6 +233,13 @@ impl RedLockGuard {
     /// [`RedLockClient`](crate::RedLockClient#what-it-guarantees-and-what-it-does-not).
     pub fn deadline(&self) -> std::time::Instant {
         self.hold.deadline().into_std()
+    }
+}
+
+impl Observed for RedLockGuard {
+    fn observe(&mut self, hold: HoldRecord) {
+        let _ = self.hold.label.set(hold.label());
+        self.record = Some(hold);
     }
 }
 

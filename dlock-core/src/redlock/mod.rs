@@ -22,6 +22,7 @@ use crate::client::{LockClient, LockClientBuilder};
 use crate::error::{LockError, Result};
 use crate::lease::lease_millis;
 use crate::names::{check_text, LockKeys};
+use crate::sync::observe;
 use node::Grant;
 
 /// A lock over N independent Redis servers (the Redlock algorithm of the Redis
@@ -463,9 +464,19 @@ impl RedLock {
         }
     }
 
+    /// The acquisition, traced and measured (`sync::observe`).
+    async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<RedLockGuard> {
+        let acquisition = self.acquire_unobserved(wait, lease);
+        observe::acquisition("redlock", &self.name, wait, acquisition).await
+    }
+
     /// Rounds until one wins or the wait budget (`None`: none) is spent; `lease: None`
     /// renews the first node's watchdog timeout.
-    async fn acquire(
+    async fn acquire_unobserved(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,

@@ -20,6 +20,7 @@ use crate::lock::guard::LockGuard;
 use crate::redis::CallError;
 use crate::scripts::rw_scripts;
 use crate::sync::held::{Held, HoldOwner};
+use crate::sync::observe;
 use crate::sync::owner;
 use crate::sync::release::{self, HandOff};
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
@@ -51,10 +52,26 @@ fn owner_of(held: &Held) -> Arc<str> {
 }
 
 impl ReadWriteLock {
+    /// The acquisition of a `kind` hold, traced and measured (`sync::observe`) as a
+    /// `read` or `write`.
+    pub(super) async fn acquire(
+        &self,
+        kind: Kind,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<LockGuard> {
+        let label = match kind {
+            Kind::Read => "read",
+            Kind::Write => "write",
+        };
+        let acquisition = self.acquire_unobserved(kind, wait, lease);
+        observe::acquisition(label, &self.shared.name, wait, acquisition).await
+    }
+
     /// The acquisition of a `kind` hold: inside a live scope of this lock a re-entry,
     /// downgrade or refused upgrade, otherwise a new owner. `wait: None` waits forever;
     /// `lease: None` uses the watchdog.
-    pub(super) async fn acquire(
+    async fn acquire_unobserved(
         &self,
         kind: Kind,
         wait: Option<Duration>,

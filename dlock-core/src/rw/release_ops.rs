@@ -48,5 +48,6 @@ pub(super) fn release_job(
             args: vec![owner.to_owned(), kind.as_str().to_owned(), mode.to_owned()],
             finds_nothing_once_done: false,
         },
+        label: None,
     }
 }

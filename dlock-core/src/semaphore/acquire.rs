@@ -16,13 +16,25 @@ use crate::lock::guard::LockGuard;
 use crate::redis::CallError;
 use crate::scripts::sem_scripts;
 use crate::sync::held::{Held, HoldOwner};
+use crate::sync::observe;
 use crate::sync::release::{self, HandOff, ReleaseJob};
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl Semaphore {
+    /// A grant of `n` permits, traced and measured (`sync::observe`).
+    pub(super) async fn acquire_permits(
+        &self,
+        n: u32,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<LockGuard> {
+        let acquisition = self.acquire_unobserved(n, wait, lease);
+        observe::acquisition("semaphore", &self.shared.name, wait, acquisition).await
+    }
+
     /// A grant of `n` permits. `wait: None` waits forever; `lease: None` uses the
     /// watchdog.
-    pub(super) async fn acquire_permits(
+    async fn acquire_unobserved(
         &self,
         n: u32,
         wait: Option<Duration>,

@@ -23,5 +23,6 @@ pub(super) fn release_job(sem: &Shared, grant: &str, op: u64) -> ReleaseJob {
             args: vec![grant.to_owned()],
             finds_nothing_once_done: false,
         },
+        label: None,
     }
 }

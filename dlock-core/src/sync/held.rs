@@ -13,6 +13,7 @@ use crate::error::LossReason;
 use crate::fence::Fence;
 use crate::sync::local::Turn;
 use crate::sync::metrics::Metrics;
+use crate::sync::observe::{self, Label};
 use crate::sync::release::{HandOff, NextHolder};
 
 const HELD: u8 = 0;
@@ -50,6 +51,9 @@ pub(crate) struct Held {
     /// hold's); `None` for kinds that do not exclude writers and clients without tokens.
     pub(crate) fence: Option<Fence>,
     metrics: Arc<Metrics>,
+    /// The labels of the acquisition that took it, for the loss's metric; set when its
+    /// guard is handed out.
+    label: OnceLock<Label>,
 }
 
 /// Whose hold it is, and where it lives.
@@ -88,6 +92,7 @@ impl Held {
             acquired_in: tokio::task::try_id(),
             fence: None,
             metrics,
+            label: OnceLock::new(),
         }
     }
 
@@ -95,6 +100,16 @@ impl Held {
     pub(crate) fn with_fence(mut self, fence: Option<Fence>) -> Held {
         self.fence = fence;
         self
+    }
+
+    /// Labels the hold's loss and release failures (the first label set stays).
+    pub(crate) fn set_label(&self, label: Label) {
+        let _ = self.label.set(label);
+    }
+
+    /// The label set by [`set_label`](Held::set_label), if any.
+    pub(crate) fn label(&self) -> Option<Label> {
+        self.label.get().copied()
     }
 
     /// Keeps `turn` until the hold ends, and tells the line who holds it.
@@ -186,6 +201,9 @@ impl Held {
             .is_ok();
         if changed {
             self.metrics.lost();
+            if let Some(label) = self.label() {
+                observe::lost(label);
+            }
             tracing::warn!(lock = %self.name, %reason, "dlock: lock lost");
             self.changed.notify_waiters();
             self.give_up_turn();

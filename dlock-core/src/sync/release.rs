@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::redis::{Backend, CallError};
 use crate::sync::metrics::Metrics;
+use crate::sync::observe::{self, Label};
 use crate::sync::retry::RetryPolicy;
 
 /// What the script reported.
@@ -109,6 +110,9 @@ pub(crate) struct ReleaseOp {
 pub(crate) struct ReleaseJob {
     pub(crate) name: Arc<str>,
     pub(crate) op: ReleaseOp,
+    /// The labels of the guard giving the lock back, for a failure's metric; `None` for
+    /// the release of an acquisition that ended without a guard.
+    pub(crate) label: Option<Label>,
 }
 
 /// Runs the release script, retrying transient failures with the same memo so that a
@@ -217,10 +221,11 @@ pub(crate) async fn run_background(
             if outcome.is_ok() {
                 log.record(&job);
             }
-            metrics.released(matches!(
-                outcome,
-                Ok(Released::Free(_) | Released::StillHeld(_))
-            ));
+            let confirmed = matches!(outcome, Ok(Released::Free(_) | Released::StillHeld(_)));
+            metrics.released(confirmed);
+            if let (false, Some(label)) = (confirmed, job.label) {
+                observe::release_failed(label);
+            }
             match outcome {
                 Ok(Released::NotHeld) => {
                     tracing::debug!(lock = %job.name, "dlock: background release found the lock not held")

@@ -5,6 +5,7 @@ async fn serve(id: u64) -> Result<(), AppError> {
                 ::core::concat!(::core::module_path!(), "::", "serve"),
             ),
             ::dlock_core::__private::Kind::Fair,
+            "queue:<id>",
             __dlock_key,
             ::core::option::Option::Some(::core::time::Duration::new(2u64, 0u32)),
             ::core::option::Option::None,

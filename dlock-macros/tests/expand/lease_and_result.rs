@@ -10,6 +10,7 @@ pub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> {
                 ::core::concat!(::core::module_path!(), "::", "buy"),
             ),
             ::dlock_core::__private::Kind::Reentrant,
+            "goods:<id>",
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::Some(::core::time::Duration::new(5u64, 0u32)),

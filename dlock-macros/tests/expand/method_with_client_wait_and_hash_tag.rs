@@ -8,6 +8,7 @@ async fn sell(&mut self, order: Order) -> AppResult<()> {
                 ::dlock_core::__private::IntoClient::to_client(&(self.locks)),
             ),
             ::dlock_core::__private::Kind::Reentrant,
+            "{shop}:<self.id>:<order.user.0>",
             __dlock_key,
             ::core::option::Option::Some(::core::time::Duration::new(0u64, 0u32)),
             ::core::option::Option::None,

@@ -9,6 +9,7 @@ async fn tick(name: &str) {
                 ::core::concat!(::core::module_path!(), "::", "tick"),
             ),
             ::dlock_core::__private::Kind::Reentrant,
+            "job:<name>",
             __dlock_key,
             ::core::option::Option::None,
         )

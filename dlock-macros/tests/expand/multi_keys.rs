@@ -6,6 +6,7 @@ async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), AppError> {
             ::dlock_core::__private::global_client_for(
                 ::core::concat!(::core::module_path!(), "::", "transfer"),
             ),
+            "account:<from>, account:<to>",
             __dlock_keys,
             ::core::option::Option::Some(::core::time::Duration::new(2u64, 0u32)),
             ::core::option::Option::None,

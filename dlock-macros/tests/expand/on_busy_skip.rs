@@ -5,6 +5,7 @@ async fn run(job: &str) -> Result<Option<u64>, AppError> {
                 ::core::concat!(::core::module_path!(), "::", "run"),
             ),
             ::dlock_core::__private::Kind::Reentrant,
+            "tick:<job>",
             __dlock_key,
             ::core::option::Option::None,
         )

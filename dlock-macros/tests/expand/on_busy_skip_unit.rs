@@ -6,6 +6,7 @@ async fn run(job: &str) {
             ::dlock_core::__private::global_client_for(
                 ::core::concat!(::core::module_path!(), "::", "run"),
             ),
+            "a:<job>, b:<job>",
             __dlock_keys,
             ::core::option::Option::None,
         )

@@ -5,6 +5,7 @@ async fn report(name: impl Display) -> impl Display {
                 ::core::concat!(::core::module_path!(), "::", "report"),
             ),
             ::dlock_core::__private::Kind::Reentrant,
+            "report:<name>",
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::None,

@@ -5,6 +5,7 @@ async fn report(day: u32) -> Result<u64, AppError> {
                 ::core::concat!(::core::module_path!(), "::", "report"),
             ),
             ::dlock_core::__private::Kind::Reentrant,
+            "report:<day>",
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::None,

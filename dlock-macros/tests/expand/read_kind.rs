@@ -5,6 +5,7 @@ async fn price(shop: u32, item: u64) -> Result<u64, AppError> {
                 ::core::concat!(::core::module_path!(), "::", "price"),
             ),
             ::dlock_core::__private::Kind::Read,
+            "catalog:<shop>",
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::None,

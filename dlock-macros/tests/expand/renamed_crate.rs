@@ -5,6 +5,7 @@ async fn buy(id: u64) -> Result<(), AppError> {
                 ::core::concat!(::core::module_path!(), "::", "buy"),
             ),
             dlock::__private::Kind::Reentrant,
+            "goods:<id>",
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::None,

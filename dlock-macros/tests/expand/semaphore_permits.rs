@@ -9,6 +9,7 @@ async fn query(name: &str) -> Result<u64, AppError> {
                 ::core::concat!(::core::module_path!(), "::", "query"),
             ),
             ::dlock_core::__private::Kind::Permits(4u32),
+            "pool:<name>",
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::Some(::core::time::Duration::new(30u64, 0u32)),

@@ -9,6 +9,7 @@ async fn reprice(shop: u32, item: u64) -> Result<(), AppError> {
                 ::core::concat!(::core::module_path!(), "::", "reprice"),
             ),
             ::dlock_core::__private::Kind::Write,
+            "catalog:<shop>",
             __dlock_key,
             ::core::option::Option::None,
             ::core::option::Option::Some(::core::time::Duration::new(10u64, 0u32)),

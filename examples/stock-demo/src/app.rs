@@ -7,6 +7,7 @@
 //! | `POST /goods/{id}/buy-try` | `try_lock_with(wait 3s, lease 5s)`; busy → 503 |
 //! | `GET /goods/{id}` | reads the stock |
 //! | `POST /goods/{id}/stock` | sets the stock (body: a number) |
+//! | `GET /metrics` | dlock's metrics, Prometheus text (added by `serve`, see `metrics.rs`) |
 //!
 //! With `--fenced` the stock is written with `client.fenced().set`, presenting the hold's
 //! fencing token: a write from a holder whose lock has since been taken by another is

@@ -11,10 +11,12 @@
 //! `stock-demo --mode hot --hold 50ms --duration 10s --stock 100000 --concurrency 12` is
 //! the hot item: the report shows each process's sales (fairness across processes) and
 //! the sales per second against the one-lock ceiling of 1 / hold.
+//! Each service process serves dlock's metrics on `GET /metrics` (Prometheus text).
 
 mod app;
 mod load;
 mod local_redis;
+mod metrics;
 mod store;
 
 use std::io::{BufRead, BufReader, Write};
@@ -207,6 +209,7 @@ async fn serve(
         }
         _ => return Err("serve needs exactly one of --redis-url and --config".into()),
     };
+    let metrics = metrics::install()?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
@@ -217,7 +220,8 @@ async fn serve(
         fenced,
         pause_point: Arc::new(AtomicBool::new(pause_point)),
     };
-    axum::serve(listener, app::app(state, locking))
+    let router = app::app(state, locking).merge(metrics::route(metrics));
+    axum::serve(listener, router)
         .await
         .map_err(|e| e.to_string())
 }
