@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use dlock_core::{LockClient, LockGuard};
-use dlock_tests::{RedisCluster, RedisSentinelGroup, RedisServer};
+use dlock_tests::{RedisCluster, RedisReplicaSet, RedisSentinelGroup, RedisServer};
 use serde_json::Value;
 
 /// A config file (the application's) in a temporary directory.
@@ -41,6 +41,14 @@ impl ConfigFile {
             "[redis.sentinel]\nmaster_name = \"{}\"\nsentinels = {:?}",
             group.master_name(),
             group.sentinel_urls()
+        ))
+    }
+
+    fn master_slave(set: &RedisReplicaSet) -> ConfigFile {
+        ConfigFile::new(&format!(
+            "[redis.master_slave]\nmaster = \"{}\"\nreplicas = {:?}",
+            set.master_url(),
+            set.replica_urls()
         ))
     }
 
@@ -478,4 +486,84 @@ async fn bad_input_is_a_clear_error() {
 
     let usage = dlock(&config, &["watch", "job", "--for", "soon"], "").await;
     assert_eq!(usage.status.code(), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_locks_queue_is_shown_and_its_head_gets_the_lock_after_force_unlock() {
+    let server = RedisServer::start();
+    let config = ConfigFile::single(&server);
+    let billing = config.client("billing").await;
+    // A waiter that re-checks only every 10 s: only the fair lock's own wake-up (on the
+    // head's channel) gets it the lock within the 2 s below.
+    let worker = LockClient::builder()
+        .key_prefix("shop:")
+        .client_name("worker")
+        .max_wait_recheck(Duration::from_secs(10))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    registered(&billing).await;
+    registered(&worker).await;
+    let _held = billing.fair_lock("report:fair").lock().await.unwrap();
+    let waiting = worker
+        .fair_lock("report:fair")
+        .with_entry_timeout(Duration::from_secs(60));
+    let waiter = tokio::spawn(async move { waiting.lock().await.unwrap() });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while billing
+        .lock("report:fair")
+        .inspect()
+        .await
+        .unwrap()
+        .fair_queue
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let doc = json(&dlock(&config, &["--json", "inspect", "report:fair"], "").await);
+    assert_eq!(doc["holders"][0]["client"]["name"], "billing");
+    let queue = doc["fair_queue"].as_array().unwrap();
+    assert_eq!(queue.len(), 1, "{doc}");
+    assert_eq!(queue[0]["client"]["name"], "worker");
+    assert_eq!(queue[0]["client_id"], worker.id().to_string());
+    let text = stdout(&dlock(&config, &["inspect", "report:fair"], "").await);
+    assert!(text.contains("fair queue: 1\n"), "{text}");
+    assert!(text.contains(&format!("  {}:", worker.id())), "{text}");
+
+    let unlocked = stdout(&dlock(&config, &["force-unlock", "--yes", "report:fair"], "").await);
+    assert_eq!(unlocked, "force-unlocked report:fair\n");
+    let guard = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the queue's head was not woken")
+        .unwrap();
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_and_list_on_a_master_with_replicas() {
+    let set = RedisReplicaSet::start(1);
+    let config = ConfigFile::master_slave(&set);
+    let client = config.client("billing").await;
+    registered(&client).await;
+    let guard = client.lock("invoice:5").lock().await.unwrap();
+    let watching = {
+        let path = config.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let args = ["--json", "watch", "invoice:5", "--for", "1500ms"].map(str::to_owned);
+            run(&path, &args, "")
+        })
+    };
+    let listed = json(&dlock(&config, &["--json", "list"], "").await);
+    assert_eq!(listed["locks"][0]["name"], "invoice:5", "{listed}");
+    // The watch has seen the holder by now (it starts in about 100 ms).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    guard.unlock().await.unwrap();
+    let doc = json(&watching.await.unwrap());
+    let changes = doc["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 2, "{doc}");
+    assert_eq!(changes[0]["holders"][0]["client"]["name"], "billing");
+    assert_eq!(changes[1]["holders"], Value::Array(Vec::new()));
+    assert!(changes[1]["at_ms"].as_u64().unwrap() > changes[0]["at_ms"].as_u64().unwrap());
 }
