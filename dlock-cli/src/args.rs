@@ -56,9 +56,10 @@ pub enum Command {
         /// Stop after this long (`30s`, `5m`). Default: until Ctrl-C.
         #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
         duration: Option<Duration>,
-        /// How often the holder is read: unlock messages are published only when a
-        /// client waits, so the holder is read rather than heard.
-        #[arg(long, default_value = "20ms", value_parser = interval)]
+        /// How often the holder is read (two commands and one per holder): unlock
+        /// messages are published only when a client waits, so the holder is read rather
+        /// than heard. A hold shorter than this can go unseen.
+        #[arg(long, default_value = "50ms", value_parser = interval)]
         interval: Duration,
     },
     /// Deletes the lock whoever holds it and wakes a waiter; the holder's guard learns

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use dlock_core::{ClientDescription, LockClientRef, LockInfo};
+use dlock_core::{ClientDescription, LockClientRef, LockHolder, LockInfo};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -71,21 +71,23 @@ impl From<&LockClientRef> for ClientView {
     }
 }
 
+impl From<&LockHolder> for HolderView {
+    fn from(h: &LockHolder) -> Self {
+        HolderView {
+            owner: ClientView::from(&h.owner),
+            holds: h.holds,
+            fence: h.fence,
+        }
+    }
+}
+
 impl From<&LockInfo> for LockView {
     fn from(info: &LockInfo) -> Self {
         let clients = |refs: &[LockClientRef]| refs.iter().map(ClientView::from).collect();
         LockView {
             name: info.name.clone(),
             key: info.key.clone(),
-            holders: info
-                .holders
-                .iter()
-                .map(|h| HolderView {
-                    owner: ClientView::from(&h.owner),
-                    holds: h.holds,
-                    fence: h.fence,
-                })
-                .collect(),
+            holders: info.holders.iter().map(HolderView::from).collect(),
             remaining_lease_ms: info.remaining_lease.map(millis),
             reserved_for: info.reserved_for.as_ref().map(ClientView::from),
             waiting_clients: clients(&info.waiting_clients),

@@ -1,8 +1,9 @@
 //! `dlock watch <name>`: the holder at the start and at every change.
 //!
-//! The holder is read every `--interval` rather than heard on the unlock channel: a
-//! release publishes only when a client waits, and an acquisition never does, so the
-//! channel misses most hand-offs. A hold shorter than the interval can go unseen.
+//! The holder is read every `--interval` (`Lock::holders`: two commands and one per
+//! holder) rather than heard on the unlock channel: a release publishes only when a
+//! client waits, and an acquisition never does, so the channel misses most hand-offs. A
+//! hold shorter than the interval can go unseen.
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::error::CliError;
-use crate::report::{millis, print_json, HolderView, LockView};
+use crate::report::{millis, print_json, HolderView};
 
 /// One observed state of the lock.
 #[derive(Serialize)]
@@ -58,7 +59,7 @@ pub async fn run(
             }
             _ = ticks.tick() => {}
         }
-        let holders = LockView::from(&lock.inspect().await?).holders;
+        let holders: Vec<HolderView> = lock.holders().await?.iter().map(HolderView::from).collect();
         let same = changes.last().is_some_and(|last| {
             let ids = |h: &[HolderView]| h.iter().map(|h| h.owner.id.clone()).collect::<Vec<_>>();
             ids(&last.holders) == ids(&holders)

@@ -147,18 +147,8 @@ impl Lock {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<LockInfo> {
-        self.check_name()?;
+        let fields = self.fields().await?;
         let keys = self.keys();
-        let found: String = self
-            .query("inspect", redis::cmd("TYPE").arg(&keys.key))
-            .await?;
-        if found != "hash" && found != "none" {
-            return Err(self.wrong_type(found));
-        }
-        let hash: HashMap<String, String> = self
-            .query("inspect", redis::cmd("HGETALL").arg(&keys.key))
-            .await?;
-        let fields = Fields::parse(hash).ok_or_else(|| self.wrong_type("hash".to_owned()))?;
         let remaining_lease = self.remaining_lease().await?;
         let waiting: Vec<String> = self
             .query(
@@ -193,23 +183,14 @@ impl Lock {
             .await?;
         let client = self.client();
         let describe = |id: String| async move { client.describe(id).await };
-        let holders = try_join_all(fields.holds.into_iter().map(|(owner, holds)| {
-            let fence = fields.fences.get(&owner).copied();
-            async move {
-                Ok::<_, LockError>(LockHolder {
-                    owner: describe(owner).await?,
-                    holds,
-                    fence,
-                })
-            }
-        }))
-        .await?;
+        let reserved_for = fields.reserved_for.clone();
+        let holders = self.described(fields).await?;
         Ok(LockInfo {
             name: self.name().to_owned(),
             key: keys.key.clone(),
             holders,
             remaining_lease,
-            reserved_for: match fields.reserved_for {
+            reserved_for: match reserved_for {
                 Some(id) => Some(describe(id).await?),
                 None => None,
             },
@@ -218,6 +199,53 @@ impl Lock {
             fair_queue: try_join_all(queued.into_iter().map(describe)).await?,
             fencing_counter,
         })
+    }
+}
+
+impl Lock {
+    /// Who holds the lock now ([`LockInfo::holders`] alone): the one read a watcher
+    /// repeats, `TYPE` and `HGETALL` and a `GET` of each holder's description.
+    ///
+    /// # Errors
+    ///
+    /// As for [`inspect`](Lock::inspect).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn holders(&self) -> Result<Vec<LockHolder>> {
+        let fields = self.fields().await?;
+        self.described(fields).await
+    }
+
+    /// The lock hash's fields, sorted; a key of another type or layout is `WrongType`.
+    async fn fields(&self) -> Result<Fields> {
+        self.check_name()?;
+        let key = &self.keys().key;
+        let found: String = self.query("inspect", redis::cmd("TYPE").arg(key)).await?;
+        if found != "hash" && found != "none" {
+            return Err(self.wrong_type(found));
+        }
+        let hash: HashMap<String, String> = self
+            .query("inspect", redis::cmd("HGETALL").arg(key))
+            .await?;
+        Fields::parse(hash).ok_or_else(|| self.wrong_type("hash".to_owned()))
+    }
+
+    /// The holders in `fields`, each with its client's description.
+    async fn described(&self, fields: Fields) -> Result<Vec<LockHolder>> {
+        let client = self.client();
+        try_join_all(fields.holds.into_iter().map(|(owner, holds)| {
+            let fence = fields.fences.get(&owner).copied();
+            async move {
+                Ok::<_, LockError>(LockHolder {
+                    owner: client.describe(owner).await?,
+                    holds,
+                    fence,
+                })
+            }
+        }))
+        .await
     }
 }
 
