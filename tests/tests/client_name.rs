@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use dlock_core::{LockClient, Topology, REGISTRATION_TTL};
-use dlock_tests::{RedisCluster, RedisServer};
+use dlock_tests::{RedisCluster, RedisReplicaSet, RedisServer};
 
 /// The names of `server`'s connections (`CLIENT LIST`).
 fn connection_names(admin: &mut redis::Connection) -> Vec<String> {
@@ -201,6 +201,39 @@ async fn every_cluster_node_sees_the_name() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     guard.unlock().await.unwrap();
+}
+
+/// With `replica_acks`, the `WAIT` after an acquisition runs on a connection of its own,
+/// opened on demand: it carries the name too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_lent_to_wait_is_named_too() {
+    let set = RedisReplicaSet::start(1);
+    let mut admin = set.master.connection();
+    let client = LockClient::builder()
+        .client_name("acked")
+        .replica_acks(1, Duration::from_millis(500))
+        .connect_to(&Topology::master_replicas(
+            set.master_url(),
+            set.replica_urls(),
+        ))
+        .await
+        .unwrap();
+    let named = |admin: &mut redis::Connection| {
+        connection_names(admin)
+            .iter()
+            .filter(|name| *name == "acked")
+            .count()
+    };
+    eventually("the command connection is named", || named(&mut admin) == 1).await;
+    client
+        .lock("a")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    assert_eq!(named(&mut admin), 2, "{:?}", connection_names(&mut admin));
 }
 
 #[tokio::test]
