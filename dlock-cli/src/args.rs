@@ -41,8 +41,9 @@ pub enum Command {
         /// The lock name, as the application passes it (without the key prefix).
         name: String,
     },
-    /// The locks whose name starts with `--prefix`, with their holders (SCAN on every
-    /// master; never KEYS). Read-only.
+    /// The locks and fair locks whose name starts with `--prefix`, with their holders
+    /// (SCAN on every master; never KEYS). Read-write locks and semaphores have other
+    /// layouts and are not listed. Read-only.
     List {
         /// Only names starting with this (after the config's key prefix).
         #[arg(long, default_value = "")]

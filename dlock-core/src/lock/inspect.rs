@@ -252,8 +252,10 @@ impl Lock {
 impl LockClient {
     /// The names (without the key prefix) of the locks whose name starts with
     /// `name_prefix`, sorted: every hash under this client's key prefix laid out as a
-    /// lock, found with `SCAN` on every master of the deployment (never `KEYS`, which
-    /// would block Redis). A lock taken or released meanwhile may or may not be listed.
+    /// lock or a fair lock (read-write locks and semaphores have other layouts), found
+    /// with `SCAN` on every master of the deployment (never `KEYS`, which would block
+    /// Redis) and read with `HGETALL`. A lock taken or released meanwhile may or may not
+    /// be listed.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
