@@ -16,6 +16,7 @@
 //! tls_ca_file     = "ca.pem"   # for rediss:// addresses; relative to this file
 //! retry_attempts  = 3
 //! retry_delay     = "50ms"
+//! client_name     = "billing" # CLIENT SETNAME, and shown by `dlock inspect`
 //!
 //! [lock]                       # optional, every key optional
 //! watchdog_timeout = "30s"
@@ -135,6 +136,9 @@ impl Config {
         }
         if let Some(v) = c.retry_delay {
             builder = builder.retry_delay(v);
+        }
+        if let Some(v) = &c.client_name {
+            builder = builder.client_name(v.clone());
         }
         if let Some(v) = l.watchdog_timeout {
             builder = builder.watchdog_timeout(v);

@@ -124,6 +124,10 @@ pub struct Connection {
     /// First pause before a retry, doubled each time. Default 50 ms, at most 366 days.
     #[serde(default, deserialize_with = "retry_delay")]
     pub retry_delay: Option<Duration>,
+    /// The service's name on its connections (`CLIENT SETNAME`) and in the description
+    /// operators see next to its locks; see `dlock_core::LockClientBuilder::client_name`.
+    /// Default `dlock-` and the first 8 characters of the client id.
+    pub client_name: Option<String>,
 }
 
 /// `[lock]`: lock behaviour.

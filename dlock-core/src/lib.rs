@@ -110,14 +110,16 @@ mod sync;
 
 pub use crate::redis::{ScriptMode, Topology};
 pub use client::global::{global_client, set_global};
-pub use client::{LockClient, LockClientBuilder, MAX_COMMAND_TIMEOUT};
+pub use client::{
+    ClientDescription, LockClient, LockClientBuilder, MAX_COMMAND_TIMEOUT, REGISTRATION_TTL,
+};
 pub use error::{LockError, LossReason, Result};
 pub use fair::FairLock;
 pub use fence::Fence;
 pub use fenced::FencedWrites;
 pub use lease::MAX_LEASE;
 pub use lock::guard::LockGuard;
-pub use lock::Lock;
+pub use lock::{Lock, LockClientRef, LockHolder, LockInfo};
 pub use multi::{MultiGuard, MultiLock};
 pub use names::MAX_NAME_LEN;
 pub use redlock::{RedLock, RedLockClient, RedLockGuard};

@@ -207,6 +207,17 @@ impl FencedKeys {
     }
 }
 
+/// The key under which client `client_id` describes itself (see
+/// `client::registration`): `dlock:client:<key prefix>{<anchor>}:<client id>`, the anchor
+/// being the client id's, so that the clients of one deployment spread over the slots and
+/// anyone who knows an owner field (`<client id>:<n>`) can find its client.
+pub(crate) fn client_key(prefix: &str, client_id: &str) -> String {
+    format!(
+        "dlock:client:{prefix}{{{}}}:{client_id}",
+        slot_anchor(client_id.as_bytes())
+    )
+}
+
 /// A hash tag body that hashes to the same cluster slot as `key`.
 fn slot_anchor(key: &[u8]) -> String {
     // A tag ends at the first `}` after its `{`, so `{tag}` re-parses as the same tag.
@@ -392,6 +403,7 @@ mod tests {
                     ("semcap", sem.capacity),
                     ("fenced", fenced.fence),
                     ("fencedop", format!("{}c:1:7", fenced.op_prefix)),
+                    ("client", client_key(prefix, name)),
                 ];
                 for (kind, helper) in helpers {
                     let start = format!("dlock:{kind}:{prefix}{{");

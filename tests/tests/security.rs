@@ -48,6 +48,8 @@ const COMMON_COMMANDS: &[&str] = &[
     // The fenced writes' `incr_by`.
     "+incrby",
     "+incr",
+    // Every client names its connections, for `CLIENT LIST` and `dlock inspect`.
+    "+client|setname",
 ];
 
 /// The deployments whose data nodes need different commands.
@@ -113,6 +115,8 @@ fn acl_rule(mode: Mode, prefix: &str) -> Vec<String> {
         format!("~dlock:fencedop:{prefix}*"),
         // The fencing-token counters, one per slot anchor: `dlock:fence:<prefix>{tag}`.
         format!("~dlock:fence:{prefix}*"),
+        // Each client's expiring description: `dlock:client:<prefix>{tag}:<client id>`.
+        format!("~dlock:client:{prefix}*"),
     ];
     rule.extend(
         COMMON_COMMANDS
@@ -120,6 +124,18 @@ fn acl_rule(mode: Mode, prefix: &str) -> Vec<String> {
             .chain(mode.extra_commands())
             .map(|command| (*command).to_owned()),
     );
+    rule
+}
+
+/// The operator's rule, for the `dlock` command line: [`acl_rule`] and what its reads add,
+/// `SCAN` (`dlock list`) and the subscriber count of an unlock channel (`dlock inspect`).
+fn operator_rule(mode: Mode, prefix: &str) -> Vec<String> {
+    let numsub = match mode {
+        Mode::Single => "+pubsub|numsub",
+        Mode::Cluster => "+pubsub|shardnumsub",
+    };
+    let mut rule = acl_rule(mode, prefix);
+    rule.extend(["+scan".to_owned(), numsub.to_owned()]);
     rule
 }
 
@@ -162,8 +178,9 @@ fn set_user(admin: &mut redis::Connection, user: &str, password: &str, rule: &[S
 
 /// Every `ACL LOG` entry as `user reason object (context, count)`.
 fn acl_denials(admin: &mut redis::Connection) -> Vec<String> {
+    // Every entry the server keeps (`ACL LOG` alone shows the last 10).
     let entries: Vec<HashMap<String, redis::Value>> =
-        redis::cmd("ACL").arg("LOG").query(admin).unwrap();
+        redis::cmd("ACL").arg("LOG").arg(1000).query(admin).unwrap();
     entries
         .iter()
         .map(|entry| {
@@ -1344,6 +1361,178 @@ async fn a_refused_subscribe_is_retried_with_back_off() {
     assert!(attempts <= 20, "{attempts} refused subscriptions in 2 s");
 }
 
+/// `+client|setname` and `~dlock:client:PREFIX*` only serve operators: a user without
+/// them locks as well (the refusals only show in `ACL LOG`), and with them the client is
+/// named and described.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_the_naming_rights_still_locks() {
+    capture_logs(tracing::Level::TRACE);
+    let (server, mut admin) = server_with_shop_user();
+    let rule: Vec<String> = acl_rule(Mode::Single, "shop:")
+        .into_iter()
+        .filter(|token| token != "+client|setname" && !token.starts_with("~dlock:client:"))
+        .collect();
+    set_user(&mut admin, "unnamed", ACL_PASSWORD, &rule);
+    let unnamed = connect_as(
+        &with_credentials(&server.url(), "unnamed", ACL_PASSWORD),
+        "shop:",
+    )
+    .await;
+    let guard = unnamed.lock("goods:1").lock().await.unwrap();
+    guard.unlock().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let key_refused = |admin: &mut redis::Connection| {
+        acl_denials(admin)
+            .iter()
+            .any(|d| d.starts_with("unnamed key dlock:client:shop:{"))
+    };
+    while !(refused(&mut admin, "unnamed", "+client|setname") && key_refused(&mut admin)) {
+        assert!(Instant::now() < deadline, "{:#?}", acl_denials(&mut admin));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query::<()>(&mut admin)
+        .unwrap();
+
+    let named = LockClient::builder()
+        .key_prefix("shop:")
+        .client_name("billing")
+        .connect(&with_credentials(&server.url(), "dlock", ACL_PASSWORD))
+        .await
+        .unwrap();
+    let guard = named.lock("goods:1").lock().await.unwrap();
+    let key = format!("}}:{}", named.id());
+    loop {
+        let described: Vec<String> = redis::cmd("KEYS")
+            .arg("dlock:client:shop:*")
+            .query(&mut admin)
+            .unwrap();
+        if described.iter().any(|k| k.ends_with(&key)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(5),
+            "never described"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();
+    assert!(list.contains(" name=billing "), "{list}");
+    guard.unlock().await.unwrap();
+    assert_eq!(acl_denials(&mut admin), Vec::<String>::new());
+}
+
+/// The operator's reads (`Lock::inspect`, `LockClient::list_locks`: what `dlock inspect`,
+/// `list` and `watch` run) and `force_unlock` under [`operator_rule`], with an empty
+/// `ACL LOG`; and each command it adds to the application's rule is needed.
+async fn operator_reads(topology: &Topology, admins: &mut [redis::Connection], mode: Mode) {
+    let app = LockClient::builder()
+        .key_prefix("shop:")
+        .client_name("billing")
+        .connect_to(topology)
+        .await
+        .unwrap();
+    let guard = app.lock("goods:1").lock().await.unwrap();
+    let connect = |user: &str| {
+        let topology = topology
+            .clone()
+            .credentials(Some(user.to_owned()), Some(ACL_PASSWORD.to_owned()));
+        async move {
+            LockClient::builder()
+                .key_prefix("shop:")
+                .client_name("dlock-cli")
+                .describe_client(false)
+                .connect_to(&topology)
+                .await
+                .unwrap()
+        }
+    };
+    let operator = connect("dlock-operator").await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = operator.lock("goods:1").inspect().await.unwrap();
+        if info.holders[0]
+            .owner
+            .client
+            .as_ref()
+            .map(|c| c.name.as_str())
+            == Some("billing")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{info:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(operator.list_locks("goods:").await.unwrap(), ["goods:1"]);
+    assert!(operator.lock("goods:1").force_unlock().await.unwrap());
+    for admin in admins.iter_mut() {
+        assert_eq!(acl_denials(admin), Vec::<String>::new());
+    }
+    drop(guard);
+
+    let numsub = operator_rule(mode, "shop:").pop().unwrap();
+    for (command, user) in [
+        ("+scan", "operator-without-scan"),
+        (numsub.as_str(), "operator-without-numsub"),
+    ] {
+        let rule: Vec<String> = operator_rule(mode, "shop:")
+            .into_iter()
+            .filter(|token| token != command)
+            .collect();
+        for admin in admins.iter_mut() {
+            set_user(admin, user, ACL_PASSWORD, &rule);
+        }
+        let without = connect(user).await;
+        let refused = if command == "+scan" {
+            without.list_locks("").await.unwrap_err()
+        } else {
+            without.lock("goods:1").inspect().await.unwrap_err()
+        };
+        assert!(is_noperm(&refused), "{command}: {refused:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_rule_is_enough_for_the_command_line() {
+    capture_logs(tracing::Level::TRACE);
+    let (server, admin) = server_with_shop_user();
+    let mut admins = [admin];
+    set_user(
+        &mut admins[0],
+        "dlock-operator",
+        ACL_PASSWORD,
+        &operator_rule(Mode::Single, "shop:"),
+    );
+    let topology = Topology::single(with_credentials(&server.url(), "dlock", ACL_PASSWORD));
+    operator_reads(&topology, &mut admins, Mode::Single).await;
+
+    let cluster = RedisCluster::start();
+    let mut admins: Vec<redis::Connection> = cluster
+        .nodes()
+        .iter()
+        .map(RedisServer::connection)
+        .collect();
+    for admin in &mut admins {
+        set_user(
+            admin,
+            "dlock",
+            ACL_PASSWORD,
+            &acl_rule(Mode::Cluster, "shop:"),
+        );
+        set_user(
+            admin,
+            "dlock-operator",
+            ACL_PASSWORD,
+            &operator_rule(Mode::Cluster, "shop:"),
+        );
+    }
+    let topology = Topology::cluster(cluster.node_urls())
+        .credentials(Some("dlock".to_owned()), Some(ACL_PASSWORD.to_owned()));
+    operator_reads(&topology, &mut admins, Mode::Cluster).await;
+}
+
 #[test]
 fn the_documented_rules_are_the_tested_ones() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/SECURITY.md");
@@ -1359,6 +1548,12 @@ fn the_documented_rules_are_the_tested_ones() {
                 "{path} lacks the {mode:?} {scripts}-mode rule:\n{line}"
             );
         }
+        let operator = operator_rule(mode, "PREFIX").join(" ");
+        let line = format!("ACL SETUSER dlock-operator reset on >PASSWORD {operator}");
+        assert!(
+            doc.contains(&line),
+            "{path} lacks the {mode:?} operator rule:\n{line}"
+        );
     }
     assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
 }
@@ -1600,9 +1795,37 @@ async fn key_prefixes_keep_two_applications_apart() {
     // Both applications hold "goods:1" at once.
     let held_by_a = a1.lock("goods:1").try_lock().await.unwrap();
     let held_by_b = b1.lock("goods:1").try_lock().await.unwrap();
+    // The three clients' descriptions follow their connects by a round trip or two.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let described: Vec<String> = redis::cmd("KEYS")
+            .arg("dlock:client:*")
+            .query(&mut admin)
+            .unwrap();
+        if described.len() == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{described:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut admin).unwrap();
     keys.sort();
     // Each application's fencing-token counter is under its own prefix too.
+    // Each client's description is under its application's prefix (one per client).
+    let (descriptions, keys): (Vec<String>, Vec<String>) = keys
+        .into_iter()
+        .partition(|key| key.starts_with("dlock:client:"));
+    let described = |prefix: &str| {
+        descriptions
+            .iter()
+            .filter(|key| key.starts_with(&format!("dlock:client:{prefix}{{")))
+            .count()
+    };
+    assert_eq!(
+        (described("app-a:"), described("app-b:")),
+        (2, 1),
+        "{descriptions:?}"
+    );
     let (counters, locks): (Vec<String>, Vec<String>) = keys
         .into_iter()
         .partition(|key| key.starts_with("dlock:fence:"));
@@ -1686,13 +1909,15 @@ async fn key_prefixes_keep_two_applications_apart() {
     assert_eq!(hash(&mut admin), a_hash);
 
     held_by_a.unlock().await.unwrap();
-    // The only denials: app-b's attempts on app-a's key.
+    // The only denials: app-b's attempts on app-a's key, and the intruder's description
+    // under app-a's prefix.
     let denials = acl_denials(&mut admin);
     assert!(
         !denials.is_empty()
-            && denials
-                .iter()
-                .all(|d| d.starts_with("app-b key app-a:goods:1 ")),
+            && denials.iter().all(|d| {
+                d.starts_with("app-b key app-a:goods:1 ")
+                    || d.starts_with("app-b key dlock:client:app-a:{")
+            }),
         "{denials:#?}"
     );
 }

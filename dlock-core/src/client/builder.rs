@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::registration::check_client_name;
 use super::settings::{ReplicaAcks, Settings};
 use super::LockClient;
 use crate::background::Background;
@@ -54,6 +55,8 @@ pub struct LockClientBuilder {
     replica_acks: Option<ReplicaAcks>,
     fencing_tokens: bool,
     script_mode: ScriptMode,
+    client_name: Option<String>,
+    describe: bool,
 }
 
 impl Default for LockClientBuilder {
@@ -71,6 +74,8 @@ impl Default for LockClientBuilder {
             replica_acks: None,
             fencing_tokens: true,
             script_mode: ScriptMode::Auto,
+            client_name: None,
+            describe: true,
         }
     }
 }
@@ -198,6 +203,46 @@ impl LockClientBuilder {
         self
     }
 
+    /// The name of the service, shown to operators: set on the client's connections with
+    /// `CLIENT SETNAME` (so `CLIENT LIST` shows it) and kept, with the host, process id
+    /// and dlock version, in an expiring key (`dlock:client:<prefix>{tag}:<client id>`,
+    /// rewritten every 10 s, gone 30 s after the client) that `dlock inspect` shows next
+    /// to each holder. Default: `dlock-` and the first 8 characters of the client id.
+    ///
+    /// Printable ASCII without spaces (what Redis accepts), at most
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes. A user whose ACL lacks
+    /// `+client|setname` or the `~dlock:client:PREFIX*` pattern locks as well; only the
+    /// name or the description is missing (logged at debug level).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// let client = dlock_core::LockClient::builder()
+    ///     .client_name("billing")
+    ///     .connect(&server.url())
+    ///     .await?;
+    /// assert_eq!(client.client_name(), "billing");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = Some(name.into());
+        self
+    }
+
+    /// Whether the client keeps its description (see
+    /// [`client_name`](Self::client_name)) in Redis. Default `true`. A short-lived tool
+    /// (the `dlock` command line) turns it off: its process ends before the deletion at
+    /// drop can be sent, and the description would outlive it by up to
+    /// [`REGISTRATION_TTL`](crate::REGISTRATION_TTL). Its connections are still named.
+    #[must_use]
+    pub fn describe_client(mut self, enabled: bool) -> Self {
+        self.describe = enabled;
+        self
+    }
+
     /// How often a call that failed on a dropped or refused connection is retried, within
     /// one command timeout. Default 3; 0 disables retries.
     #[must_use]
@@ -295,6 +340,7 @@ impl LockClientBuilder {
     /// 366 days,
     /// [`LockError::InvalidName`] for a key prefix over
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, with a control character or a `{`,
+    /// and for a client name Redis would refuse,
     /// [`LockError::Config`] for a malformed address,
     /// [`LockError::Connect`] when Redis cannot be reached.
     ///
@@ -358,6 +404,9 @@ impl LockClientBuilder {
         }
         debug_assert!(lease_ms >= 100);
         check_prefix(&self.key_prefix)?;
+        if let Some(name) = &self.client_name {
+            check_client_name(name)?;
+        }
         // Backoffs multiply the retry delay; a bounded one cannot overflow.
         if self.retry_delay > MAX_LEASE {
             return Err(LockError::InvalidDuration {
@@ -412,6 +461,8 @@ impl LockClientBuilder {
             retry_delay: self.retry_delay,
             replica_acks: self.replica_acks,
             fencing_tokens: self.fencing_tokens,
+            client_name: self.client_name.clone(),
+            describe: self.describe,
         })
     }
 }

@@ -2,9 +2,11 @@
 
 pub(crate) mod builder;
 pub(crate) mod global;
+pub(crate) mod registration;
 pub(crate) mod settings;
 
 pub use builder::{LockClientBuilder, MAX_COMMAND_TIMEOUT};
+pub use registration::{ClientDescription, REGISTRATION_TTL};
 pub(crate) use settings::Settings;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +18,7 @@ use uuid::Uuid;
 
 use crate::background::Background;
 use crate::error::Result;
+use crate::names::client_key;
 use crate::redact::redact;
 use crate::redis::{Backend, Topology, TopologyKind};
 use crate::sync::held::Held;
@@ -89,6 +92,10 @@ pub(crate) struct ClientInner {
     /// Which Redis deployment this client talks to, described the same way in every
     /// process configured alike (see [`deployment_identity`]); unlike `id`, which is random.
     pub(crate) deployment: String,
+    /// The name on the client's connections and in its description.
+    name: Arc<str>,
+    /// Where the client's description lives (`registration`); `None` when it keeps none.
+    registration_key: Option<String>,
     pub(crate) settings: Settings,
     pub(crate) backend: Backend,
     pub(crate) pubsub: PubSubService,
@@ -130,6 +137,23 @@ impl LockClient {
     /// This client's id: the first half of every owner field it writes.
     pub fn id(&self) -> Uuid {
         self.inner.id
+    }
+
+    /// The name this client gives its connections (`CLIENT SETNAME`) and shows operators
+    /// next to its locks: [`LockClientBuilder::client_name`], by default `dlock-` and the
+    /// first 8 characters of [`id`](LockClient::id).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// assert_eq!(client.client_name(), format!("dlock-{}", &client.id().to_string()[..8]));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn client_name(&self) -> &str {
+        &self.inner.name
     }
 
     /// The watchdog timeout: the lease of locks taken without an explicit one.
@@ -197,6 +221,14 @@ pub(crate) fn deployment_identity(topology: &Topology) -> String {
             sorted(sentinels)
         ),
         TopologyKind::Cluster { nodes } => format!("cluster {}", sorted(nodes)),
+    }
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        if let Some(key) = &self.registration_key {
+            registration::unregister(&self.backend, key);
+        }
     }
 }
 
@@ -280,6 +312,28 @@ impl LockClient {
         }
         let id = Uuid::new_v4();
         let id_text: Arc<str> = id.to_string().into();
+        let name: Arc<str> = match &settings.client_name {
+            Some(name) => name.as_str().into(),
+            None => registration::default_client_name(&id_text).into(),
+        };
+        backend.name_connections(&name);
+        let registration_key = settings
+            .describe
+            .then(|| client_key(&settings.key_prefix, &id_text));
+        {
+            let (backend, name) = (backend.clone(), Arc::clone(&name));
+            let description = registration_key
+                .as_deref()
+                .map(|key| registration::Description {
+                    key: key.into(),
+                    text: registration::ClientDescription::of_this_process(&name)
+                        .encode()
+                        .into(),
+                });
+            background.start_until_dropped("registration", move || {
+                registration::run(backend.clone(), Arc::clone(&name), description.clone())
+            });
+        }
         let pubsub = PubSubService::start(
             backend.clone(),
             Arc::clone(&id_text),
@@ -293,6 +347,8 @@ impl LockClient {
                 id,
                 id_text,
                 deployment,
+                name,
+                registration_key,
                 settings,
                 backend,
                 pubsub,

@@ -19,6 +19,10 @@ pub(crate) struct Settings {
     pub(crate) replica_acks: Option<ReplicaAcks>,
     /// Whether exclusive acquisitions mint a fencing token (`INCR` in the acquire script).
     pub(crate) fencing_tokens: bool,
+    /// The name asked for with `client_name`; `None`: the default, made from the id.
+    pub(crate) client_name: Option<String>,
+    /// Whether the client writes its description (`registration`).
+    pub(crate) describe: bool,
 }
 
 /// How many replicas must confirm an acquisition, and how long to wait for them.

@@ -2,12 +2,14 @@
 
 mod acquire;
 pub(crate) mod guard;
+mod inspect;
 pub(crate) mod release_ops;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use acquire::Reply;
+pub use inspect::{LockClientRef, LockHolder, LockInfo};
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};

@@ -8,6 +8,7 @@
 //! - `subscriber`: the connection that receives unlock messages;
 //! - `exclusive`: connections lent to one blocking call (`WAIT`);
 //! - `runtime_probe`: noticing that the runtime driving the connections shut down;
+//! - `scan`: `SCAN` over every master, for operators' listings;
 //! - `scripting`: running dlock's scripts as `EVALSHA` or as `FCALL` of its function
 //!   library;
 //! - `topology`: the public description of a deployment.
@@ -17,6 +18,7 @@ mod connect;
 mod exclusive;
 mod replicated;
 mod runtime_probe;
+mod scan;
 mod scripting;
 mod sentinel;
 mod subscriber;
@@ -78,6 +80,8 @@ struct Shared {
     reopening: tokio::sync::Mutex<()>,
     /// How scripts run, decided once when connecting (`EVALSHA` until then).
     scripting: OnceLock<Scripting>,
+    /// The client's name, given to the connections opened for one call (`WAIT`).
+    name: OnceLock<Arc<str>>,
 }
 
 enum Route {
@@ -253,6 +257,7 @@ impl Backend {
                 probe: Mutex::new(RuntimeProbe::start()),
                 reopening: tokio::sync::Mutex::new(()),
                 scripting: OnceLock::new(),
+                name: OnceLock::new(),
             }),
         };
         Ok((backend, shown))
@@ -345,7 +350,14 @@ impl Backend {
         self.after(result).await
     }
 
-    /// A new connection to the master, for [`ExclusivePool`].
+    /// Remembers the client's name for the connections opened later for one call; the
+    /// shared connections are named by the client's registration task.
+    pub(crate) fn name_connections(&self, name: &Arc<str>) {
+        let _ = self.shared.name.set(Arc::clone(name));
+    }
+
+    /// A new connection to the master, for [`ExclusivePool`], named after the client
+    /// when it can be (a user without `+client|setname` still gets the connection).
     async fn open_exclusive(&self) -> RedisResult<MultiplexedConnection> {
         let client = match &self.shared.route {
             Route::Direct(node) => read(node).client,
@@ -362,9 +374,20 @@ impl Backend {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.command_timeout));
-        client
+        let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
-            .await
+            .await?;
+        if let Some(name) = self.shared.name.get() {
+            let named: RedisResult<()> = redis::cmd("CLIENT")
+                .arg("SETNAME")
+                .arg(&**name)
+                .query_async(&mut conn)
+                .await;
+            if let Err(error) = named {
+                tracing::debug!(%error, "dlock: could not name a connection (CLIENT SETNAME)");
+            }
+        }
+        Ok(conn)
     }
 
     /// Runs a plain command, bounded by the command timeout.

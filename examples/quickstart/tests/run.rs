@@ -78,10 +78,15 @@ fn quickstart_runs_against_the_harness_redis() {
     assert!(ok);
     check_output(&stdout);
     // Only the two counters are left besides release memos (which expire by themselves
-    // after 3 command timeouts + 1 s) and the fencing-token counters (which never expire,
-    // one per slot anchor): no lock key.
+    // after 3 command timeouts + 1 s), the fencing-token counters (which never expire,
+    // one per slot anchor) and the client's description (gone 30 s after the process):
+    // no lock key.
     let mut keys: Vec<String> = server.connection().keys("*").unwrap();
-    keys.retain(|key| !key.starts_with("dlock:release:") && !key.starts_with("dlock:fence:"));
+    keys.retain(|key| {
+        !key.starts_with("dlock:release:")
+            && !key.starts_with("dlock:fence:")
+            && !key.starts_with("dlock:client:")
+    });
     keys.sort();
     assert_eq!(
         keys,

@@ -1,0 +1,23 @@
+//! The tool's one error type: each says what failed and where.
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The config file: missing, unreadable or invalid (with file, line and column).
+    #[error(transparent)]
+    Config(#[from] dlock_config::ConfigError),
+    /// Redis or a lock operation.
+    #[error(transparent)]
+    Lock(#[from] dlock_core::LockError),
+    /// Writing the output or reading the confirmation.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being read or written.
+        what: &'static str,
+        /// The failure.
+        source: std::io::Error,
+    },
+    /// Ctrl-C could not be listened for.
+    #[error("cannot listen for Ctrl-C: {0}")]
+    Signal(std::io::Error),
+}

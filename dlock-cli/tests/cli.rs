@@ -1,0 +1,569 @@
+//! The `dlock` binary against real Redis deployments while this test's clients hold and
+//! wait for locks: its text and its `--json` output.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use dlock_core::{LockClient, LockGuard};
+use dlock_tests::{RedisCluster, RedisReplicaSet, RedisSentinelGroup, RedisServer};
+use serde_json::Value;
+
+/// A config file (the application's) in a temporary directory.
+struct ConfigFile {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl ConfigFile {
+    /// `redis` (a `[redis.*]` table) with key prefix `shop:`.
+    fn new(redis: &str) -> ConfigFile {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dlock.toml");
+        let text = format!("{redis}\n[lock]\nkey_prefix = \"shop:\"\n");
+        std::fs::write(&path, text).unwrap();
+        ConfigFile { _dir: dir, path }
+    }
+
+    fn single(server: &RedisServer) -> ConfigFile {
+        ConfigFile::new(&format!("[redis.single]\naddress = \"{}\"", server.url()))
+    }
+
+    fn cluster(cluster: &RedisCluster) -> ConfigFile {
+        ConfigFile::new(&format!(
+            "[redis.cluster]\nnodes = {:?}",
+            cluster.node_urls()
+        ))
+    }
+
+    fn sentinel(group: &RedisSentinelGroup) -> ConfigFile {
+        ConfigFile::new(&format!(
+            "[redis.sentinel]\nmaster_name = \"{}\"\nsentinels = {:?}",
+            group.master_name(),
+            group.sentinel_urls()
+        ))
+    }
+
+    fn master_slave(set: &RedisReplicaSet) -> ConfigFile {
+        ConfigFile::new(&format!(
+            "[redis.master_slave]\nmaster = \"{}\"\nreplicas = {:?}",
+            set.master_url(),
+            set.replica_urls()
+        ))
+    }
+
+    /// An application client of this config, named `name` through `[connection]`.
+    async fn client(&self, name: &str) -> LockClient {
+        let text = std::fs::read_to_string(&self.path).unwrap();
+        let text = format!("{text}\n[connection]\nclient_name = \"{name}\"\n");
+        dlock_config::Config::from_toml_str(&text)
+            .unwrap()
+            .build()
+            .await
+            .unwrap()
+    }
+}
+
+/// Runs `dlock --config <file> <args>` with `stdin`, off the test's runtime threads.
+async fn dlock(config: &ConfigFile, args: &[&str], stdin: &str) -> Output {
+    let path = config.path.clone();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let stdin = stdin.to_owned();
+    tokio::task::spawn_blocking(move || run(&path, &args, &stdin))
+        .await
+        .unwrap()
+}
+
+fn run(config: &Path, args: &[String], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("DLOCK_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The stdout of a run that must succeed.
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "dlock failed: {:?}\nstdout: {}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn json(output: &Output) -> Value {
+    let text = stdout(output);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not one JSON document ({e}): {text}"))
+}
+
+/// Waits until `client` has registered its description (its first write follows the
+/// connect by one round trip).
+async fn registered(client: &LockClient) {
+    let lock = client.lock("registration-probe");
+    let guard = lock.try_lock().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while lock.inspect().await.unwrap().holders[0]
+        .owner
+        .client
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{} never registered",
+            client.client_name()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    guard.unlock().await.unwrap();
+}
+
+/// `waiter` waits for `name` in the background until it gets it; returns its guard then.
+fn wait_for(waiter: &LockClient, name: &str) -> tokio::task::JoinHandle<LockGuard> {
+    let lock = waiter.lock(name);
+    tokio::spawn(async move { lock.lock().await.unwrap() })
+}
+
+/// Waits until `count` clients are registered as waiting for `name`.
+async fn until_waiting(client: &LockClient, name: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client
+        .lock(name)
+        .inspect()
+        .await
+        .unwrap()
+        .waiting_clients
+        .len()
+        < count
+    {
+        assert!(Instant::now() < deadline, "nobody waits for {name}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Holder `billing` holds `invoice:7` twice (a re-entry), `worker` waits for it: what
+/// `inspect` prints, as text and as JSON.
+async fn inspect_shows_holder_and_waiter(config: &ConfigFile) {
+    let billing = config.client("billing").await;
+    let worker = config.client("worker").await;
+    registered(&billing).await;
+    registered(&worker).await;
+    let lock = billing.lock("invoice:7");
+    let outer = lock.lock().await.unwrap();
+    let inner = outer.scope(lock.lock()).await.unwrap();
+    let waiter = wait_for(&worker, "invoice:7");
+    until_waiting(&billing, "invoice:7", 1).await;
+
+    let text = stdout(&dlock(config, &["inspect", "invoice:7"], "").await);
+    let pid = std::process::id();
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        text.starts_with("lock invoice:7 (key shop:invoice:7)\n"),
+        "{text}"
+    );
+    let holder = text.lines().find(|l| l.starts_with("holder: ")).unwrap();
+    assert!(
+        holder.starts_with(&format!("holder: {}:", billing.id())),
+        "{holder}"
+    );
+    assert!(
+        holder.contains("(billing on ")
+            && holder.contains(&format!(", pid {pid}, dlock {version}), 2 holds, fence ")),
+        "{holder}"
+    );
+    assert!(text.contains("waiting clients: 1\n"), "{text}");
+    assert!(
+        text.contains(&format!("  {} (worker on ", worker.id())),
+        "{text}"
+    );
+    assert!(text.contains("unlock channel subscribers: 1\n"), "{text}");
+
+    let doc = json(&dlock(config, &["--json", "inspect", "invoice:7"], "").await);
+    assert_eq!(doc["name"], "invoice:7");
+    assert_eq!(doc["key"], "shop:invoice:7");
+    let holders = doc["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 1, "{doc}");
+    assert_eq!(holders[0]["holds"], 2);
+    assert_eq!(holders[0]["client_id"], billing.id().to_string());
+    assert_eq!(holders[0]["client"]["name"], "billing");
+    assert_eq!(holders[0]["client"]["pid"], pid);
+    assert_eq!(holders[0]["client"]["version"], version);
+    assert_eq!(holders[0]["fence"], doc["fencing_counter"]);
+    assert!(doc["fencing_counter"].as_u64().unwrap() >= 1, "{doc}");
+    let lease = doc["remaining_lease_ms"].as_u64().unwrap();
+    assert!(lease > 0 && lease <= 30_000, "{lease}");
+    assert_eq!(doc["waiting_clients"][0]["client"]["name"], "worker");
+    assert_eq!(doc["subscribers"], 1);
+    assert_eq!(doc["fair_queue"], Value::Array(Vec::new()));
+
+    inner.unlock().await.unwrap();
+    outer.unlock().await.unwrap();
+    waiter.await.unwrap().unlock().await.unwrap();
+    let text = stdout(&dlock(config, &["inspect", "invoice:7"], "").await);
+    assert!(text.contains("holder: none (the lock is free)\n"), "{text}");
+    let doc = json(&dlock(config, &["--json", "inspect", "invoice:7"], "").await);
+    assert_eq!(doc["holders"], Value::Array(Vec::new()));
+    assert_eq!(doc["remaining_lease_ms"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_on_a_single_server() {
+    let server = RedisServer::start();
+    inspect_shows_holder_and_waiter(&ConfigFile::single(&server)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_list_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let config = ConfigFile::cluster(&cluster);
+    inspect_shows_holder_and_waiter(&config).await;
+
+    // Locks on every master: the listing scans each.
+    let client = config.client("billing").await;
+    let names: Vec<String> = (0..12).map(|i| format!("job:{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(client.lock(name).lock().await.unwrap());
+    }
+    let masters: std::collections::BTreeSet<u16> = names
+        .iter()
+        .map(|n| cluster.slot_owner_port(cluster.key_slot(&format!("shop:{n}"))))
+        .collect();
+    assert!(masters.len() >= 2, "all on one master: {masters:?}");
+    let doc = json(&dlock(&config, &["--json", "list", "--prefix", "job:"], "").await);
+    let listed: Vec<&str> = doc["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    let mut expected: Vec<&str> = names.iter().map(String::as_str).collect();
+    expected.sort();
+    assert_eq!(listed, expected);
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_filters_by_prefix() {
+    let server = RedisServer::start();
+    let config = ConfigFile::single(&server);
+    let client = config.client("billing").await;
+    registered(&client).await;
+    let a = client.lock("invoice:1").lock().await.unwrap();
+    let b = client.lock("invoice:2").lock().await.unwrap();
+    let other = client.lock("stock:1").lock().await.unwrap();
+    // Not locks: a hash of the application's, and another prefix's lock.
+    let mut admin = server.connection();
+    redis::cmd("HSET")
+        .arg("shop:invoice:data")
+        .arg("total")
+        .arg("12")
+        .query::<()>(&mut admin)
+        .unwrap();
+    let foreign = LockClient::builder()
+        .key_prefix("other:")
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let _foreign = foreign.lock("invoice:3").lock().await.unwrap();
+
+    let text = stdout(&dlock(&config, &["list", "--prefix", "invoice:"], "").await);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].starts_with(&format!("invoice:1  held by {}:", client.id())),
+        "{text}"
+    );
+    assert!(lines[0].contains("(billing on "), "{text}");
+    assert!(lines[1].starts_with("invoice:2  held by "), "{text}");
+
+    let doc = json(&dlock(&config, &["--json", "list", "--prefix", "invoice:"], "").await);
+    assert_eq!(doc["prefix"], "invoice:");
+    let names: Vec<&str> = doc["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["invoice:1", "invoice:2"]);
+    assert_eq!(doc["locks"][0]["holders"][0]["holds"], 1);
+
+    let all = json(&dlock(&config, &["--json", "list"], "").await);
+    assert_eq!(all["locks"].as_array().unwrap().len(), 3, "{all}");
+    let none = stdout(&dlock(&config, &["list", "--prefix", "nothing:"], "").await);
+    assert_eq!(none, "no locks whose name starts with \"nothing:\"\n");
+    for guard in [a, b, other] {
+        guard.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_asks_unless_yes() {
+    let server = RedisServer::start();
+    let config = ConfigFile::single(&server);
+    let client = config.client("billing").await;
+    let lock = client.lock("report:1");
+    let guard = lock.lock().await.unwrap();
+
+    let refused = dlock(&config, &["force-unlock", "report:1"], "n\n").await;
+    assert_eq!(stdout(&refused), "not confirmed: report:1 left as it is\n");
+    let asked = String::from_utf8_lossy(&refused.stderr);
+    assert!(asked.ends_with("force-unlock report:1? [y/N] "), "{asked}");
+    assert!(asked.contains("holder: "), "{asked}");
+    assert!(lock.is_locked().await.unwrap(), "a refusal unlocked it");
+    // No answer at all (stdin closed) is a refusal too.
+    let silent = dlock(&config, &["force-unlock", "report:1"], "").await;
+    assert_eq!(stdout(&silent), "not confirmed: report:1 left as it is\n");
+    assert!(lock.is_locked().await.unwrap());
+
+    let confirmed = dlock(&config, &["force-unlock", "report:1"], "y\n").await;
+    assert_eq!(stdout(&confirmed), "force-unlocked report:1\n");
+    assert!(!lock.is_locked().await.unwrap());
+    tokio::time::timeout(Duration::from_secs(15), guard.lost())
+        .await
+        .expect("the holder never learned of the force-unlock");
+
+    let guard = lock.lock().await.unwrap();
+    let doc = json(
+        &dlock(
+            &config,
+            &["--json", "force-unlock", "--yes", "report:1"],
+            "",
+        )
+        .await,
+    );
+    assert_eq!(doc["confirmed"], true);
+    assert_eq!(doc["unlocked"], true);
+    assert_eq!(doc["lock"]["holders"][0]["client"]["name"], "billing");
+    assert!(!lock.is_locked().await.unwrap());
+    drop(guard);
+    let free = json(
+        &dlock(
+            &config,
+            &["--json", "force-unlock", "--yes", "report:1"],
+            "",
+        )
+        .await,
+    );
+    assert_eq!(free["unlocked"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_sees_a_hand_off() {
+    let server = RedisServer::start();
+    let config = ConfigFile::single(&server);
+    let a = config.client("alpha").await;
+    let b = config.client("beta").await;
+    registered(&a).await;
+    registered(&b).await;
+    let guard = a.lock("job").lock().await.unwrap();
+    let watching = {
+        let path = config.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let args = ["--json", "watch", "job", "--for", "1500ms"].map(str::to_owned);
+            run(&path, &args, "")
+        })
+    };
+    let text_watch = {
+        let path = config.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let args = ["watch", "job", "--for", "1500ms"].map(str::to_owned);
+            run(&path, &args, "")
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let waiter = wait_for(&b, "job");
+    until_waiting(&a, "job", 1).await;
+    guard.unlock().await.unwrap();
+    let guard = waiter.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    guard.unlock().await.unwrap();
+
+    let doc = json(&watching.await.unwrap());
+    assert_eq!(doc["lock"], "job");
+    let seen: Vec<&str> = doc["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| match c["holders"].as_array().unwrap().as_slice() {
+            [] => "free",
+            [holder] => holder["client"]["name"].as_str().unwrap(),
+            more => panic!("two holders of one lock: {more:?}"),
+        })
+        .collect();
+    // While the release reserves the lock for beta, nobody holds it: a free moment may
+    // show between the two holders.
+    let holders: Vec<&str> = seen.iter().copied().filter(|s| *s != "free").collect();
+    assert_eq!(holders, ["alpha", "beta"], "{seen:?}");
+    assert_eq!(seen.first(), Some(&"alpha"), "{seen:?}");
+    assert_eq!(seen.last(), Some(&"free"), "{seen:?}");
+
+    let text = stdout(&text_watch.await.unwrap());
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("+") && lines[0].contains(" job: held by "),
+        "{text}"
+    );
+    assert!(lines[0].contains("(alpha on "), "{text}");
+    assert!(text.contains("(beta on "), "{text}");
+    assert!(lines.last().unwrap().ends_with(" job: free"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_list_and_force_unlock_through_sentinel() {
+    let group = RedisSentinelGroup::start();
+    let config = ConfigFile::sentinel(&group);
+    let client = config.client("billing").await;
+    registered(&client).await;
+    let lock = client.lock("invoice:9");
+    let _guard = lock.lock().await.unwrap();
+    let doc = json(&dlock(&config, &["--json", "inspect", "invoice:9"], "").await);
+    assert_eq!(doc["holders"][0]["client"]["name"], "billing");
+    let listed = json(&dlock(&config, &["--json", "list", "--prefix", "invoice:"], "").await);
+    assert_eq!(listed["locks"][0]["name"], "invoice:9");
+    let text = stdout(&dlock(&config, &["force-unlock", "--yes", "invoice:9"], "").await);
+    assert_eq!(text, "force-unlocked invoice:9\n");
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_clear_error() {
+    let server = RedisServer::start();
+    let config = ConfigFile::single(&server);
+    let mut admin = server.connection();
+    redis::cmd("SET")
+        .arg("shop:greeting")
+        .arg("hello")
+        .query::<()>(&mut admin)
+        .unwrap();
+    let wrong = dlock(&config, &["inspect", "greeting"], "").await;
+    assert_eq!(wrong.status.code(), Some(1));
+    let error = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        error.starts_with("dlock: ") && error.contains("greeting"),
+        "{error}"
+    );
+    assert!(error.contains("string"), "{error}");
+
+    let missing = tokio::task::spawn_blocking(|| {
+        Command::new(env!("CARGO_BIN_EXE_dlock"))
+            .args(["inspect", "x"])
+            .env_remove("DLOCK_CONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    let error = String::from_utf8_lossy(&missing.stderr);
+    assert!(error.contains("DLOCK_CONFIG"), "{error}");
+
+    let bad_config = ConfigFile::new("[redis.single]\naddres = \"redis://127.0.0.1:1\"");
+    let invalid = dlock(&bad_config, &["list"], "").await;
+    let error = String::from_utf8_lossy(&invalid.stderr);
+    assert!(
+        error.contains("dlock.toml:1:") || error.contains("dlock.toml:2:"),
+        "{error}"
+    );
+    assert!(error.contains("addres"), "{error}");
+
+    let usage = dlock(&config, &["watch", "job", "--for", "soon"], "").await;
+    assert_eq!(usage.status.code(), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_locks_queue_is_shown_and_its_head_gets_the_lock_after_force_unlock() {
+    let server = RedisServer::start();
+    let config = ConfigFile::single(&server);
+    let billing = config.client("billing").await;
+    // A waiter that re-checks only every 10 s: only the fair lock's own wake-up (on the
+    // head's channel) gets it the lock within the 2 s below.
+    let worker = LockClient::builder()
+        .key_prefix("shop:")
+        .client_name("worker")
+        .max_wait_recheck(Duration::from_secs(10))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    registered(&billing).await;
+    registered(&worker).await;
+    let _held = billing.fair_lock("report:fair").lock().await.unwrap();
+    let waiting = worker
+        .fair_lock("report:fair")
+        .with_entry_timeout(Duration::from_secs(60));
+    let waiter = tokio::spawn(async move { waiting.lock().await.unwrap() });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while billing
+        .lock("report:fair")
+        .inspect()
+        .await
+        .unwrap()
+        .fair_queue
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let doc = json(&dlock(&config, &["--json", "inspect", "report:fair"], "").await);
+    assert_eq!(doc["holders"][0]["client"]["name"], "billing");
+    let queue = doc["fair_queue"].as_array().unwrap();
+    assert_eq!(queue.len(), 1, "{doc}");
+    assert_eq!(queue[0]["client"]["name"], "worker");
+    assert_eq!(queue[0]["client_id"], worker.id().to_string());
+    let text = stdout(&dlock(&config, &["inspect", "report:fair"], "").await);
+    assert!(text.contains("fair queue: 1\n"), "{text}");
+    assert!(text.contains(&format!("  {}:", worker.id())), "{text}");
+
+    let unlocked = stdout(&dlock(&config, &["force-unlock", "--yes", "report:fair"], "").await);
+    assert_eq!(unlocked, "force-unlocked report:fair\n");
+    let guard = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the queue's head was not woken")
+        .unwrap();
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_and_list_on_a_master_with_replicas() {
+    let set = RedisReplicaSet::start(1);
+    let config = ConfigFile::master_slave(&set);
+    let client = config.client("billing").await;
+    registered(&client).await;
+    let guard = client.lock("invoice:5").lock().await.unwrap();
+    let watching = {
+        let path = config.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let args = ["--json", "watch", "invoice:5", "--for", "1500ms"].map(str::to_owned);
+            run(&path, &args, "")
+        })
+    };
+    let listed = json(&dlock(&config, &["--json", "list"], "").await);
+    assert_eq!(listed["locks"][0]["name"], "invoice:5", "{listed}");
+    // The watch has seen the holder by now (it starts in about 100 ms).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    guard.unlock().await.unwrap();
+    let doc = json(&watching.await.unwrap());
+    let changes = doc["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 2, "{doc}");
+    assert_eq!(changes[0]["holders"][0]["client"]["name"], "billing");
+    assert_eq!(changes[1]["holders"], Value::Array(Vec::new()));
+    assert!(changes[1]["at_ms"].as_u64().unwrap() > changes[0]["at_ms"].as_u64().unwrap());
+}

@@ -1,0 +1,134 @@
+//! Operators' reads that a cluster must route by hand: `SCAN` over every master of the
+//! deployment (one server, the Sentinel's current master, or each master of a cluster in
+//! turn: a cluster's `SCAN` only sees the keys of the node it reaches; never `KEYS`,
+//! which blocks the server for the whole keyspace), and a command about a channel sent to
+//! the master of the channel's slot (`PUBSUB SHARDNUMSUB`, which redis-rs would send to
+//! every node, hiding a refusal behind a merge error).
+
+use redis::cluster_routing::{Route as SlotRoute, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{RedisError, Value};
+
+use super::{read, Backend, CallError, Conn, Route};
+
+/// Keys asked for per `SCAN` call: a hint, each call stays short on the server.
+const SCAN_COUNT: u32 = 500;
+
+impl Backend {
+    /// Runs `cmd` on the master that owns `key`'s slot (in a cluster; elsewhere, on the
+    /// one master), bounded by the command timeout.
+    pub(crate) async fn query_in_slot_of<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        key: &str,
+    ) -> Result<T, CallError> {
+        let Route::Cluster(route) = &self.shared.route else {
+            return self.query(cmd).await;
+        };
+        self.follow_runtime().await?;
+        let mut conn = read(&route.conn);
+        let slot = u16::try_from(crate::names::slot_of(key.as_bytes())).unwrap_or_default();
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(SlotRoute::new(
+            slot,
+            SlotAddr::Master,
+        )));
+        let reply = self
+            .bounded(conn.route_command(cmd.clone(), routing))
+            .await?
+            .extract_error()
+            .map_err(CallError::Redis)?;
+        redis::from_redis_value(reply).map_err(|e| CallError::Redis(RedisError::from(e)))
+    }
+
+    /// Every key of type `kind` whose name matches the glob `pattern`, on every master;
+    /// each call bounded by the command timeout.
+    pub(crate) async fn scan(&self, pattern: &str, kind: &str) -> Result<Vec<String>, CallError> {
+        let scan = |cursor: u64| {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .arg("TYPE")
+                .arg(kind);
+            cmd
+        };
+        let mut keys = Vec::new();
+        match &self.shared.route {
+            Route::Cluster(route) => {
+                self.follow_runtime().await?;
+                let mut conn = read(&route.conn);
+                let slots: Value = self
+                    .bounded(redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn))
+                    .await?;
+                for (host, port) in masters(slots)? {
+                    let mut cursor = 0;
+                    loop {
+                        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                            host: host.clone(),
+                            port,
+                        });
+                        let reply = self
+                            .bounded(conn.route_command(scan(cursor), routing))
+                            .await?;
+                        let (next, found) = page(reply)?;
+                        keys.extend(found);
+                        cursor = next;
+                        if cursor == 0 {
+                            break;
+                        }
+                    }
+                }
+            }
+            Route::Direct(_) | Route::Sentinel(_) => {
+                let mut cursor = 0;
+                loop {
+                    let mut conn: Conn = self.conn().await?;
+                    let reply: Value = self.bounded(scan(cursor).query_async(&mut conn)).await?;
+                    let (next, found) = page(reply)?;
+                    keys.extend(found);
+                    cursor = next;
+                    if cursor == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+}
+
+/// One `SCAN` reply: the next cursor and the keys; a refusal (`NOPERM`) as the error it is.
+fn page(reply: Value) -> Result<(u64, Vec<String>), CallError> {
+    let reply = reply.extract_error().map_err(CallError::Redis)?;
+    redis::from_redis_value(reply).map_err(|e| CallError::Redis(RedisError::from(e)))
+}
+
+/// The master of each slot range in a `CLUSTER SLOTS` reply (`[start, end, [host, port,
+/// id], replicas...]` per range), each once.
+fn masters(slots: Value) -> Result<Vec<(String, u16)>, CallError> {
+    let slots = slots.extract_error().map_err(CallError::Redis)?;
+    let ranges: Vec<Vec<Value>> =
+        redis::from_redis_value(slots).map_err(|e| CallError::Redis(RedisError::from(e)))?;
+    let mut masters = Vec::new();
+    for range in ranges {
+        let Some(master) = range.into_iter().nth(2) else {
+            continue;
+        };
+        // `[host, port, id]`, and a map of metadata since Redis 7.
+        let mut node = redis::from_redis_value::<Vec<Value>>(master)
+            .map_err(|e| CallError::Redis(RedisError::from(e)))?
+            .into_iter();
+        let (Some(host), Some(port)) = (node.next(), node.next()) else {
+            continue;
+        };
+        let address: (String, u16) = redis::from_redis_value(Value::Array(vec![host, port]))
+            .map_err(|e| CallError::Redis(RedisError::from(e)))?;
+        if !masters.contains(&address) {
+            masters.push(address);
+        }
+    }
+    Ok(masters)
+}
