@@ -1219,18 +1219,25 @@ async fn cluster_mode_needs_sharded_pubsub_and_the_slot_map() {
     assert_no_password_in(&[&captured()]);
 }
 
-/// A user without the channel permission: SUBSCRIBE is refused. Waiters fall back to
-/// polling every `max_wait_recheck`, which is fine, but the subscriber must not retry
-/// the refused subscription in a tight loop of new connections.
-/// Whether `admin`'s server has this version's function library.
+/// Whether `admin`'s server has this version's function library, waiting up to 5 s for
+/// it: a replica gets it by replication, after the master.
 fn has_library(admin: &mut redis::Connection) -> bool {
-    let libraries: Vec<HashMap<String, redis::Value>> = redis::cmd("FUNCTION")
-        .arg("LIST")
-        .arg("LIBRARYNAME")
-        .arg(FunctionLibrary::current().name())
-        .query(admin)
-        .unwrap();
-    libraries.len() == 1
+    let started = Instant::now();
+    loop {
+        let libraries: Vec<HashMap<String, redis::Value>> = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg(FunctionLibrary::current().name())
+            .query(admin)
+            .unwrap();
+        if libraries.len() == 1 {
+            return true;
+        }
+        if started.elapsed() > Duration::from_secs(5) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Function-mode clients of a Sentinel deployment and of a cluster: the library, loaded
@@ -1319,6 +1326,9 @@ async fn the_function_rule_works_on_sentinel_and_cluster_through_a_failover() {
     eprintln!("cluster, function mode: wake-ups {wakeups:?}, the last after a failover");
 }
 
+/// A user without the channel permission: SUBSCRIBE is refused. Waiters fall back to
+/// polling every `max_wait_recheck`, which is fine, but the subscriber must not retry
+/// the refused subscription in a tight loop of new connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_subscribe_is_retried_with_back_off() {
     capture_logs(tracing::Level::TRACE);
