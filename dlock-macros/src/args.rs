@@ -66,19 +66,12 @@ impl OnBusy {
     ];
 
     fn parse(literal: &LitStr) -> syn::Result<OnBusy> {
-        let text = literal.value();
-        OnBusy::NAMES
-            .iter()
-            .find(|(name, _)| *name == text)
-            .map(|(_, mode)| *mode)
-            .ok_or_else(|| {
-                syn::Error::new_spanned(
-                    literal,
-                    format!(
-                        "unknown `on_busy` value {text:?}; expected \"wait\" (the default: wait for the lock), \"skip\" (run nothing and return `None` / `()` when busy) or \"fail\" (try once, fail when busy)"
-                    ),
-                )
-            })
+        named_value(
+            literal,
+            &OnBusy::NAMES,
+            "on_busy",
+            "\"wait\" (the default: wait for the lock), \"skip\" (run nothing and return `None` / `()` when busy) or \"fail\" (try once, fail when busy)",
+        )
     }
 }
 
@@ -103,20 +96,34 @@ impl OnLost {
     ];
 
     fn parse(literal: &LitStr) -> syn::Result<OnLost> {
-        let text = literal.value();
-        OnLost::NAMES
-            .iter()
-            .find(|(name, _)| *name == text)
-            .map(|(_, mode)| *mode)
-            .ok_or_else(|| {
-                syn::Error::new_spanned(
-                    literal,
-                    format!(
-                        "unknown `on_lost` value {text:?}; expected \"cancel\" (the default: stop the body at the loss), \"error\" (finish the body, then fail) or \"ignore\" (return the body's result, log the loss)"
-                    ),
-                )
-            })
+        named_value(
+            literal,
+            &OnLost::NAMES,
+            "on_lost",
+            "\"cancel\" (the default: stop the body at the loss), \"error\" (finish the body, then fail) or \"ignore\" (return the body's result, log the loss)",
+        )
     }
+}
+
+/// The value of an option written as one of a few names (`on_busy = "skip"`); an unknown
+/// name is an error on the literal that lists the `expected` ones.
+fn named_value<T: Copy>(
+    literal: &LitStr,
+    names: &[(&str, T)],
+    option: &str,
+    expected: &str,
+) -> syn::Result<T> {
+    let text = literal.value();
+    names
+        .iter()
+        .find(|(name, _)| *name == text)
+        .map(|(_, value)| *value)
+        .ok_or_else(|| {
+            syn::Error::new_spanned(
+                literal,
+                format!("unknown `{option}` value {text:?}; expected {expected}"),
+            )
+        })
 }
 
 /// Which lock the attribute takes: `kind = "..."`.
