@@ -1173,16 +1173,7 @@ async fn cluster_mode_needs_sharded_pubsub_and_the_slot_map() {
             .query::<()>(admin)
             .unwrap();
     }
-    // One lock name on each master.
-    let mut masters = HashSet::new();
-    let names: Vec<String> = (0..)
-        .map(|i| format!("goods:{i}"))
-        .filter(|name| {
-            let slot = cluster.key_slot(&format!("shop:{name}"));
-            masters.insert(cluster.slot_owner_port(slot))
-        })
-        .take(3)
-        .collect();
+    let names = one_name_per_master(&cluster);
     let clients = app_clients(&topology, "shop:").await;
     let mut wakeups = exercise(&clients, &names).await;
 
@@ -1217,6 +1208,19 @@ async fn cluster_mode_needs_sharded_pubsub_and_the_slot_map() {
         );
     }
     assert_no_password_in(&[&captured()]);
+}
+
+/// Three lock names (`goods:<i>`, under the prefix `shop:`), one on each master of
+/// `cluster`.
+fn one_name_per_master(cluster: &RedisCluster) -> Vec<String> {
+    let mut masters = HashSet::new();
+    (0..)
+        .map(|i| format!("goods:{i}"))
+        .filter(|name| {
+            masters.insert(cluster.slot_owner_port(cluster.key_slot(&format!("shop:{name}"))))
+        })
+        .take(3)
+        .collect()
 }
 
 /// Whether `admin`'s server has this version's function library, waiting up to 5 s for
@@ -1308,15 +1312,7 @@ async fn the_function_rule_works_on_sentinel_and_cluster_through_a_failover() {
     let topology = Topology::cluster(cluster.node_urls())
         .credentials(Some("dlock".to_owned()), Some(ACL_PASSWORD.to_owned()));
     let clients = functions_client(topology).await;
-    // One lock name on each master.
-    let mut masters = HashSet::new();
-    let names: Vec<String> = (0..)
-        .map(|i| format!("goods:{i}"))
-        .filter(|name| {
-            masters.insert(cluster.slot_owner_port(cluster.key_slot(&format!("shop:{name}"))))
-        })
-        .take(3)
-        .collect();
+    let names = one_name_per_master(&cluster);
     let mut wakeups = exercise(&clients, &names).await;
     cluster.failover_slot(cluster.key_slot(&format!("shop:{}", names[0])));
     wakeups.push(handoff(&clients[0], &clients[1], &names[0]).await);
