@@ -346,12 +346,15 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             .map_err(|e| format!("setting the stock of item {id}: {e}"))?;
     }
     eprintln!(
-        "{} service process(es), {} item(s) x {} in stock, {} requests at concurrency {}, route {}, {}",
+        "{} service process(es), {} item(s) x {} in stock, {} requests at concurrency {}, route {} (POST /goods/<id>/{}), {}",
         args.processes,
         ids.len(),
         args.stock,
         args.requests,
         args.concurrency,
+        args.route
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_owned()),
         args.route.path(),
         match (args.no_lock, fenced) {
             (true, _) => "NO LOCK (control)",
