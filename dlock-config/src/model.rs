@@ -110,8 +110,9 @@ pub struct Connection {
     pub password: Option<Secret>,
     /// Database number (not allowed with `[redis.cluster]`).
     pub database: Option<Spanned<i64>>,
-    /// PEM file of the certificate authority trusted for `rediss://` addresses instead of
-    /// the system's roots; relative to the config file.
+    /// PEM file of the certificate authority trusted for `rediss://` addresses (data
+    /// nodes, sentinels, and the master `rediss://` sentinels report) instead of the
+    /// system's roots; relative to the config file.
     pub tls_ca_file: Option<std::path::PathBuf>,
     /// Longest wait for a connection. Default 5 s, at least 1 ms.
     #[serde(default, deserialize_with = "connect_timeout")]

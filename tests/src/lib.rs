@@ -20,6 +20,9 @@
 //!   created with `redis-cli --cluster create`; the `DLOCK_REDIS_CLI` environment
 //!   variable, else `redis-cli` from `PATH`), with a bounded, fully observed
 //!   [`RedisCluster::failover_slot`].
+//! - [`TestCertificates`] is a throw-away certificate authority and a server certificate
+//!   for `127.0.0.1`; [`TlsSentinelGroup`] is a master, a replica and a sentinel that
+//!   answer clients only over TLS with it, with a bounded [`TlsSentinelGroup::failover`].
 //! - [`commandstats`] counts the commands a server ran (`INFO commandstats`).
 //! - [`logs`] captures what dlock logs, for tests that check it; [`spans`] captures the
 //!   spans it opens, with their fields and how long they were open.
@@ -53,6 +56,7 @@ pub mod secret_urls;
 mod sentinel;
 mod server;
 pub mod spans;
+mod tls;
 pub mod workload;
 
 pub use cluster::{RedisCluster, REDIS_CLI_ENV};
@@ -60,3 +64,4 @@ pub use proxy::TcpProxy;
 pub use replicas::RedisReplicaSet;
 pub use sentinel::RedisSentinelGroup;
 pub use server::{RedisServer, REDIS_SERVER_ENV};
+pub use tls::{TestCertificates, TlsSentinelGroup};

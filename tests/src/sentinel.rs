@@ -412,7 +412,7 @@ fn start_sentinel(master_port: u16) -> RedisServer {
 }
 
 /// A path as a double-quoted Redis configuration string.
-fn config_quote(path: &Path) -> String {
+pub(crate) fn config_quote(path: &Path) -> String {
     let text = path.to_str().unwrap_or_else(|| {
         panic!(
             "the temporary path {} is not UTF-8; set TMPDIR to a plain path",
@@ -440,7 +440,7 @@ fn master_port_reported_by(sentinel_port: u16) -> Result<u16, String> {
 }
 
 /// Whether `SENTINEL FAILOVER` was refused for a reason that goes away by itself.
-fn is_retryable_refusal(err: &redis::RedisError) -> bool {
+pub(crate) fn is_retryable_refusal(err: &redis::RedisError) -> bool {
     matches!(err.code(), Some("INPROG" | "NOGOODSLAVE"))
 }
 

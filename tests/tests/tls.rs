@@ -5,83 +5,11 @@
 //! port) fails within the connect timeout with a clear error.
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dlock_config::{Config, ConfigError};
 use dlock_core::LockError;
-use dlock_tests::RedisServer;
-
-/// Runs `openssl` with `args` in `dir`.
-fn openssl(dir: &Path, args: &[&str]) {
-    let output = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl must be installed (apt-get install -y openssl)");
-    assert!(
-        output.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// A self-signed CA, `<name>.pem` and `<name>.key`.
-fn make_ca(dir: &Path, name: &str) {
-    let key = format!("{name}.key");
-    let pem = format!("{name}.pem");
-    let subject = format!("/CN=dlock test CA {name}");
-    openssl(
-        dir,
-        &[
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &pem,
-            "-days", "2", "-subj", &subject,
-        ],
-    );
-}
-
-/// A CA (`ca.pem`) and a server certificate for 127.0.0.1 it signed (`server.pem`,
-/// `server.key`), made with the `openssl` command.
-fn make_certificates(dir: &Path) {
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    make_ca(dir, "ca");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-        ],
-    );
-}
+use dlock_tests::{RedisServer, TestCertificates, TlsSentinelGroup};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -117,27 +45,15 @@ async fn a_lock_over_tls_with_the_configured_ca() {
 struct TlsServer {
     server: RedisServer,
     tls_port: u16,
-    certs: tempfile::TempDir,
+    certs: TestCertificates,
 }
 
 impl TlsServer {
     fn start() -> TlsServer {
-        let certs = tempfile::tempdir().unwrap();
-        make_certificates(certs.path());
-        let file = |name: &str| certs.path().join(name).display().to_string();
+        let certs = TestCertificates::new();
         let tls_port = free_port();
-        let server = RedisServer::start_with(&[
-            "--tls-port",
-            &tls_port.to_string(),
-            "--tls-cert-file",
-            &file("server.pem"),
-            "--tls-key-file",
-            &file("server.key"),
-            "--tls-ca-cert-file",
-            &file("ca.pem"),
-            "--tls-auth-clients",
-            "no",
-        ]);
+        let args = certs.server_args(tls_port);
+        let server = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
         TlsServer {
             server,
             tls_port,
@@ -149,7 +65,7 @@ impl TlsServer {
     /// `None`, a 2 s connect timeout and `extra` lines for `[connection]`.
     fn config(&self, address: &str, ca: Option<&str>, extra: &str) -> Config {
         let ca = ca.map_or(String::new(), |ca| format!("tls_ca_file = \"{ca}\"\n"));
-        let path = self.certs.path().join("dlock.toml");
+        let path = self.certs.path("dlock.toml");
         std::fs::write(
             &path,
             format!("[redis.single]\naddress = \"{address}\"\n\n[connection]\n{ca}connect_timeout = \"2s\"\n{extra}\n[lock]\nkey_prefix = \"tls:\"\n"),
@@ -237,7 +153,7 @@ async fn tls_with_an_acl_user_and_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_ca_or_a_protocol_mismatch_fails_fast_with_a_clear_error() {
     let tls = TlsServer::start();
-    make_ca(tls.certs.path(), "other-ca");
+    tls.certs.make_ca("other-ca");
     // (what, address, CA file, expected end of the message: `None` for any I/O error). The
     // connect timeout is 2 s.
     let cases = [
@@ -284,4 +200,101 @@ async fn a_wrong_ca_or_a_protocol_mismatch_fails_fast_with_a_clear_error() {
         }
         assert!(elapsed < Duration::from_millis(2500), "{what}: {elapsed:?}");
     }
+}
+
+/// `[redis.sentinel]` over `rediss://` sentinels, trusting the test CA from `tls_ca_file`
+/// (relative to the file), key prefix `tls:`.
+fn sentinel_config(group: &TlsSentinelGroup, ca: Option<&str>) -> Config {
+    let ca = ca.map_or(String::new(), |ca| format!("tls_ca_file = \"{ca}\"\n"));
+    let text = format!(
+        "[redis.sentinel]\nmaster_name = \"{}\"\nsentinels = [\"{}\"]\n\n[connection]\n{ca}connect_timeout = \"2s\"\n\n[lock]\nkey_prefix = \"tls:\"\n",
+        group.master_name(),
+        group.sentinel_tls_url()
+    );
+    let path = group.certificates().path("sentinel.toml");
+    std::fs::write(&path, text).unwrap();
+    Config::from_file(&path).unwrap()
+}
+
+/// Whether the key `key` exists on `server` (asked on its plain port).
+fn exists(server: &RedisServer, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<bool>(&mut server.connection())
+        .unwrap()
+}
+
+/// The sentinel and the master it reports speak only TLS to clients, with the test CA:
+/// the client must trust the CA for the sentinel's connection too, and reach the master
+/// (and, after a failover, the promoted replica) by TLS at the reported address. A wake-up
+/// over the TLS subscriber connection and the move to the new master are checked on the
+/// servers themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_deployment_over_tls_locks_wakes_and_follows_a_failover() {
+    let group = TlsSentinelGroup::start();
+    let config = sentinel_config(&group, Some("ca.pem"));
+    let holder = config.build().await.expect("TLS sentinel and master");
+    let waiter = config.build().await.unwrap();
+
+    let guard = holder.lock("goods:1").lock().await.unwrap();
+    assert!(exists(group.master_server(), "tls:goods:1"));
+    let waiting = waiter.lock("goods:1");
+    let waiting = tokio::spawn(async move {
+        let guard = waiting.lock().await;
+        (guard, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released_at = Instant::now();
+    guard.unlock().await.unwrap();
+    let (guard, acquired_at) = waiting.await.unwrap();
+    let wakeup = acquired_at.saturating_duration_since(released_at);
+    assert!(wakeup < Duration::from_millis(100), "{wakeup:?}");
+    guard.unwrap().unlock().await.unwrap();
+
+    let old_master = group.master_tls_port();
+    let new_master = group.failover();
+    assert_ne!(old_master, new_master);
+    let started = Instant::now();
+    let guard = loop {
+        match holder.lock("goods:2").try_lock().await {
+            Ok(guard) if exists(group.master_server(), "tls:goods:2") => break guard,
+            // Taken on the old master before the client followed: let it go, try again.
+            Ok(guard) => drop(guard.unlock().await),
+            Err(error) => eprintln!("while following the failover: {error}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the client did not follow the failover to TLS port {new_master}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "TLS sentinel: wake-up {wakeup:?}, locking on the new master {:?} after the failover",
+        started.elapsed()
+    );
+    guard.unlock().await.unwrap();
+
+    // Without the CA the sentinel's certificate is not trusted: the error names the
+    // sentinel deployment and the reason.
+    let err = sentinel_config(&group, None).build().await.unwrap_err();
+    let shown = err.to_string();
+    assert!(
+        shown.contains("sentinel master \"mymaster\"") && shown.contains("UnknownIssuer"),
+        "{shown}"
+    );
+}
+
+#[tokio::test]
+async fn sentinels_mixing_plain_and_tls_addresses_are_refused() {
+    let text = "[redis.sentinel]\nmaster_name = \"mymaster\"\nsentinels = [\"redis://127.0.0.1:1\", \"rediss://127.0.0.1:2\"]\n";
+    let err = Config::from_toml_str(text)
+        .unwrap()
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Lock(LockError::Config(message))
+            if message.contains("mix redis:// and rediss://")),
+        "{err:?}"
+    );
 }

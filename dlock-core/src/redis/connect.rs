@@ -161,16 +161,79 @@ pub(super) async fn connect_cluster(
     }
 }
 
-/// A client for the master at `host:port` with the topology's credentials and database.
+/// How the master of a Sentinel deployment is reached: over TLS exactly when the
+/// sentinels are (`rediss://`), with their certificate check and trusted root, since the
+/// sentinels report only a host and a port.
+#[derive(Clone)]
+pub(super) enum Transport {
+    Plain,
+    Tls {
+        /// The sentinel URLs' `#insecure`: no host name check.
+        insecure: bool,
+        /// The topology's root certificate, if any; else the system's roots.
+        root_ca: Option<Vec<u8>>,
+    },
+}
+
+impl Transport {
+    /// The transport every one of `sentinels` uses; an error when they mix plain and TLS
+    /// addresses, since the master's transport could not follow both.
+    pub(super) fn of_sentinels(
+        sentinels: &[redis::Client],
+        root_ca: Option<&[u8]>,
+    ) -> Result<Transport, LockError> {
+        let mut transports =
+            sentinels
+                .iter()
+                .map(|sentinel| match sentinel.get_connection_info().addr() {
+                    redis::ConnectionAddr::TcpTls { insecure, .. } => Some(*insecure),
+                    _ => None,
+                });
+        let first = transports.next().flatten();
+        if transports.any(|other| other != first) {
+            return Err(LockError::Config(
+                "the sentinel addresses mix redis:// and rediss:// (or #insecure): the master is \
+                 reached over TLS exactly when the sentinels are, so give them all one scheme"
+                    .to_owned(),
+            ));
+        }
+        Ok(match first {
+            None => Transport::Plain,
+            Some(insecure) => Transport::Tls {
+                insecure,
+                root_ca: root_ca.map(<[u8]>::to_vec),
+            },
+        })
+    }
+}
+
+/// A client for the master at `host:port` with the topology's credentials and database,
+/// over `transport`.
 pub(super) fn master_client(
     host: &str,
     port: u16,
     settings: &redis::RedisConnectionInfo,
+    transport: &Transport,
 ) -> Result<redis::Client, CallError> {
     use redis::IntoConnectionInfo;
-    let info = redis::ConnectionAddr::Tcp(host.to_owned(), port)
+    let address = match transport {
+        Transport::Plain => redis::ConnectionAddr::Tcp(host.to_owned(), port),
+        Transport::Tls { insecure, .. } => redis::ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: *insecure,
+            tls_params: None,
+        },
+    };
+    let info = address
         .into_connection_info()
         .map_err(CallError::Redis)?
         .set_redis_settings(settings.clone());
-    redis::Client::open(info).map_err(CallError::Redis)
+    let client = match transport {
+        Transport::Tls {
+            root_ca: Some(pem), ..
+        } => tls_client(info, pem),
+        _ => redis::Client::open(info),
+    };
+    client.map_err(CallError::Redis)
 }

@@ -49,6 +49,7 @@ use crate::redact::{list, redact};
 use crate::scripts::ScriptCall;
 use connect::{
     connect_cluster, connect_error, connect_node, connection_info, install_tls_provider, open,
+    Transport,
 };
 use exclusive::ExclusivePool;
 use runtime_probe::RuntimeProbe;
@@ -214,11 +215,18 @@ impl Backend {
                 let shown = format!("sentinel master {master_name:?} via {}", list(sentinels));
                 let sentinels = sentinels
                     .iter()
-                    .map(|sentinel| open(sentinel, &topology.sentinel_auth, None))
+                    .map(|sentinel| open(sentinel, &topology.sentinel_auth, root_ca))
                     .collect::<Result<Vec<_>, _>>()?;
-                let route = SentinelRoute::connect(master_name, sentinels, &topology.auth, options)
-                    .await
-                    .map_err(|e| connect_error(shown.clone(), e))?;
+                let transport = Transport::of_sentinels(&sentinels, root_ca)?;
+                let route = SentinelRoute::connect(
+                    master_name,
+                    sentinels,
+                    transport,
+                    &topology.auth,
+                    options,
+                )
+                .await
+                .map_err(|e| connect_error(shown.clone(), e))?;
                 (Route::Sentinel(Box::new(route)), shown)
             }
             TopologyKind::Cluster { nodes } => {

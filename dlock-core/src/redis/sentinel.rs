@@ -18,7 +18,7 @@ use redis::aio::ConnectionManager;
 use redis::{RedisError, RedisResult};
 use tokio::sync::mpsc;
 
-use super::connect::master_client;
+use super::connect::{master_client, Transport};
 use super::topology::Auth;
 use super::{Backend, CallError, ConnectOptions, Node, Route, Shared};
 use crate::background::Background;
@@ -111,6 +111,8 @@ pub(super) struct SentinelRoute {
     master_name: String,
     /// Credentials and database for the master, whichever server it is.
     settings: redis::RedisConnectionInfo,
+    /// Plain or TLS, as the sentinels are.
+    transport: Transport,
     current: RwLock<Node>,
 }
 
@@ -118,6 +120,7 @@ impl SentinelRoute {
     pub(super) async fn connect(
         master_name: &str,
         sentinels: Vec<redis::Client>,
+        transport: Transport,
         auth: &Auth,
         options: ConnectOptions,
     ) -> Result<SentinelRoute, CallError> {
@@ -129,7 +132,7 @@ impl SentinelRoute {
             settings = settings.set_password(password);
         }
         let (host, port) = current_master(&sentinels, master_name, options.connect_timeout).await?;
-        let client = master_client(&host, port, &settings)?;
+        let client = master_client(&host, port, &settings, &transport)?;
         let node = tokio::time::timeout(options.connect_timeout, Node::connect(client, options))
             .await
             .map_err(|_| CallError::Timeout(options.connect_timeout))?
@@ -140,6 +143,7 @@ impl SentinelRoute {
             resolving: tokio::sync::Mutex::new(()),
             master_name: master_name.to_owned(),
             settings,
+            transport,
             current: RwLock::new(node),
         })
     }
@@ -186,8 +190,11 @@ impl SentinelRoute {
     /// is authoritative; asking the sentinels again could reach one that has not switched
     /// yet and still names the old master, which keeps accepting writes for a while.
     async fn follow(&self, shared: &Shared, host: &str, port: u16) -> Result<(), CallError> {
-        self.switch(shared, master_client(host, port, &self.settings)?)
-            .await
+        self.switch(
+            shared,
+            master_client(host, port, &self.settings, &self.transport)?,
+        )
+        .await
     }
 
     async fn switch(&self, shared: &Shared, client: redis::Client) -> Result<(), CallError> {

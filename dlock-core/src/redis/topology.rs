@@ -15,7 +15,8 @@
 ///   so one configuration describes the deployment.
 /// - **sentinel**: the master is resolved through the sentinels and re-resolved when a
 ///   sentinel announces `+switch-master`, when the connection fails and when the server
-///   answers `READONLY` (a demoted master); the subscriber connection follows.
+///   answers `READONLY` (a demoted master); the subscriber connection follows. The master
+///   is reached over TLS exactly when the sentinel URLs are `rediss://` (they must agree).
 /// - **cluster**: keys are routed by slot (every lock key, channel and memo of one lock
 ///   shares a slot), `MOVED`/`ASK` and failovers are followed, and waiting uses sharded
 ///   pub/sub (`SSUBSCRIBE`/`SPUBLISH`), so an unlock message only reaches the lock's shard.
@@ -25,7 +26,7 @@ pub struct Topology {
     pub(crate) auth: Auth,
     /// Credentials for the sentinels (a Sentinel deployment only).
     pub(crate) sentinel_auth: Auth,
-    /// PEM root certificate(s) trusted for `rediss://` data nodes instead of the system's.
+    /// PEM root certificate(s) trusted for `rediss://` addresses instead of the system's.
     pub(crate) root_ca: Option<Vec<u8>>,
 }
 
@@ -145,8 +146,9 @@ impl Topology {
     }
 
     /// Trusts the PEM certificate authority `pem` (instead of the system's roots) for
-    /// `rediss://` addresses of single, master/replicas and cluster nodes. Sentinel
-    /// deployments use the system's roots. Needs the `tls` feature (on by default).
+    /// every `rediss://` address: data nodes, sentinels, and the master a sentinel
+    /// reports, which is reached over TLS exactly when the sentinels are. Needs the `tls`
+    /// feature (on by default).
     #[must_use]
     pub fn tls_root_ca(mut self, pem: Vec<u8>) -> Topology {
         self.root_ca = Some(pem);
