@@ -9,6 +9,11 @@
 //! (which starts without a name) gets its name back. Neither is needed to lock: a user
 //! without `+client|setname` or without the key pattern only loses the description
 //! (logged at debug level).
+//!
+//! One connection stays unnamed: the dedicated pub/sub connection of a single, master /
+//! replicas or Sentinel client, which redis-rs opens without a way to send a command
+//! other than (un)subscribing. `CLIENT LIST` shows it with `flags=P`; it carries no lock
+//! state. (A cluster client subscribes on its named command connections.)
 
 use std::sync::Arc;
 use std::time::Duration;
