@@ -260,3 +260,53 @@ async fn on_a_cluster_the_bookkeeping_shares_the_key_slot() {
     }
     assert_eq!(masters.len(), 3, "the keys reach every master");
 }
+
+/// docs/FENCING.md, "When the counter goes back": a counter that lost its value (here
+/// `DEL`, as `FLUSHALL` or a layout change would) makes the next holder's token lower than
+/// one the record has seen, and its write is refused, not applied; raising the counter as
+/// the document shows (every `dlock:fence:<prefix>*` key, `SET` above the highest token)
+/// lets the next holder write again.
+#[tokio::test]
+async fn a_counter_that_went_back_refuses_writes_until_raised_as_documented() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .key_prefix("shop:")
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let mut admin = server.connection();
+    let fenced = client.fenced();
+    let lock = client.lock("goods:1");
+
+    let mut highest = 0;
+    for _ in 0..3 {
+        let guard = lock.lock().await.unwrap();
+        let token = guard.fencing_token().unwrap();
+        fenced.set("stock:1", "x", token).await.unwrap();
+        highest = token.get();
+        guard.unlock().await.unwrap();
+    }
+
+    let counters: Vec<String> = admin.keys("dlock:fence:shop:*").unwrap();
+    assert_eq!(counters.len(), 1, "{counters:?}");
+    let _: () = admin.del(&counters).unwrap();
+    let guard = lock.lock().await.unwrap();
+    let token = guard.fencing_token().unwrap();
+    assert!(token.get() < highest, "{token:?} after {highest}");
+    assert_eq!(
+        stale(fenced.set("stock:1", "lost", token).await),
+        (highest, token.get())
+    );
+    guard.unlock().await.unwrap();
+
+    for counter in admin.keys::<_, Vec<String>>("dlock:fence:shop:*").unwrap() {
+        let _: () = admin.set(counter, highest + 1000).unwrap();
+    }
+    let guard = lock.lock().await.unwrap();
+    let token = guard.fencing_token().unwrap();
+    assert!(token.get() > highest, "{token:?}");
+    fenced.set("stock:1", "back", token).await.unwrap();
+    let value: String = admin.get("stock:1").unwrap();
+    assert_eq!(value, "back");
+    guard.unlock().await.unwrap();
+}
