@@ -120,7 +120,7 @@ pub use fenced::FencedWrites;
 pub use lease::MAX_LEASE;
 pub use lock::guard::LockGuard;
 pub use lock::{
-    Lock, LockClientRef, LockHolder, LockInfo, LockKind, OwnerHold, ReadWriteInfo, ReadWriteMode,
+    Lock, LockClientRef, LockHolder, LockInfo, LockKind, LockTracker, OwnerHold, ReadWriteInfo, ReadWriteMode,
     SemaphoreInfo,
 };
 pub use multi::{MultiGuard, MultiLock};

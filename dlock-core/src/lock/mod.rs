@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use acquire::Reply;
 pub use inspect::{
-    LockClientRef, LockHolder, LockInfo, LockKind, OwnerHold, ReadWriteInfo, ReadWriteMode,
+    LockClientRef, LockHolder, LockInfo, LockKind, LockTracker, OwnerHold, ReadWriteInfo, ReadWriteMode,
     SemaphoreInfo,
 };
 
