@@ -759,18 +759,23 @@ async fn redlock_inspect_list_and_force_unlock_on_every_server() {
     drop(guard);
 }
 
-/// Five holds of 5 ms, 20 ms apart, taken while `dlock watch --json` runs with `args`:
+/// Five holds of 5 ms of `name`, 20 ms apart, taken while `dlock watch --json` runs with `args`:
 /// the distinct holders the watch saw, and its stderr.
-async fn watch_a_burst(config: &ConfigFile, holder: &LockClient, args: &[&str]) -> (usize, String) {
+async fn watch_a_burst(
+    config: &ConfigFile,
+    holder: &LockClient,
+    name: &str,
+    args: &[&str],
+) -> (usize, String) {
     let watching = {
         let path = config.path.clone();
-        let mut all = vec!["--json", "watch", "burst", "--for", "1500ms"];
+        let mut all = vec!["--json", "watch", name, "--for", "1500ms"];
         all.extend_from_slice(args);
         let all: Vec<String> = all.into_iter().map(str::to_owned).collect();
         tokio::task::spawn_blocking(move || run(&path, &all, ""))
     };
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let lock = holder.lock("burst");
+    let lock = holder.lock(name);
     for _ in 0..5 {
         let guard = lock.lock().await.unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -796,7 +801,7 @@ async fn watch_sees_every_short_hold() {
     let server = RedisServer::start();
     let config = ConfigFile::single(&server);
     let holder = config.client("alpha").await;
-    let (seen, stderr) = watch_a_burst(&config, &holder, &[]).await;
+    let (seen, stderr) = watch_a_burst(&config, &holder, "burst", &[]).await;
     assert_eq!(seen, 5, "{stderr}");
     assert_eq!(stderr, "");
 
@@ -817,11 +822,33 @@ async fn watch_sees_every_short_hold() {
         "[redis.single]\naddress = \"{}\"\n[connection]\nusername = \"untracked\"\npassword = \"secret\"",
         server.url()
     ));
-    let (seen, stderr) = watch_a_burst(&untracked, &holder, &["--interval", "50ms"]).await;
+    let (seen, stderr) = watch_a_burst(&untracked, &holder, "burst", &["--interval", "50ms"]).await;
     assert!(
         stderr.contains("dlock: warning: Redis will not report changes of \"burst\"")
             && stderr.contains("+client|tracking"),
         "{stderr}"
     );
     assert!(seen < 5, "a 50 ms poll saw all {seen} holds of 5 ms");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_in_a_cluster_tracks_at_the_master_of_the_locks_slot() {
+    let cluster = RedisCluster::start();
+    let config = ConfigFile::cluster(&cluster);
+    let holder = config.client("alpha").await;
+    // A lock whose slot is not served by the first configured node (the one the tool
+    // connects to first), so only a tracking connection to the slot's master hears it.
+    let first: u16 = cluster.node_urls()[0]
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let name = (0..100)
+        .map(|i| format!("burst:{i}"))
+        .find(|n| cluster.slot_owner_port(cluster.key_slot(&format!("shop:{n}"))) != first)
+        .unwrap();
+    let (seen, stderr) = watch_a_burst(&config, &holder, &name, &[]).await;
+    assert_eq!(seen, 5, "{stderr}");
+    assert_eq!(stderr, "");
 }
