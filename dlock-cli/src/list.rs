@@ -63,11 +63,23 @@ async fn locks(client: &LockClient, prefix: &str) -> Result<Vec<LockView>, CliEr
 /// The names found on any RedLock server, each inspected on every server.
 async fn redlocks(redlock: &RedLockServers, prefix: &str) -> Result<Vec<RedLockView>, CliError> {
     let mut names = Vec::new();
+    let mut listed = 0;
+    let mut first_error = None;
     for (_, client) in &redlock.servers {
-        // A server that cannot be listed shows as an error in each lock's view.
-        if let Ok(found) = client.list_locks(prefix).await {
-            names.extend(found);
+        // A server that cannot be listed shows as an error in each lock's view, unless
+        // no server could be listed.
+        match client.list_locks(prefix).await {
+            Ok(found) => {
+                names.extend(found);
+                listed += 1;
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
         }
+    }
+    if let Some(error) = first_error.filter(|_| listed == 0) {
+        return Err(error.into());
     }
     names.sort();
     names.dedup();

@@ -5,8 +5,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use dlock_core::{
-    ClientDescription, LockClientRef, LockHolder, LockInfo, OwnerHold, ReadWriteInfo,
-    SemaphoreInfo,
+    ClientDescription, LockClientRef, LockHolder, LockInfo, OwnerHold, ReadWriteInfo, SemaphoreInfo,
 };
 use serde::Serialize;
 
@@ -307,7 +306,11 @@ impl LockView {
         if let Some(ms) = self.remaining_lease_ms {
             let _ = writeln!(out, "lease: {} left", shown(ms));
         }
-        let _ = writeln!(out, "channel subscribers (waiting clients): {}", self.subscribers);
+        let _ = writeln!(
+            out,
+            "channel subscribers (waiting clients): {}",
+            self.subscribers
+        );
     }
 
     fn fencing_text(&self, out: &mut String) {
@@ -323,7 +326,11 @@ impl LockView {
         if self.holders.is_empty() {
             match &self.kept_for_min_hold {
                 Some(client) => {
-                    let _ = writeln!(out, "holder: none, kept taken by min_hold of {}", client.text());
+                    let _ = writeln!(
+                        out,
+                        "holder: none, kept taken by min_hold of {}",
+                        client.text()
+                    );
                 }
                 None => out.push_str("holder: none (the lock is free)\n"),
             }
@@ -447,7 +454,10 @@ impl RedLockView {
         match self.owners.first() {
             None => format!("held on no server of {n} (quorum {q}): free"),
             Some(top) if top.servers >= q => {
-                format!("held on {} of {n} servers (quorum {q}) by {}", top.servers, top.id)
+                format!(
+                    "held on {} of {n} servers (quorum {q}) by {}",
+                    top.servers, top.id
+                )
             }
             Some(top) => format!(
                 "held on at most {} of {n} servers (quorum {q}, by {}): not held",

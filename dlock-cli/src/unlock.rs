@@ -107,9 +107,9 @@ fn refuse_other_kinds(view: &LockView) -> Result<(), CliError> {
         "semaphore" => "a semaphore",
         _ => return Ok(()),
     };
-    let left = view
-        .remaining_lease_ms
-        .map_or(String::new(), |ms| format!(" (its lease ends in {})", shown(ms)));
+    let left = view.remaining_lease_ms.map_or(String::new(), |ms| {
+        format!(" (its lease ends in {})", shown(ms))
+    });
     Err(CliError::Refused(format!(
         "{:?} is {what}, which has no force-unlock: nothing was changed. Stop its holders, or wait for their leases to run out{left}",
         view.name

@@ -609,7 +609,10 @@ async fn inspect_and_list_show_read_write_locks_and_semaphores() {
         "{text}"
     );
     assert_eq!(text.matches("\nreader: ").count(), 2, "{text}");
-    assert!(text.contains("(billing on ") && text.contains("(worker on "), "{text}");
+    assert!(
+        text.contains("(billing on ") && text.contains("(worker on "),
+        "{text}"
+    );
     assert!(text.contains("writer: none\n"), "{text}");
     assert!(text.contains("waiting writers: 0\n"), "{text}");
 
@@ -657,13 +660,25 @@ async fn inspect_and_list_show_read_write_locks_and_semaphores() {
     assert!(grants.iter().all(|g| g["holds"] == 1), "{doc}");
     assert!(doc["key"].as_str().unwrap().starts_with("dlock:sem:shop:{"));
     let text = stdout(&dlock(&config, &["inspect", "uploads"], "").await);
-    assert!(text.starts_with("semaphore uploads (key dlock:sem:shop:{"), "{text}");
-    assert!(text.contains("permits: 2 of 3 taken, 1 available\n"), "{text}");
+    assert!(
+        text.starts_with("semaphore uploads (key dlock:sem:shop:{"),
+        "{text}"
+    );
+    assert!(
+        text.contains("permits: 2 of 3 taken, 1 available\n"),
+        "{text}"
+    );
     assert_eq!(text.matches("\ngrant: ").count(), 2, "{text}");
     assert!(text.contains(", 1 permit, "), "{text}");
     let refused = failure(&dlock(&config, &["force-unlock", "--yes", "uploads"], "").await);
-    assert!(refused.contains("is a semaphore, which has no force-unlock"), "{refused}");
-    assert_eq!(billing.semaphore("uploads", 3).available().await.unwrap(), 1);
+    assert!(
+        refused.contains("is a semaphore, which has no force-unlock"),
+        "{refused}"
+    );
+    assert_eq!(
+        billing.semaphore("uploads", 3).available().await.unwrap(),
+        1
+    );
 
     // Both are listed, next to a plain lock.
     let lock = billing.lock("report").lock().await.unwrap();
@@ -685,7 +700,10 @@ async fn inspect_and_list_show_read_write_locks_and_semaphores() {
     );
     let text = stdout(&dlock(&config, &["list"], "").await);
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("prices  [read-write, write] held by "), "{text}");
+    assert!(
+        lines[0].starts_with("prices  [read-write, write] held by "),
+        "{text}"
+    );
     assert!(lines[1].starts_with("report  held by "), "{text}");
     assert!(
         lines[2].starts_with("uploads  [semaphore, 2 of 3 permits taken] held by "),
@@ -715,10 +733,16 @@ async fn redlock_inspect_list_and_force_unlock_on_every_server() {
     let guard = redlock.lock("invoice:7").lock().await.unwrap();
 
     let doc = json(&dlock(&config, &["--json", "inspect", "invoice:7"], "").await);
-    assert_eq!((doc["nodes"].as_u64(), doc["quorum"].as_u64()), (Some(3), Some(2)));
+    assert_eq!(
+        (doc["nodes"].as_u64(), doc["quorum"].as_u64()),
+        (Some(3), Some(2))
+    );
     let on = doc["servers"].as_array().unwrap();
     assert_eq!(on.len(), 3, "{doc}");
-    let owner = on[0]["lock"]["holders"][0]["id"].as_str().unwrap().to_owned();
+    let owner = on[0]["lock"]["holders"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     for (server, view) in servers.iter().zip(on) {
         assert_eq!(view["server"], server.url());
         assert_eq!(view["lock"]["holders"][0]["id"], owner.as_str(), "{doc}");
@@ -747,7 +771,10 @@ async fn redlock_inspect_list_and_force_unlock_on_every_server() {
         "{text}"
     );
     let doc = json(&dlock(&config, &["--json", "inspect", "invoice:7"], "").await);
-    assert_eq!(doc["servers"][0]["lock"]["holders"], Value::Array(Vec::new()));
+    assert_eq!(
+        doc["servers"][0]["lock"]["holders"],
+        Value::Array(Vec::new())
+    );
     assert_eq!(doc["held_by"], owner.as_str());
     let listed = json(&dlock(&config, &["--json", "list"], "").await);
     assert_eq!(listed["locks"][0]["name"], "invoice:7", "{listed}");
@@ -793,7 +820,10 @@ async fn watch_a_burst(
         .collect();
     seen.sort();
     seen.dedup();
-    (seen.len(), String::from_utf8_lossy(&output.stderr).into_owned())
+    (
+        seen.len(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -120,8 +120,8 @@ pub use fenced::FencedWrites;
 pub use lease::MAX_LEASE;
 pub use lock::guard::LockGuard;
 pub use lock::{
-    Lock, LockClientRef, LockHolder, LockInfo, LockKind, LockTracker, OwnerHold, ReadWriteInfo, ReadWriteMode,
-    SemaphoreInfo,
+    Lock, LockClientRef, LockHolder, LockInfo, LockKind, LockTracker, OwnerHold, ReadWriteInfo,
+    ReadWriteMode, SemaphoreInfo,
 };
 pub use multi::{MultiGuard, MultiLock};
 pub use names::MAX_NAME_LEN;

@@ -417,8 +417,14 @@ mod tests {
         }
         let other = SemKeys::new("other:", "jobs").capacity;
         assert_eq!(SemKeys::name_of_capacity("shop:", &other), None);
-        assert_eq!(SemKeys::name_of_capacity("shop:", "dlock:semcap:shop:{x}:jobs"), None);
-        assert_eq!(SemKeys::capacity_pattern("a*", "b?"), "dlock:semcap:a\\*{*}:b\\?*");
+        assert_eq!(
+            SemKeys::name_of_capacity("shop:", "dlock:semcap:shop:{x}:jobs"),
+            None
+        );
+        assert_eq!(
+            SemKeys::capacity_pattern("a*", "b?"),
+            "dlock:semcap:a\\*{*}:b\\?*"
+        );
     }
 
     #[test]

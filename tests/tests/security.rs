@@ -1435,9 +1435,9 @@ async fn a_user_without_the_naming_rights_still_locks() {
     assert_eq!(acl_denials(&mut admin), Vec::<String>::new());
 }
 
-/// The operator's reads (`Lock::inspect`, `LockClient::list_locks`: what `dlock inspect`,
-/// `list` and `watch` run) and `force_unlock` under [`operator_rule`], with an empty
-/// `ACL LOG`; and each command it adds to the application's rule is needed.
+/// The operator's reads (`Lock::inspect`, `LockClient::list_locks`, `Lock::track`: what
+/// `dlock inspect`, `list` and `watch` run) and `force_unlock` under [`operator_rule`],
+/// with an empty `ACL LOG`; and each command it adds to the application's rule is needed.
 async fn operator_reads(topology: &Topology, admins: &mut [redis::Connection], mode: Mode) {
     let app = LockClient::builder()
         .key_prefix("shop:")

@@ -342,7 +342,10 @@ fn is_owner(field: &str) -> bool {
 
 /// Time from server time `now` (ms) to `deadline` (ms), none when passed.
 fn until(deadline: u64, now: u64) -> Option<Duration> {
-    deadline.checked_sub(now).filter(|ms| *ms > 0).map(Duration::from_millis)
+    deadline
+        .checked_sub(now)
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
 }
 
 impl Lock {
@@ -956,7 +959,10 @@ mod tests {
         ]);
         let fields = Fields::parse(hash).unwrap();
         let held = HashMap::from([("!held".to_owned(), "c3:4".to_owned())]);
-        assert_eq!(Fields::parse(held).unwrap().min_hold.as_deref(), Some("c3:4"));
+        assert_eq!(
+            Fields::parse(held).unwrap().min_hold.as_deref(),
+            Some("c3:4")
+        );
         assert_eq!(fields.holds, [("c1:1".to_owned(), 2)]);
         assert_eq!(fields.fences.get("c1:1"), Some(&17));
         assert_eq!(fields.reserved_for.as_deref(), Some("c2"));
@@ -1014,10 +1020,7 @@ mod tests {
         ]);
         assert_eq!(
             parse_grants(hash).unwrap(),
-            [
-                ("c1:2".to_owned(), 2, 500),
-                ("c2:1".to_owned(), 1, 700)
-            ]
+            [("c1:2".to_owned(), 2, 500), ("c2:1".to_owned(), 1, 700)]
         );
         for foreign in [
             vec![("c1:2", "2")],

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use acquire::Reply;
 pub use inspect::{
-    LockClientRef, LockHolder, LockInfo, LockKind, LockTracker, OwnerHold, ReadWriteInfo, ReadWriteMode,
-    SemaphoreInfo,
+    LockClientRef, LockHolder, LockInfo, LockKind, LockTracker, OwnerHold, ReadWriteInfo,
+    ReadWriteMode, SemaphoreInfo,
 };
 
 use crate::client::LockClient;

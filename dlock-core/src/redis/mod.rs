@@ -31,8 +31,8 @@ pub use scripting::ScriptMode;
 use scripting::Scripting;
 pub(crate) use subscriber::{Subscriber, SubscriberEvent};
 pub use topology::Topology;
-pub(crate) use tracking::Tracking;
 pub(crate) use topology::TopologyKind;
+pub(crate) use tracking::Tracking;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};

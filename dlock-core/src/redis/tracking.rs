@@ -48,7 +48,10 @@ impl Backend {
                 })?;
                 let mut addr = route.template.addr().clone();
                 match &mut addr {
-                    ConnectionAddr::Tcp(h, p) | ConnectionAddr::TcpTls { host: h, port: p, .. } => {
+                    ConnectionAddr::Tcp(h, p)
+                    | ConnectionAddr::TcpTls {
+                        host: h, port: p, ..
+                    } => {
                         *h = host;
                         *p = port;
                     }
