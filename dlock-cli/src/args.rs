@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use dlock_config::Config;
-use dlock_core::LockClient;
+use dlock_core::{LockClient, RedLockClient};
 
 use crate::error::CliError;
 
@@ -36,35 +36,41 @@ pub struct Args {
 pub enum Command {
     /// Holders with hold counts and fencing tokens, the remaining lease, the waiting
     /// clients, the subscribers of the unlock channel, a fair lock's queue and the fencing
-    /// counter, each id with its client's name, host, pid and version. Read-only.
+    /// counter, each id with its client's name, host, pid and version; a read-write lock's
+    /// mode, readers, writer and waiting writers; a semaphore's capacity and grants. With
+    /// a RedLock config: each server's part and on how many servers the lock is held.
+    /// Read-only.
     Inspect {
         /// The lock name, as the application passes it (without the key prefix).
         name: String,
     },
-    /// The locks and fair locks whose name starts with `--prefix`, with their holders
-    /// (SCAN on every master; never KEYS). Read-write locks and semaphores have other
-    /// layouts and are not listed. Read-only.
+    /// The locks, fair locks, read-write locks and semaphores whose name starts with
+    /// `--prefix`, with their holders (SCAN on every master; never KEYS; with a RedLock
+    /// config, on every RedLock server). Read-only.
     List {
         /// Only names starting with this (after the config's key prefix).
         #[arg(long, default_value = "")]
         prefix: String,
     },
     /// Prints the lock's holder at the start and at each change, until Ctrl-C or
-    /// `--for`. Read-only.
+    /// `--for`: Redis reports each change of the lock on a connection of the tool's
+    /// (RESP3, `CLIENT TRACKING ON`), so short holds are seen too. Read-only.
     Watch {
         /// The lock name.
         name: String,
         /// Stop after this long (`30s`, `5m`). Default: until Ctrl-C.
         #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
         duration: Option<Duration>,
-        /// How often the holder is read (two commands and one per holder): unlock
-        /// messages are published only when a client waits, so the holder is read rather
-        /// than heard. A hold shorter than this can go unseen.
-        #[arg(long, default_value = "50ms", value_parser = interval)]
+        /// How often the holder is also read, in case a change report is lost (the
+        /// tracking connection dropped). A user without `+client|tracking` gets a warning
+        /// on stderr and only this poll: a hold shorter than it can go unseen then.
+        #[arg(long, default_value = "1s", value_parser = interval)]
         interval: Duration,
     },
     /// Deletes the lock whoever holds it and wakes a waiter; the holder's guard learns
-    /// at its next renewal. Asks for confirmation on stdin unless `--yes`.
+    /// at its next renewal (with a RedLock config: on every server). Refused for a
+    /// read-write lock or a semaphore, which have no force-unlock. Asks for
+    /// confirmation on stdin unless `--yes`.
     ForceUnlock {
         /// The lock name.
         name: String,
@@ -83,17 +89,46 @@ fn interval(text: &str) -> Result<Duration, String> {
     Ok(value)
 }
 
-/// The client the application's config describes, named as the tool.
-pub async fn connect(config: Option<&Path>) -> Result<LockClient, CliError> {
+/// What the application's config describes: one deployment, or the independent servers
+/// of a RedLock (a `[redlock]` table and no `[redis]` table).
+pub enum Target {
+    /// One deployment: a single server, master and replicas, Sentinel or a cluster.
+    Client(LockClient),
+    /// A RedLock: one client per server, each read on its own.
+    RedLock(RedLockServers),
+}
+
+/// The servers of a RedLock, each with its address as shown (password hidden).
+pub struct RedLockServers {
+    pub servers: Vec<(String, LockClient)>,
+    /// How many servers must hold a lock for it to be held (a majority).
+    pub quorum: usize,
+}
+
+/// The client(s) the application's config describes, named as the tool.
+pub async fn connect(config: Option<&Path>) -> Result<Target, CliError> {
     let config = match config {
         Some(path) => Config::from_file(path)?.with_env_overrides()?,
         None => Config::from_env()?,
     };
-    let topology = config.topology()?;
-    Ok(config
-        .client_builder()
-        .client_name(CLI_CLIENT_NAME)
-        .describe_client(false)
-        .connect_to(&topology)
-        .await?)
+    let builder = || {
+        config
+            .client_builder()
+            .client_name(CLI_CLIENT_NAME)
+            .describe_client(false)
+    };
+    if !config.is_redlock_only() {
+        let topology = config.topology()?;
+        return Ok(Target::Client(builder().connect_to(&topology).await?));
+    }
+    let mut servers = Vec::new();
+    for (shown, topology) in config.redlock_servers()? {
+        servers.push((shown, builder().connect_to(&topology).await?));
+    }
+    // Checks the servers as the application's RedLock does, and counts its quorum.
+    let redlock = RedLockClient::new(servers.iter().map(|(_, c)| c.clone()).collect())?;
+    Ok(Target::RedLock(RedLockServers {
+        quorum: redlock.quorum(),
+        servers,
+    }))
 }

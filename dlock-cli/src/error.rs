@@ -17,6 +17,10 @@ pub enum CliError {
         /// The failure.
         source: std::io::Error,
     },
+    /// A command that would do the wrong thing to what the name holds (a force-unlock of
+    /// a read-write lock or a semaphore), refused before anything is changed.
+    #[error("{0}")]
+    Refused(String),
     /// Ctrl-C could not be listened for.
     #[error("cannot listen for Ctrl-C: {0}")]
     Signal(std::io::Error),

@@ -3,17 +3,51 @@
 use dlock_core::{LockClient, LockError};
 use serde::Serialize;
 
+use crate::args::{RedLockServers, Target};
 use crate::error::CliError;
-use crate::report::{print_json, LockView};
+use crate::inspect::redlock_view;
+use crate::report::{print_json, LockView, RedLockView};
 
 /// The JSON document of `list`.
 #[derive(Serialize)]
-struct Listing {
+struct Listing<T> {
     prefix: String,
-    locks: Vec<LockView>,
+    locks: Vec<T>,
 }
 
-pub async fn run(client: &LockClient, prefix: &str, json: bool) -> Result<(), CliError> {
+pub async fn run(target: &Target, prefix: &str, json: bool) -> Result<(), CliError> {
+    let lines = match target {
+        Target::Client(client) => {
+            let locks = locks(client, prefix).await?;
+            if json {
+                return print_json(&Listing {
+                    prefix: prefix.to_owned(),
+                    locks,
+                });
+            }
+            locks.iter().map(LockView::line).collect::<Vec<_>>()
+        }
+        Target::RedLock(redlock) => {
+            let locks = redlocks(redlock, prefix).await?;
+            if json {
+                return print_json(&Listing {
+                    prefix: prefix.to_owned(),
+                    locks,
+                });
+            }
+            locks.iter().map(RedLockView::line).collect()
+        }
+    };
+    if lines.is_empty() {
+        println!("no locks whose name starts with {prefix:?}");
+    }
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+async fn locks(client: &LockClient, prefix: &str) -> Result<Vec<LockView>, CliError> {
     let mut locks = Vec::new();
     for name in client.list_locks(prefix).await? {
         match client.lock(&name).inspect().await {
@@ -23,17 +57,35 @@ pub async fn run(client: &LockClient, prefix: &str, json: bool) -> Result<(), Cl
             Err(e) => return Err(e.into()),
         }
     }
-    if json {
-        return print_json(&Listing {
-            prefix: prefix.to_owned(),
-            locks,
-        });
+    Ok(locks)
+}
+
+/// The names found on any RedLock server, each inspected on every server.
+async fn redlocks(redlock: &RedLockServers, prefix: &str) -> Result<Vec<RedLockView>, CliError> {
+    let mut names = Vec::new();
+    let mut listed = 0;
+    let mut first_error = None;
+    for (_, client) in &redlock.servers {
+        // A server that cannot be listed shows as an error in each lock's view, unless
+        // no server could be listed.
+        match client.list_locks(prefix).await {
+            Ok(found) => {
+                names.extend(found);
+                listed += 1;
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
     }
-    if locks.is_empty() {
-        println!("no locks whose name starts with {prefix:?}");
+    if let Some(error) = first_error.filter(|_| listed == 0) {
+        return Err(error.into());
     }
-    for lock in &locks {
-        println!("{}", lock.line());
+    names.sort();
+    names.dedup();
+    let mut views = Vec::new();
+    for name in names {
+        views.push(redlock_view(redlock, &name).await?);
     }
-    Ok(())
+    Ok(views)
 }

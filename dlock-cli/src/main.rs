@@ -4,11 +4,19 @@
 //! - `dlock inspect <name>`: holders and hold counts, remaining lease, waiting clients,
 //!   subscribers of the unlock channel, a fair lock's queue, the fencing counter, and
 //!   next to every id the description its client registered (name, host, pid, version);
-//! - `dlock list [--prefix P]`: the locks whose name starts with `P` (`SCAN` on every
-//!   master, never `KEYS`);
-//! - `dlock watch <name> [--for 30s]`: each change of holder, live;
+//!   a read-write lock's mode, readers, writer and waiting writers; a semaphore's
+//!   capacity, permits taken per grant and permits available;
+//! - `dlock list [--prefix P]`: the locks, read-write locks and semaphores whose name
+//!   starts with `P` (`SCAN` on every master, never `KEYS`);
+//! - `dlock watch <name> [--for 30s]`: each change of holder, live: Redis reports each
+//!   change (`CLIENT TRACKING`), with a poll every `--interval` (1 s) as the fallback;
 //! - `dlock force-unlock <name> [--yes]`: deletes the lock whoever holds it, after a
-//!   confirmation on stdin unless `--yes`.
+//!   confirmation on stdin unless `--yes`; refused for read-write locks and semaphores.
+//!
+//! A config with only a `[redlock]` table works on every RedLock server: `inspect` shows
+//! each server's part and on how many of N servers (quorum Q) the lock is held and by
+//! whom (`--json`: a `servers` array), `list` and `watch` read every server, and
+//! `force-unlock` deletes the lock on each.
 //!
 //! `--json` makes every command print one JSON document on stdout. Errors go to stderr
 //! with exit status 1 (2 for a command line clap refuses).
@@ -50,15 +58,15 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), CliError> {
-    let client = args::connect(args.config.as_deref()).await?;
+    let target = args::connect(args.config.as_deref()).await?;
     match args.command {
-        Command::Inspect { name } => inspect::run(&client, &name, args.json).await,
-        Command::List { prefix } => list::run(&client, &prefix, args.json).await,
+        Command::Inspect { name } => inspect::run(&target, &name, args.json).await,
+        Command::List { prefix } => list::run(&target, &prefix, args.json).await,
         Command::Watch {
             name,
             duration,
             interval,
-        } => watch::run(&client, &name, duration, interval, args.json).await,
-        Command::ForceUnlock { name, yes } => unlock::run(&client, &name, yes, args.json).await,
+        } => watch::run(&target, &name, duration, interval, args.json).await,
+        Command::ForceUnlock { name, yes } => unlock::run(&target, &name, yes, args.json).await,
     }
 }

@@ -1,25 +1,45 @@
 //! `dlock force-unlock <name> [--yes]`.
+//!
+//! Only locks and fair locks have a force-unlock (`Lock::force_unlock`,
+//! `FairLock::force_unlock`). A read-write lock or a semaphore is refused with the reason
+//! before anything is asked or changed: `Lock::force_unlock` would delete its hash
+//! whatever its layout, without the waiting writers' entries or the semaphore's waiters
+//! being told.
 
 use dlock_core::LockClient;
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use crate::args::{RedLockServers, Target};
 use crate::error::CliError;
-use crate::report::{print_json, LockView};
+use crate::inspect::redlock_view;
+use crate::report::{print_json, shown, LockView, RedLockView};
 
 /// The JSON document of `force-unlock`.
 #[derive(Serialize)]
-struct Outcome {
-    lock: LockView,
+struct Outcome<T> {
+    lock: T,
     confirmed: bool,
-    /// Whether a lock was deleted (false when it was free, or not confirmed).
+    /// Whether a lock was deleted (false when it was free, or not confirmed); with a
+    /// RedLock config, on at least one server.
     unlocked: bool,
+    /// With a RedLock config: on how many servers a lock was deleted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    servers_unlocked: Option<usize>,
 }
 
-pub async fn run(client: &LockClient, name: &str, yes: bool, json: bool) -> Result<(), CliError> {
+pub async fn run(target: &Target, name: &str, yes: bool, json: bool) -> Result<(), CliError> {
+    match target {
+        Target::Client(client) => one(client, name, yes, json).await,
+        Target::RedLock(redlock) => every_server(redlock, name, yes, json).await,
+    }
+}
+
+async fn one(client: &LockClient, name: &str, yes: bool, json: bool) -> Result<(), CliError> {
     let info = client.lock(name).inspect().await?;
     let view = LockView::from(&info);
-    let confirmed = yes || confirm(&view).await?;
+    refuse_other_kinds(&view)?;
+    let confirmed = yes || confirm(&view.text(), name).await?;
     let unlocked = if !confirmed {
         false
     } else if info.fair_queue.is_empty() {
@@ -33,19 +53,72 @@ pub async fn run(client: &LockClient, name: &str, yes: bool, json: bool) -> Resu
             lock: view,
             confirmed,
             unlocked,
+            servers_unlocked: None,
         });
     }
-    match (confirmed, unlocked) {
-        (false, _) => println!("not confirmed: {name} left as it is"),
-        (true, true) => println!("force-unlocked {name}"),
-        (true, false) => println!("{name} was not locked: nothing to do"),
-    }
+    report(name, confirmed, unlocked, "");
     Ok(())
 }
 
+async fn every_server(
+    redlock: &RedLockServers,
+    name: &str,
+    yes: bool,
+    json: bool,
+) -> Result<(), CliError> {
+    let view: RedLockView = redlock_view(redlock, name).await?;
+    for lock in view.servers.iter().filter_map(|s| s.lock.as_ref()) {
+        refuse_other_kinds(lock)?;
+    }
+    let confirmed = yes || confirm(&view.text(), name).await?;
+    let mut deleted = 0;
+    if confirmed {
+        for (_, client) in &redlock.servers {
+            if client.lock(name).force_unlock().await? {
+                deleted += 1;
+            }
+        }
+    }
+    if json {
+        return print_json(&Outcome {
+            lock: view,
+            confirmed,
+            unlocked: deleted > 0,
+            servers_unlocked: Some(deleted),
+        });
+    }
+    let on = format!(" on {deleted} of {} servers", redlock.servers.len());
+    report(name, confirmed, deleted > 0, &on);
+    Ok(())
+}
+
+fn report(name: &str, confirmed: bool, unlocked: bool, on: &str) {
+    match (confirmed, unlocked) {
+        (false, _) => println!("not confirmed: {name} left as it is"),
+        (true, true) => println!("force-unlocked {name}{on}"),
+        (true, false) => println!("{name} was not locked: nothing to do"),
+    }
+}
+
+/// A read-write lock or a semaphore has no force-unlock: say so, and what to do.
+fn refuse_other_kinds(view: &LockView) -> Result<(), CliError> {
+    let what = match view.kind {
+        "read_write" => "a read-write lock",
+        "semaphore" => "a semaphore",
+        _ => return Ok(()),
+    };
+    let left = view.remaining_lease_ms.map_or(String::new(), |ms| {
+        format!(" (its lease ends in {})", shown(ms))
+    });
+    Err(CliError::Refused(format!(
+        "{:?} is {what}, which has no force-unlock: nothing was changed. Stop its holders, or wait for their leases to run out{left}",
+        view.name
+    )))
+}
+
 /// Shows the lock on stderr and asks; only `y` or `yes` confirms.
-async fn confirm(view: &LockView) -> Result<bool, CliError> {
-    eprint!("{}force-unlock {}? [y/N] ", view.text(), view.name);
+async fn confirm(text: &str, name: &str) -> Result<bool, CliError> {
+    eprint!("{text}force-unlock {name}? [y/N] ");
     let mut answer = String::new();
     BufReader::new(tokio::io::stdin())
         .read_line(&mut answer)

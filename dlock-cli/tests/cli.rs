@@ -567,3 +567,318 @@ async fn watch_and_list_on_a_master_with_replicas() {
     assert_eq!(changes[1]["holders"], Value::Array(Vec::new()));
     assert!(changes[1]["at_ms"].as_u64().unwrap() > changes[0]["at_ms"].as_u64().unwrap());
 }
+
+/// The exit status and stderr of a run that must fail.
+fn failure(output: &Output) -> String {
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_list_show_read_write_locks_and_semaphores() {
+    let server = RedisServer::start();
+    let config = ConfigFile::single(&server);
+    let billing = config.client("billing").await;
+    let worker = config.client("worker").await;
+    registered(&billing).await;
+    registered(&worker).await;
+
+    // Two readers.
+    let r1 = billing.rw_lock("prices").read().lock().await.unwrap();
+    let r2 = worker.rw_lock("prices").read().lock().await.unwrap();
+    let doc = json(&dlock(&config, &["--json", "inspect", "prices"], "").await);
+    assert_eq!(doc["kind"], "read_write", "{doc}");
+    assert_eq!(doc["key"], "shop:prices");
+    assert_eq!(doc["read_write"]["mode"], "read");
+    assert_eq!(doc["read_write"]["writer"], Value::Null);
+    let readers = doc["read_write"]["readers"].as_array().unwrap();
+    let mut names: Vec<&str> = readers
+        .iter()
+        .map(|r| r["client"]["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["billing", "worker"], "{doc}");
+    assert!(readers.iter().all(|r| r["holds"] == 1), "{doc}");
+    let lease = readers[0]["remaining_lease_ms"].as_u64().unwrap();
+    assert!(lease > 0 && lease <= 30_000, "{doc}");
+    assert_eq!(doc["holders"].as_array().unwrap().len(), 2, "{doc}");
+    assert_eq!(doc["semaphore"], Value::Null);
+    let text = stdout(&dlock(&config, &["inspect", "prices"], "").await);
+    assert!(
+        text.starts_with("read-write lock prices (key shop:prices)\nmode: read\n"),
+        "{text}"
+    );
+    assert_eq!(text.matches("\nreader: ").count(), 2, "{text}");
+    assert!(
+        text.contains("(billing on ") && text.contains("(worker on "),
+        "{text}"
+    );
+    assert!(text.contains("writer: none\n"), "{text}");
+    assert!(text.contains("waiting writers: 0\n"), "{text}");
+
+    // Refused, not deleted.
+    let refused = failure(&dlock(&config, &["force-unlock", "--yes", "prices"], "").await);
+    assert!(
+        refused.contains("\"prices\" is a read-write lock, which has no force-unlock"),
+        "{refused}"
+    );
+    assert!(billing.rw_lock("prices").is_locked().await.unwrap());
+    r1.unlock().await.unwrap();
+    r2.unlock().await.unwrap();
+
+    // Then a writer.
+    let w = billing.rw_lock("prices").write().lock().await.unwrap();
+    let doc = json(&dlock(&config, &["--json", "inspect", "prices"], "").await);
+    assert_eq!(doc["read_write"]["mode"], "write", "{doc}");
+    assert_eq!(doc["read_write"]["readers"], Value::Array(Vec::new()));
+    let writer = &doc["read_write"]["writer"];
+    assert_eq!(writer["client"]["name"], "billing", "{doc}");
+    assert_eq!(writer["holds"], 1);
+    assert!(writer["fence"].as_u64().is_some(), "{doc}");
+    assert_eq!(doc["holders"][0]["fence"], writer["fence"]);
+    let text = stdout(&dlock(&config, &["inspect", "prices"], "").await);
+    assert!(text.contains("mode: write\n"), "{text}");
+    let line = text.lines().find(|l| l.starts_with("writer: ")).unwrap();
+    assert!(
+        line.starts_with(&format!("writer: {}:", billing.id()))
+            && line.contains("(billing on ")
+            && line.contains(", 1 write hold, "),
+        "{line}"
+    );
+
+    // A semaphore with 2 of 3 permits taken.
+    let g1 = billing.semaphore("uploads", 3).acquire(1).await.unwrap();
+    let g2 = worker.semaphore("uploads", 3).acquire(1).await.unwrap();
+    let doc = json(&dlock(&config, &["--json", "inspect", "uploads"], "").await);
+    assert_eq!(doc["kind"], "semaphore", "{doc}");
+    let sem = &doc["semaphore"];
+    assert_eq!(sem["capacity"], 3);
+    assert_eq!(sem["taken"], 2);
+    assert_eq!(sem["available"], 1);
+    let grants = sem["grants"].as_array().unwrap();
+    assert_eq!(grants.len(), 2, "{doc}");
+    assert!(grants.iter().all(|g| g["holds"] == 1), "{doc}");
+    assert!(doc["key"].as_str().unwrap().starts_with("dlock:sem:shop:{"));
+    let text = stdout(&dlock(&config, &["inspect", "uploads"], "").await);
+    assert!(
+        text.starts_with("semaphore uploads (key dlock:sem:shop:{"),
+        "{text}"
+    );
+    assert!(
+        text.contains("permits: 2 of 3 taken, 1 available\n"),
+        "{text}"
+    );
+    assert_eq!(text.matches("\ngrant: ").count(), 2, "{text}");
+    assert!(text.contains(", 1 permit, "), "{text}");
+    let refused = failure(&dlock(&config, &["force-unlock", "--yes", "uploads"], "").await);
+    assert!(
+        refused.contains("is a semaphore, which has no force-unlock"),
+        "{refused}"
+    );
+    assert_eq!(
+        billing.semaphore("uploads", 3).available().await.unwrap(),
+        1
+    );
+
+    // Both are listed, next to a plain lock.
+    let lock = billing.lock("report").lock().await.unwrap();
+    let doc = json(&dlock(&config, &["--json", "list"], "").await);
+    let kinds: Vec<(&str, &str)> = doc["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["name"].as_str().unwrap(), l["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("prices", "read_write"),
+            ("report", "lock"),
+            ("uploads", "semaphore")
+        ],
+        "{doc}"
+    );
+    let text = stdout(&dlock(&config, &["list"], "").await);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("prices  [read-write, write] held by "),
+        "{text}"
+    );
+    assert!(lines[1].starts_with("report  held by "), "{text}");
+    assert!(
+        lines[2].starts_with("uploads  [semaphore, 2 of 3 permits taken] held by "),
+        "{text}"
+    );
+    for guard in [w, g1, g2, lock] {
+        guard.unlock().await.unwrap();
+    }
+}
+
+/// A `[redlock]`-only config over `servers`, key prefix `shop:`.
+fn redlock_config(servers: &[RedisServer]) -> ConfigFile {
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    ConfigFile::new(&format!("[redlock]\nservers = {urls:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_inspect_list_and_force_unlock_on_every_server() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let config = redlock_config(&servers);
+    let text = std::fs::read_to_string(&config.path).unwrap();
+    let redlock = dlock_config::Config::from_toml_str(&text)
+        .unwrap()
+        .build_redlock()
+        .await
+        .unwrap();
+    let guard = redlock.lock("invoice:7").lock().await.unwrap();
+
+    let doc = json(&dlock(&config, &["--json", "inspect", "invoice:7"], "").await);
+    assert_eq!(
+        (doc["nodes"].as_u64(), doc["quorum"].as_u64()),
+        (Some(3), Some(2))
+    );
+    let on = doc["servers"].as_array().unwrap();
+    assert_eq!(on.len(), 3, "{doc}");
+    let owner = on[0]["lock"]["holders"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for (server, view) in servers.iter().zip(on) {
+        assert_eq!(view["server"], server.url());
+        assert_eq!(view["lock"]["holders"][0]["id"], owner.as_str(), "{doc}");
+    }
+    assert_eq!(doc["held_by"], owner.as_str());
+    assert_eq!(doc["owners"][0]["servers"], 3);
+    let text = stdout(&dlock(&config, &["inspect", "invoice:7"], "").await);
+    assert!(
+        text.starts_with("redlock invoice:7 over 3 servers (quorum 2)\n"),
+        "{text}"
+    );
+    assert_eq!(text.matches("\nserver redis://").count(), 3, "{text}");
+    assert!(
+        text.ends_with(&format!("held on 3 of 3 servers (quorum 2) by {owner}\n")),
+        "{text}"
+    );
+
+    // One server loses the lock (deleted by hand): still held by a quorum.
+    redis::cmd("DEL")
+        .arg("shop:invoice:7")
+        .query::<()>(&mut servers[0].connection())
+        .unwrap();
+    let text = stdout(&dlock(&config, &["inspect", "invoice:7"], "").await);
+    assert!(
+        text.ends_with(&format!("held on 2 of 3 servers (quorum 2) by {owner}\n")),
+        "{text}"
+    );
+    let doc = json(&dlock(&config, &["--json", "inspect", "invoice:7"], "").await);
+    assert_eq!(
+        doc["servers"][0]["lock"]["holders"],
+        Value::Array(Vec::new())
+    );
+    assert_eq!(doc["held_by"], owner.as_str());
+    let listed = json(&dlock(&config, &["--json", "list"], "").await);
+    assert_eq!(listed["locks"][0]["name"], "invoice:7", "{listed}");
+    assert_eq!(listed["locks"][0]["owners"][0]["servers"], 2, "{listed}");
+
+    let done = stdout(&dlock(&config, &["force-unlock", "--yes", "invoice:7"], "").await);
+    assert_eq!(done, "force-unlocked invoice:7 on 2 of 3 servers\n");
+    assert!(!redlock.lock("invoice:7").is_locked().await.unwrap());
+    drop(guard);
+}
+
+/// Five holds of 5 ms of `name`, 20 ms apart, taken while `dlock watch --json` runs with `args`:
+/// the distinct holders the watch saw, and its stderr.
+async fn watch_a_burst(
+    config: &ConfigFile,
+    holder: &LockClient,
+    name: &str,
+    args: &[&str],
+) -> (usize, String) {
+    let watching = {
+        let path = config.path.clone();
+        let mut all = vec!["--json", "watch", name, "--for", "1500ms"];
+        all.extend_from_slice(args);
+        let all: Vec<String> = all.into_iter().map(str::to_owned).collect();
+        tokio::task::spawn_blocking(move || run(&path, &all, ""))
+    };
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let lock = holder.lock(name);
+    for _ in 0..5 {
+        let guard = lock.lock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        guard.unlock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let output = watching.await.unwrap();
+    let doc = json(&output);
+    let mut seen: Vec<String> = doc["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["holders"].as_array().unwrap().clone())
+        .map(|h| h["id"].as_str().unwrap().to_owned())
+        .collect();
+    seen.sort();
+    seen.dedup();
+    (
+        seen.len(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_sees_every_short_hold() {
+    let server = RedisServer::start();
+    let config = ConfigFile::single(&server);
+    let holder = config.client("alpha").await;
+    let (seen, stderr) = watch_a_burst(&config, &holder, "burst", &[]).await;
+    assert_eq!(seen, 5, "{stderr}");
+    assert_eq!(stderr, "");
+
+    // A user without +client|tracking: a warning, and only the poll, which misses holds.
+    let mut admin = server.connection();
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("untracked")
+        .arg("on")
+        .arg(">secret")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-client|tracking")
+        .query::<()>(&mut admin)
+        .unwrap();
+    let untracked = ConfigFile::new(&format!(
+        "[redis.single]\naddress = \"{}\"\n[connection]\nusername = \"untracked\"\npassword = \"secret\"",
+        server.url()
+    ));
+    let (seen, stderr) = watch_a_burst(&untracked, &holder, "burst", &["--interval", "50ms"]).await;
+    assert!(
+        stderr.contains("dlock: warning: Redis will not report changes of \"burst\"")
+            && stderr.contains("+client|tracking"),
+        "{stderr}"
+    );
+    assert!(seen < 5, "a 50 ms poll saw all {seen} holds of 5 ms");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_in_a_cluster_tracks_at_the_master_of_the_locks_slot() {
+    let cluster = RedisCluster::start();
+    let config = ConfigFile::cluster(&cluster);
+    let holder = config.client("alpha").await;
+    // A lock whose slot is not served by the first configured node (the one the tool
+    // connects to first), so only a tracking connection to the slot's master hears it.
+    let first: u16 = cluster.node_urls()[0]
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let name = (0..100)
+        .map(|i| format!("burst:{i}"))
+        .find(|n| cluster.slot_owner_port(cluster.key_slot(&format!("shop:{n}"))) != first)
+        .unwrap();
+    let (seen, stderr) = watch_a_burst(&config, &holder, &name, &[]).await;
+    assert_eq!(seen, 5, "{stderr}");
+    assert_eq!(stderr, "");
+}

@@ -196,13 +196,42 @@ impl Config {
     /// when `tls_ca_file` cannot be read; [`ConfigError::Lock`] when a server is
     /// unreachable or a setting invalid.
     pub async fn build_redlock(&self) -> Result<RedLockClient> {
-        let section = self.redlock.as_ref().ok_or(ConfigError::NoRedLock)?;
-        let mut nodes = Vec::with_capacity(section.servers.get_ref().0.len());
-        for server in &section.servers.get_ref().0 {
-            let topology = self.with_connection(Topology::single(server.as_str()))?;
-            nodes.push(self.client_builder().connect_to(&topology).await?);
+        let servers = self.redlock_servers()?;
+        let mut nodes = Vec::with_capacity(servers.len());
+        for (_, topology) in &servers {
+            nodes.push(self.client_builder().connect_to(topology).await?);
         }
         Ok(RedLockClient::new(nodes)?)
+    }
+
+    /// Each server of `[redlock]`, in the file's order: its address as shown (password
+    /// hidden) and its single-server topology with the credentials, database and TLS
+    /// trust of `[connection]`. What [`build_redlock`](Config::build_redlock) connects
+    /// to, for a tool that must talk to each server on its own (the `dlock` operator
+    /// tool reads what each holds).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::NoRedLock`] without a `[redlock]` table; [`ConfigError::Referenced`]
+    /// when `tls_ca_file` cannot be read.
+    pub fn redlock_servers(&self) -> Result<Vec<(String, Topology)>> {
+        let section = self.redlock.as_ref().ok_or(ConfigError::NoRedLock)?;
+        section
+            .servers
+            .get_ref()
+            .0
+            .iter()
+            .map(|server| {
+                let topology = self.with_connection(Topology::single(server.as_str()))?;
+                Ok((server.to_string(), topology))
+            })
+            .collect()
+    }
+
+    /// Whether the file describes a RedLock only (a `[redlock]` table and no `[redis]`
+    /// table): such a file builds a [`RedLockClient`], not a [`LockClient`].
+    pub fn is_redlock_only(&self) -> bool {
+        self.redis.is_none() && self.redlock.is_some()
     }
 }
 

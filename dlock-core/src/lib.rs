@@ -119,7 +119,10 @@ pub use fence::Fence;
 pub use fenced::FencedWrites;
 pub use lease::MAX_LEASE;
 pub use lock::guard::LockGuard;
-pub use lock::{Lock, LockClientRef, LockHolder, LockInfo};
+pub use lock::{
+    Lock, LockClientRef, LockHolder, LockInfo, LockKind, LockTracker, OwnerHold, ReadWriteInfo,
+    ReadWriteMode, SemaphoreInfo,
+};
 pub use multi::{MultiGuard, MultiLock};
 pub use names::MAX_NAME_LEN;
 pub use redlock::{RedLock, RedLockClient, RedLockGuard};

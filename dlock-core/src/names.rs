@@ -187,6 +187,41 @@ impl SemKeys {
     }
 }
 
+impl SemKeys {
+    /// The `SCAN MATCH` pattern of the capacity keys of every semaphore under `prefix`
+    /// whose name starts with `name_prefix` (the capacity is the one semaphore key that
+    /// stays while nobody holds a permit). The tag sits between the prefix and the name,
+    /// so the pattern matches any tag; [`SemKeys::name_of_capacity`] checks each key found.
+    pub(crate) fn capacity_pattern(prefix: &str, name_prefix: &str) -> String {
+        format!(
+            "dlock:semcap:{}{{*}}:{}*",
+            glob_escape(prefix),
+            glob_escape(name_prefix)
+        )
+    }
+
+    /// The semaphore name whose capacity key is `key`, when `key` is exactly the capacity
+    /// key dlock would name for it under `prefix` (not some other key the pattern matched).
+    pub(crate) fn name_of_capacity(prefix: &str, key: &str) -> Option<String> {
+        let rest = key.strip_prefix("dlock:semcap:")?.strip_prefix(prefix)?;
+        // The tag holds no `}` (a hash tag ends at its first one; an anchor is base 36).
+        let (_, name) = rest.strip_prefix('{')?.split_once("}:")?;
+        (SemKeys::new(prefix, name).capacity == key).then(|| name.to_owned())
+    }
+}
+
+/// `text` with the glob characters of `SCAN MATCH` escaped, so that it matches itself.
+pub(crate) fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
 /// The fenced writes' names for one application key (`FencedWrites`), in that key's slot.
 /// The application key itself is used as given (no key prefix): it is the application's.
 #[derive(Debug, Clone)]
@@ -366,6 +401,35 @@ mod tests {
             }
             assert_ne!(sem.grants, sem.capacity);
         }
+    }
+
+    #[test]
+    fn a_semaphore_name_is_found_from_its_capacity_key() {
+        for name in ["jobs", "{jobs}", "a{b}}c", "}{", "x}:y", ""] {
+            for prefix in ["", "shop:", "sh}op:"] {
+                let capacity = SemKeys::new(prefix, name).capacity;
+                assert_eq!(
+                    SemKeys::name_of_capacity(prefix, &capacity).as_deref(),
+                    Some(name),
+                    "{prefix:?} {name:?}"
+                );
+            }
+        }
+        let other = SemKeys::new("other:", "jobs").capacity;
+        assert_eq!(SemKeys::name_of_capacity("shop:", &other), None);
+        assert_eq!(
+            SemKeys::name_of_capacity("shop:", "dlock:semcap:shop:{x}:jobs"),
+            None
+        );
+        assert_eq!(
+            SemKeys::capacity_pattern("a*", "b?"),
+            "dlock:semcap:a\\*{*}:b\\?*"
+        );
+    }
+
+    #[test]
+    fn glob_characters_are_escaped() {
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 
     #[test]

@@ -128,14 +128,19 @@ fn acl_rule(mode: Mode, prefix: &str) -> Vec<String> {
 }
 
 /// The operator's rule, for the `dlock` command line: [`acl_rule`] and what its reads add,
-/// `SCAN` (`dlock list`) and the subscriber count of an unlock channel (`dlock inspect`).
+/// `SCAN` (`dlock list`), `CLIENT TRACKING` (`dlock watch` hears each change) and the
+/// subscriber count of an unlock channel (`dlock inspect`), last.
 fn operator_rule(mode: Mode, prefix: &str) -> Vec<String> {
     let numsub = match mode {
         Mode::Single => "+pubsub|numsub",
         Mode::Cluster => "+pubsub|shardnumsub",
     };
     let mut rule = acl_rule(mode, prefix);
-    rule.extend(["+scan".to_owned(), numsub.to_owned()]);
+    rule.extend([
+        "+scan".to_owned(),
+        "+client|tracking".to_owned(),
+        numsub.to_owned(),
+    ]);
     rule
 }
 
@@ -1430,9 +1435,9 @@ async fn a_user_without_the_naming_rights_still_locks() {
     assert_eq!(acl_denials(&mut admin), Vec::<String>::new());
 }
 
-/// The operator's reads (`Lock::inspect`, `LockClient::list_locks`: what `dlock inspect`,
-/// `list` and `watch` run) and `force_unlock` under [`operator_rule`], with an empty
-/// `ACL LOG`; and each command it adds to the application's rule is needed.
+/// The operator's reads (`Lock::inspect`, `LockClient::list_locks`, `Lock::track`: what
+/// `dlock inspect`, `list` and `watch` run) and `force_unlock` under [`operator_rule`],
+/// with an empty `ACL LOG`; and each command it adds to the application's rule is needed.
 async fn operator_reads(topology: &Topology, admins: &mut [redis::Connection], mode: Mode) {
     let app = LockClient::builder()
         .key_prefix("shop:")
@@ -1472,7 +1477,13 @@ async fn operator_reads(topology: &Topology, admins: &mut [redis::Connection], m
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(operator.list_locks("goods:").await.unwrap(), ["goods:1"]);
+    let mut tracker = operator.lock("goods:1").track().await.unwrap();
+    assert_eq!(tracker.holders().await.unwrap().len(), 1);
     assert!(operator.lock("goods:1").force_unlock().await.unwrap());
+    tokio::time::timeout(Duration::from_secs(5), tracker.changed())
+        .await
+        .expect("no change reported")
+        .unwrap();
     for admin in admins.iter_mut() {
         assert_eq!(acl_denials(admin), Vec::<String>::new());
     }
@@ -1481,6 +1492,7 @@ async fn operator_reads(topology: &Topology, admins: &mut [redis::Connection], m
     let numsub = operator_rule(mode, "shop:").pop().unwrap();
     for (command, user) in [
         ("+scan", "operator-without-scan"),
+        ("+client|tracking", "operator-without-tracking"),
         (numsub.as_str(), "operator-without-numsub"),
     ] {
         let rule: Vec<String> = operator_rule(mode, "shop:")
@@ -1493,6 +1505,8 @@ async fn operator_reads(topology: &Topology, admins: &mut [redis::Connection], m
         let without = connect(user).await;
         let refused = if command == "+scan" {
             without.list_locks("").await.unwrap_err()
+        } else if command == "+client|tracking" {
+            without.lock("goods:1").track().await.unwrap_err()
         } else {
             without.lock("goods:1").inspect().await.unwrap_err()
         };

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use acquire::Reply;
-pub use inspect::{LockClientRef, LockHolder, LockInfo};
+pub use inspect::{
+    LockClientRef, LockHolder, LockInfo, LockKind, LockTracker, OwnerHold, ReadWriteInfo,
+    ReadWriteMode, SemaphoreInfo,
+};
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};

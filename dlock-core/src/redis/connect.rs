@@ -47,12 +47,12 @@ pub(super) fn open(
 }
 
 #[cfg(feature = "tls")]
-fn tls_client(info: redis::ConnectionInfo, pem: &[u8]) -> RedisResult<redis::Client> {
+pub(super) fn tls_client(info: redis::ConnectionInfo, pem: &[u8]) -> RedisResult<redis::Client> {
     redis::Client::build_with_tls(info, certificates(pem))
 }
 
 #[cfg(not(feature = "tls"))]
-fn tls_client(_: redis::ConnectionInfo, _: &[u8]) -> RedisResult<redis::Client> {
+pub(super) fn tls_client(_: redis::ConnectionInfo, _: &[u8]) -> RedisResult<redis::Client> {
     Err(no_tls())
 }
 

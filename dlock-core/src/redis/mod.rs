@@ -11,7 +11,8 @@
 //! - `scan`: `SCAN` over every master, for operators' listings;
 //! - `scripting`: running dlock's scripts as `EVALSHA` or as `FCALL` of its function
 //!   library;
-//! - `topology`: the public description of a deployment.
+//! - `topology`: the public description of a deployment;
+//! - `tracking`: a connection on which Redis reports each change of one key (`dlock watch`).
 
 mod call;
 mod connect;
@@ -23,6 +24,7 @@ mod scripting;
 mod sentinel;
 mod subscriber;
 mod topology;
+mod tracking;
 
 pub(crate) use call::CallError;
 pub use scripting::ScriptMode;
@@ -30,6 +32,7 @@ use scripting::Scripting;
 pub(crate) use subscriber::{Subscriber, SubscriberEvent};
 pub use topology::Topology;
 pub(crate) use topology::TopologyKind;
+pub(crate) use tracking::Tracking;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -98,6 +101,11 @@ struct ClusterRoute {
     conn: RwLock<ClusterConnection>,
     /// Sharded pub/sub messages; taken by the subscriber task.
     pushes: Mutex<Option<mpsc::UnboundedReceiver<PushInfo>>>,
+    /// The first configured node's address and settings (credentials, database, TLS or
+    /// not): a connection of its own to one master copies them with that master's address.
+    template: redis::ConnectionInfo,
+    /// The configured TLS root certificate, for such a connection.
+    root_ca: Option<Vec<u8>>,
 }
 
 /// A connection to one server.
@@ -235,6 +243,7 @@ impl Backend {
                     .iter()
                     .map(|node| connection_info(node, &topology.auth))
                     .collect::<Result<Vec<_>, _>>()?;
+                let template = infos[0].clone();
                 let (client, conn, pushes) = connect_cluster(infos, root_ca, options)
                     .await
                     .map_err(|e| match e {
@@ -252,6 +261,8 @@ impl Backend {
                     client,
                     conn: RwLock::new(conn),
                     pushes: Mutex::new(Some(pushes)),
+                    template,
+                    root_ca: root_ca.map(<[u8]>::to_vec),
                 }));
                 (route, shown)
             }

@@ -106,6 +106,35 @@ fn page(reply: Value) -> Result<(u64, Vec<String>), CallError> {
     redis::from_redis_value(reply).map_err(|e| CallError::Redis(RedisError::from(e)))
 }
 
+/// The master of `slot` in a `CLUSTER SLOTS` reply; `None` when no range covers it.
+pub(super) fn slot_master(slots: Value, slot: u16) -> Result<Option<(String, u16)>, CallError> {
+    let slots = slots.extract_error().map_err(CallError::Redis)?;
+    let ranges: Vec<Vec<Value>> =
+        redis::from_redis_value(slots).map_err(|e| CallError::Redis(RedisError::from(e)))?;
+    for range in ranges {
+        let mut range = range.into_iter();
+        let (Some(start), Some(end), Some(master)) = (range.next(), range.next(), range.next())
+        else {
+            continue;
+        };
+        let bounds: (u16, u16) = redis::from_redis_value(Value::Array(vec![start, end]))
+            .map_err(|e| CallError::Redis(RedisError::from(e)))?;
+        if !(bounds.0..=bounds.1).contains(&slot) {
+            continue;
+        }
+        let mut node = redis::from_redis_value::<Vec<Value>>(master)
+            .map_err(|e| CallError::Redis(RedisError::from(e)))?
+            .into_iter();
+        let (Some(host), Some(port)) = (node.next(), node.next()) else {
+            continue;
+        };
+        let address: (String, u16) = redis::from_redis_value(Value::Array(vec![host, port]))
+            .map_err(|e| CallError::Redis(RedisError::from(e)))?;
+        return Ok(Some(address));
+    }
+    Ok(None)
+}
+
 /// The master of each slot range in a `CLUSTER SLOTS` reply (`[start, end, [host, port,
 /// id], replicas...]` per range), each once.
 fn masters(slots: Value) -> Result<Vec<(String, u16)>, CallError> {

@@ -1,0 +1,144 @@
+//! A connection on which Redis reports changes of one key (client-side caching's
+//! invalidation messages, `CLIENT TRACKING ON` over RESP3): an operator's watch hears
+//! every change of a lock hash instead of polling it and missing short holds.
+//!
+//! Tracking is per connection and per key read on it: after `CLIENT TRACKING ON`, each
+//! key the connection reads is remembered, and the next write to it (by anyone, expiry
+//! and deletion included) pushes one `invalidate` message naming it; the key is then
+//! forgotten until the connection reads it again. So the connection reads the key itself
+//! (the read that arms the next message) and must reach the server that owns the key:
+//! the one server, the Sentinel's current master, or the master of the key's cluster
+//! slot.
+
+use redis::aio::MultiplexedConnection;
+use redis::{Cmd, ConnectionAddr, FromRedisValue, PushInfo, PushKind, RedisError, Value};
+use tokio::sync::mpsc;
+
+use super::connect::tls_client;
+use super::scan::slot_master;
+use super::{read, Backend, CallError, Route};
+
+/// A dedicated RESP3 connection with tracking on, and the pushes it receives.
+pub(crate) struct Tracking {
+    backend: Backend,
+    conn: MultiplexedConnection,
+    pushes: mpsc::UnboundedReceiver<PushInfo>,
+}
+
+impl Backend {
+    /// A tracking connection to the master that owns `key` (not yet tracking anything:
+    /// read the key on it with [`Tracking::query`]). A user without `+client|tracking`
+    /// gets the `NOPERM` error.
+    pub(crate) async fn tracking(&self, key: &str) -> Result<Tracking, CallError> {
+        self.follow_runtime().await?;
+        let (info, root_ca) = match &self.shared.route {
+            Route::Direct(node) => (read(node).client.get_connection_info().clone(), None),
+            Route::Sentinel(route) => (route.node().client.get_connection_info().clone(), None),
+            Route::Cluster(route) => {
+                let mut conn = read(&route.conn);
+                let slots: Value = self
+                    .bounded(redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn))
+                    .await?;
+                let slot = u16::try_from(crate::names::slot_of(key.as_bytes())).unwrap_or(0);
+                let (host, port) = slot_master(slots, slot)?.ok_or_else(|| {
+                    CallError::Redis(RedisError::from((
+                        redis::ErrorKind::Io,
+                        "no cluster master serves the lock's slot",
+                    )))
+                })?;
+                let mut addr = route.template.addr().clone();
+                match &mut addr {
+                    ConnectionAddr::Tcp(h, p)
+                    | ConnectionAddr::TcpTls {
+                        host: h, port: p, ..
+                    } => {
+                        *h = host;
+                        *p = port;
+                    }
+                    _ => {
+                        return Err(CallError::Redis(RedisError::from((
+                            redis::ErrorKind::InvalidClientConfig,
+                            "a cluster node on a unix socket",
+                        ))))
+                    }
+                }
+                (route.template.clone().set_addr(addr), route.root_ca.clone())
+            }
+        };
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let info = info.set_redis_settings(settings);
+        let client = match root_ca {
+            Some(pem) => tls_client(info, &pem),
+            None => redis::Client::open(info),
+        }
+        .map_err(CallError::Redis)?;
+        let (sender, pushes) = mpsc::unbounded_channel();
+        let options = self.shared.options;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.command_timeout))
+            .set_push_sender(sender);
+        let mut conn = self
+            .bounded(client.get_multiplexed_async_connection_with_config(&config))
+            .await?;
+        if let Some(name) = self.shared.name.get() {
+            let _: Result<(), _> = self
+                .bounded(
+                    redis::cmd("CLIENT")
+                        .arg("SETNAME")
+                        .arg(&**name)
+                        .query_async(&mut conn),
+                )
+                .await;
+        }
+        let () = self
+            .bounded(
+                redis::cmd("CLIENT")
+                    .arg("TRACKING")
+                    .arg("ON")
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(Tracking {
+            backend: self.clone(),
+            conn,
+            pushes,
+        })
+    }
+}
+
+impl Tracking {
+    /// Runs a read on the tracking connection (which tracks the keys it reads), bounded
+    /// by the command timeout.
+    pub(crate) async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, CallError> {
+        self.backend.bounded(cmd.query_async(&mut self.conn)).await
+    }
+
+    /// Waits for the next invalidation of `key` (or of every key: a flush). `false`
+    /// when the connection is gone: no more messages will come.
+    pub(crate) async fn changed(&mut self, key: &str) -> bool {
+        while let Some(push) = self.pushes.recv().await {
+            match push.kind {
+                PushKind::Invalidate => {
+                    let keys = push.data.into_iter().next().unwrap_or(Value::Nil);
+                    match keys {
+                        Value::Nil => return true,
+                        keys => {
+                            let keys: Vec<Vec<u8>> =
+                                FromRedisValue::from_redis_value(keys).unwrap_or_default();
+                            if keys.iter().any(|k| k == key.as_bytes()) {
+                                return true;
+                            }
+                        }
+                    }
+                }
+                PushKind::Disconnection => return false,
+                _ => {}
+            }
+        }
+        false
+    }
+}
