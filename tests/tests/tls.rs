@@ -227,8 +227,8 @@ fn exists(server: &RedisServer, key: &str) -> bool {
 /// The sentinel and the master it reports speak only TLS to clients, with the test CA:
 /// the client must trust the CA for the sentinel's connection too, and reach the master
 /// (and, after a failover, the promoted replica) by TLS at the reported address. A wake-up
-/// over the TLS subscriber connection and the move to the new master are checked on the
-/// servers themselves.
+/// over the TLS subscriber connection, a change report on a tracking connection, and the
+/// move to the new master are checked on the servers themselves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_deployment_over_tls_locks_wakes_and_follows_a_failover() {
     let group = TlsSentinelGroup::start();
@@ -250,6 +250,17 @@ async fn a_sentinel_deployment_over_tls_locks_wakes_and_follows_a_failover() {
     let wakeup = acquired_at.saturating_duration_since(released_at);
     assert!(wakeup < Duration::from_millis(100), "{wakeup:?}");
     guard.unwrap().unlock().await.unwrap();
+
+    // An operator's change reports (`dlock watch`) come over TLS to the master too.
+    let mut tracker = holder.lock("goods:3").track().await.expect("tracking over TLS");
+    assert!(tracker.holders().await.unwrap().is_empty());
+    let guard = waiter.lock("goods:3").lock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), tracker.changed())
+        .await
+        .expect("the change is reported")
+        .unwrap();
+    assert_eq!(tracker.holders().await.unwrap().len(), 1);
+    guard.unlock().await.unwrap();
 
     let old_master = group.master_tls_port();
     let new_master = group.failover();
