@@ -252,7 +252,11 @@ async fn a_sentinel_deployment_over_tls_locks_wakes_and_follows_a_failover() {
     guard.unwrap().unlock().await.unwrap();
 
     // An operator's change reports (`dlock watch`) come over TLS to the master too.
-    let mut tracker = holder.lock("goods:3").track().await.expect("tracking over TLS");
+    let mut tracker = holder
+        .lock("goods:3")
+        .track()
+        .await
+        .expect("tracking over TLS");
     assert!(tracker.holders().await.unwrap().is_empty());
     let guard = waiter.lock("goods:3").lock().await.unwrap();
     tokio::time::timeout(Duration::from_secs(2), tracker.changed())
