@@ -71,7 +71,8 @@ pub enum Command {
     /// Deletes the lock whoever holds it and wakes a waiter; the holder's guard learns
     /// at its next renewal (with a RedLock config: on every server). Refused for a
     /// read-write lock or a semaphore, which have no force-unlock. Asks for
-    /// confirmation on stdin unless `--yes`.
+    /// confirmation on stdin unless `--yes`; anything but `y` / `yes` changes nothing and
+    /// exits with status 3.
     ForceUnlock {
         /// The lock name.
         name: String,

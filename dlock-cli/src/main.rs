@@ -19,7 +19,9 @@
 //! `force-unlock` deletes the lock on each.
 //!
 //! `--json` makes every command print one JSON document on stdout. Errors go to stderr
-//! with exit status 1 (2 for a command line clap refuses).
+//! with exit status 1 (2 for a command line clap refuses). A `force-unlock` that was not
+//! confirmed changes nothing and exits with status 3, so a script can tell it from one
+//! that ran.
 
 mod args;
 mod error;
@@ -49,7 +51,8 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Done::Completed) => ExitCode::SUCCESS,
+        Ok(Done::NotConfirmed) => ExitCode::from(NOT_CONFIRMED),
         Err(e) => {
             eprintln!("dlock: {e}");
             ExitCode::FAILURE
@@ -57,16 +60,32 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<(), CliError> {
+/// The exit status of a `force-unlock` the operator did not confirm.
+const NOT_CONFIRMED: u8 = 3;
+
+/// How a command that did not fail ended.
+enum Done {
+    Completed,
+    /// A `force-unlock` that was not confirmed: nothing changed.
+    NotConfirmed,
+}
+
+async fn run(args: Args) -> Result<Done, CliError> {
     let target = args::connect(args.config.as_deref()).await?;
     match args.command {
-        Command::Inspect { name } => inspect::run(&target, &name, args.json).await,
-        Command::List { prefix } => list::run(&target, &prefix, args.json).await,
+        Command::Inspect { name } => inspect::run(&target, &name, args.json).await?,
+        Command::List { prefix } => list::run(&target, &prefix, args.json).await?,
         Command::Watch {
             name,
             duration,
             interval,
-        } => watch::run(&target, &name, duration, interval, args.json).await,
-        Command::ForceUnlock { name, yes } => unlock::run(&target, &name, yes, args.json).await,
+        } => watch::run(&target, &name, duration, interval, args.json).await?,
+        Command::ForceUnlock { name, yes } => {
+            let confirmed = unlock::run(&target, &name, yes, args.json).await?;
+            if !confirmed {
+                return Ok(Done::NotConfirmed);
+            }
+        }
     }
+    Ok(Done::Completed)
 }

@@ -28,14 +28,15 @@ struct Outcome<T> {
     servers_unlocked: Option<usize>,
 }
 
-pub async fn run(target: &Target, name: &str, yes: bool, json: bool) -> Result<(), CliError> {
+/// Asks (unless `yes`) and force-unlocks; returns whether the operator confirmed.
+pub async fn run(target: &Target, name: &str, yes: bool, json: bool) -> Result<bool, CliError> {
     match target {
         Target::Client(client) => one(client, name, yes, json).await,
         Target::RedLock(redlock) => every_server(redlock, name, yes, json).await,
     }
 }
 
-async fn one(client: &LockClient, name: &str, yes: bool, json: bool) -> Result<(), CliError> {
+async fn one(client: &LockClient, name: &str, yes: bool, json: bool) -> Result<bool, CliError> {
     let info = client.lock(name).inspect().await?;
     let view = LockView::from(&info);
     refuse_other_kinds(&view)?;
@@ -49,15 +50,16 @@ async fn one(client: &LockClient, name: &str, yes: bool, json: bool) -> Result<(
         client.fair_lock(name).force_unlock().await?
     };
     if json {
-        return print_json(&Outcome {
+        print_json(&Outcome {
             lock: view,
             confirmed,
             unlocked,
             servers_unlocked: None,
-        });
+        })?;
+    } else {
+        report(name, confirmed, unlocked, "");
     }
-    report(name, confirmed, unlocked, "");
-    Ok(())
+    Ok(confirmed)
 }
 
 async fn every_server(
@@ -65,7 +67,7 @@ async fn every_server(
     name: &str,
     yes: bool,
     json: bool,
-) -> Result<(), CliError> {
+) -> Result<bool, CliError> {
     let view: RedLockView = redlock_view(redlock, name).await?;
     for lock in view.servers.iter().filter_map(|s| s.lock.as_ref()) {
         refuse_other_kinds(lock)?;
@@ -80,16 +82,17 @@ async fn every_server(
         }
     }
     if json {
-        return print_json(&Outcome {
+        print_json(&Outcome {
             lock: view,
             confirmed,
             unlocked: deleted > 0,
             servers_unlocked: Some(deleted),
-        });
+        })?;
+    } else {
+        let on = format!(" on {deleted} of {} servers", redlock.servers.len());
+        report(name, confirmed, deleted > 0, &on);
     }
-    let on = format!(" on {deleted} of {} servers", redlock.servers.len());
-    report(name, confirmed, deleted > 0, &on);
-    Ok(())
+    Ok(confirmed)
 }
 
 fn report(name: &str, confirmed: bool, unlocked: bool, on: &str) {

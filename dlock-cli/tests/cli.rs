@@ -323,18 +323,28 @@ async fn force_unlock_asks_unless_yes() {
     let guard = lock.lock().await.unwrap();
 
     let refused = dlock(&config, &["force-unlock", "report:1"], "n\n").await;
-    assert_eq!(stdout(&refused), "not confirmed: report:1 left as it is\n");
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stdout),
+        "not confirmed: report:1 left as it is\n"
+    );
+    // A script tells a refusal from a done force-unlock by the exit status.
+    assert_eq!(refused.status.code(), Some(3), "{refused:?}");
     let asked = String::from_utf8_lossy(&refused.stderr);
     assert!(asked.ends_with("force-unlock report:1? [y/N] "), "{asked}");
     assert!(asked.contains("holder: "), "{asked}");
     assert!(lock.is_locked().await.unwrap(), "a refusal unlocked it");
     // No answer at all (stdin closed) is a refusal too.
     let silent = dlock(&config, &["force-unlock", "report:1"], "").await;
-    assert_eq!(stdout(&silent), "not confirmed: report:1 left as it is\n");
+    assert_eq!(
+        String::from_utf8_lossy(&silent.stdout),
+        "not confirmed: report:1 left as it is\n"
+    );
+    assert_eq!(silent.status.code(), Some(3), "{silent:?}");
     assert!(lock.is_locked().await.unwrap());
 
     let confirmed = dlock(&config, &["force-unlock", "report:1"], "y\n").await;
     assert_eq!(stdout(&confirmed), "force-unlocked report:1\n");
+    assert!(confirmed.status.success(), "{confirmed:?}");
     assert!(!lock.is_locked().await.unwrap());
     tokio::time::timeout(Duration::from_secs(15), guard.lost())
         .await
