@@ -1,0 +1,105 @@
+//! [`LockClient::list_locks`]: the lock names under the client's key prefix, by `SCAN`, and
+//! the description of a client id found in a lock.
+
+use std::collections::HashMap;
+
+use super::layout::Layout;
+use super::LockClientRef;
+use crate::client::{ClientDescription, LockClient};
+use crate::error::Result;
+use crate::names::{check_text, client_key, glob_escape, SemKeys};
+
+impl LockClient {
+    /// The names (without the key prefix) of the locks whose name starts with
+    /// `name_prefix`, sorted: every hash under this client's key prefix laid out as a
+    /// lock, a fair lock or a read-write lock, and every semaphore (its capacity key, which
+    /// stays while no permit is held), found with `SCAN` on every master of the
+    /// deployment (never `KEYS`, which would block Redis) and read with `HGETALL`. A lock
+    /// taken or released meanwhile may or may not be listed; a name used by a lock and a
+    /// semaphore at once is listed once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// let guard = client.lock("invoice:7").lock().await?;
+    /// let _other = client.lock("stock:1").lock().await?;
+    /// let reader = client.rw_lock("invoice:8").read().lock().await?;
+    /// let permit = client.semaphore("invoice:9", 2).acquire(1).await?;
+    /// assert_eq!(
+    ///     client.list_locks("invoice:").await?,
+    ///     ["invoice:7", "invoice:8", "invoice:9"]
+    /// );
+    /// # guard.unlock().await?;
+    /// # reader.unlock().await?;
+    /// # permit.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidName`] for a prefix over [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)
+    /// bytes or with a control character; Redis errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn list_locks(&self, name_prefix: &str) -> Result<Vec<String>> {
+        check_text("name prefix", name_prefix)?;
+        let prefix = self.key_prefix();
+        let pattern = format!("{}*", glob_escape(&format!("{prefix}{name_prefix}")));
+        let backend = &self.inner.backend;
+        let keys = backend
+            .scan(&pattern, "hash")
+            .await
+            .map_err(|e| e.into_lock_error(name_prefix, "list"))?;
+        let mut names = Vec::new();
+        for key in keys {
+            let hash: HashMap<String, String> = backend
+                .query(redis::cmd("HGETALL").arg(&key))
+                .await
+                .map_err(|e| e.into_lock_error(&key, "list"))?;
+            // Gone since the scan, or someone else's hash.
+            if hash.is_empty() || Layout::parse(hash).is_none() {
+                continue;
+            }
+            if let Some(name) = key.strip_prefix(prefix) {
+                names.push(name.to_owned());
+            }
+        }
+        let capacities = backend
+            .scan(&SemKeys::capacity_pattern(prefix, name_prefix), "string")
+            .await
+            .map_err(|e| e.into_lock_error(name_prefix, "list"))?;
+        names.extend(
+            capacities
+                .iter()
+                .filter_map(|key| SemKeys::name_of_capacity(prefix, key)),
+        );
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    /// `id` (an owner field or a client id) with the description its client registered.
+    pub(crate) async fn describe(&self, id: String) -> Result<LockClientRef> {
+        let client_id = id
+            .split_once(':')
+            .map_or(id.as_str(), |(c, _)| c)
+            .to_owned();
+        let key = client_key(self.key_prefix(), &client_id);
+        let text: Option<String> = self
+            .inner
+            .backend
+            .query(redis::cmd("GET").arg(&key))
+            .await
+            .map_err(|e| e.into_lock_error(&key, "inspect"))?;
+        Ok(LockClientRef {
+            client: text.as_deref().and_then(ClientDescription::decode),
+            id,
+            client_id,
+        })
+    }
+}
