@@ -174,13 +174,20 @@ async fn follow(
         };
         tokio::select! {
             changed = active.changed() => {
-                if let Err(e) = changed {
-                    eprintln!(
-                        "dlock: warning: change reports of {:?}{on} stopped ({e}); reading it every {} instead",
-                        lock.name(),
-                        humantime::format_duration(interval)
-                    );
-                    tracker = None;
+                if let Err(stopped) = changed {
+                    // The connection dropped or the master moved: track on the master
+                    // the client uses now, else fall back to the poll.
+                    tracker = match lock.track().await {
+                        Ok(tracker) => Some(tracker),
+                        Err(e) => {
+                            eprintln!(
+                                "dlock: warning: change reports of {:?}{on} stopped ({stopped}) and cannot be resumed ({e}); reading it every {} instead",
+                                lock.name(),
+                                humantime::format_duration(interval)
+                            );
+                            None
+                        }
+                    };
                 }
             }
             _ = ticks.tick() => {}

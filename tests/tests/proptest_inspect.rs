@@ -172,7 +172,9 @@ impl World {
         let lock = self.inspect("lock").await?;
         let expected = self.per_client(|h| h == Held::Lock);
         if lock.kind != LockKind::Lock || by_client(&lock) != expected {
-            return Err(format!("lock: expected {expected:?}, inspect says {lock:?}"));
+            return Err(format!(
+                "lock: expected {expected:?}, inspect says {lock:?}"
+            ));
         }
         if lock.holders.len() > 1 || lock.remaining_lease.is_some() != !expected.is_empty() {
             return Err(format!("lock: one owner and a lease while held: {lock:?}"));
@@ -203,7 +205,11 @@ impl World {
                     ));
                 }
             }
-            _ => return Err(format!("rw: {reads} reads and {writes} writes held, inspect says {rw:?}")),
+            _ => {
+                return Err(format!(
+                    "rw: {reads} reads and {writes} writes held, inspect says {rw:?}"
+                ))
+            }
         }
 
         // The semaphore: permits taken and available, one grant per guard.
@@ -221,7 +227,12 @@ impl World {
             };
             if sem.kind != LockKind::Semaphore
                 || (info.capacity, info.taken, info.available, info.grants.len())
-                    != (Some(u64::from(PERMITS)), taken, u64::from(PERMITS) - taken, grants)
+                    != (
+                        Some(u64::from(PERMITS)),
+                        taken,
+                        u64::from(PERMITS) - taken,
+                        grants,
+                    )
             {
                 return Err(format!(
                     "sem: expected {taken} of {PERMITS} taken in {grants} grants, inspect says {sem:?}"

@@ -228,7 +228,8 @@ fn exists(server: &RedisServer, key: &str) -> bool {
 /// the client must trust the CA for the sentinel's connection too, and reach the master
 /// (and, after a failover, the promoted replica) by TLS at the reported address. A wake-up
 /// over the TLS subscriber connection, a change report on a tracking connection, and the
-/// move to the new master are checked on the servers themselves.
+/// move to the new master are checked on the servers themselves; a tracker of the old
+/// master says its reports stopped, and tracking again hears the new master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_deployment_over_tls_locks_wakes_and_follows_a_failover() {
     let group = TlsSentinelGroup::start();
@@ -266,9 +267,21 @@ async fn a_sentinel_deployment_over_tls_locks_wakes_and_follows_a_failover() {
     assert_eq!(tracker.holders().await.unwrap().len(), 1);
     guard.unlock().await.unwrap();
 
+    // A tracker of the old master must say that its reports stopped when the client
+    // follows the failover: the old master keeps running and would report nothing more.
+    let mut stale_tracker = holder.lock("goods:4").track().await.unwrap();
+    assert!(stale_tracker.holders().await.unwrap().is_empty());
+
     let old_master = group.master_tls_port();
     let new_master = group.failover();
     assert_ne!(old_master, new_master);
+    let stopped = tokio::time::timeout(Duration::from_secs(10), stale_tracker.changed())
+        .await
+        .expect("the tracker notices that the master moved");
+    assert!(
+        stopped.unwrap_err().to_string().contains("master moved"),
+        "a tracker of the old master reported a change"
+    );
     let started = Instant::now();
     let guard = loop {
         match holder.lock("goods:2").try_lock().await {
@@ -287,6 +300,18 @@ async fn a_sentinel_deployment_over_tls_locks_wakes_and_follows_a_failover() {
         "TLS sentinel: wake-up {wakeup:?}, locking on the new master {:?} after the failover",
         started.elapsed()
     );
+    guard.unlock().await.unwrap();
+
+    // Tracking again reaches the new master: its reports arrive.
+    let mut tracker = holder.lock("goods:4").track().await.unwrap();
+    assert!(tracker.holders().await.unwrap().is_empty());
+    let guard = waiter.lock("goods:4").lock().await.unwrap();
+    assert!(exists(group.master_server(), "tls:goods:4"));
+    tokio::time::timeout(Duration::from_secs(2), tracker.changed())
+        .await
+        .expect("the new master reports the change")
+        .unwrap();
+    assert_eq!(tracker.holders().await.unwrap().len(), 1);
     guard.unlock().await.unwrap();
 
     // Without the CA the sentinel's certificate is not trusted: the error names the

@@ -12,7 +12,7 @@
 
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ConnectionAddr, FromRedisValue, PushInfo, PushKind, RedisError, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::connect::tls_client;
 use super::scan::slot_master;
@@ -23,6 +23,10 @@ pub(crate) struct Tracking {
     backend: Backend,
     conn: MultiplexedConnection,
     pushes: mpsc::UnboundedReceiver<PushInfo>,
+    /// The backend's generation when the connection was opened: it moves on when the
+    /// master moved (a Sentinel failover) or the runtime changed, and then this
+    /// connection no longer talks to the server that owns the key.
+    generation: watch::Receiver<u64>,
 }
 
 impl Backend {
@@ -31,6 +35,9 @@ impl Backend {
     /// gets the `NOPERM` error.
     pub(crate) async fn tracking(&self, key: &str) -> Result<Tracking, CallError> {
         self.follow_runtime().await?;
+        // Taken before the master is chosen, so that a move while connecting is seen.
+        let mut generation = self.generation();
+        generation.borrow_and_update();
         let (info, root_ca) = match &self.shared.route {
             Route::Direct(node) => (read(node).client.get_connection_info().clone(), None),
             Route::Sentinel(route) => (route.node().client.get_connection_info().clone(), None),
@@ -106,6 +113,7 @@ impl Backend {
             backend: self.clone(),
             conn,
             pushes,
+            generation,
         })
     }
 }
@@ -118,9 +126,18 @@ impl Tracking {
     }
 
     /// Waits for the next invalidation of `key` (or of every key: a flush). `false`
-    /// when the connection is gone: no more messages will come.
+    /// when no more reports of the key's master will come: the connection is gone, or
+    /// the client moved to another master (a Sentinel failover) or runtime.
     pub(crate) async fn changed(&mut self, key: &str) -> bool {
-        while let Some(push) = self.pushes.recv().await {
+        loop {
+            let push = tokio::select! {
+                push = self.pushes.recv() => push,
+                // A closed sender means the client is gone: nothing more to report either.
+                _ = self.generation.changed() => return false,
+            };
+            let Some(push) = push else {
+                return false;
+            };
             match push.kind {
                 PushKind::Invalidate => {
                     let keys = push.data.into_iter().next().unwrap_or(Value::Nil);
@@ -139,6 +156,5 @@ impl Tracking {
                 _ => {}
             }
         }
-        false
     }
 }

@@ -110,8 +110,10 @@ impl LockTracker {
     ///
     /// # Errors
     ///
-    /// [`LockError::Redis`] when the connection is lost: reports may be missing from then
-    /// on; track again.
+    /// [`LockError::Redis`] when no more reports will come from the lock's master: the
+    /// connection is lost, or the client followed the master elsewhere (a Sentinel
+    /// failover), so the tracked server may no longer own the lock. Track again with
+    /// [`Lock::track`], which connects to the master the client uses now.
     ///
     /// # Cancel safety
     ///
@@ -123,7 +125,7 @@ impl LockTracker {
         }
         Err(crate::redis::CallError::Redis(redis::RedisError::from((
             redis::ErrorKind::Io,
-            "the tracking connection closed",
+            "the tracking connection closed or the lock's master moved: track again",
         )))
         .into_lock_error(self.lock.name(), "track"))
     }
