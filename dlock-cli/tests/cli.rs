@@ -436,6 +436,72 @@ async fn watch_sees_a_hand_off() {
     assert!(lines.last().unwrap().ends_with(" job: free"), "{text}");
 }
 
+/// `watch` through a Sentinel failover: the hold taken on the promoted master must show
+/// too. The poll is set to an hour, so only the change reports can show it: the tool must
+/// track again on the master its client follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_tracks_the_new_master_after_a_sentinel_failover() {
+    let group = RedisSentinelGroup::start();
+    let config = ConfigFile::sentinel(&group);
+    let a = config.client("alpha").await;
+    let b = config.client("beta").await;
+    registered(&a).await;
+    registered(&b).await;
+    let watching = {
+        let path = config.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let args =
+                ["--json", "watch", "job", "--for", "10s", "--interval", "1h"].map(str::to_owned);
+            run(&path, &args, "")
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let guard = a.lock("job").lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    guard.unlock().await.unwrap();
+
+    let old_master = group.current_master_port();
+    let new_master = group.failover();
+    assert_ne!(old_master, new_master);
+    // Locked on the promoted master, once the client has followed it.
+    let started = Instant::now();
+    let guard = loop {
+        let guard = b.lock("job").lock().await.unwrap();
+        if group.master_server().port() == new_master
+            && redis::cmd("EXISTS")
+                .arg("shop:job")
+                .query::<bool>(&mut group.master_server().connection())
+                .unwrap()
+        {
+            break guard;
+        }
+        guard.unlock().await.unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "beta never locked on the new master"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    guard.unlock().await.unwrap();
+
+    let output = watching.await.unwrap();
+    let doc = json(&output);
+    let holders: Vec<&str> = doc["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["holders"].as_array().unwrap().first())
+        .map(|holder| holder["client"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        holders,
+        ["alpha", "beta"],
+        "{doc}\nstderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_list_and_force_unlock_through_sentinel() {
     let group = RedisSentinelGroup::start();
