@@ -176,7 +176,8 @@ impl World {
                 "lock: expected {expected:?}, inspect says {lock:?}"
             ));
         }
-        if lock.holders.len() > 1 || lock.remaining_lease.is_some() != !expected.is_empty() {
+        let held = !expected.is_empty();
+        if lock.holders.len() > 1 || lock.remaining_lease.is_some() != held {
             return Err(format!("lock: one owner and a lease while held: {lock:?}"));
         }
 
