@@ -22,7 +22,8 @@
 //!   [`RedisCluster::failover_slot`].
 //! - [`TestCertificates`] is a throw-away certificate authority and a server certificate
 //!   for `127.0.0.1`; [`TlsSentinelGroup`] is a master, a replica and a sentinel that
-//!   answer clients only over TLS with it, with a bounded [`TlsSentinelGroup::failover`].
+//!   answer clients only over TLS with it, with a bounded [`TlsSentinelGroup::failover`];
+//!   [`TlsCluster`] is a three-master cluster whose clients and bus speak only TLS.
 //! - [`commandstats`] counts the commands a server ran (`INFO commandstats`).
 //! - [`logs`] captures what dlock logs, for tests that check it; [`spans`] captures the
 //!   spans it opens, with their fields and how long they were open.
@@ -64,4 +65,4 @@ pub use proxy::TcpProxy;
 pub use replicas::RedisReplicaSet;
 pub use sentinel::RedisSentinelGroup;
 pub use server::{RedisServer, REDIS_SERVER_ENV};
-pub use tls::{TestCertificates, TlsSentinelGroup};
+pub use tls::{TestCertificates, TlsCluster, TlsSentinelGroup};

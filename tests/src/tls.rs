@@ -1,6 +1,6 @@
 //! TLS fixtures: a throw-away certificate authority with a server certificate for
-//! `127.0.0.1` (made with the `openssl` command), and a Sentinel group whose servers and
-//! sentinel answer clients only over TLS.
+//! `127.0.0.1` (made with the `openssl` command), a Sentinel group whose servers and
+//! sentinel answer clients only over TLS, and a cluster whose nodes do.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -415,4 +415,153 @@ fn start_tls_sentinel(
         pick_port: &free_port,
         args: &write_config,
     })
+}
+
+/// Masters of a [`TlsCluster`].
+const CLUSTER_MASTERS: usize = 3;
+
+/// A three-master Redis Cluster (no replicas) whose clients and cluster bus speak TLS
+/// with a [`TestCertificates`] certificate, on free `127.0.0.1` ports.
+///
+/// With `tls-cluster yes` the nodes announce their TLS ports, so a client learns only TLS
+/// addresses from `CLUSTER SLOTS`; each node keeps a plain port that only the harness
+/// uses. Created with `redis-cli --cluster create --tls`.
+#[derive(Debug)]
+pub struct TlsCluster {
+    nodes: Vec<TlsNode>,
+    certificates: TestCertificates,
+}
+
+impl TlsCluster {
+    /// Starts the three nodes, creates the cluster and waits until every node reports
+    /// `cluster_state:ok` with all three nodes known.
+    ///
+    /// # Panics
+    ///
+    /// If a node cannot start, `redis-cli` fails, or the cluster is not formed within 20
+    /// seconds; the message quotes the logs.
+    pub fn start() -> TlsCluster {
+        let certificates = TestCertificates::new();
+        let nodes = (0..CLUSTER_MASTERS)
+            .map(|_| {
+                // The cluster bus listens on the TLS port + 10000: `cluster_port` keeps
+                // both free.
+                let tls_port = crate::server::cluster_port();
+                let mut args = certificates.server_args(tls_port);
+                args.extend(
+                    [
+                        "--tls-cluster",
+                        "yes",
+                        "--tls-replication",
+                        "yes",
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                    ]
+                    .map(str::to_owned),
+                );
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                TlsNode {
+                    server: RedisServer::start_with(&args),
+                    tls_port,
+                }
+            })
+            .collect();
+        let cluster = TlsCluster {
+            nodes,
+            certificates,
+        };
+        cluster.create();
+        let started = Instant::now();
+        if let Err(missing) = wait_until(READY_TIMEOUT, || cluster.check_formed()) {
+            panic!(
+                "the TLS cluster was not formed within {:?}: {missing}\n{}",
+                started.elapsed(),
+                cluster.diagnostics()
+            );
+        }
+        cluster
+    }
+
+    /// The nodes' TLS URLs, `rediss://127.0.0.1:PORT`.
+    pub fn node_tls_urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|node| format!("rediss://127.0.0.1:{}", node.tls_port))
+            .collect()
+    }
+
+    /// The certificates every node uses (`ca.pem` is the CA to trust).
+    pub fn certificates(&self) -> &TestCertificates {
+        &self.certificates
+    }
+
+    /// The node whose TLS port is `tls_port`, to administer on its plain port.
+    pub fn node_with_tls_port(&self, tls_port: u16) -> Option<&RedisServer> {
+        self.nodes
+            .iter()
+            .find(|node| node.tls_port == tls_port)
+            .map(|node| &node.server)
+    }
+
+    fn create(&self) {
+        let binary = std::env::var(crate::REDIS_CLI_ENV)
+            .ok()
+            .filter(|value| !value.trim().is_empty())
+            .unwrap_or_else(|| "redis-cli".to_owned());
+        let output = Command::new(&binary)
+            .args(["--tls", "--cacert"])
+            .arg(self.certificates.path("ca.pem"))
+            .args(["--cluster", "create"])
+            .args(
+                self.nodes
+                    .iter()
+                    .map(|node| format!("127.0.0.1:{}", node.tls_port)),
+            )
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap_or_else(|err| panic!("cannot run `{binary}`: {err}"));
+        if !output.status.success() {
+            panic!(
+                "{binary} --cluster create failed: {}\n{}\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+
+    /// `Ok` once every node reports the cluster ok and knows every node.
+    fn check_formed(&self) -> Result<(), String> {
+        for node in &self.nodes {
+            let port = node.server.port();
+            let info: String = query_port(port, redis::cmd("CLUSTER").arg("INFO"))
+                .map_err(|err| format!("CLUSTER INFO on {port} failed: {err}"))?;
+            let known = info_field(&info, "cluster_known_nodes");
+            if info_field(&info, "cluster_state") != Some("ok")
+                || known != Some(CLUSTER_MASTERS.to_string().as_str())
+            {
+                return Err(format!(
+                    "node {port}: cluster_state {:?}, {known:?} nodes known",
+                    info_field(&info, "cluster_state")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn diagnostics(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|node| {
+                format!(
+                    "=== node (TLS port {}) log:\n{}\n",
+                    node.tls_port,
+                    tail(&node.server.log(), LOG_LINES)
+                )
+            })
+            .collect()
+    }
 }

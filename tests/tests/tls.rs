@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use dlock_config::{Config, ConfigError};
 use dlock_core::LockError;
-use dlock_tests::{RedisServer, TestCertificates, TlsSentinelGroup};
+use dlock_tests::{RedisServer, TestCertificates, TlsCluster, TlsSentinelGroup};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -337,4 +337,81 @@ async fn sentinels_mixing_plain_and_tls_addresses_are_refused() {
             if message.contains("mix redis:// and rediss://")),
         "{err:?}"
     );
+}
+
+/// A cluster whose nodes answer clients only over TLS (and announce their TLS ports), with
+/// the test CA: locks on every master, a wake-up through sharded pub/sub, change reports
+/// from the master of a lock's slot (`dlock watch`), and the operators' `inspect` and
+/// `list_locks`, which scan every master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_tls_locks_wakes_tracks_and_lists() {
+    let cluster = TlsCluster::start();
+    let nodes = cluster.node_tls_urls();
+    let text = format!(
+        "[redis.cluster]\nnodes = [\"{}\"]\n\n[connection]\ntls_ca_file = \"ca.pem\"\nconnect_timeout = \"2s\"\n\n[lock]\nkey_prefix = \"tls:\"\n",
+        nodes[0]
+    );
+    let path = cluster.certificates().path("cluster.toml");
+    std::fs::write(&path, &text).unwrap();
+    let config = Config::from_file(&path).unwrap();
+    let holder = config.build().await.expect("TLS cluster");
+    let waiter = config.build().await.unwrap();
+
+    // Enough names to land on every master, each held, seen, and released.
+    let names: Vec<String> = (0..12).map(|i| format!("goods:{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(holder.lock(name).lock().await.unwrap());
+    }
+    let mut masters = std::collections::BTreeSet::new();
+    for name in &names {
+        let key = format!("tls:{name}");
+        let on: Vec<u16> = nodes
+            .iter()
+            .map(|url| url.rsplit(':').next().unwrap().parse().unwrap())
+            .filter(|port| {
+                // A node that does not serve the key's slot answers MOVED.
+                redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query::<bool>(&mut cluster.node_with_tls_port(*port).unwrap().connection())
+                    .unwrap_or(false)
+            })
+            .collect();
+        assert_eq!(on.len(), 1, "{key} on {on:?}");
+        masters.insert(on[0]);
+        let info = waiter.lock(name).inspect().await.unwrap();
+        assert_eq!(info.holders.len(), 1, "{info:?}");
+    }
+    assert_eq!(masters.len(), 3, "the names landed on {masters:?} only");
+    let listed = waiter.list_locks("goods:").await.unwrap();
+    assert_eq!(listed.len(), names.len(), "{listed:?}");
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+
+    // A wake-up and a change report for a lock on each master.
+    let mut wakeups = Vec::new();
+    for name in &names {
+        let mut tracker = waiter.lock(name).track().await.expect("tracking over TLS");
+        assert!(tracker.holders().await.unwrap().is_empty());
+        let guard = holder.lock(name).lock().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(2), tracker.changed())
+            .await
+            .expect("the slot's master reports the change")
+            .unwrap();
+        let waiting = waiter.lock(name);
+        let waiting = tokio::spawn(async move {
+            let guard = waiting.lock().await;
+            (guard, Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let released_at = Instant::now();
+        guard.unlock().await.unwrap();
+        let (guard, acquired_at) = waiting.await.unwrap();
+        wakeups.push(acquired_at.saturating_duration_since(released_at));
+        guard.unwrap().unlock().await.unwrap();
+    }
+    let slowest = wakeups.iter().max().unwrap();
+    assert!(*slowest < Duration::from_millis(100), "{wakeups:?}");
+    eprintln!("TLS cluster: 12 locks over 3 masters, slowest wake-up {slowest:?}");
 }
