@@ -436,6 +436,58 @@ async fn watch_sees_a_hand_off() {
     assert!(lines.last().unwrap().ends_with(" job: free"), "{text}");
 }
 
+/// `watch` on a semaphore shows its grants as holders (permits as holds), heard through
+/// the change reports alone (the poll is set to an hour); `Lock::holders` reads them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_shows_a_semaphores_grants() {
+    let server = RedisServer::start();
+    let config = ConfigFile::single(&server);
+    let a = config.client("alpha").await;
+    let b = config.client("beta").await;
+    registered(&a).await;
+    registered(&b).await;
+    let watching = {
+        let path = config.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let args =
+                ["--json", "watch", "pool", "--for", "2s", "--interval", "1h"].map(str::to_owned);
+            run(&path, &args, "")
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let one = a.semaphore("pool", 3).acquire(1).await.unwrap();
+    let holders = b.lock("pool").holders().await.unwrap();
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(holders[0].holds, 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    one.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let two = b.semaphore("pool", 3).acquire(2).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    two.unlock().await.unwrap();
+
+    let output = watching.await.unwrap();
+    let doc = json(&output);
+    let seen: Vec<(String, u64)> = doc["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["holders"].as_array().unwrap().first())
+        .map(|h| {
+            (
+                h["client"]["name"].as_str().unwrap().to_owned(),
+                h["holds"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [("alpha".to_owned(), 1), ("beta".to_owned(), 2)],
+        "{doc}\nstderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// `watch` through a Sentinel failover: the hold taken on the promoted master must show
 /// too. The poll is set to an hour, so only the change reports can show it: the tool must
 /// track again on the master its client follows.

@@ -125,10 +125,10 @@ impl Tracking {
         self.backend.bounded(cmd.query_async(&mut self.conn)).await
     }
 
-    /// Waits for the next invalidation of `key` (or of every key: a flush). `false`
+    /// Waits for the next invalidation of one of `keys` (or of every key: a flush). `false`
     /// when no more reports of the key's master will come: the connection is gone, or
     /// the client moved to another master (a Sentinel failover) or runtime.
-    pub(crate) async fn changed(&mut self, key: &str) -> bool {
+    pub(crate) async fn changed(&mut self, keys: &[String]) -> bool {
         loop {
             let push = tokio::select! {
                 push = self.pushes.recv() => push,
@@ -140,13 +140,16 @@ impl Tracking {
             };
             match push.kind {
                 PushKind::Invalidate => {
-                    let keys = push.data.into_iter().next().unwrap_or(Value::Nil);
-                    match keys {
+                    let invalidated = push.data.into_iter().next().unwrap_or(Value::Nil);
+                    match invalidated {
                         Value::Nil => return true,
-                        keys => {
-                            let keys: Vec<Vec<u8>> =
-                                FromRedisValue::from_redis_value(keys).unwrap_or_default();
-                            if keys.iter().any(|k| k == key.as_bytes()) {
+                        invalidated => {
+                            let changed: Vec<Vec<u8>> =
+                                FromRedisValue::from_redis_value(invalidated).unwrap_or_default();
+                            if changed
+                                .iter()
+                                .any(|k| keys.iter().any(|key| k == key.as_bytes()))
+                            {
                                 return true;
                             }
                         }

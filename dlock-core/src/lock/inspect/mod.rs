@@ -253,23 +253,7 @@ impl Lock {
             ),
             None => None,
         };
-        let grants = parse_grants(hash).ok_or_else(|| self.wrong_type("hash".to_owned()))?;
-        let now = self.server_time(&sem.grants).await?;
-        let client = self.client();
-        let grants = try_join_all(
-            grants
-                .into_iter()
-                .filter(|(_, _, deadline)| *deadline > now)
-                .map(|(grant, permits, deadline)| async move {
-                    Ok::<_, LockError>(OwnerHold {
-                        owner: client.describe(grant).await?,
-                        holds: permits,
-                        remaining_lease: until(deadline, now).unwrap_or_default(),
-                        fence: None,
-                    })
-                }),
-        )
-        .await?;
+        let grants = self.live_grants(hash).await?;
         let ttl: i64 = self
             .query("inspect", redis::cmd("PTTL").arg(&sem.grants))
             .await?;
@@ -278,14 +262,7 @@ impl Lock {
         info.key = sem.grants.clone();
         info.remaining_lease = u64::try_from(ttl).ok().map(Duration::from_millis);
         info.subscribers = self.subscribers(&sem.grants).await?;
-        info.holders = grants
-            .iter()
-            .map(|g| LockHolder {
-                owner: g.owner.clone(),
-                holds: g.holds,
-                fence: None,
-            })
-            .collect();
+        info.holders = holders_of(grants.clone());
         info.semaphore = Some(SemaphoreInfo {
             capacity_key: sem.capacity,
             available: capacity.unwrap_or(0).saturating_sub(taken),
@@ -328,10 +305,11 @@ impl Lock {
 }
 
 impl Lock {
-    /// Who holds the lock now ([`LockInfo::holders`] alone, for a lock, a fair lock or a
-    /// read-write lock; a semaphore's grants are not read): the one read a watcher
-    /// repeats, `TYPE` and `HGETALL` (and `TIME` for a read-write lock) and a `GET` of
-    /// each holder's description.
+    /// Who holds the lock now ([`LockInfo::holders`] alone: a lock's, a fair lock's or a
+    /// read-write lock's owners, or a semaphore's grants with their permits as holds): the
+    /// one read a watcher repeats, `TYPE` and `HGETALL` (the grants' `HGETALL` too when
+    /// the lock key does not exist, and `TIME` for a read-write lock or live grants) and
+    /// a `GET` of each holder's description.
     ///
     /// # Errors
     ///
@@ -342,7 +320,47 @@ impl Lock {
     /// Cancel safe: it only reads.
     pub async fn holders(&self) -> Result<Vec<LockHolder>> {
         let layout = self.layout().await?;
-        self.holders_in(layout).await
+        if layout.is_some() {
+            return self.holders_in(layout).await;
+        }
+        let grants: HashMap<String, String> = self
+            .query("inspect", redis::cmd("HGETALL").arg(self.grants_key()))
+            .await?;
+        Ok(holders_of(self.live_grants(grants).await?))
+    }
+
+    /// The name of the grants hash a semaphore of this name keeps.
+    pub(crate) fn grants_key(&self) -> String {
+        SemKeys::new(self.client().key_prefix(), self.name()).grants
+    }
+
+    /// A semaphore's live grants (deadline after server time) in `hash` (`HGETALL` of the
+    /// grants hash), each with its client's description; `WrongType` for a field no grant
+    /// has.
+    pub(crate) async fn live_grants(
+        &self,
+        hash: HashMap<String, String>,
+    ) -> Result<Vec<OwnerHold>> {
+        if hash.is_empty() {
+            return Ok(Vec::new());
+        }
+        let grants = parse_grants(hash).ok_or_else(|| self.wrong_type("hash".to_owned()))?;
+        let now = self.server_time(&self.grants_key()).await?;
+        let client = self.client();
+        try_join_all(
+            grants
+                .into_iter()
+                .filter(|(_, _, deadline)| *deadline > now)
+                .map(|(grant, permits, deadline)| async move {
+                    Ok::<_, LockError>(OwnerHold {
+                        owner: client.describe(grant).await?,
+                        holds: permits,
+                        remaining_lease: until(deadline, now).unwrap_or_default(),
+                        fence: None,
+                    })
+                }),
+        )
+        .await
     }
 
     /// The holders `layout` names, each with its client's description.
@@ -417,4 +435,16 @@ impl Lock {
         }))
         .await
     }
+}
+
+/// A semaphore's grants as holders: permits as holds, no fencing token.
+fn holders_of(grants: Vec<OwnerHold>) -> Vec<LockHolder> {
+    grants
+        .into_iter()
+        .map(|grant| LockHolder {
+            owner: grant.owner,
+            holds: grant.holds,
+            fence: None,
+        })
+        .collect()
 }

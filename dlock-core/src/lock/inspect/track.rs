@@ -102,7 +102,25 @@ impl LockTracker {
             .await
             .map_err(|e| e.into_lock_error(&name, "track"))?;
         let layout = self.lock.parse_layout(hash)?;
-        self.lock.holders_in(layout).await
+        if layout.is_some() {
+            return self.lock.holders_in(layout).await;
+        }
+        // No lock hash: a semaphore's grants, read here so that their changes are
+        // reported too.
+        let grants: HashMap<String, String> = self
+            .tracking
+            .query(redis::cmd("HGETALL").arg(self.lock.grants_key()))
+            .await
+            .map_err(|e| e.into_lock_error(&name, "track"))?;
+        let grants = self.lock.live_grants(grants).await?;
+        Ok(grants
+            .into_iter()
+            .map(|grant| LockHolder {
+                owner: grant.owner,
+                holds: grant.holds,
+                fence: None,
+            })
+            .collect())
     }
 
     /// Waits until Redis reports a change of the lock hash since the last
@@ -119,8 +137,8 @@ impl LockTracker {
     ///
     /// Cancel safe: a report that arrives meanwhile is kept for the next call.
     pub async fn changed(&mut self) -> Result<()> {
-        let key = self.lock.keys().key.clone();
-        if self.tracking.changed(&key).await {
+        let keys = [self.lock.keys().key.clone(), self.lock.grants_key()];
+        if self.tracking.changed(&keys).await {
             return Ok(());
         }
         Err(crate::redis::CallError::Redis(redis::RedisError::from((
