@@ -54,8 +54,8 @@ pub enum Command {
     },
     /// Prints the lock's holder at the start and at each change, until Ctrl-C or
     /// `--for`: Redis reports each change of the lock on a connection of the tool's
-    /// (RESP3, `CLIENT TRACKING ON`), so short holds are seen too. It follows the lock
-    /// hash: a semaphore's grants are not shown (use `inspect`). Read-only.
+    /// (RESP3, `CLIENT TRACKING ON`), so short holds are seen too; a semaphore's grants
+    /// show as holders with their permits. Read-only.
     Watch {
         /// The lock name.
         name: String,

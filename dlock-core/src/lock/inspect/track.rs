@@ -15,8 +15,8 @@ use crate::redis::Tracking;
 /// server that owns the lock key (the one server, the Sentinel's current master, or the
 /// master of the key's cluster slot). Each [`holders`](LockTracker::holders) reads the
 /// hash on it, which asks Redis to report the next change; [`changed`](LockTracker::changed)
-/// waits for that report. Read-write locks are tracked too; a semaphore's grants are not
-/// (they live under other keys).
+/// waits for that report. Read-write locks are tracked too, and a semaphore: while no
+/// lock hash exists, its grants hash is read (and so reported) as well.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
