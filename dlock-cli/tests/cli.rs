@@ -446,14 +446,7 @@ async fn watch_shows_a_semaphores_grants() {
     let b = config.client("beta").await;
     registered(&a).await;
     registered(&b).await;
-    let watching = {
-        let path = config.path.clone();
-        tokio::task::spawn_blocking(move || {
-            let args =
-                ["--json", "watch", "pool", "--for", "2s", "--interval", "1h"].map(str::to_owned);
-            run(&path, &args, "")
-        })
-    };
+    let watching = watch_by_reports(&config, "pool", "2s");
     tokio::time::sleep(Duration::from_millis(600)).await;
     let one = a.semaphore("pool", 3).acquire(1).await.unwrap();
     let holders = b.lock("pool").holders().await.unwrap();
@@ -468,20 +461,8 @@ async fn watch_shows_a_semaphores_grants() {
 
     let output = watching.await.unwrap();
     let doc = json(&output);
-    let seen: Vec<(String, u64)> = doc["changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["holders"].as_array().unwrap().first())
-        .map(|h| {
-            (
-                h["client"]["name"].as_str().unwrap().to_owned(),
-                h["holds"].as_u64().unwrap(),
-            )
-        })
-        .collect();
     assert_eq!(
-        seen,
+        first_holders(&doc),
         [("alpha".to_owned(), 1), ("beta".to_owned(), 2)],
         "{doc}\nstderr: {}",
         String::from_utf8_lossy(&output.stderr)
@@ -499,14 +480,7 @@ async fn watch_tracks_the_new_master_after_a_sentinel_failover() {
     let b = config.client("beta").await;
     registered(&a).await;
     registered(&b).await;
-    let watching = {
-        let path = config.path.clone();
-        tokio::task::spawn_blocking(move || {
-            let args =
-                ["--json", "watch", "job", "--for", "10s", "--interval", "1h"].map(str::to_owned);
-            run(&path, &args, "")
-        })
-    };
+    let watching = watch_by_reports(&config, "job", "10s");
     tokio::time::sleep(Duration::from_millis(700)).await;
     let guard = a.lock("job").lock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -539,12 +513,9 @@ async fn watch_tracks_the_new_master_after_a_sentinel_failover() {
 
     let output = watching.await.unwrap();
     let doc = json(&output);
-    let holders: Vec<&str> = doc["changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["holders"].as_array().unwrap().first())
-        .map(|holder| holder["client"]["name"].as_str().unwrap())
+    let holders: Vec<String> = first_holders(&doc)
+        .into_iter()
+        .map(|(name, _)| name)
         .collect();
     assert_eq!(
         holders,
@@ -912,6 +883,45 @@ async fn redlock_inspect_list_and_force_unlock_on_every_server() {
     assert_eq!(done, "force-unlocked invoice:7 on 2 of 3 servers\n");
     assert!(!redlock.lock("invoice:7").is_locked().await.unwrap());
     drop(guard);
+}
+
+/// `dlock --json watch <name> --for <duration> --interval 1h` in the background: with
+/// the poll set to an hour, only Redis' change reports can show a change.
+fn watch_by_reports(
+    config: &ConfigFile,
+    name: &str,
+    duration: &str,
+) -> tokio::task::JoinHandle<Output> {
+    let path = config.path.clone();
+    let args: Vec<String> = [
+        "--json",
+        "watch",
+        name,
+        "--for",
+        duration,
+        "--interval",
+        "1h",
+    ]
+    .map(str::to_owned)
+    .into();
+    tokio::task::spawn_blocking(move || run(&path, &args, ""))
+}
+
+/// The first holder of each held state in a `watch --json` document: its client's name
+/// and its holds.
+fn first_holders(doc: &Value) -> Vec<(String, u64)> {
+    doc["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|change| change["holders"].as_array().unwrap().first())
+        .map(|holder| {
+            (
+                holder["client"]["name"].as_str().unwrap().to_owned(),
+                holder["holds"].as_u64().unwrap(),
+            )
+        })
+        .collect()
 }
 
 /// Five holds of 5 ms of `name`, 20 ms apart, taken while `dlock watch --json` runs with `args`:

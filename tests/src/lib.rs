@@ -66,3 +66,13 @@ pub use replicas::RedisReplicaSet;
 pub use sentinel::RedisSentinelGroup;
 pub use server::{RedisServer, REDIS_SERVER_ENV};
 pub use tls::{TestCertificates, TlsCluster, TlsSentinelGroup};
+
+/// How many cases a property test against real Redis runs: the `DLOCK_PROPTEST_CASES`
+/// environment variable, else `default` (CI keeps the default small; a soak run raises
+/// it).
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("DLOCK_PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default)
+}

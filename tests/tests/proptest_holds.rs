@@ -218,13 +218,6 @@ impl World<'_> {
     }
 }
 
-fn cases() -> u32 {
-    std::env::var("DLOCK_PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(24)
-}
-
 #[test]
 fn redis_holds_match_the_live_guards_after_any_sequence() {
     let server = RedisServer::start();
@@ -236,7 +229,7 @@ fn redis_holds_match_the_live_guards_after_any_sequence() {
         .unwrap();
     let case = std::sync::atomic::AtomicU32::new(0);
     let config = ProptestConfig {
-        cases: cases(),
+        cases: dlock_tests::proptest_cases(24),
         failure_persistence: None,
         ..ProptestConfig::default()
     };

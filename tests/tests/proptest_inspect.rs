@@ -264,13 +264,6 @@ impl World {
     }
 }
 
-fn cases() -> u32 {
-    std::env::var("DLOCK_PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(24)
-}
-
 #[test]
 fn what_an_operator_reads_matches_the_guards_after_any_sequence() {
     let server = RedisServer::start();
@@ -286,7 +279,7 @@ fn what_an_operator_reads_matches_the_guards_after_any_sequence() {
     });
     let case = std::sync::atomic::AtomicU32::new(0);
     let config = ProptestConfig {
-        cases: cases(),
+        cases: dlock_tests::proptest_cases(24),
         failure_persistence: None,
         ..ProptestConfig::default()
     };

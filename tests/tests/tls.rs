@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dlock_config::{Config, ConfigError};
-use dlock_core::LockError;
+use dlock_core::{Lock, LockError, LockGuard};
 use dlock_tests::{RedisServer, TestCertificates, TlsCluster, TlsSentinelGroup};
 
 fn free_port() -> u16 {
@@ -17,6 +17,23 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Lets `waiter` wait for the lock `guard` holds, releases it after `wait`, and returns
+/// the waiter's guard and how long after the release it acquired.
+async fn hand_over(guard: LockGuard, waiter: Lock, wait: Duration) -> (LockGuard, Duration) {
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.lock().await;
+        (guard, Instant::now())
+    });
+    tokio::time::sleep(wait).await;
+    let released_at = Instant::now();
+    guard.unlock().await.unwrap();
+    let (guard, acquired_at) = waiting.await.unwrap();
+    (
+        guard.unwrap(),
+        acquired_at.saturating_duration_since(released_at),
+    )
 }
 
 #[tokio::test]
@@ -105,17 +122,8 @@ async fn tls_with_an_acl_user_and_password() {
 
     let guard = holder.lock("goods:1").lock().await.unwrap();
     assert_eq!(holder.lock("goods:1").key(), "tls:goods:1");
-    let waiting = waiter.lock("goods:1");
-    let waiting = tokio::spawn(async move {
-        let guard = waiting.lock().await;
-        (guard, Instant::now())
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let released_at = Instant::now();
-    guard.unlock().await.unwrap();
-    let (guard, acquired_at) = waiting.await.unwrap();
-    let guard = guard.unwrap();
-    let wakeup = acquired_at.saturating_duration_since(released_at);
+    let (guard, wakeup) =
+        hand_over(guard, waiter.lock("goods:1"), Duration::from_millis(200)).await;
     assert!(wakeup < Duration::from_millis(100), "{wakeup:?}");
     assert!(waiter.lock("goods:1").force_unlock().await.unwrap());
     assert!(guard.unlock().await.unwrap_err().is_not_held());
@@ -239,18 +247,10 @@ async fn a_sentinel_deployment_over_tls_locks_wakes_and_follows_a_failover() {
 
     let guard = holder.lock("goods:1").lock().await.unwrap();
     assert!(exists(group.master_server(), "tls:goods:1"));
-    let waiting = waiter.lock("goods:1");
-    let waiting = tokio::spawn(async move {
-        let guard = waiting.lock().await;
-        (guard, Instant::now())
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let released_at = Instant::now();
-    guard.unlock().await.unwrap();
-    let (guard, acquired_at) = waiting.await.unwrap();
-    let wakeup = acquired_at.saturating_duration_since(released_at);
+    let (guard, wakeup) =
+        hand_over(guard, waiter.lock("goods:1"), Duration::from_millis(200)).await;
     assert!(wakeup < Duration::from_millis(100), "{wakeup:?}");
-    guard.unwrap().unlock().await.unwrap();
+    guard.unlock().await.unwrap();
 
     // An operator's change reports (`dlock watch`) come over TLS to the master too.
     let mut tracker = holder
@@ -399,17 +399,9 @@ async fn a_cluster_over_tls_locks_wakes_tracks_and_lists() {
             .await
             .expect("the slot's master reports the change")
             .unwrap();
-        let waiting = waiter.lock(name);
-        let waiting = tokio::spawn(async move {
-            let guard = waiting.lock().await;
-            (guard, Instant::now())
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let released_at = Instant::now();
+        let (guard, wakeup) = hand_over(guard, waiter.lock(name), Duration::from_millis(100)).await;
+        wakeups.push(wakeup);
         guard.unlock().await.unwrap();
-        let (guard, acquired_at) = waiting.await.unwrap();
-        wakeups.push(acquired_at.saturating_duration_since(released_at));
-        guard.unwrap().unlock().await.unwrap();
     }
     let slowest = wakeups.iter().max().unwrap();
     assert!(*slowest < Duration::from_millis(100), "{wakeups:?}");

@@ -36,7 +36,7 @@ impl Backend {
             .await?
             .extract_error()
             .map_err(CallError::Redis)?;
-        redis::from_redis_value(reply).map_err(|e| CallError::Redis(RedisError::from(e)))
+        decoded(reply)
     }
 
     /// Every key of type `kind` whose name matches the glob `pattern`, on every master;
@@ -102,59 +102,51 @@ impl Backend {
 
 /// One `SCAN` reply: the next cursor and the keys; a refusal (`NOPERM`) as the error it is.
 fn page(reply: Value) -> Result<(u64, Vec<String>), CallError> {
-    let reply = reply.extract_error().map_err(CallError::Redis)?;
-    redis::from_redis_value(reply).map_err(|e| CallError::Redis(RedisError::from(e)))
+    decoded(reply.extract_error().map_err(CallError::Redis)?)
 }
 
-/// The master of `slot` in a `CLUSTER SLOTS` reply; `None` when no range covers it.
-pub(super) fn slot_master(slots: Value, slot: u16) -> Result<Option<(String, u16)>, CallError> {
+/// `value` as a `T`, or the error saying why not.
+fn decoded<T: redis::FromRedisValue>(value: Value) -> Result<T, CallError> {
+    redis::from_redis_value(value).map_err(|e| CallError::Redis(RedisError::from(e)))
+}
+
+/// A master's address in a `CLUSTER SLOTS` reply: host and port.
+type Address = (String, u16);
+
+/// The slot ranges of a `CLUSTER SLOTS` reply (`[start, end, [host, port, id], replicas...]`
+/// per range): first slot, last slot and the master's address.
+fn slot_ranges(slots: Value) -> Result<Vec<(u16, u16, Address)>, CallError> {
     let slots = slots.extract_error().map_err(CallError::Redis)?;
-    let ranges: Vec<Vec<Value>> =
-        redis::from_redis_value(slots).map_err(|e| CallError::Redis(RedisError::from(e)))?;
-    for range in ranges {
+    let mut ranges = Vec::new();
+    for range in decoded::<Vec<Vec<Value>>>(slots)? {
         let mut range = range.into_iter();
         let (Some(start), Some(end), Some(master)) = (range.next(), range.next(), range.next())
         else {
             continue;
         };
-        let bounds: (u16, u16) = redis::from_redis_value(Value::Array(vec![start, end]))
-            .map_err(|e| CallError::Redis(RedisError::from(e)))?;
-        if !(bounds.0..=bounds.1).contains(&slot) {
-            continue;
-        }
-        let mut node = redis::from_redis_value::<Vec<Value>>(master)
-            .map_err(|e| CallError::Redis(RedisError::from(e)))?
-            .into_iter();
+        // `[host, port, id]`, and a map of metadata since Redis 7.
+        let mut node = decoded::<Vec<Value>>(master)?.into_iter();
         let (Some(host), Some(port)) = (node.next(), node.next()) else {
             continue;
         };
-        let address: (String, u16) = redis::from_redis_value(Value::Array(vec![host, port]))
-            .map_err(|e| CallError::Redis(RedisError::from(e)))?;
-        return Ok(Some(address));
+        let (start, end): (u16, u16) = decoded(Value::Array(vec![start, end]))?;
+        ranges.push((start, end, decoded(Value::Array(vec![host, port]))?));
     }
-    Ok(None)
+    Ok(ranges)
 }
 
-/// The master of each slot range in a `CLUSTER SLOTS` reply (`[start, end, [host, port,
-/// id], replicas...]` per range), each once.
-fn masters(slots: Value) -> Result<Vec<(String, u16)>, CallError> {
-    let slots = slots.extract_error().map_err(CallError::Redis)?;
-    let ranges: Vec<Vec<Value>> =
-        redis::from_redis_value(slots).map_err(|e| CallError::Redis(RedisError::from(e)))?;
+/// The master of `slot` in a `CLUSTER SLOTS` reply; `None` when no range covers it.
+pub(super) fn slot_master(slots: Value, slot: u16) -> Result<Option<Address>, CallError> {
+    Ok(slot_ranges(slots)?
+        .into_iter()
+        .find(|(start, end, _)| (*start..=*end).contains(&slot))
+        .map(|(_, _, master)| master))
+}
+
+/// The master of each slot range in a `CLUSTER SLOTS` reply, each once.
+fn masters(slots: Value) -> Result<Vec<Address>, CallError> {
     let mut masters = Vec::new();
-    for range in ranges {
-        let Some(master) = range.into_iter().nth(2) else {
-            continue;
-        };
-        // `[host, port, id]`, and a map of metadata since Redis 7.
-        let mut node = redis::from_redis_value::<Vec<Value>>(master)
-            .map_err(|e| CallError::Redis(RedisError::from(e)))?
-            .into_iter();
-        let (Some(host), Some(port)) = (node.next(), node.next()) else {
-            continue;
-        };
-        let address: (String, u16) = redis::from_redis_value(Value::Array(vec![host, port]))
-            .map_err(|e| CallError::Redis(RedisError::from(e)))?;
+    for (_, _, address) in slot_ranges(slots)? {
         if !masters.contains(&address) {
             masters.push(address);
         }

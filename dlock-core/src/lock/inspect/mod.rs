@@ -438,7 +438,7 @@ impl Lock {
 }
 
 /// A semaphore's grants as holders: permits as holds, no fencing token.
-fn holders_of(grants: Vec<OwnerHold>) -> Vec<LockHolder> {
+pub(super) fn holders_of(grants: Vec<OwnerHold>) -> Vec<LockHolder> {
     grants
         .into_iter()
         .map(|grant| LockHolder {

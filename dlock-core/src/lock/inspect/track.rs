@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::LockHolder;
+use super::{holders_of, LockHolder};
 use crate::error::Result;
 use crate::lock::Lock;
 use crate::redis::Tracking;
@@ -112,15 +112,7 @@ impl LockTracker {
             .query(redis::cmd("HGETALL").arg(self.lock.grants_key()))
             .await
             .map_err(|e| e.into_lock_error(&name, "track"))?;
-        let grants = self.lock.live_grants(grants).await?;
-        Ok(grants
-            .into_iter()
-            .map(|grant| LockHolder {
-                owner: grant.owner,
-                holds: grant.holds,
-                fence: None,
-            })
-            .collect())
+        Ok(holders_of(self.lock.live_grants(grants).await?))
     }
 
     /// Waits until Redis reports a change of the lock hash since the last
