@@ -213,11 +213,15 @@ async fn a_wrong_ca_or_a_protocol_mismatch_fails_fast_with_a_clear_error() {
 /// `[redis.sentinel]` over `rediss://` sentinels, trusting the test CA from `tls_ca_file`
 /// (relative to the file), key prefix `tls:`.
 fn sentinel_config(group: &TlsSentinelGroup, ca: Option<&str>) -> Config {
+    sentinel_config_at(group, &group.sentinel_tls_url(), ca)
+}
+
+/// [`sentinel_config`] with the sentinel at `url`.
+fn sentinel_config_at(group: &TlsSentinelGroup, url: &str, ca: Option<&str>) -> Config {
     let ca = ca.map_or(String::new(), |ca| format!("tls_ca_file = \"{ca}\"\n"));
     let text = format!(
-        "[redis.sentinel]\nmaster_name = \"{}\"\nsentinels = [\"{}\"]\n\n[connection]\n{ca}connect_timeout = \"2s\"\n\n[lock]\nkey_prefix = \"tls:\"\n",
+        "[redis.sentinel]\nmaster_name = \"{}\"\nsentinels = [\"{url}\"]\n\n[connection]\n{ca}connect_timeout = \"2s\"\n\n[lock]\nkey_prefix = \"tls:\"\n",
         group.master_name(),
-        group.sentinel_tls_url()
     );
     let path = group.certificates().path("sentinel.toml");
     std::fs::write(&path, text).unwrap();
@@ -237,7 +241,8 @@ fn exists(server: &RedisServer, key: &str) -> bool {
 /// (and, after a failover, the promoted replica) by TLS at the reported address. A wake-up
 /// over the TLS subscriber connection, a change report on a tracking connection, and the
 /// move to the new master are checked on the servers themselves; a tracker of the old
-/// master says its reports stopped, and tracking again hears the new master.
+/// master says its reports stopped, and tracking again hears the new master. An
+/// `#insecure` sentinel URL is refused with the reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_deployment_over_tls_locks_wakes_and_follows_a_failover() {
     let group = TlsSentinelGroup::start();
@@ -322,6 +327,17 @@ async fn a_sentinel_deployment_over_tls_locks_wakes_and_follows_a_failover() {
         shown.contains("sentinel master \"mymaster\"") && shown.contains("UnknownIssuer"),
         "{shown}"
     );
+
+    // `#insecure` (no certificate check) needs redis' `tls-rustls-insecure` feature,
+    // which dlock does not turn on: such a sentinel URL is refused at connect, saying so,
+    // rather than trusted silently.
+    let url = format!("{}/#insecure", group.sentinel_tls_url());
+    let err = sentinel_config_at(&group, &url, None)
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("tls-rustls-insecure"), "{err}");
 }
 
 #[tokio::test]

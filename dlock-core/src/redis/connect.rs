@@ -168,7 +168,8 @@ pub(super) async fn connect_cluster(
 pub(super) enum Transport {
     Plain,
     Tls {
-        /// The sentinel URLs' `#insecure`: no host name check.
+        /// The sentinel URLs' `#insecure`: no certificate check (honoured only when the
+        /// application turns on redis' `tls-rustls-insecure` feature; refused otherwise).
         insecure: bool,
         /// The topology's root certificate, if any; else the system's roots.
         root_ca: Option<Vec<u8>>,
