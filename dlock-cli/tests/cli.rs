@@ -459,13 +459,11 @@ async fn watch_shows_a_semaphores_grants() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     two.unlock().await.unwrap();
 
-    let output = watching.await.unwrap();
-    let doc = json(&output);
+    let (seen, shown) = first_holders(&watching.await.unwrap());
     assert_eq!(
-        first_holders(&doc),
+        seen,
         [("alpha".to_owned(), 1), ("beta".to_owned(), 2)],
-        "{doc}\nstderr: {}",
-        String::from_utf8_lossy(&output.stderr)
+        "{shown}"
     );
 }
 
@@ -511,18 +509,9 @@ async fn watch_tracks_the_new_master_after_a_sentinel_failover() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     guard.unlock().await.unwrap();
 
-    let output = watching.await.unwrap();
-    let doc = json(&output);
-    let holders: Vec<String> = first_holders(&doc)
-        .into_iter()
-        .map(|(name, _)| name)
-        .collect();
-    assert_eq!(
-        holders,
-        ["alpha", "beta"],
-        "{doc}\nstderr: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let (seen, shown) = first_holders(&watching.await.unwrap());
+    let names: Vec<&str> = seen.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["alpha", "beta"], "{shown}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -907,10 +896,12 @@ fn watch_by_reports(
     tokio::task::spawn_blocking(move || run(&path, &args, ""))
 }
 
-/// The first holder of each held state in a `watch --json` document: its client's name
-/// and its holds.
-fn first_holders(doc: &Value) -> Vec<(String, u64)> {
-    doc["changes"]
+/// The first holder of each held state that `watch --json` printed: its client's name
+/// and its holds; and the document with the tool's stderr, for a failure message.
+fn first_holders(output: &Output) -> (Vec<(String, u64)>, String) {
+    let doc = json(output);
+    let shown = format!("{doc}\nstderr: {}", String::from_utf8_lossy(&output.stderr));
+    let seen = doc["changes"]
         .as_array()
         .unwrap()
         .iter()
@@ -921,7 +912,8 @@ fn first_holders(doc: &Value) -> Vec<(String, u64)> {
                 holder["holds"].as_u64().unwrap(),
             )
         })
-        .collect()
+        .collect();
+    (seen, shown)
 }
 
 /// Five holds of 5 ms of `name`, 20 ms apart, taken while `dlock watch --json` runs with `args`:
