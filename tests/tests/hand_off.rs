@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock_core::LockClient;
+use dlock_tests::commandstats::command_calls;
 use dlock_tests::RedisServer;
 use redis::Commands;
 use tokio::time::Instant;
@@ -45,7 +46,9 @@ async fn one_release_wakes_one_of_twenty_waiting_clients() {
         clients.push(client);
     }
     // Every client waits: registered, and its subscription confirmed (after which it
-    // tried once more, in case the lock was released meanwhile).
+    // tried once more, in case the lock was released meanwhile). Each client is checked
+    // on its own: a subscriber that connects wakes its waiters for an extra try, so the
+    // sum of tries can be reached while one client has not registered yet.
     let started = Instant::now();
     let attempts = || {
         clients
@@ -53,16 +56,21 @@ async fn one_release_wakes_one_of_twenty_waiting_clients() {
             .map(|c| c.stats().acquire_attempts)
             .sum::<u64>()
     };
-    while attempts() < 2 * CLIENTS as u64 {
+    loop {
+        let waiting: usize = server.connection().zcard(registry("herd")).unwrap();
+        let tried_twice = clients
+            .iter()
+            .filter(|c| c.stats().acquire_attempts >= 2)
+            .count();
+        if waiting == CLIENTS && tried_twice == CLIENTS {
+            break;
+        }
         assert!(
             started.elapsed() < Duration::from_secs(10),
-            "{} attempts",
-            attempts()
+            "{waiting} clients registered as waiting, {tried_twice} tried twice"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let waiting: usize = server.connection().zcard(registry("herd")).unwrap();
-    assert_eq!(waiting, CLIENTS, "every client registered as waiting");
     let before = attempts();
 
     guard.unlock().await.unwrap();
@@ -175,32 +183,41 @@ async fn a_client_that_stops_waiting_passes_its_wake_up_on() {
         let lock = client.lock("{passed-on}");
         tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await })
     };
-    let registered = |count: usize| {
+    // Each busy try registers its client with one ZADD (NX, so a client keeps its place):
+    // a waiter has made both of its tries (the first, and the one after its subscription
+    // was confirmed) and sleeps for its 10 s recheck once its second ZADD ran. Counting
+    // them at the server, rather than watching the registry's size, keeps a waiter's
+    // second try from landing after the hand-off below (it would take the lock itself).
+    let busy_tries_ran = |count: u64| {
         let server = &server;
         async move {
             let started = Instant::now();
             loop {
-                let now: usize = server.connection().zcard(registry("passed-on")).unwrap();
+                let calls = command_calls(&mut server.connection());
+                let now = calls.get("zadd").copied().unwrap_or(0);
                 if now == count {
                     return;
                 }
                 assert!(
                     started.elapsed() < Duration::from_secs(5),
-                    "{now} registered"
+                    "{now} busy tries ran, waiting for {count}"
                 );
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
     };
     let first_waiter = waiting(&first);
-    registered(1).await;
+    busy_tries_ran(2).await;
     let second_waiter = waiting(&second);
-    registered(2).await;
+    busy_tries_ran(4).await;
+    let waiting_clients: usize = server.connection().zcard(registry("passed-on")).unwrap();
+    assert_eq!(waiting_clients, 2);
 
     // A release chose `first` (taking it out of the registry), and `first` stops waiting
     // before it used the wake-up: the lock is free, `second` still registered and asleep
     // for its 10 s recheck.
     let _: () = redis::pipe()
+        .atomic()
         .zrem(registry("passed-on"), first.id().to_string())
         .del("{passed-on}")
         .query(&mut server.connection())
