@@ -1,7 +1,8 @@
 //! Guards the promises of the lock's hand-off between clients: one release wakes one
 //! client (the longest waiting, through the lock's waiter registry), a client keeps a
 //! contended lock for a bounded number of local hand-offs before passing it on, and a
-//! client that stops waiting leaves the registry and passes on a wake-up it was sent.
+//! client that stops waiting leaves the registry (also when it stops while its first try
+//! is at Redis) and passes on a wake-up it was sent.
 //!
 //! Each client here stands for a process: it has its own connections, subscriber and
 //! local line, exactly as a `LockClient` in another process would.
@@ -235,6 +236,86 @@ async fn a_client_that_stops_waiting_passes_its_wake_up_on() {
     acquired.unlock().await.unwrap();
     let left: usize = server.connection().zcard(registry("passed-on")).unwrap();
     assert_eq!(left, 0);
+}
+
+/// A waiter cancelled while its first try is at Redis (the try registers its client as
+/// waiting, and its answer is never read) still takes its client out of the registry, so
+/// the next release wakes a client that waits rather than one that gave up. Fails when
+/// only a waiter's subscription leaves the registry: the cancelled waiter had none yet,
+/// the release chooses its client, and the client still waiting sleeps until its 10 s
+/// recheck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_cancelled_during_its_first_try_leaves_the_registry() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let slow_recheck = || {
+        LockClient::builder()
+            .max_wait_recheck(Duration::from_secs(10))
+            .connect(&url)
+    };
+    let holder = LockClient::connect(&url).await.unwrap();
+    let guard = holder.lock("{ghost}").lock().await.unwrap();
+    let (gave_up, still_waiting) = (slow_recheck().await.unwrap(), slow_recheck().await.unwrap());
+
+    // Redis stalls for 300 ms, so the first try of `gave_up` is sent and queued there; its
+    // caller stops waiting while the try is still unanswered.
+    let mut stalled = server.connection();
+    let stall = std::thread::spawn(move || {
+        redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("0.3")
+            .query::<()>(&mut stalled)
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let lock = gave_up.lock("{ghost}");
+    let cancelled = tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });
+    let started = Instant::now();
+    while gave_up.stats().acquire_attempts == 0 {
+        assert!(
+            started.elapsed() < Duration::from_millis(200),
+            "no try sent"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    cancelled.abort();
+    stall.join().unwrap().unwrap();
+    assert!(
+        cancelled.await.unwrap_err().is_cancelled(),
+        "the try was answered before its caller stopped waiting"
+    );
+    // The try ran after the stall and registered `gave_up`.
+    let started = Instant::now();
+    while command_calls(&mut server.connection()).get("zadd") != Some(&1) {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the cancelled try never registered"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // `still_waiting` waits behind it (registered later), then the holder releases.
+    let lock = still_waiting.lock("{ghost}");
+    let waiter = tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });
+    let started = Instant::now();
+    while still_waiting.stats().acquire_attempts < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the waiter did not try twice"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let acquired = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("the release woke the client that still waited")
+        .unwrap()
+        .unwrap();
+    eprintln!("woken {:?} after the release", released.elapsed());
+    acquired.unlock().await.unwrap();
+    let left: usize = server.connection().zcard(registry("ghost")).unwrap();
+    assert_eq!(left, 0, "clients still registered as waiting");
 }
 
 /// Twenty clients, one task each, take a contended lock again right after giving it

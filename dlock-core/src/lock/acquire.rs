@@ -359,7 +359,10 @@ impl Lock {
                     }
                 }
             }
-            pending = Some(match attempt.run(lease_ms, give_up_at).await {
+            waiter.trying();
+            let outcome = attempt.run(lease_ms, give_up_at).await;
+            waiter.tried();
+            pending = Some(match outcome {
                 Ok((sent_at, Reply::Acquired(fence))) => {
                     attempt.maybe_applied = false;
                     waiter.acquired();

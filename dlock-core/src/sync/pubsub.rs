@@ -169,6 +169,26 @@ impl PubSubService {
         confirmed.then(|| self.subscribe_to(channel, Some(lock_key)))
     }
 
+    /// A waiter of the lock `lock_key` stopped while a try of it was at Redis, before it
+    /// had a subscription: that try may have registered this client as waiting, and no
+    /// subscription's end will take it out. Unless another waiter of the client waits on
+    /// the channel (its subscription's end leaves), the client leaves the registry and
+    /// passes on a wake-up it may have been sent.
+    ///
+    /// The leave is sent after the try on the same connection (the lock's slot), so it
+    /// runs after the try at Redis.
+    pub(crate) fn leave_unless_waiting(&self, channel: &str, lock_key: &str) {
+        let waiting = self
+            .shared
+            .lock_channels()
+            .get(channel)
+            .is_some_and(|entry| entry.waiters > 0);
+        if !waiting {
+            self.shared
+                .leave_registry(lock_key.to_owned(), channel.to_owned(), false);
+        }
+    }
+
     fn subscribe_to(&self, channel: &str, registry_of: Option<&str>) -> Subscription {
         let mut channels = self.shared.lock_channels();
         if let Some(entry) = channels.get_mut(channel) {

@@ -62,6 +62,9 @@ pub(crate) struct Waiter<'a> {
     /// The lock whose waiter registry this waiter's tries join (see
     /// [`Waiter::registered_for`]).
     registry_of: Option<&'a str>,
+    /// A try is at Redis (see [`Waiter::trying`]): if the waiter is dropped now, that try
+    /// may register the client with nobody left to wait.
+    try_in_flight: bool,
 }
 
 impl<'a> Waiter<'a> {
@@ -84,6 +87,7 @@ impl<'a> Waiter<'a> {
             outage: None,
             every_message: false,
             registry_of: None,
+            try_in_flight: false,
         }
     }
 
@@ -104,6 +108,19 @@ impl<'a> Waiter<'a> {
     pub(crate) fn woken_by_every_message(mut self) -> Self {
         self.every_message = true;
         self
+    }
+
+    /// A try is about to be sent; [`Waiter::tried`] when its answer came. A waiter
+    /// dropped in between (its caller cancelled) had a try at Redis that may have
+    /// registered the client as waiting: the client leaves the registry then, even if this
+    /// waiter had no subscription yet to leave it when it ends.
+    pub(crate) fn trying(&mut self) {
+        self.try_in_flight = true;
+    }
+
+    /// The try announced by [`Waiter::trying`] was answered.
+    pub(crate) fn tried(&mut self) {
+        self.try_in_flight = false;
     }
 
     /// The last try acquired: the wake-up that led to it was used (see
@@ -173,5 +190,17 @@ impl<'a> Waiter<'a> {
         tracing::debug!(channel = %self.channel, %error, "dlock: Redis unavailable while waiting; retrying");
         tokio::time::sleep(pause).await;
         Ok(())
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        // With a subscription, its end leaves the registry (and knows whether the wake-up
+        // was used); without one, nothing else would.
+        if let (true, None, Some(lock_key)) =
+            (self.try_in_flight, &self.subscription, self.registry_of)
+        {
+            self.pubsub.leave_unless_waiting(self.channel, lock_key);
+        }
     }
 }
