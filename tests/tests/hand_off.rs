@@ -24,6 +24,15 @@ fn registry(tag: &str) -> String {
     format!("dlock:unlock:{{{tag}}}:{{{tag}}}")
 }
 
+/// A client that rechecks a lock only every 10 s, so that a wake-up it misses shows.
+async fn slow_recheck(url: &str) -> LockClient {
+    LockClient::builder()
+        .max_wait_recheck(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .unwrap()
+}
+
 /// Twenty clients wait for one lock (each subscribed and registered); then the lock goes
 /// from one to the next, each holding it briefly once. Every release must let about one
 /// acquire attempt reach Redis, not one per waiting client. Fails when releases wake
@@ -167,12 +176,7 @@ async fn clients_take_turns_on_a_hot_lock() {
 async fn a_client_that_stops_waiting_passes_its_wake_up_on() {
     let server = RedisServer::start();
     let url = server.url();
-    let slow_recheck = || {
-        LockClient::builder()
-            .max_wait_recheck(Duration::from_secs(10))
-            .connect(&url)
-    };
-    let (first, second) = (slow_recheck().await.unwrap(), slow_recheck().await.unwrap());
+    let (first, second) = (slow_recheck(&url).await, slow_recheck(&url).await);
     // Held by an owner of another process for a minute.
     let _: () = redis::pipe()
         .hset("{passed-on}", "elsewhere:1", 1)
@@ -248,14 +252,9 @@ async fn a_client_that_stops_waiting_passes_its_wake_up_on() {
 async fn a_waiter_cancelled_during_its_first_try_leaves_the_registry() {
     let server = RedisServer::start();
     let url = server.url();
-    let slow_recheck = || {
-        LockClient::builder()
-            .max_wait_recheck(Duration::from_secs(10))
-            .connect(&url)
-    };
     let holder = LockClient::connect(&url).await.unwrap();
     let guard = holder.lock("{ghost}").lock().await.unwrap();
-    let (gave_up, still_waiting) = (slow_recheck().await.unwrap(), slow_recheck().await.unwrap());
+    let (gave_up, still_waiting) = (slow_recheck(&url).await, slow_recheck(&url).await);
 
     // Redis stalls for 300 ms, so the first try of `gave_up` is sent and queued there; its
     // caller stops waiting while the try is still unanswered.
