@@ -14,6 +14,8 @@
 //! connect_timeout = "5s"
 //! command_timeout = "3s"
 //! tls_ca_file     = "ca.pem"   # for rediss:// addresses; relative to this file
+//! tls_cert_file   = "client.pem" # a client certificate, for servers that check clients
+//! tls_key_file    = "client.key" # its private key
 //! retry_attempts  = 3
 //! retry_delay     = "50ms"
 //! client_name     = "billing" # CLIENT SETNAME, and shown by `dlock inspect`
@@ -69,7 +71,8 @@ impl Config {
     /// # Errors
     ///
     /// [`ConfigError::NoRedis`] for a file with only a `[redlock]` table;
-    /// [`ConfigError::Referenced`] when `tls_ca_file` cannot be read.
+    /// [`ConfigError::Referenced`] when `tls_ca_file`, `tls_cert_file` or `tls_key_file`
+    /// cannot be read.
     pub fn topology(&self) -> Result<Topology> {
         let topology = match self.redis.as_ref().ok_or(ConfigError::NoRedis)? {
             Redis::Single(single) => Topology::single(single.address.as_str()),
@@ -104,21 +107,31 @@ impl Config {
             Some(database) => topology.database(*database.get_ref()),
             None => topology,
         };
-        match &connection.tls_ca_file {
-            Some(file) => {
-                let path = match &self.base_dir {
-                    Some(base) => base.join(file),
-                    None => file.clone(),
-                };
-                let pem = std::fs::read(&path).map_err(|source| ConfigError::Referenced {
-                    key: "tls_ca_file",
-                    path: path.display().to_string(),
-                    source,
-                })?;
-                Ok(topology.tls_root_ca(pem))
-            }
-            None => Ok(topology),
+        let topology = match &connection.tls_ca_file {
+            Some(file) => topology.tls_root_ca(self.read_referenced("tls_ca_file", file)?),
+            None => topology,
+        };
+        match (&connection.tls_cert_file, &connection.tls_key_file) {
+            (Some(certificate), Some(key)) => Ok(topology.tls_client_certificate(
+                self.read_referenced("tls_cert_file", certificate.get_ref())?,
+                self.read_referenced("tls_key_file", key.get_ref())?,
+            )),
+            // Loading refused a file with only one of the two.
+            _ => Ok(topology),
         }
+    }
+
+    /// The contents of the file the option `key` names, relative to the config file.
+    fn read_referenced(&self, key: &'static str, file: &std::path::Path) -> Result<Vec<u8>> {
+        let path = match &self.base_dir {
+            Some(base) => base.join(file),
+            None => file.to_path_buf(),
+        };
+        std::fs::read(&path).map_err(|source| ConfigError::Referenced {
+            key,
+            path: path.display().to_string(),
+            source,
+        })
     }
 
     /// The client settings of `[connection]` and `[lock]`.
@@ -193,7 +206,8 @@ impl Config {
     /// # Errors
     ///
     /// [`ConfigError::NoRedLock`] without a `[redlock]` table; [`ConfigError::Referenced`]
-    /// when `tls_ca_file` cannot be read; [`ConfigError::Lock`] when a server is
+    /// when a TLS file (`tls_ca_file`, `tls_cert_file`, `tls_key_file`) cannot be read;
+    /// [`ConfigError::Lock`] when a server is
     /// unreachable or a setting invalid.
     pub async fn build_redlock(&self) -> Result<RedLockClient> {
         let servers = self.redlock_servers()?;
@@ -213,7 +227,7 @@ impl Config {
     /// # Errors
     ///
     /// [`ConfigError::NoRedLock`] without a `[redlock]` table; [`ConfigError::Referenced`]
-    /// when `tls_ca_file` cannot be read.
+    /// when a TLS file (`tls_ca_file`, `tls_cert_file`, `tls_key_file`) cannot be read.
     pub fn redlock_servers(&self) -> Result<Vec<(String, Topology)>> {
         let section = self.redlock.as_ref().ok_or(ConfigError::NoRedLock)?;
         section

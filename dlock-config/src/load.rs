@@ -214,6 +214,24 @@ fn parse(text: &str, origin: &str, lookup: Lookup<'_>) -> Result<Config> {
             "`database` is not supported with [redis.cluster]: a Redis Cluster only has database 0; remove it".to_owned(),
         ));
     }
+    match (
+        &config.connection.tls_cert_file,
+        &config.connection.tls_key_file,
+    ) {
+        (Some(cert), None) => {
+            return Err(invalid(
+                cert.span().start,
+                "`tls_cert_file` needs `tls_key_file`: a client certificate is presented with its private key; add both or neither".to_owned(),
+            ));
+        }
+        (None, Some(key)) => {
+            return Err(invalid(
+                key.span().start,
+                "`tls_key_file` needs `tls_cert_file`: a private key is presented with its client certificate; add both or neither".to_owned(),
+            ));
+        }
+        _ => {}
+    }
     if let Some(redlock) = &config.redlock {
         check_redlock_servers(redlock.servers.get_ref())
             .map_err(|message| invalid(redlock.servers.span().start, message))?;

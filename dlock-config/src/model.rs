@@ -114,6 +114,14 @@ pub struct Connection {
     /// nodes, sentinels, and the master `rediss://` sentinels report) instead of the
     /// system's roots; relative to the config file.
     pub tls_ca_file: Option<std::path::PathBuf>,
+    /// PEM file of the client certificate (the leaf first, then any intermediates)
+    /// presented on `rediss://` connections, for servers that check clients
+    /// (`tls-auth-clients yes`, Redis's default once TLS is on); relative to the config
+    /// file. Needs `tls_key_file`.
+    pub tls_cert_file: Option<Spanned<std::path::PathBuf>>,
+    /// PEM file of the client certificate's private key; relative to the config file.
+    /// Needs `tls_cert_file`.
+    pub tls_key_file: Option<Spanned<std::path::PathBuf>>,
     /// Longest wait for a connection. Default 5 s, at least 1 ms.
     #[serde(default, deserialize_with = "connect_timeout")]
     pub connect_timeout: Option<Duration>,

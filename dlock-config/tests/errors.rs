@@ -428,6 +428,50 @@ fn an_unreadable_tls_ca_file_names_the_file_relative_to_the_config() {
 }
 
 #[test]
+fn a_client_certificate_and_its_key_come_together() {
+    let base = "[redis.single]\naddress = \"rediss://127.0.0.1:6379\"\n[connection]\n";
+    assert_eq!(
+        error(&format!("{base}tls_cert_file = \"client.pem\"\n")),
+        "<string>:4:17: `tls_cert_file` needs `tls_key_file`: a client certificate is presented with its private key; add both or neither"
+    );
+    assert_eq!(
+        error(&format!("{base}tls_key_file = \"client.key\"\n")),
+        "<string>:4:16: `tls_key_file` needs `tls_cert_file`: a private key is presented with its client certificate; add both or neither"
+    );
+}
+
+#[test]
+fn unreadable_client_certificate_files_are_named_relative_to_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dlock.toml");
+    std::fs::write(
+        dir.path().join("client.pem"),
+        "-----BEGIN CERTIFICATE-----\n",
+    )
+    .unwrap();
+    for (cert, key, missing, option) in [
+        ("gone.pem", "client.pem", "gone.pem", "tls_cert_file"),
+        ("client.pem", "gone.key", "gone.key", "tls_key_file"),
+    ] {
+        std::fs::write(
+            &path,
+            format!("[redis.single]\naddress = \"rediss://127.0.0.1:6379\"\n[connection]\ntls_cert_file = \"{cert}\"\ntls_key_file = \"{key}\"\n"),
+        )
+        .unwrap();
+        let err = Config::from_file(&path)
+            .unwrap()
+            .topology()
+            .unwrap_err()
+            .to_string();
+        let expected = format!(
+            "cannot read {option} {}: ",
+            dir.path().join(missing).display()
+        );
+        assert!(err.starts_with(&expected), "{err}");
+    }
+}
+
+#[test]
 fn a_password_that_is_not_a_string_is_refused_without_showing_it() {
     for value in [
         "31415926535",

@@ -1,6 +1,7 @@
 //! TLS fixtures: a throw-away certificate authority with a server certificate for
-//! `127.0.0.1` (made with the `openssl` command), a Sentinel group whose servers and
-//! sentinel answer clients only over TLS, and a cluster whose nodes do.
+//! `127.0.0.1` and a client certificate (made with the `openssl` command), a Sentinel
+//! group whose servers and sentinel answer clients only over TLS, and a cluster whose
+//! nodes do; both check client certificates.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -20,9 +21,9 @@ const FAILOVER_TIMEOUT: Duration = Duration::from_secs(15);
 /// Log lines quoted per process in panic messages.
 const LOG_LINES: usize = 40;
 
-/// A certificate authority (`ca.pem`, `ca.key`) and a server certificate for
-/// `127.0.0.1` it signed (`server.pem`, `server.key`) in a temporary directory, deleted
-/// when dropped.
+/// A certificate authority (`ca.pem`, `ca.key`), a server certificate for `127.0.0.1`
+/// (`server.pem`, `server.key`) and a client certificate (`client.pem`, `client.key`)
+/// it signed, in a temporary directory deleted when dropped.
 ///
 /// # Panics
 ///
@@ -34,27 +35,38 @@ pub struct TestCertificates {
 }
 
 impl TestCertificates {
-    /// Makes the CA and the server certificate (RSA 2048, valid for two days).
+    /// Makes the CA, the server and the client certificate (RSA 2048, valid for two
+    /// days).
     pub fn new() -> TestCertificates {
         let dir = tempfile::tempdir().expect("a temporary directory for certificates");
         let certificates = TestCertificates { dir };
         certificates.make_ca("ca");
-        let path = certificates.dir();
-        std::fs::write(path.join("san.ext"), "subjectAltName=IP:127.0.0.1\n")
-            .expect("writing san.ext");
+        certificates.sign("server", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1");
+        certificates.sign(
+            "client",
+            "/CN=dlock test client",
+            "extendedKeyUsage=clientAuth",
+        );
+        certificates
+    }
+
+    /// A key `<name>.key` and a certificate `<name>.pem` for `subject` with the X.509
+    /// extension `extension`, signed by the CA.
+    fn sign(&self, name: &str, subject: &str, extension: &str) {
+        let path = self.dir();
+        let (key, csr, pem, ext) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+            format!("{name}.ext"),
+        );
+        std::fs::write(path.join(&ext), format!("{extension}\n"))
+            .unwrap_or_else(|err| panic!("writing {ext}: {err}"));
         openssl(
             path,
             &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                "server.key",
-                "-out",
-                "server.csr",
-                "-subj",
-                "/CN=127.0.0.1",
+                "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj",
+                subject,
             ],
         );
         openssl(
@@ -63,21 +75,29 @@ impl TestCertificates {
                 "x509",
                 "-req",
                 "-in",
-                "server.csr",
+                &csr,
                 "-CA",
                 "ca.pem",
                 "-CAkey",
                 "ca.key",
                 "-CAcreateserial",
                 "-out",
-                "server.pem",
+                &pem,
                 "-days",
                 "2",
                 "-extfile",
-                "san.ext",
+                &ext,
             ],
         );
-        certificates
+    }
+
+    /// The client certificate and its key, PEM, as
+    /// `Topology::tls_client_certificate` takes them.
+    pub fn client_certificate(&self) -> (Vec<u8>, Vec<u8>) {
+        let read = |file: &str| {
+            std::fs::read(self.path(file)).unwrap_or_else(|err| panic!("reading {file}: {err}"))
+        };
+        (read("client.pem"), read("client.key"))
     }
 
     /// Another self-signed CA, `<name>.pem` and `<name>.key`, which signed nothing.
@@ -105,8 +125,9 @@ impl TestCertificates {
     }
 
     /// `redis-server` arguments for a TLS port `tls_port` with the server certificate,
-    /// trusting this CA, not asking clients for certificates.
-    pub fn server_args(&self, tls_port: u16) -> Vec<String> {
+    /// trusting this CA; `check_clients` asks every client for a certificate this CA
+    /// signed (`tls-auth-clients yes`), else none is asked for.
+    pub fn server_args(&self, tls_port: u16, check_clients: bool) -> Vec<String> {
         let file = |name: &str| self.path(name).display().to_string();
         vec![
             "--tls-port".to_owned(),
@@ -118,7 +139,7 @@ impl TestCertificates {
             "--tls-ca-cert-file".to_owned(),
             file("ca.pem"),
             "--tls-auth-clients".to_owned(),
-            "no".to_owned(),
+            if check_clients { "yes" } else { "no" }.to_owned(),
         ]
     }
 }
@@ -158,7 +179,8 @@ struct TlsNode {
 /// only: replication runs over TLS (`tls-replication yes`), so the replica announces its
 /// TLS port, and the sentinel monitors the TLS ports. A client that reaches the master
 /// through the sentinel by the reported address therefore has to speak TLS to it, with a
-/// CA that trusts the certificate.
+/// CA that trusts the certificate. Every TLS port, the sentinel's included, asks clients
+/// for a certificate the CA signed ([`TestCertificates::client_certificate`]).
 ///
 /// Dropping the group kills the sentinel first, then the servers.
 #[derive(Debug)]
@@ -182,7 +204,7 @@ impl TlsSentinelGroup {
         let certificates = TestCertificates::new();
         let start_node = |replica_of: Option<u16>| {
             let tls_port = free_port();
-            let mut args = certificates.server_args(tls_port);
+            let mut args = certificates.server_args(tls_port, true);
             args.extend(["--tls-replication".to_owned(), "yes".to_owned()]);
             if let Some(master) = replica_of {
                 args.extend([
@@ -387,7 +409,7 @@ fn start_tls_sentinel(
              tls-cert-file {cert}\n\
              tls-key-file {key}\n\
              tls-ca-cert-file {ca}\n\
-             tls-auth-clients no\n\
+             tls-auth-clients yes\n\
              tls-replication yes\n\
              bind 127.0.0.1\n\
              protected-mode no\n\
@@ -425,7 +447,8 @@ const CLUSTER_MASTERS: usize = 3;
 ///
 /// With `tls-cluster yes` the nodes announce their TLS ports, so a client learns only TLS
 /// addresses from `CLUSTER SLOTS`; each node keeps a plain port that only the harness
-/// uses. Created with `redis-cli --cluster create --tls`.
+/// uses. Created with `redis-cli --cluster create --tls`. The TLS ports ask clients for a
+/// certificate the CA signed ([`TestCertificates::client_certificate`]).
 #[derive(Debug)]
 pub struct TlsCluster {
     nodes: Vec<TlsNode>,
@@ -447,7 +470,7 @@ impl TlsCluster {
                 // The cluster bus listens on the TLS port + 10000: `cluster_port` keeps
                 // both free.
                 let tls_port = crate::server::cluster_port();
-                let mut args = certificates.server_args(tls_port);
+                let mut args = certificates.server_args(tls_port, true);
                 args.extend(
                     [
                         "--tls-cluster",
@@ -513,6 +536,10 @@ impl TlsCluster {
         let output = Command::new(&binary)
             .args(["--tls", "--cacert"])
             .arg(self.certificates.path("ca.pem"))
+            .arg("--cert")
+            .arg(self.certificates.path("client.pem"))
+            .arg("--key")
+            .arg(self.certificates.path("client.key"))
             .args(["--cluster", "create"])
             .args(
                 self.nodes

@@ -38,7 +38,7 @@ async fn hand_over(guard: LockGuard, waiter: Lock, wait: Duration) -> (LockGuard
 
 #[tokio::test]
 async fn a_lock_over_tls_with_the_configured_ca() {
-    let tls = TlsServer::start();
+    let tls = TlsServer::start(false);
     let address = format!("rediss://127.0.0.1:{}", tls.tls_port);
     let client = tls
         .config(&address, Some("ca.pem"), "")
@@ -57,6 +57,71 @@ async fn a_lock_over_tls_with_the_configured_ca() {
     );
 }
 
+/// What a client without a certificate is told by a server that checks clients, as
+/// rustls reports it.
+const NO_CLIENT_CERTIFICATE: &str = "received fatal alert: CertificateRequired";
+
+/// A server that checks clients (`tls-auth-clients yes`, Redis's default once TLS is on)
+/// serves a client presenting the configured certificate on every connection it opens:
+/// commands, the subscriber that carries wake-ups, and a tracking connection. Without a
+/// certificate, with a key that is not the certificate's, or with a file that is not a
+/// certificate, connecting fails and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_checks_clients_gets_the_configured_client_certificate() {
+    let tls = TlsServer::start(true);
+    let address = format!("rediss://127.0.0.1:{}", tls.tls_port);
+    let config = tls.config(&address, Some("ca.pem"), CLIENT_CERTIFICATE);
+    let holder = config.build().await.expect("TLS with a client certificate");
+    let waiter = config.build().await.unwrap();
+
+    let guard = holder.lock("checked").lock().await.unwrap();
+    let (guard, wakeup) =
+        hand_over(guard, waiter.lock("checked"), Duration::from_millis(200)).await;
+    assert!(wakeup < Duration::from_millis(100), "{wakeup:?}");
+    guard.unlock().await.unwrap();
+
+    let mut tracker = holder
+        .lock("checked:2")
+        .track()
+        .await
+        .expect("tracking with a client certificate");
+    assert!(tracker.holders().await.unwrap().is_empty());
+    let guard = waiter.lock("checked:2").lock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), tracker.changed())
+        .await
+        .expect("the change is reported")
+        .unwrap();
+    assert_eq!(tracker.holders().await.unwrap().len(), 1);
+    guard.unlock().await.unwrap();
+
+    let refused = |extra: &'static str| {
+        let config = tls.config(&address, Some("ca.pem"), extra);
+        async move { config.build().await.unwrap_err().to_string() }
+    };
+    let err = refused("").await;
+    assert!(
+        err.contains(&address) && err.contains(NO_CLIENT_CERTIFICATE),
+        "{err}"
+    );
+    eprintln!("without a client certificate: {err}");
+    let err = refused("tls_cert_file = \"client.pem\"\ntls_key_file = \"server.key\"\n").await;
+    assert!(
+        err.contains(&address) && err.contains("KeyMismatch"),
+        "{err}"
+    );
+    std::fs::write(tls.certs.path("garbage.pem"), "not a certificate\n").unwrap();
+    let err = refused("tls_cert_file = \"garbage.pem\"\ntls_key_file = \"client.key\"\n").await;
+    assert!(
+        err.contains("the TLS client certificate (`tls_cert_file`, `Topology::tls_client_certificate`) holds no PEM certificate"),
+        "{err}"
+    );
+    let err = refused("tls_cert_file = \"client.pem\"\ntls_key_file = \"client.pem\"\n").await;
+    assert!(
+        err.contains("the TLS client key (`tls_key_file`, `Topology::tls_client_certificate`) holds no PEM private key"),
+        "{err}"
+    );
+}
+
 /// A Redis server with a TLS port (certificate from a fresh test CA) beside the plain port
 /// the harness uses for administration.
 struct TlsServer {
@@ -66,10 +131,11 @@ struct TlsServer {
 }
 
 impl TlsServer {
-    fn start() -> TlsServer {
+    /// `check_clients`: the TLS port asks clients for a certificate the test CA signed.
+    fn start(check_clients: bool) -> TlsServer {
         let certs = TestCertificates::new();
         let tls_port = free_port();
-        let args = certs.server_args(tls_port);
+        let args = certs.server_args(tls_port, check_clients);
         let server = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
         TlsServer {
             server,
@@ -100,7 +166,7 @@ const TLS_USER_PASSWORD: &str = "tls-user-pw-a13f";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_an_acl_user_and_password() {
-    let tls = TlsServer::start();
+    let tls = TlsServer::start(false);
     let mut admin = tls.server.connection();
     let mut setuser = redis::cmd("ACL");
     setuser
@@ -160,7 +226,7 @@ async fn tls_with_an_acl_user_and_password() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_ca_or_a_protocol_mismatch_fails_fast_with_a_clear_error() {
-    let tls = TlsServer::start();
+    let tls = TlsServer::start(false);
     tls.certs.make_ca("other-ca");
     // (what, address, CA file, expected end of the message: `None` for any I/O error). The
     // connect timeout is 2 s.
@@ -210,17 +276,32 @@ async fn a_wrong_ca_or_a_protocol_mismatch_fails_fast_with_a_clear_error() {
     }
 }
 
+/// The `[connection]` lines presenting the test client certificate (files relative to the
+/// config file, beside the certificates).
+const CLIENT_CERTIFICATE: &str = "tls_cert_file = \"client.pem\"\ntls_key_file = \"client.key\"\n";
+
 /// `[redis.sentinel]` over `rediss://` sentinels, trusting the test CA from `tls_ca_file`
-/// (relative to the file), key prefix `tls:`.
+/// (relative to the file) and presenting the test client certificate, key prefix `tls:`.
 fn sentinel_config(group: &TlsSentinelGroup, ca: Option<&str>) -> Config {
     sentinel_config_at(group, &group.sentinel_tls_url(), ca)
 }
 
 /// [`sentinel_config`] with the sentinel at `url`.
 fn sentinel_config_at(group: &TlsSentinelGroup, url: &str, ca: Option<&str>) -> Config {
+    sentinel_config_with(group, url, ca, CLIENT_CERTIFICATE)
+}
+
+/// [`sentinel_config_at`] with `client` as the `[connection]` lines of the client
+/// certificate (empty: none).
+fn sentinel_config_with(
+    group: &TlsSentinelGroup,
+    url: &str,
+    ca: Option<&str>,
+    client: &str,
+) -> Config {
     let ca = ca.map_or(String::new(), |ca| format!("tls_ca_file = \"{ca}\"\n"));
     let text = format!(
-        "[redis.sentinel]\nmaster_name = \"{}\"\nsentinels = [\"{url}\"]\n\n[connection]\n{ca}connect_timeout = \"2s\"\n\n[lock]\nkey_prefix = \"tls:\"\n",
+        "[redis.sentinel]\nmaster_name = \"{}\"\nsentinels = [\"{url}\"]\n\n[connection]\n{ca}{client}connect_timeout = \"2s\"\n\n[lock]\nkey_prefix = \"tls:\"\n",
         group.master_name(),
     );
     let path = group.certificates().path("sentinel.toml");
@@ -328,6 +409,18 @@ async fn a_sentinel_deployment_over_tls_locks_wakes_and_follows_a_failover() {
         "{shown}"
     );
 
+    // Every TLS port here checks clients: without the client certificate the sentinel
+    // turns the client away, and the error names the deployment.
+    let err = sentinel_config_with(&group, &group.sentinel_tls_url(), Some("ca.pem"), "")
+        .build()
+        .await
+        .unwrap_err();
+    let shown = err.to_string();
+    assert!(
+        shown.contains("sentinel master \"mymaster\"") && shown.contains(NO_CLIENT_CERTIFICATE),
+        "{shown}"
+    );
+
     // `#insecure` (no certificate check) needs redis' `tls-rustls-insecure` feature,
     // which dlock does not turn on: such a sentinel URL is refused at connect, saying so,
     // rather than trusted silently.
@@ -364,7 +457,7 @@ async fn a_cluster_over_tls_locks_wakes_tracks_and_lists() {
     let cluster = TlsCluster::start();
     let nodes = cluster.node_tls_urls();
     let text = format!(
-        "[redis.cluster]\nnodes = [\"{}\"]\n\n[connection]\ntls_ca_file = \"ca.pem\"\nconnect_timeout = \"2s\"\n\n[lock]\nkey_prefix = \"tls:\"\n",
+        "[redis.cluster]\nnodes = [\"{}\"]\n\n[connection]\ntls_ca_file = \"ca.pem\"\n{CLIENT_CERTIFICATE}connect_timeout = \"2s\"\n\n[lock]\nkey_prefix = \"tls:\"\n",
         nodes[0]
     );
     let path = cluster.certificates().path("cluster.toml");

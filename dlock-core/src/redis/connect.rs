@@ -1,5 +1,5 @@
 //! Opening connections: addresses with the topology's credentials and database applied,
-//! TLS with a configured root certificate, and connect errors that name the address but
+//! TLS with a configured root certificate and client certificate, and connect errors that name the address but
 //! never the password.
 
 use redis::cluster::ClusterClient;
@@ -7,7 +7,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, RedisResult};
 use tokio::sync::mpsc;
 
-use super::topology::Auth;
+use super::topology::{Auth, TlsFiles};
 use super::{CallError, ConnectOptions, Node};
 use crate::error::LockError;
 use crate::redact::redact;
@@ -32,50 +32,58 @@ pub(super) fn connection_info(url: &str, auth: &Auth) -> Result<redis::Connectio
     Ok(info.set_redis_settings(settings))
 }
 
-/// Opens `url` as a client (see [`connection_info`]), trusting `root_ca` for TLS.
-pub(super) fn open(
-    url: &str,
-    auth: &Auth,
-    root_ca: Option<&[u8]>,
-) -> Result<redis::Client, LockError> {
+/// Opens `url` as a client (see [`connection_info`]), with the topology's `tls` files.
+pub(super) fn open(url: &str, auth: &Auth, tls: &TlsFiles) -> Result<redis::Client, LockError> {
     let info = connection_info(url, auth)?;
-    let client = match root_ca {
-        Some(pem) => tls_client(info, pem),
-        None => redis::Client::open(info),
-    };
-    client.map_err(|e| LockError::Config(format!("invalid Redis address {:?}: {e}", redact(url))))
+    client_with(info, tls)
+        .map_err(|e| LockError::Config(format!("invalid Redis address {:?}: {e}", redact(url))))
 }
 
-#[cfg(feature = "tls")]
-pub(super) fn tls_client(info: redis::ConnectionInfo, pem: &[u8]) -> RedisResult<redis::Client> {
-    redis::Client::build_with_tls(info, certificates(pem))
-}
-
-#[cfg(not(feature = "tls"))]
-pub(super) fn tls_client(_: redis::ConnectionInfo, _: &[u8]) -> RedisResult<redis::Client> {
-    Err(no_tls())
-}
-
-#[cfg(feature = "tls")]
-fn certificates(pem: &[u8]) -> redis::TlsCertificates {
-    redis::TlsCertificates {
-        client_tls: None,
-        root_cert: Some(pem.to_vec()),
+/// A client for `info`, trusting and presenting `tls` when it is more than the defaults.
+pub(super) fn client_with(
+    info: redis::ConnectionInfo,
+    tls: &TlsFiles,
+) -> RedisResult<redis::Client> {
+    if tls.is_default() {
+        redis::Client::open(info)
+    } else {
+        tls_client(info, tls)
     }
 }
 
 #[cfg(feature = "tls")]
-fn cluster_root_ca(
-    builder: redis::cluster::ClusterClientBuilder,
-    pem: &[u8],
-) -> Result<redis::cluster::ClusterClientBuilder, CallError> {
-    Ok(builder.certs(certificates(pem)))
+fn tls_client(info: redis::ConnectionInfo, tls: &TlsFiles) -> RedisResult<redis::Client> {
+    redis::Client::build_with_tls(info, certificates(tls))
 }
 
 #[cfg(not(feature = "tls"))]
-fn cluster_root_ca(
+fn tls_client(_: redis::ConnectionInfo, _: &TlsFiles) -> RedisResult<redis::Client> {
+    Err(no_tls())
+}
+
+#[cfg(feature = "tls")]
+fn certificates(tls: &TlsFiles) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: tls.client.as_ref().map(|client| redis::ClientTlsConfig {
+            client_cert: client.certificate.clone(),
+            client_key: client.key.clone(),
+        }),
+        root_cert: tls.root_ca.clone(),
+    }
+}
+
+#[cfg(feature = "tls")]
+fn cluster_tls(
+    builder: redis::cluster::ClusterClientBuilder,
+    tls: &TlsFiles,
+) -> Result<redis::cluster::ClusterClientBuilder, CallError> {
+    Ok(builder.certs(certificates(tls)))
+}
+
+#[cfg(not(feature = "tls"))]
+fn cluster_tls(
     _: redis::cluster::ClusterClientBuilder,
-    _: &[u8],
+    _: &TlsFiles,
 ) -> Result<redis::cluster::ClusterClientBuilder, CallError> {
     Err(CallError::Redis(no_tls()))
 }
@@ -132,7 +140,7 @@ pub(super) async fn connect_node(
 
 pub(super) async fn connect_cluster(
     nodes: Vec<redis::ConnectionInfo>,
-    root_ca: Option<&[u8]>,
+    tls: &TlsFiles,
     options: ConnectOptions,
 ) -> Result<
     (
@@ -148,9 +156,10 @@ pub(super) async fn connect_cluster(
         .push_sender(sender)
         .connection_timeout(options.connect_timeout)
         .response_timeout(options.command_timeout);
-    let builder = match root_ca {
-        Some(pem) => cluster_root_ca(builder, pem)?,
-        None => builder,
+    let builder = if tls.is_default() {
+        builder
+    } else {
+        cluster_tls(builder, tls)?
     };
     let client = builder.build().map_err(CallError::Redis)?;
     let connecting = client.get_async_connection();
@@ -162,8 +171,8 @@ pub(super) async fn connect_cluster(
 }
 
 /// How the master of a Sentinel deployment is reached: over TLS exactly when the
-/// sentinels are (`rediss://`), with their certificate check and trusted root, since the
-/// sentinels report only a host and a port.
+/// sentinels are (`rediss://`), with their certificate check, trusted root and client
+/// certificate, since the sentinels report only a host and a port.
 #[derive(Clone)]
 pub(super) enum Transport {
     Plain,
@@ -171,8 +180,9 @@ pub(super) enum Transport {
         /// The sentinel URLs' `#insecure`: no certificate check (honoured only when the
         /// application turns on redis' `tls-rustls-insecure` feature; refused otherwise).
         insecure: bool,
-        /// The topology's root certificate, if any; else the system's roots.
-        root_ca: Option<Vec<u8>>,
+        /// The topology's root certificate (else the system's roots) and client
+        /// certificate.
+        tls: TlsFiles,
     },
 }
 
@@ -181,7 +191,7 @@ impl Transport {
     /// addresses, since the master's transport could not follow both.
     pub(super) fn of_sentinels(
         sentinels: &[redis::Client],
-        root_ca: Option<&[u8]>,
+        tls: &TlsFiles,
     ) -> Result<Transport, LockError> {
         let mut transports =
             sentinels
@@ -202,7 +212,7 @@ impl Transport {
             None => Transport::Plain,
             Some(insecure) => Transport::Tls {
                 insecure,
-                root_ca: root_ca.map(<[u8]>::to_vec),
+                tls: tls.clone(),
             },
         })
     }
@@ -231,10 +241,8 @@ pub(super) fn master_client(
         .map_err(CallError::Redis)?
         .set_redis_settings(settings.clone());
     let client = match transport {
-        Transport::Tls {
-            root_ca: Some(pem), ..
-        } => tls_client(info, pem),
-        _ => redis::Client::open(info),
+        Transport::Tls { tls, .. } => client_with(info, tls),
+        Transport::Plain => redis::Client::open(info),
     };
     client.map_err(CallError::Redis)
 }

@@ -30,6 +30,7 @@ pub(crate) use call::CallError;
 pub use scripting::ScriptMode;
 use scripting::Scripting;
 pub(crate) use subscriber::{Subscriber, SubscriberEvent};
+use topology::TlsFiles;
 pub use topology::Topology;
 pub(crate) use topology::TopologyKind;
 pub(crate) use tracking::Tracking;
@@ -104,8 +105,8 @@ struct ClusterRoute {
     /// The first configured node's address and settings (credentials, database, TLS or
     /// not): a connection of its own to one master copies them with that master's address.
     template: redis::ConnectionInfo,
-    /// The configured TLS root certificate, for such a connection.
-    root_ca: Option<Vec<u8>>,
+    /// The configured TLS root and client certificates, for such a connection.
+    tls: TlsFiles,
 }
 
 /// A connection to one server.
@@ -193,10 +194,11 @@ impl Backend {
         options: ConnectOptions,
     ) -> Result<(Backend, String), LockError> {
         install_tls_provider();
-        let root_ca = topology.root_ca.as_deref();
+        let tls = &topology.tls;
+        tls.check()?;
         let (route, shown) = match &topology.kind {
             TopologyKind::Single { address } => {
-                let client = open(address, &topology.auth, root_ca)?;
+                let client = open(address, &topology.auth, tls)?;
                 (
                     Route::Direct(Box::new(RwLock::new(
                         connect_node(client, address, options).await?,
@@ -206,9 +208,9 @@ impl Backend {
             }
             TopologyKind::MasterReplicas { master, replicas } => {
                 for replica in replicas {
-                    open(replica, &topology.auth, root_ca)?;
+                    open(replica, &topology.auth, tls)?;
                 }
-                let client = open(master, &topology.auth, root_ca)?;
+                let client = open(master, &topology.auth, tls)?;
                 (
                     Route::Direct(Box::new(RwLock::new(
                         connect_node(client, master, options).await?,
@@ -223,9 +225,9 @@ impl Backend {
                 let shown = format!("sentinel master {master_name:?} via {}", list(sentinels));
                 let sentinels = sentinels
                     .iter()
-                    .map(|sentinel| open(sentinel, &topology.sentinel_auth, root_ca))
+                    .map(|sentinel| open(sentinel, &topology.sentinel_auth, tls))
                     .collect::<Result<Vec<_>, _>>()?;
-                let transport = Transport::of_sentinels(&sentinels, root_ca)?;
+                let transport = Transport::of_sentinels(&sentinels, tls)?;
                 let route = SentinelRoute::connect(
                     master_name,
                     sentinels,
@@ -244,25 +246,26 @@ impl Backend {
                     .map(|node| connection_info(node, &topology.auth))
                     .collect::<Result<Vec<_>, _>>()?;
                 let template = infos[0].clone();
-                let (client, conn, pushes) = connect_cluster(infos, root_ca, options)
-                    .await
-                    .map_err(|e| match e {
-                        CallError::Redis(source)
-                            if source.kind() == redis::ErrorKind::InvalidClientConfig =>
-                        {
-                            LockError::Config(format!(
-                                "invalid cluster nodes {}: {source}",
-                                list(nodes)
-                            ))
-                        }
-                        other => connect_error(shown.clone(), other),
-                    })?;
+                let (client, conn, pushes) =
+                    connect_cluster(infos, tls, options)
+                        .await
+                        .map_err(|e| match e {
+                            CallError::Redis(source)
+                                if source.kind() == redis::ErrorKind::InvalidClientConfig =>
+                            {
+                                LockError::Config(format!(
+                                    "invalid cluster nodes {}: {source}",
+                                    list(nodes)
+                                ))
+                            }
+                            other => connect_error(shown.clone(), other),
+                        })?;
                 let route = Route::Cluster(Box::new(ClusterRoute {
                     client,
                     conn: RwLock::new(conn),
                     pushes: Mutex::new(Some(pushes)),
                     template,
-                    root_ca: root_ca.map(<[u8]>::to_vec),
+                    tls: tls.clone(),
                 }));
                 (route, shown)
             }

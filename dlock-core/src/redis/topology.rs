@@ -1,13 +1,17 @@
 //! Which Redis deployment a [`LockClient`](crate::LockClient) talks to.
 
+use crate::error::LockError;
+
 /// A Redis deployment: one server, a master with replicas, a Sentinel-managed master, or a
 /// Cluster. Pass it to [`LockClientBuilder::connect_to`](crate::LockClientBuilder::connect_to);
 /// `dlock-config` builds it from a TOML file.
 ///
 /// Addresses are URLs: `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS
 /// (with the `tls` feature, on by default; the system's root certificates are trusted
-/// unless [`tls_root_ca`](Topology::tls_root_ca) names a CA). Lock operations behave the same in every
-/// mode; what differs is how a failover is followed:
+/// unless [`tls_root_ca`](Topology::tls_root_ca) names a CA, and
+/// [`tls_client_certificate`](Topology::tls_client_certificate) gives servers that check
+/// clients a certificate). Lock operations behave the same in every mode; what differs is
+/// how a failover is followed:
 ///
 /// - **single**: one server; the connection reconnects after a drop.
 /// - **master/replicas**: every lock operation goes to the master. The replicas are not
@@ -26,8 +30,57 @@ pub struct Topology {
     pub(crate) auth: Auth,
     /// Credentials for the sentinels (a Sentinel deployment only).
     pub(crate) sentinel_auth: Auth,
-    /// PEM root certificate(s) trusted for `rediss://` addresses instead of the system's.
+    /// What `rediss://` connections trust and present beyond their URL.
+    pub(crate) tls: TlsFiles,
+}
+
+/// What TLS connections trust and present beyond their URL.
+#[derive(Clone, Default)]
+pub(crate) struct TlsFiles {
+    /// PEM root certificate(s) trusted instead of the system's.
     pub(crate) root_ca: Option<Vec<u8>>,
+    /// The PEM client certificate (chain) and its private key, for servers that ask for
+    /// one (`tls-auth-clients`).
+    pub(crate) client: Option<ClientCertificate>,
+}
+
+impl TlsFiles {
+    /// Nothing beyond the URL: the system's roots, no client certificate.
+    pub(crate) fn is_default(&self) -> bool {
+        self.root_ca.is_none() && self.client.is_none()
+    }
+
+    /// An error saying which part is wrong when the client certificate or its key holds
+    /// no PEM block of its kind (a file swapped for another, or not PEM): the TLS library
+    /// would report it as the server's fault ("peer sent no certificates").
+    pub(crate) fn check(&self) -> Result<(), LockError> {
+        let Some(client) = &self.client else {
+            return Ok(());
+        };
+        let holds = |pem: &[u8], label: &str| {
+            pem.windows(label.len())
+                .any(|window| window == label.as_bytes())
+        };
+        if !holds(&client.certificate, "-----BEGIN CERTIFICATE-----") {
+            return Err(LockError::Config(
+                "the TLS client certificate (`tls_cert_file`, `Topology::tls_client_certificate`) holds no PEM certificate (no \"-----BEGIN CERTIFICATE-----\" line)".to_owned(),
+            ));
+        }
+        if !holds(&client.key, "PRIVATE KEY-----") {
+            return Err(LockError::Config(
+                "the TLS client key (`tls_key_file`, `Topology::tls_client_certificate`) holds no PEM private key (no \"-----BEGIN ... PRIVATE KEY-----\" line)".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A client certificate and its key, both PEM. Never printed.
+#[derive(Clone)]
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+pub(crate) struct ClientCertificate {
+    pub(crate) certificate: Vec<u8>,
+    pub(crate) key: Vec<u8>,
 }
 
 #[derive(Clone)]
@@ -100,7 +153,7 @@ impl Topology {
             kind,
             auth: Auth::default(),
             sentinel_auth: Auth::default(),
-            root_ca: None,
+            tls: TlsFiles::default(),
         }
     }
 
@@ -151,7 +204,19 @@ impl Topology {
     /// feature (on by default).
     #[must_use]
     pub fn tls_root_ca(mut self, pem: Vec<u8>) -> Topology {
-        self.root_ca = Some(pem);
+        self.tls.root_ca = Some(pem);
+        self
+    }
+
+    /// Presents the PEM client certificate `certificate` (the leaf first, then any
+    /// intermediates) with its PEM private key `key` on every `rediss://` connection: data
+    /// nodes, sentinels and the master a sentinel reports. Needed by servers that check
+    /// clients (`tls-auth-clients yes`, Redis's default once TLS is on); a server that
+    /// does not ask ignores it. A certificate and key that do not parse or do not match
+    /// are reported when connecting. Needs the `tls` feature (on by default).
+    #[must_use]
+    pub fn tls_client_certificate(mut self, certificate: Vec<u8>, key: Vec<u8>) -> Topology {
+        self.tls.client = Some(ClientCertificate { certificate, key });
         self
     }
 

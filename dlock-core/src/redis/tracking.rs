@@ -14,8 +14,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ConnectionAddr, FromRedisValue, PushInfo, PushKind, RedisError, Value};
 use tokio::sync::{mpsc, watch};
 
-use super::connect::tls_client;
+use super::connect::client_with;
 use super::scan::slot_master;
+use super::topology::TlsFiles;
 use super::{read, Backend, CallError, Route};
 
 /// A dedicated RESP3 connection with tracking on, and the pushes it receives.
@@ -38,9 +39,17 @@ impl Backend {
         // Taken before the master is chosen, so that a move while connecting is seen.
         let mut generation = self.generation();
         generation.borrow_and_update();
-        let (info, root_ca) = match &self.shared.route {
-            Route::Direct(node) => (read(node).client.get_connection_info().clone(), None),
-            Route::Sentinel(route) => (route.node().client.get_connection_info().clone(), None),
+        // A direct or Sentinel node's connection info carries its TLS parameters; a
+        // cluster node's address is built here, so its TLS files are applied again.
+        let (info, tls) = match &self.shared.route {
+            Route::Direct(node) => (
+                read(node).client.get_connection_info().clone(),
+                TlsFiles::default(),
+            ),
+            Route::Sentinel(route) => (
+                route.node().client.get_connection_info().clone(),
+                TlsFiles::default(),
+            ),
             Route::Cluster(route) => {
                 let mut conn = read(&route.conn);
                 let slots: Value = self
@@ -69,7 +78,7 @@ impl Backend {
                         ))))
                     }
                 }
-                (route.template.clone().set_addr(addr), route.root_ca.clone())
+                (route.template.clone().set_addr(addr), route.tls.clone())
             }
         };
         let settings = info
@@ -77,11 +86,7 @@ impl Backend {
             .clone()
             .set_protocol(redis::ProtocolVersion::RESP3);
         let info = info.set_redis_settings(settings);
-        let client = match root_ca {
-            Some(pem) => tls_client(info, &pem),
-            None => redis::Client::open(info),
-        }
-        .map_err(CallError::Redis)?;
+        let client = client_with(info, &tls).map_err(CallError::Redis)?;
         let (sender, pushes) = mpsc::unbounded_channel();
         let options = self.shared.options;
         let config = redis::AsyncConnectionConfig::new()

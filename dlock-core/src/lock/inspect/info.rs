@@ -8,7 +8,7 @@ use crate::client::ClientDescription;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LockKind {
-    /// A reentrant [`Lock`] (also a free name: nothing in Redis says more).
+    /// A reentrant [`Lock`](crate::Lock) (also a free name: nothing in Redis says more).
     Lock,
     /// A [`FairLock`](crate::FairLock) with tasks in its queue. A fair lock nobody queues
     /// for keeps the lock's hash and shows as [`LockKind::Lock`].
@@ -32,7 +32,7 @@ impl LockKind {
     }
 }
 
-/// A snapshot of one lock name in Redis, from [`Lock::inspect`]. Each part is read by its
+/// A snapshot of one lock name in Redis, from [`Lock::inspect`](crate::Lock::inspect). Each part is read by its
 /// own command, so a lock that changes meanwhile may show parts of two moments.
 ///
 /// The fields every kind has (`holders`, `remaining_lease`, `subscribers`...) are filled

@@ -40,7 +40,7 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`LockError::InvalidName`] for a prefix over [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)
+    /// [`LockError::InvalidName`](crate::LockError::InvalidName) for a prefix over [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)
     /// bytes or with a control character; Redis errors.
     ///
     /// # Cancel safety

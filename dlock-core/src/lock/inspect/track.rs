@@ -51,7 +51,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`LockError::Redis`] with `NOPERM` for a user without `+client|tracking` (a
+    /// [`LockError::Redis`](crate::LockError::Redis) with `NOPERM` for a user without `+client|tracking` (a
     /// watcher can fall back to polling [`holders`](Lock::holders)); connection errors.
     ///
     /// # Cancel safety
@@ -120,7 +120,7 @@ impl LockTracker {
     ///
     /// # Errors
     ///
-    /// [`LockError::Redis`] when no more reports will come from the lock's master: the
+    /// [`LockError::Redis`](crate::LockError::Redis) when no more reports will come from the lock's master: the
     /// connection is lost, or the client followed the master elsewhere (a Sentinel
     /// failover), so the tracked server may no longer own the lock. Track again with
     /// [`Lock::track`], which connects to the master the client uses now.
