@@ -196,10 +196,14 @@ impl<'a> Waiter<'a> {
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         // With a subscription, its end leaves the registry (and knows whether the wake-up
-        // was used); without one, nothing else would.
-        if let (true, None, Some(lock_key)) =
-            (self.try_in_flight, &self.subscription, self.registry_of)
-        {
+        // was used); without one, nothing else would. A single try (not `patient`)
+        // registers nobody.
+        if let (true, true, None, Some(lock_key)) = (
+            self.policy.patient,
+            self.try_in_flight,
+            &self.subscription,
+            self.registry_of,
+        ) {
             self.pubsub.leave_unless_waiting(self.channel, lock_key);
         }
     }
