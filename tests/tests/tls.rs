@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dlock_config::{Config, ConfigError};
-use dlock_core::{Lock, LockError, LockGuard};
+use dlock_core::{Lock, LockClient, LockError, LockGuard};
 use dlock_tests::{RedisServer, TestCertificates, TlsCluster, TlsSentinelGroup};
 
 fn free_port() -> u16 {
@@ -57,6 +57,24 @@ async fn a_lock_over_tls_with_the_configured_ca() {
     );
 }
 
+/// `observer` tracks `name` (a `dlock watch` connection) while `holder` takes it: the
+/// change is reported within 2 s, and the tracker then reads one holder.
+async fn a_change_is_reported(observer: &LockClient, holder: &LockClient, name: &str) {
+    let mut tracker = observer
+        .lock(name)
+        .track()
+        .await
+        .unwrap_or_else(|error| panic!("tracking {name}: {error}"));
+    assert!(tracker.holders().await.unwrap().is_empty());
+    let guard = holder.lock(name).lock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), tracker.changed())
+        .await
+        .expect("the change is reported")
+        .unwrap();
+    assert_eq!(tracker.holders().await.unwrap().len(), 1);
+    guard.unlock().await.unwrap();
+}
+
 /// What a client without a certificate is told by a server that checks clients, as
 /// rustls reports it.
 const NO_CLIENT_CERTIFICATE: &str = "received fatal alert: CertificateRequired";
@@ -80,19 +98,7 @@ async fn a_server_that_checks_clients_gets_the_configured_client_certificate() {
     assert!(wakeup < Duration::from_millis(100), "{wakeup:?}");
     guard.unlock().await.unwrap();
 
-    let mut tracker = holder
-        .lock("checked:2")
-        .track()
-        .await
-        .expect("tracking with a client certificate");
-    assert!(tracker.holders().await.unwrap().is_empty());
-    let guard = waiter.lock("checked:2").lock().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(2), tracker.changed())
-        .await
-        .expect("the change is reported")
-        .unwrap();
-    assert_eq!(tracker.holders().await.unwrap().len(), 1);
-    guard.unlock().await.unwrap();
+    a_change_is_reported(&holder, &waiter, "checked:2").await;
 
     let refused = |extra: &'static str| {
         let config = tls.config(&address, Some("ca.pem"), extra);
@@ -339,19 +345,7 @@ async fn a_sentinel_deployment_over_tls_locks_wakes_and_follows_a_failover() {
     guard.unlock().await.unwrap();
 
     // An operator's change reports (`dlock watch`) come over TLS to the master too.
-    let mut tracker = holder
-        .lock("goods:3")
-        .track()
-        .await
-        .expect("tracking over TLS");
-    assert!(tracker.holders().await.unwrap().is_empty());
-    let guard = waiter.lock("goods:3").lock().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(2), tracker.changed())
-        .await
-        .expect("the change is reported")
-        .unwrap();
-    assert_eq!(tracker.holders().await.unwrap().len(), 1);
-    guard.unlock().await.unwrap();
+    a_change_is_reported(&holder, &waiter, "goods:3").await;
 
     // A tracker of the old master must say that its reports stopped when the client
     // follows the failover: the old master keeps running and would report nothing more.
