@@ -62,6 +62,15 @@ impl ConfigFile {
             .await
             .unwrap()
     }
+
+    /// Clients named `alpha` and `beta`, each with its description registered (so the
+    /// tool shows their names).
+    async fn alpha_and_beta(&self) -> (LockClient, LockClient) {
+        let (a, b) = (self.client("alpha").await, self.client("beta").await);
+        registered(&a).await;
+        registered(&b).await;
+        (a, b)
+    }
 }
 
 /// Runs `dlock --config <file> <args>` with `stdin`, off the test's runtime threads.
@@ -379,10 +388,7 @@ async fn force_unlock_asks_unless_yes() {
 async fn watch_sees_a_hand_off() {
     let server = RedisServer::start();
     let config = ConfigFile::single(&server);
-    let a = config.client("alpha").await;
-    let b = config.client("beta").await;
-    registered(&a).await;
-    registered(&b).await;
+    let (a, b) = config.alpha_and_beta().await;
     let guard = a.lock("job").lock().await.unwrap();
     let watching = {
         let path = config.path.clone();
@@ -442,10 +448,7 @@ async fn watch_sees_a_hand_off() {
 async fn watch_shows_a_semaphores_grants() {
     let server = RedisServer::start();
     let config = ConfigFile::single(&server);
-    let a = config.client("alpha").await;
-    let b = config.client("beta").await;
-    registered(&a).await;
-    registered(&b).await;
+    let (a, b) = config.alpha_and_beta().await;
     let watching = watch_by_reports(&config, "pool", "2s");
     tokio::time::sleep(Duration::from_millis(600)).await;
     let one = a.semaphore("pool", 3).acquire(1).await.unwrap();
@@ -474,10 +477,7 @@ async fn watch_shows_a_semaphores_grants() {
 async fn watch_tracks_the_new_master_after_a_sentinel_failover() {
     let group = RedisSentinelGroup::start();
     let config = ConfigFile::sentinel(&group);
-    let a = config.client("alpha").await;
-    let b = config.client("beta").await;
-    registered(&a).await;
-    registered(&b).await;
+    let (a, b) = config.alpha_and_beta().await;
     let watching = watch_by_reports(&config, "job", "10s");
     tokio::time::sleep(Duration::from_millis(700)).await;
     let guard = a.lock("job").lock().await.unwrap();
