@@ -49,6 +49,15 @@ async fn a_lock_over_tls_with_the_configured_ca() {
     assert!(client.lock("over-tls").is_locked().await.unwrap());
     guard.unlock().await.unwrap();
 
+    // A server that does not ask for a client certificate ignores one.
+    let with_certificate = tls
+        .config(&address, Some("ca.pem"), CLIENT_CERTIFICATE)
+        .build()
+        .await
+        .expect("a client certificate the server did not ask for");
+    let guard = with_certificate.lock("over-tls").lock().await.unwrap();
+    guard.unlock().await.unwrap();
+
     // Without the CA the server's certificate is not trusted.
     let err = tls.config(&address, None, "").build().await.unwrap_err();
     assert_eq!(
