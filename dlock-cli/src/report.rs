@@ -344,11 +344,11 @@ impl LockView {
         if let Some(client) = &self.reserved_for {
             let _ = writeln!(out, "reserved for: {}", client.text());
         }
-        let _ = writeln!(out, "waiting clients: {}", self.waiting_clients.len());
-        for client in &self.waiting_clients {
-            let _ = writeln!(out, "  {}", client.text());
+        let _ = writeln!(out, "waiters: {}", self.waiting_clients.len());
+        for waiter in &self.waiting_clients {
+            let _ = writeln!(out, "  {}", waiter.text());
         }
-        let _ = writeln!(out, "unlock channel subscribers: {}", self.subscribers);
+        let _ = writeln!(out, "subscribers: {}", self.subscribers);
         if !self.fair_queue.is_empty() {
             let _ = writeln!(out, "fair queue: {}", self.fair_queue.len());
             for entry in &self.fair_queue {

@@ -2,11 +2,11 @@
 //!
 //! Only locks and fair locks have a force-unlock (`Lock::force_unlock`,
 //! `FairLock::force_unlock`). A read-write lock or a semaphore is refused with the reason
-//! before anything is asked or changed: `Lock::force_unlock` would delete its hash
-//! whatever its layout, without the waiting writers' entries or the semaphore's waiters
-//! being told.
+//! before anything is asked or changed: neither has a force-unlock that would tell its
+//! waiting writers or the semaphore's waiters (and `Lock::force_unlock` refuses a name
+//! held as another kind of lock).
 
-use dlock_core::LockClient;
+use dlock_core::{LockClient, LockKind};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -43,11 +43,11 @@ async fn one(client: &LockClient, name: &str, yes: bool, json: bool) -> Result<b
     let confirmed = yes || confirm(&view.text(), name).await?;
     let unlocked = if !confirmed {
         false
-    } else if info.fair_queue.is_empty() {
-        client.lock(name).force_unlock().await?
-    } else {
+    } else if info.kind == LockKind::Fair {
         // A fair lock's force-unlock also wakes the head of its queue.
         client.fair_lock(name).force_unlock().await?
+    } else {
+        client.lock(name).force_unlock().await?
     };
     if json {
         print_json(&Outcome {

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use humantime::format_duration;
 
+use crate::kind::LockKind;
+
 /// What went wrong with a lock operation.
 ///
 /// Every variant names the lock (as given to [`LockClient::lock`](crate::LockClient::lock),
@@ -141,6 +143,34 @@ pub enum LockError {
         name: String,
         /// The Redis type found at the key (`string`, `list`...).
         found: String,
+    },
+
+    /// The lock name is held as another kind of lock. Locks (and multi-locks), fair locks
+    /// and read-write locks share their names: a name is held as one of them at a time,
+    /// and an acquisition (or force unlock) of another kind is refused at once rather
+    /// than waiting for a release it would not be told of, or taking the other kind's
+    /// lock over. Nothing was written. Use one kind per name, or names that keep kinds
+    /// apart (see [`LockKind`](crate::LockKind)).
+    #[error("lock \"{name}\" is held as a {found}; a {requested} of the same name cannot take it: locks, fair locks and read-write locks share names, so use one kind per name")]
+    KindMismatch {
+        /// The lock's name.
+        name: String,
+        /// The kind this call asked for.
+        requested: LockKind,
+        /// The kind that holds the name.
+        found: LockKind,
+    },
+
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown) waited its bound, and some of
+    /// the client's background releases (dropped guards, cleanups of acquisitions that
+    /// ended without a guard) were still not answered by Redis. They go on while the
+    /// process runs; what they would have given back lapses with its lease otherwise.
+    #[error("shutdown waited {} for the client's background releases, but {pending} were still not answered by Redis; what they give back lapses with its lease if the process exits now", format_duration(*.waited))]
+    ShutdownIncomplete {
+        /// Background releases still queued or running.
+        pending: usize,
+        /// How long shutdown waited.
+        waited: Duration,
     },
 
     /// A `#[distributed_lock]` function without `client = ...` ran before a process-wide

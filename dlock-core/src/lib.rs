@@ -96,6 +96,7 @@ mod error;
 mod fair;
 mod fence;
 mod fenced;
+mod kind;
 mod lease;
 mod lock;
 mod multi;
@@ -117,10 +118,11 @@ pub use error::{LockError, LossReason, Result};
 pub use fair::FairLock;
 pub use fence::Fence;
 pub use fenced::FencedWrites;
+pub use kind::LockKind;
 pub use lease::MAX_LEASE;
 pub use lock::guard::LockGuard;
 pub use lock::{
-    Lock, LockClientRef, LockHolder, LockInfo, LockKind, LockTracker, OwnerHold, ReadWriteInfo,
+    Lock, LockClientRef, LockHolder, LockInfo, LockTracker, OwnerHold, ReadWriteInfo,
     ReadWriteMode, SemaphoreInfo,
 };
 pub use multi::{MultiGuard, MultiLock};

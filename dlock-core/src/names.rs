@@ -80,7 +80,10 @@ pub(crate) struct LockKeys {
     /// `<key prefix>{<tag>}`: what every helper name of this lock starts with after
     /// `dlock:<kind>:`.
     scope: String,
-    /// Channel on which a full release publishes, in the key's slot.
+    /// The lock's unlock channel, in the key's slot: the read-write lock's releases
+    /// publish on it, and its name is also the key of the lock's waiter registry (see
+    /// `lock/scripts/handoff.lua`); the lock's own messages go to each client's
+    /// [`wake_channel`](LockKeys::wake_channel).
     pub(crate) channel: String,
     /// Start of the release memo keys (`<memo_prefix><owner>:<op>`) and re-entry markers
     /// (`<memo_prefix><owner>:acq:<op>`), in the key's slot:
@@ -129,6 +132,16 @@ impl LockKeys {
     /// adds no second hold and an abandoned one can be undone exactly once.
     pub(crate) fn marker(&self, field: &str, op: u64) -> String {
         format!("{}{field}:acq:{op}", self.memo_prefix)
+    }
+
+    /// The channel on which the lock's messages for the waiters of the client `client_id`
+    /// arrive: `dlock:unlock:<key prefix>{tag}#<client id>:<name>`, the registry's name
+    /// with `#<client id>` after the tag (the scripts derive it so; see
+    /// `lock/scripts/handoff.lua`). The tag holds no `}` and the prefix no `{`, so the
+    /// character after the tag tells it from every lock's unlock channel (`:` there), and
+    /// it stays in the lock's slot.
+    pub(crate) fn wake_channel(&self, client_id: &str) -> String {
+        format!("dlock:unlock:{}#{client_id}:{}", self.scope, self.name())
     }
 
     /// The read-write lock's set of waiting writers (a sorted set: writer owner → server

@@ -57,7 +57,10 @@ fn deadline(conn: &mut Connection, waiter: &str) -> i64 {
 fn entries_expire_by_server_time_and_every_dead_one_is_purged() {
     let server = RedisServer::start();
     let mut conn = server.connection();
-    let () = conn.hset("lock", "holder", 1).unwrap();
+    // Held by a fair lock's owner: its hash carries the fair lock's marker.
+    let () = conn
+        .hset_multiple("lock", &[("!fair", 1), ("holder", 1)])
+        .unwrap();
     let _: bool = conn.pexpire("lock", 30_000).unwrap();
 
     // The head naps until the lock's TTL; the others until the head's entry would die.

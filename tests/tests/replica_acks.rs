@@ -227,8 +227,9 @@ async fn a_pending_wait_delays_no_other_command() {
     held.unlock().await.unwrap();
 }
 
-/// A same-slot multi-lock has one script for all its keys and no `WAIT` of its own: with
-/// `replica_acks` it must still never hand out a set the replicas did not confirm.
+/// A same-slot multi-lock takes all its keys in one script, which one `WAIT` confirms
+/// (it covers every write of the script): with `replica_acks` it never hands out a set
+/// the replicas did not confirm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_same_slot_multi_lock_is_confirmed_by_replicas_too() {
     let set = RedisReplicaSet::start(1);
@@ -239,7 +240,7 @@ async fn a_same_slot_multi_lock_is_confirmed_by_replicas_too() {
     let before = wait_calls(&set);
     multi.lock().await.unwrap().unlock().await.unwrap();
     let waits = wait_calls(&set) - before;
-    assert!(waits >= 2, "{waits} WAITs for a set of 2 locks");
+    assert!(waits >= 1, "{waits} WAITs for a set of 2 locks");
 
     cut_replica(&set);
     match multi.try_lock().await {

@@ -26,6 +26,9 @@ const COMMON_COMMANDS: &[&str] = &[
     "+exists",
     "+hexists",
     "+hget",
+    "+hmget",
+    // A force unlock tells each holder's client: it lists the holders.
+    "+hkeys",
     "+hset",
     "+hincrby",
     "+hdel",
@@ -1887,10 +1890,11 @@ async fn key_prefixes_keep_two_applications_apart() {
         .arg("CHANNELS")
         .query(&mut admin)
         .unwrap();
+    // The waiter listens on its client's wake channel of the lock.
     assert!(
         channels.len() == 1
             && channels[0].starts_with("dlock:unlock:app-a:{")
-            && channels[0].ends_with("}:goods:1"),
+            && channels[0].ends_with(&format!("}}#{}:goods:1", a2.id())),
         "{channels:?}"
     );
     for _ in 0..3 {

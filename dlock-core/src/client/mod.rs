@@ -13,19 +13,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::background::Background;
-use crate::error::Result;
+use crate::error::{LockError, Result};
 use crate::names::client_key;
 use crate::redact::redact;
 use crate::redis::{Backend, Topology, TopologyKind};
+use crate::sync::attempt::Host;
 use crate::sync::held::Held;
 use crate::sync::local::LocalQueues;
 use crate::sync::metrics::{Metrics, Stats};
 use crate::sync::pubsub::PubSubService;
-use crate::sync::release::{self, ReleaseJob, ReleaseLog};
+use crate::sync::release::{self, BackgroundReleases, ReleaseJob, ReleaseLog, ReleaseTiming};
+use crate::sync::retry::RetryPolicy;
 use crate::sync::watchdog::{self, Registry, Schedule};
 
 /// A connection to Redis that hands out distributed locks.
@@ -102,7 +103,7 @@ pub(crate) struct ClientInner {
     pub(crate) registry: Arc<Registry>,
     pub(crate) local: Arc<LocalQueues<Held>>,
     pub(crate) metrics: Arc<Metrics>,
-    releases: mpsc::UnboundedSender<ReleaseJob>,
+    releases: BackgroundReleases,
     /// Recent releases, replayed on a new master after a Sentinel failover.
     pub(crate) release_log: Arc<ReleaseLog>,
     /// The tasks above run on; restarted on the caller's runtime when theirs is gone.
@@ -184,6 +185,61 @@ impl LockClient {
     pub fn key_prefix(&self) -> &str {
         &self.inner.settings.key_prefix
     }
+
+    /// Waits until everything this client still owes Redis is done, so that a process
+    /// that exits right after leaves nothing behind: the releases of dropped guards, the
+    /// cleanups of acquisitions that ended without a guard (their waiter registrations,
+    /// queue entries and waiting-writer entries, and any hold an unanswered try took),
+    /// and the hand-offs that reached this client after its waiter had stopped. Each of
+    /// these runs in the background as soon as it is queued; without `shutdown`, a
+    /// process that exits first leaves them to expire (a lock or a reservation lapses
+    /// with its lease; a registration is passed over once the client is gone).
+    ///
+    /// Call it when the application no longer acquires or holds locks through this client
+    /// (unlock or drop every guard first): a guard still alive keeps its lock, and a task
+    /// still waiting keeps its place. The client stays usable afterwards.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// let guard = client.lock("nightly-report").lock().await?;
+    /// drop(guard); // released in the background...
+    /// client.shutdown().await?; // ...and done before the process exits
+    /// assert!(!client.lock("nightly-report").is_locked().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::ShutdownIncomplete`] when Redis did not answer every one of them within
+    /// two command timeouts and a second (they go on in the background while the process
+    /// runs).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits.
+    pub async fn shutdown(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner.keep_running();
+        let bound = inner
+            .settings
+            .command_timeout
+            .saturating_mul(2)
+            .saturating_add(Duration::from_secs(1));
+        match tokio::time::timeout(bound, inner.releases.settled()).await {
+            Ok(()) => {
+                tracing::debug!(client = %inner.id, "dlock: client settled");
+                Ok(())
+            }
+            Err(_) => Err(LockError::ShutdownIncomplete {
+                pending: inner.releases.pending(),
+                waited: bound,
+            }),
+        }
+    }
 }
 
 impl std::fmt::Debug for LockClient {
@@ -254,8 +310,35 @@ impl ClientInner {
     /// Hands a release to the background task; never blocks, works outside a runtime.
     pub(crate) fn release_in_background(&self, job: ReleaseJob) {
         self.keep_running();
-        // The receiver lives as long as any clone of the client (this one included).
-        let _ = self.releases.send(job);
+        self.releases.send(job);
+    }
+}
+
+impl Host for ClientInner {
+    fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    fn retry(&self) -> RetryPolicy {
+        self.settings.retry()
+    }
+
+    fn replica_acks(&self) -> Option<(u32, Duration)> {
+        self.settings
+            .replica_acks
+            .map(|acks| (acks.replicas, acks.within))
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    fn release_timing(&self) -> ReleaseTiming {
+        self.settings.release_timing()
+    }
+
+    fn release_in_background(&self, job: ReleaseJob) {
+        ClientInner::release_in_background(self, job);
     }
 }
 
@@ -268,18 +351,17 @@ impl LockClient {
     ) -> LockClient {
         let registry = Arc::new(Registry::default());
         let metrics = Arc::new(Metrics::default());
-        let (releases, queue) = mpsc::unbounded_channel();
+        let (releases, queue) = BackgroundReleases::new();
         let release_log = Arc::new(ReleaseLog::new(
             backend.is_sentinel(),
             release::replay_window(settings.memo_ttl()),
         ));
         {
-            let queue = Arc::new(tokio::sync::Mutex::new(queue));
             let (backend, timing) = (backend.clone(), settings.release_timing());
             let (metrics, log) = (Arc::clone(&metrics), Arc::clone(&release_log));
             background.start("background releases", move || {
                 release::run_background(
-                    Arc::clone(&queue),
+                    queue.clone(),
                     backend.clone(),
                     timing,
                     Arc::clone(&metrics),
@@ -336,11 +418,12 @@ impl LockClient {
         }
         let pubsub = PubSubService::start(
             backend.clone(),
-            Arc::clone(&id_text),
+            releases.clone(),
             settings.retry_delay,
             settings.command_timeout,
             &background,
         );
+        let local = Arc::new(LocalQueues::new(releases.clone()));
         tracing::debug!(client = %id, "dlock: client started");
         LockClient {
             inner: Arc::new(ClientInner {
@@ -353,7 +436,7 @@ impl LockClient {
                 backend,
                 pubsub,
                 registry,
-                local: Arc::default(),
+                local,
                 metrics,
                 releases,
                 release_log,

@@ -63,15 +63,14 @@ impl Settings {
         ReleaseTiming {
             retry: self.retry(),
             memo_ttl: self.memo_ttl(),
-            registry_ttl: self.registry_ttl(),
             reservation: HAND_OFF_RESERVATION,
         }
     }
 
-    /// How long a lock's waiter registry outlives its last registration. A waiting client
+    /// How long a lock's waiter registry outlives its last registration. A waiting owner
     /// registers again at every try, at least every `max_wait_recheck`, and leaves when it
-    /// stops waiting; this only bounds the life of a registry every client abandoned
-    /// (crashed), whose entries would otherwise each cost one hand-off a recheck.
+    /// stops waiting (or is passed over once its client is gone); this only bounds the
+    /// life of a registry every client abandoned.
     pub(crate) fn registry_ttl(&self) -> Duration {
         self.max_wait_recheck
             .saturating_mul(3)

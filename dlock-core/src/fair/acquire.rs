@@ -8,17 +8,16 @@ use tokio::time::Instant;
 
 use super::release_ops::{release_job, FairRelease};
 use super::FairLock;
-use crate::client::ClientInner;
 use crate::error::{LossReason, Result};
-use crate::fence::Fence;
+use crate::kind::LockKind;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
-use crate::redis::CallError;
-use crate::scripts::{fair_scripts, scripts, Script};
+use crate::scripts::{fair_scripts, scripts};
+use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::observe;
 use crate::sync::owner;
-use crate::sync::release::{self, HandOff, ReleaseJob};
+use crate::sync::release::ReleaseJob;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl FairLock {
@@ -81,29 +80,34 @@ impl FairLock {
         let op = inner.next_op();
         let field = Arc::clone(&outer.field);
         let marker = self.keys.marker(&field, op);
-        let call = Call {
-            script: &scripts().acquire,
-            keys: vec![self.keys.key.clone(), marker, self.keys.fence.clone()],
-            args: vec![
-                lease_ms.to_string(),
-                field.to_string(),
-                "reenter".to_owned(),
-                inner.settings.memo_ttl().as_millis().to_string(),
-                inner.settings.fence_arg().to_owned(),
-            ],
-        };
-        let mut pending = Pending::new(inner, self.job(&field, FairRelease::Undo { op }));
-        pending.armed = true;
-        let reply = match self.call(&call, None).await {
+        // The lock's acquire script, as a re-entry (see `lock/scripts/acquire.lua`).
+        let mut call = scripts().acquire.prepare_invoke();
+        call.key(&self.keys.key)
+            .key(&marker)
+            .key(&self.keys.fence)
+            .key(&self.keys.channel)
+            .arg(lease_ms)
+            .arg(&*field)
+            .arg("reenter")
+            .arg(inner.settings.memo_ttl().as_millis() as u64)
+            .arg(inner.settings.fence_arg())
+            .arg(0)
+            .arg("0");
+        let mut step = TryStep::new(&**inner, &self.name, call, || {
+            vec![self.job(&field, FairRelease::Undo { op })]
+        })
+        .replicated();
+        let (sent_at, reply) = match step.run(None).await {
             Ok(outcome) => outcome,
             Err(error) => {
+                step.give_up().await;
                 inner.metrics.acquire_failed();
                 return Err(error.into_lock_error(&self.name, "acquire"));
             }
         };
         match reply {
-            (sent_at, Reply::Acquired(_)) => {
-                pending.armed = false;
+            Reply::Granted(_) => {
+                step.granted();
                 let deadline = lease.map_or_else(|| outer.deadline(), |lease| sent_at + lease);
                 // A re-entry shares its outer hold's token: the script mints none for it.
                 let held = Held::new(
@@ -117,15 +121,14 @@ impl FairLock {
                 tracing::debug!(lock = %self.name, owner = %field, "dlock: re-entered (fair)");
                 Ok(Some(self.guard(Arc::new(held))))
             }
-            (_, Reply::NotHeld | Reply::Busy(_)) => {
-                pending.armed = false;
+            Reply::NotHeld | Reply::Busy { .. } => {
                 outer.mark_lost(LossReason::NotHeldOnCheck);
                 Ok(None)
             }
-            (_, Reply::WrongType(found)) => {
-                pending.armed = false;
+            other => {
+                step.give_up().await;
                 inner.metrics.acquire_failed();
-                Err(self.wrong_type(found))
+                Err(other.refusal(&self.name, "acquire", LockKind::Fair))
             }
         }
     }
@@ -151,30 +154,29 @@ impl FairLock {
         let owner = inner.next_owner();
         let field: Arc<str> = format!("{}:{owner}", inner.id_text).into();
         let channel = format!("{}{field}", self.fair.wake_prefix);
-        let call = Call {
-            script: &fair_scripts().acquire,
-            keys: vec![
-                self.keys.key.clone(),
-                self.fair.queue.clone(),
-                self.fair.deadlines.clone(),
-                self.keys.fence.clone(),
-            ],
-            args: vec![
-                lease_ms.to_string(),
-                field.to_string(),
-                if patient { "wait" } else { "try" }.to_owned(),
-                entry_ms.to_string(),
-                self.fair.wake_prefix.clone(),
-                inner.backend.publish_command().to_owned(),
-                inner.settings.fence_arg().to_owned(),
-            ],
-        };
+        let mut call = fair_scripts().acquire.prepare_invoke();
+        call.key(&self.keys.key)
+            .key(&self.fair.queue)
+            .key(&self.fair.deadlines)
+            .key(&self.keys.fence)
+            .arg(lease_ms)
+            .arg(&*field)
+            .arg(if patient { "wait" } else { "try" })
+            .arg(entry_ms)
+            .arg(&self.fair.wake_prefix)
+            .arg(inner.backend.publish_command())
+            .arg(inner.settings.fence_arg());
         let op = inner.next_op();
-        let mut pending = Pending::new(inner, self.job(&field, FairRelease::Leave { op }));
+        // Its queue entry, and any hold an unanswered try may have taken, go when it ends
+        // without a guard. A try that does not wait never queues.
+        let mut step = TryStep::new(&**inner, &self.name, call, || {
+            vec![self.job(&field, FairRelease::Leave { op })]
+        })
+        .replicated()
+        .waiting(patient, None);
         let mut waiter = Waiter::new(
             &inner.pubsub,
             &channel,
-            None,
             WaitPolicy {
                 // Every try renews the entry: at a third of its timeout, two tries can be
                 // lost or late before a live waiter is taken for dead.
@@ -187,11 +189,9 @@ impl FairLock {
             },
         );
         loop {
-            // From the first send on, the script may have queued us or granted the lock.
-            pending.armed = true;
-            let not_yet = match self.call(&call, give_up_at).await {
-                Ok((sent_at, Reply::Acquired(fence))) => {
-                    pending.armed = false;
+            let not_yet = match step.run(give_up_at).await {
+                Ok((sent_at, Reply::Granted(fence))) => {
+                    step.granted();
                     let held = Arc::new(
                         Held::new(
                             self.hold_owner(&field),
@@ -205,33 +205,24 @@ impl FairLock {
                     tracing::debug!(lock = %self.name, owner, waited = ?started.elapsed(), "dlock: acquired (fair)");
                     return Ok(self.guard(held));
                 }
-                Ok((_, Reply::Busy(ttl_ms))) => {
-                    // A try never queues: a busy answer left nothing of ours in Redis.
-                    pending.armed = patient;
-                    NotYet::Busy { ttl_ms }
-                }
-                Ok((_, Reply::WrongType(found))) => {
-                    pending.armed = false;
+                Ok((_, Reply::Busy { wait_ms, .. })) => NotYet::Busy { ttl_ms: wait_ms },
+                Ok((_, other)) => {
+                    step.give_up().await;
                     inner.metrics.acquire_failed();
-                    return Err(self.wrong_type(found));
-                }
-                Ok((_, reply @ Reply::NotHeld)) => {
-                    pending.leave().await;
-                    inner.metrics.acquire_failed();
-                    return Err(self.unexpected("acquire", &reply));
+                    return Err(other.refusal(&self.name, "acquire", LockKind::Fair));
                 }
                 Err(error) => NotYet::Unavailable(error),
             };
             match waiter.wait(not_yet).await {
                 Ok(()) => {}
                 Err(GiveUp::TimedOut) => {
-                    pending.leave().await;
                     tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent (fair)");
+                    step.give_up().await;
                     inner.metrics.timed_out();
                     return Err(self.timeout(wait));
                 }
                 Err(GiveUp::Unavailable(error)) => {
-                    pending.leave().await;
+                    step.give_up().await;
                     inner.metrics.acquire_failed();
                     return Err(error.into_lock_error(&self.name, "acquire"));
                 }
@@ -258,149 +249,6 @@ impl FairLock {
             key: Arc::clone(&self.key),
             renew_script: &scripts().renew,
             field: Arc::clone(field),
-        }
-    }
-
-    /// Runs `call`, retrying fast transient failures (every script it runs is idempotent).
-    /// Returns the send time of the answered call and the script's reply.
-    async fn call(
-        &self,
-        call: &Call,
-        give_up_at: Option<Instant>,
-    ) -> std::result::Result<(Instant, Reply), CallError> {
-        let inner = &self.client.inner;
-        let mut invocation = call.script.prepare_invoke();
-        for key in &call.keys {
-            invocation.key(key);
-        }
-        for arg in &call.args {
-            invocation.arg(arg);
-        }
-        let invocation = &invocation;
-        inner
-            .settings
-            .retry()
-            .run(&self.name, give_up_at, || async move {
-                inner.metrics.attempted();
-                match inner.settings.replica_acks {
-                    None => inner.backend.invoke::<Reply>(invocation).await,
-                    // `call` followed by `WAIT` (see `Backend::invoke_replicated`):
-                    // granted but not confirmed by enough replicas is an error, and the
-                    // hold stays for the retry (which finds it) or the leave (which gives
-                    // it back).
-                    Some(acks) => {
-                        inner
-                            .backend
-                            .invoke_replicated(
-                                &self.name,
-                                invocation,
-                                (acks.replicas, acks.within),
-                                |reply| matches!(reply, Reply::Acquired(_)),
-                            )
-                            .await
-                    }
-                }
-            })
-            .await
-    }
-}
-
-/// A script call: the script with its keys and arguments.
-struct Call {
-    script: &'static Script,
-    keys: Vec<String>,
-    args: Vec<String>,
-}
-
-/// What a fair-lock script (or the reentrant lock's acquire script, for re-entries)
-/// answered.
-#[derive(Debug)]
-pub(super) enum Reply {
-    /// nil or `{token}`: the owner holds the lock now, with its fencing token (`None`
-    /// for a re-entry, which shares its outer hold's, and with tokens off).
-    Acquired(Option<Fence>),
-    /// An integer: how long to wait at most before the next try, in ms (acquire; -1:
-    /// unknown), or 1 / 0 for whether a lock was deleted (force unlock).
-    Busy(i64),
-    /// A re-entry found the owner's hold gone.
-    NotHeld,
-    /// The key holds a value of this Redis type, not a lock; nothing was written.
-    WrongType(String),
-}
-
-impl redis::FromRedisValue for Reply {
-    fn from_redis_value(value: redis::Value) -> std::result::Result<Reply, redis::ParsingError> {
-        match value {
-            redis::Value::Nil => Ok(Reply::Acquired(None)),
-            redis::Value::Int(n) => Ok(Reply::Busy(n)),
-            redis::Value::Array(items) => match items.as_slice() {
-                [redis::Value::Int(token)] if *token > 0 => {
-                    Ok(Reply::Acquired(u64::try_from(*token).ok().map(Fence::new)))
-                }
-                other => Err(format!("unexpected reply from a dlock script: {other:?}").into()),
-            },
-            other => {
-                let text = String::from_redis_value(other)?;
-                match text.split_once(':') {
-                    _ if text == "notheld" => Ok(Reply::NotHeld),
-                    Some(("wrongtype", found)) => Ok(Reply::WrongType(found.to_owned())),
-                    _ => Err(format!("unexpected reply from a dlock script: {text:?}").into()),
-                }
-            }
-        }
-    }
-}
-
-/// What an acquisition must undo if it ends without a guard: while `armed`, a script call
-/// of it may have queued it or given it a hold. Leaving is tried in the foreground when
-/// the acquisition gives up; if that fails, or the acquisition is dropped, the same
-/// operation (same memo, so it counts once) goes to the background releases, which retry
-/// until Redis confirms.
-struct Pending<'a> {
-    inner: &'a ClientInner,
-    job: ReleaseJob,
-    armed: bool,
-}
-
-impl<'a> Pending<'a> {
-    fn new(inner: &'a ClientInner, job: ReleaseJob) -> Self {
-        Pending {
-            inner,
-            job,
-            armed: false,
-        }
-    }
-
-    /// Leaves now, if anything may be there; on failure `Drop` hands it to the background.
-    async fn leave(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let inner = self.inner;
-        match release::release(
-            &inner.backend,
-            inner.settings.release_timing(),
-            &self.job,
-            HandOff::NONE,
-        )
-        .await
-        {
-            Ok(_) => {
-                inner.release_log.record(&self.job);
-                self.armed = false;
-            }
-            Err(error) => {
-                tracing::debug!(lock = %self.job.name, %error, "dlock: leaving the fair queue failed; retrying in the background");
-            }
-        }
-    }
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            tracing::debug!(lock = %self.job.name, "dlock: fair acquisition abandoned; leaving in the background");
-            self.inner.release_in_background(self.job.clone());
         }
     }
 }

@@ -6,14 +6,14 @@ mod release_ops;
 use std::sync::Arc;
 use std::time::Duration;
 
-use acquire::Reply;
-
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
+use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
 use crate::names::{check_text, FairKeys, LockKeys};
 use crate::scripts::fair_scripts;
+use crate::sync::attempt::Reply;
 
 /// How long a queue entry lives without its waiter's heartbeat unless
 /// [`FairLock::with_entry_timeout`] says otherwise.
@@ -298,6 +298,7 @@ impl FairLock {
     ///
     /// # Errors
     ///
+    /// [`LockError::KindMismatch`] when the name is held as a lock or a read-write lock;
     /// [`LockError::WrongType`] when the key holds another type of value (application
     /// data, which is left alone); Redis errors.
     ///
@@ -314,15 +315,15 @@ impl FairLock {
             .key(&self.fair.deadlines)
             .arg(&self.fair.wake_prefix)
             .arg(inner.backend.publish_command());
+        // The shared reply grammar: an integer is the number of locks deleted.
         let reply: Reply = inner
             .backend
             .invoke(&invocation)
             .await
             .map_err(|e| e.into_lock_error(&self.name, "force-unlock"))?;
         let deleted = match reply {
-            Reply::Busy(deleted) => deleted == 1,
-            Reply::WrongType(found) => return Err(self.wrong_type(found)),
-            other => return Err(self.unexpected("force-unlock", &other)),
+            Reply::Busy { wait_ms, .. } => wait_ms == 1,
+            other => return Err(other.refusal(&self.name, "force-unlock", LockKind::Fair)),
         };
         tracing::info!(lock = %self.name, deleted, "dlock: force unlock (fair)");
         Ok(deleted)
@@ -356,27 +357,6 @@ impl FairLock {
         LockError::Timeout {
             name: self.name.to_string(),
             waited: wait.unwrap_or_default(),
-        }
-    }
-
-    fn wrong_type(&self, found: String) -> LockError {
-        LockError::WrongType {
-            name: self.name.to_string(),
-            found,
-        }
-    }
-
-    /// A reply the script does not give for this call (a script of another dlock version
-    /// loaded under the same hash, say): reported, never acted on.
-    fn unexpected(&self, action: &'static str, reply: &Reply) -> LockError {
-        LockError::Redis {
-            name: self.name.to_string(),
-            action,
-            source: redis::RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "unexpected reply from a dlock script",
-                format!("{reply:?}"),
-            )),
         }
     }
 }

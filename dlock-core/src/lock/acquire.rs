@@ -9,11 +9,13 @@ use tokio::time::Instant;
 use super::guard::LockGuard;
 use super::release_ops::{release_job, ReleaseKind};
 use super::Lock;
-use crate::error::{LockError, LossReason, Result};
+use crate::error::{LossReason, Result};
 use crate::fence::Fence;
+use crate::kind::LockKind;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::redis::CallError;
-use crate::scripts::scripts;
+use crate::scripts::{scripts, ScriptCall};
+use crate::sync::attempt::{RegisteredFlag, Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::local::{Place, Ticket, Turn};
 use crate::sync::observe;
@@ -66,7 +68,7 @@ impl Lock {
             // owns nothing, so this is a new owner's acquisition.
         }
         let Some((turn, subscription)) = self
-            .wait_for_turn(inner.local.join(&self.line), give_up_at)
+            .wait_for_turn(inner.local.join(&self.line, &self.pass_on), give_up_at)
             .await
         else {
             inner.metrics.timed_out();
@@ -97,23 +99,29 @@ impl Lock {
             lease,
         } = reentry_lease(lease, outer.renewal, watchdog)?;
         let op = inner.next_op();
-        let mut attempt = Attempt {
-            lock: self,
-            field: Arc::clone(&outer.field),
-            kind: AttemptKind::Reentry { op },
-            maybe_applied: false,
-            waits: false,
-        };
-        let (sent_at, reply) = match attempt.run(lease_ms, None).await {
+        let field = Arc::clone(&outer.field);
+        let marker = self.keys.marker(&field, op);
+        let call = self.acquire_call(&field, lease_ms, Some(&marker), 0);
+        let mut step = TryStep::new(&**inner, &self.name, call, || {
+            vec![release_job(
+                &self.name,
+                &self.keys,
+                &field,
+                ReleaseKind::Reentry { op },
+            )]
+        })
+        .replicated();
+        let (sent_at, reply) = match step.run(None).await {
             Ok(outcome) => outcome,
             Err(error) => {
+                step.give_up().await;
                 inner.metrics.acquire_failed();
                 return Err(error.into_lock_error(&self.name, "acquire"));
             }
         };
         match reply {
-            Reply::Acquired(_) => {
-                attempt.maybe_applied = false;
+            Reply::Granted(_) => {
+                step.granted();
                 let deadline = lease.map_or_else(|| outer.deadline(), |lease| sent_at + lease);
                 // A re-entry shares its outer hold's token: the script mints none for it.
                 let held = Held::new(
@@ -127,15 +135,48 @@ impl Lock {
                 tracing::debug!(lock = %self.name, owner = %outer.field, "dlock: re-entered");
                 Ok(Some(self.guard(Arc::new(held))))
             }
-            Reply::NotHeld | Reply::Number(_) => {
+            Reply::NotHeld | Reply::Busy { .. } => {
                 outer.mark_lost(LossReason::NotHeldOnCheck);
                 Ok(None)
             }
-            Reply::WrongType(found) => {
+            other => {
+                step.give_up().await;
                 inner.metrics.acquire_failed();
-                Err(self.wrong_type(found))
+                Err(other.refusal(&self.name, "acquire", LockKind::Lock))
             }
         }
+    }
+
+    /// The acquire script's call for `field` with lease `lease_ms`: a re-entry with its
+    /// `marker`, or (`None`) a fresh owner, whose busy tries register it as waiting for
+    /// `registry_ms` (0: a single try, which registers nothing).
+    fn acquire_call(
+        &self,
+        field: &str,
+        lease_ms: u64,
+        marker: Option<&str>,
+        registry_ms: u64,
+    ) -> ScriptCall {
+        let settings = &self.client.inner.settings;
+        let (how, marker_ms) = match marker {
+            Some(_) => ("reenter", settings.memo_ttl().as_millis() as u64),
+            None => ("fresh", 0),
+        };
+        let mut call = scripts().acquire.prepare_invoke();
+        call.key(&self.keys.key)
+            // A fresh owner has no marker; the lock key fills the slot (one slot for all).
+            .key(marker.unwrap_or(&self.keys.key))
+            .key(&self.keys.fence)
+            .key(&self.keys.channel)
+            .arg(lease_ms)
+            .arg(field)
+            .arg(how)
+            .arg(marker_ms)
+            .arg(settings.fence_arg())
+            .arg(registry_ms)
+            // Whether an earlier try may have registered it: set by the try step.
+            .arg("0");
+        call
     }
 
     /// Waits in the client's local line until `ticket` has the turn, or `None` when
@@ -144,9 +185,12 @@ impl Lock {
     /// and subscribe again at every hand-off.
     ///
     /// The first waiter watches the holder: it marks the holder lost (which gives up the
-    /// turn) when its lease runs out, and checks it in Redis after every unlock message
-    /// for the lock and every `max_wait_recheck`, so that a force unlock or an expiry seen
-    /// by Redis frees the line as soon as a waiter in another process would get the lock.
+    /// turn) when its lease runs out, and checks it in Redis at once when the hold is
+    /// older than [`WATCH_GRACE`] (it may have been force-unlocked or have expired before
+    /// this task came), again once its subscription is confirmed (a force unlock before
+    /// that was not heard), after every message for the lock (a force unlock tells the
+    /// holder's client) and every `max_wait_recheck`, so that a lock free in Redis frees
+    /// the line as soon as a waiter in another process would get it.
     ///
     /// A task waiting behind a hold it took itself (`lock()` twice without `scope`) waits
     /// forever; the same state is legitimate when another future of the task holds it
@@ -159,8 +203,10 @@ impl Lock {
         let inner = &self.client.inner;
         let recheck = inner.settings.max_wait_recheck;
         let mut watching: Option<Subscription> = None;
-        // The holder being watched, and since when it was seen.
-        let mut watched: Option<(Arc<Held>, Instant)> = None;
+        // The holder being watched, and whether Redis was asked about it since it was
+        // first seen.
+        let mut watched: Option<(Arc<Held>, bool)> = None;
+        let mut confirmation_seen = false;
         let warn_at = tokio::time::Instant::now() + SELF_WAIT_WARNING;
         let mut warned = false;
         let give_up = async {
@@ -176,33 +222,49 @@ impl Lock {
                 Place::First => ticket.holder(),
                 Place::Behind => None,
             };
-            // Every waiter in line holds a subscription to the lock's channel, so that it
-            // stays subscribed from hand-off to hand-off while anyone waits.
-            let subscription = watching.get_or_insert_with(|| {
-                inner
-                    .pubsub
-                    .subscribe_registered(&self.keys.channel, &self.keys.key)
-            });
+            // Every waiter in line holds a subscription to the client's wake channel, so
+            // that it stays subscribed from hand-off to hand-off while anyone waits.
+            let subscription =
+                watching.get_or_insert_with(|| inner.pubsub.watch_wake(&self.wake, &self.abandon));
             let Some(holder) = holder else {
                 tokio::select! {
                     () = ticket.moved() => continue,
                     () = &mut give_up => return None,
                 }
             };
+            if !watched
+                .as_ref()
+                .is_some_and(|(seen, _)| Arc::ptr_eq(seen, &holder))
+            {
+                watched = Some((Arc::clone(&holder), false));
+            }
             // A busy line hands over faster than WATCH_GRACE: only a holder that keeps the
-            // lock longer is worth watching (and checking in Redis on unlock messages).
-            let since = match &watched {
-                Some((seen, since)) if Arc::ptr_eq(seen, &holder) => *since,
-                _ => {
-                    let now = Instant::now();
-                    watched = Some((Arc::clone(&holder), now));
-                    now
-                }
-            };
-            if since.elapsed() < WATCH_GRACE {
+            // lock longer is worth watching (and checking in Redis).
+            let watch_from = holder.acquired_at + WATCH_GRACE;
+            if Instant::now() < watch_from {
                 tokio::select! {
                     () = ticket.moved() => {}
-                    () = tokio::time::sleep_until(since + WATCH_GRACE) => {}
+                    () = tokio::time::sleep_until(watch_from) => {}
+                    () = &mut give_up => return None,
+                }
+                continue;
+            }
+            if let Some((_, asked @ false)) = &mut watched {
+                *asked = true;
+                self.check_holder(&holder).await;
+                continue;
+            }
+            if !confirmation_seen {
+                if subscription.is_confirmed() {
+                    confirmation_seen = true;
+                    self.check_holder(&holder).await;
+                    continue;
+                }
+                tokio::select! {
+                    () = ticket.moved() => {}
+                    _ = holder.wait_lost() => {}
+                    () = subscription.confirmed() => {}
+                    () = tokio::time::sleep(recheck) => self.check_holder(&holder).await,
                     () = &mut give_up => return None,
                 }
                 continue;
@@ -247,8 +309,7 @@ impl Lock {
     /// The release of every hold of the fresh owner `field`, for an acquisition by
     /// another primitive's script whose outcome is unknown (no guard of that owner exists).
     pub(crate) fn abandoned_release(&self, field: &str) -> ReleaseJob {
-        let op = self.client.inner.next_op();
-        release_job(&self.name, &self.keys, field, ReleaseKind::Owner { op })
+        release_job(&self.name, &self.keys, field, ReleaseKind::Owner)
     }
 
     /// The guard of `held`, given back with the lock's release script.
@@ -293,13 +354,13 @@ impl Lock {
         }
     }
 
-    /// A new owner's acquisition, once it has the local turn: tries, then waits for
-    /// unlock messages (or the holder's TTL, or `max_wait_recheck`) and tries again, riding
-    /// out Redis errors for up to `failover_wait`.
+    /// A new owner's acquisition, once it has the local turn: tries, then waits for its
+    /// hand-off (or the time the lock can change hands, or `max_wait_recheck`) and tries
+    /// again, riding out Redis errors for up to `failover_wait`.
     async fn acquire_new(
         &self,
         turn: Turn<Held>,
-        subscription: Option<Subscription>,
+        line_subscription: Option<Subscription>,
         wait: Option<Duration>,
         lease: Option<Duration>,
         started: Instant,
@@ -310,65 +371,45 @@ impl Lock {
         let renewal = lease.is_none().then_some(settings.watchdog_timeout);
         let lease = lease.unwrap_or(settings.watchdog_timeout);
         let lease_ms = lease_millis("lease", lease)?;
-        let owner = inner.next_owner();
-        let mut attempt = Attempt {
-            lock: self,
-            field: format!("{}:{owner}", inner.id_text).into(),
-            kind: AttemptKind::New,
-            maybe_applied: false,
-            waits: wait != Some(Duration::ZERO),
+        let waits = wait != Some(Duration::ZERO);
+        let field: Arc<str> = format!("{}:{}", inner.id_text, inner.next_owner()).into();
+        // A single try does not wait, so it must not be passed the lock in anyone's turn.
+        let registry_ms = if waits {
+            settings.registry_ttl().as_millis() as u64
+        } else {
+            0
         };
-        // A confirmed subscription held before the first try (the line's, or the channel
-        // still subscribed from this client's last wait) means a busy first try can wait
-        // for its wake-up at once: nothing published after it can be missed.
-        let subscription = subscription.or_else(|| {
-            inner
-                .pubsub
-                .subscribe_if_confirmed(&self.keys.channel, &self.keys.key)
-        });
-        let mut waiter = Waiter::new(
+        let call = self.acquire_call(&field, lease_ms, None, registry_ms);
+        let mut step = TryStep::new(&**inner, &self.name, call, || {
+            vec![self.abandoned_release(&field)]
+        })
+        .replicated()
+        .waiting(waits, Some(REGISTERED_FLAG));
+        // Adopts the channel the line kept subscribed (or this client's other waiters
+        // did): a hand-off to this owner is heard from its first try on.
+        let mut waiter = Waiter::for_owner(
             &inner.pubsub,
-            &self.keys.channel,
-            subscription,
+            &self.wake,
+            &field,
+            &self.abandon,
             WaitPolicy {
                 recheck: settings.max_wait_recheck,
                 failover_wait: settings.failover_wait,
                 give_up_at,
-                patient: wait != Some(Duration::ZERO),
+                patient: waits,
             },
-        )
-        .registered_for(&self.keys.key);
-        // The previous local holder passed the lock to another client and registered this
-        // one behind the waiting clients: wait for this client's wake-up (or a recheck)
-        // rather than take the lock from under the client it was passed to.
-        // A single try (`wait` of zero) tries all the same.
-        let mut pending = (turn.take_wait_for_wake() && wait != Some(Duration::ZERO))
-            .then_some(NotYet::Busy { ttl_ms: -1 });
+        );
+        drop(line_subscription);
+        // From its first try on, this task asks for the lock itself (and cleans up after
+        // itself): the line owes no hand-off for it.
+        turn.trying();
         loop {
-            if let Some(not_yet) = pending.take() {
-                match waiter.wait(not_yet).await {
-                    Ok(()) => {}
-                    Err(GiveUp::TimedOut) => {
-                        tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
-                        inner.metrics.timed_out();
-                        return Err(self.timeout(wait));
-                    }
-                    Err(GiveUp::Unavailable(error)) => {
-                        inner.metrics.acquire_failed();
-                        return Err(error.into_lock_error(&self.name, "acquire"));
-                    }
-                }
-            }
-            waiter.trying();
-            let outcome = attempt.run(lease_ms, give_up_at).await;
-            waiter.tried();
-            pending = Some(match outcome {
-                Ok((sent_at, Reply::Acquired(fence))) => {
-                    attempt.maybe_applied = false;
-                    waiter.acquired();
+            let not_yet = match step.run(give_up_at).await {
+                Ok((sent_at, Reply::Granted(fence))) => {
+                    step.granted();
                     let held = Arc::new(
                         Held::new(
-                            self.hold_owner(&attempt.field),
+                            self.hold_owner(&field),
                             renewal,
                             sent_at + lease,
                             Arc::clone(&inner.metrics),
@@ -377,23 +418,38 @@ impl Lock {
                     );
                     held.keep_turn(turn);
                     inner.metrics.acquired(started.elapsed());
-                    tracing::debug!(lock = %self.name, owner, waited = ?started.elapsed(), "dlock: acquired");
+                    tracing::debug!(lock = %self.name, owner = %field, waited = ?started.elapsed(), "dlock: acquired");
                     return Ok(self.guard(held));
                 }
-                Ok((_, Reply::Number(ttl_ms))) => NotYet::Busy { ttl_ms },
-                Ok((_, Reply::WrongType(found))) => {
+                Ok((_, Reply::Busy { wait_ms, .. })) => NotYet::Busy { ttl_ms: wait_ms },
+                Ok((_, other)) => {
+                    step.give_up().await;
                     inner.metrics.acquire_failed();
-                    return Err(self.wrong_type(found));
-                }
-                Ok((_, reply @ Reply::NotHeld)) => {
-                    inner.metrics.acquire_failed();
-                    return Err(self.unexpected("acquire", &reply));
+                    return Err(other.refusal(&self.name, "acquire", LockKind::Lock));
                 }
                 Err(error) => NotYet::Unavailable(error),
-            });
+            };
+            match waiter.wait(not_yet).await {
+                Ok(()) => {}
+                Err(GiveUp::TimedOut) => {
+                    tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
+                    step.give_up().await;
+                    inner.metrics.timed_out();
+                    return Err(self.timeout(wait));
+                }
+                Err(GiveUp::Unavailable(error)) => {
+                    step.give_up().await;
+                    inner.metrics.acquire_failed();
+                    return Err(error.into_lock_error(&self.name, "acquire"));
+                }
+            }
         }
     }
 }
+
+/// The acquire script's argument that says whether an earlier try of the acquisition may
+/// have registered its owner (`ARGV[7]`, see `scripts/acquire.lua`).
+const REGISTERED_FLAG: RegisteredFlag = RegisteredFlag(6);
 
 /// How long the first waiter lets a new holder hold before watching it (see
 /// `Lock::wait_for_turn`): far below the promised bounds for noticing an expired lease
@@ -403,192 +459,3 @@ const WATCH_GRACE: Duration = Duration::from_millis(20);
 /// How long a task waits behind a hold it acquired itself before that is logged (see
 /// `Lock::wait_for_turn`).
 const SELF_WAIT_WARNING: Duration = Duration::from_secs(5);
-
-/// What a lock script answered (see `scripts/acquire.lua` and `scripts/force_unlock.lua`).
-#[derive(Debug)]
-pub(super) enum Reply {
-    /// nil or `{token}`: the owner holds the lock now; with the fencing token minted for
-    /// (or stored with) a fresh owner's hold, `None` for a re-entry or with tokens off.
-    Acquired(Option<Fence>),
-    /// An integer: the other owner's TTL in ms (acquire: busy), or 1 / 0 for whether a
-    /// lock was deleted (force unlock).
-    Number(i64),
-    /// A re-entry found the owner's hold gone.
-    NotHeld,
-    /// The key holds a value of this Redis type, not a lock; nothing was written.
-    WrongType(String),
-}
-
-impl redis::FromRedisValue for Reply {
-    fn from_redis_value(value: redis::Value) -> std::result::Result<Reply, redis::ParsingError> {
-        match value {
-            redis::Value::Nil => Ok(Reply::Acquired(None)),
-            redis::Value::Int(n) => Ok(Reply::Number(n)),
-            redis::Value::Array(items) => match items.as_slice() {
-                [redis::Value::Int(token)] => match u64::try_from(*token) {
-                    Ok(token) if token > 0 => Ok(Reply::Acquired(Some(Fence::new(token)))),
-                    _ => Err(format!("a dlock fencing token must be positive, got {token}").into()),
-                },
-                other => Err(format!("unexpected reply from a dlock script: {other:?}").into()),
-            },
-            other => {
-                let text = String::from_redis_value(other)?;
-                match text.split_once(':') {
-                    _ if text == "notheld" => Ok(Reply::NotHeld),
-                    Some(("wrongtype", found)) => Ok(Reply::WrongType(found.to_owned())),
-                    _ => Err(format!("unexpected reply from a dlock script: {text:?}").into()),
-                }
-            }
-        }
-    }
-}
-
-impl Lock {
-    /// A reply the script does not give for this call (a script of another dlock version
-    /// loaded under the same hash, say): reported, never acted on.
-    pub(super) fn unexpected(&self, action: &'static str, reply: &Reply) -> LockError {
-        let source = redis::RedisError::from((
-            redis::ErrorKind::UnexpectedReturnType,
-            "unexpected reply from a dlock script",
-            format!("{reply:?}"),
-        ));
-        LockError::Redis {
-            name: self.name.to_string(),
-            action,
-            source,
-        }
-    }
-}
-
-/// Which acquisition an [`Attempt`] makes.
-#[derive(Debug, Clone, Copy)]
-enum AttemptKind {
-    /// A new owner id, used by this acquisition only.
-    New,
-    /// One more hold for an owner whose scope we are in; `op` names its marker.
-    Reentry { op: u64 },
-}
-
-/// One acquisition's attempts to run the acquire script; if dropped while an attempt may
-/// have taken a hold (its reply never came), queues the release of exactly that hold.
-struct Attempt<'a> {
-    lock: &'a Lock,
-    field: Arc<str>,
-    kind: AttemptKind,
-    maybe_applied: bool,
-    /// The acquisition waits for unlock messages when busy (not a single try): its busy
-    /// tries register the client in the lock's waiter registry.
-    waits: bool,
-}
-
-impl Attempt<'_> {
-    /// The script's marker (re-entries only), kind and marker lifetime.
-    fn script_args(&self) -> (Option<String>, &'static str, u64) {
-        match self.kind {
-            AttemptKind::New => (None, "fresh", 0),
-            AttemptKind::Reentry { op } => (
-                Some(self.lock.keys.marker(&self.field, op)),
-                "reenter",
-                self.lock.client.inner.settings.memo_ttl().as_millis() as u64,
-            ),
-        }
-    }
-
-    /// Runs the acquire script, retrying fast transient failures. Returns the send time of
-    /// the successful call and the script's reply.
-    async fn run(
-        &mut self,
-        lease_ms: u64,
-        give_up_at: Option<Instant>,
-    ) -> Result<(Instant, Reply), CallError> {
-        let inner = &self.lock.client.inner;
-        let (marker, kind, marker_ms) = self.script_args();
-        // A new owner has no marker; the lock key fills the slot (one slot for every key).
-        let marker = marker.as_deref().unwrap_or(&self.lock.keys.key);
-        // The client id under which a busy try registers this client as waiting: a new
-        // owner's; a re-entry never waits.
-        let lock = self.lock;
-        let registrant: &str = match self.kind {
-            AttemptKind::New => &lock.client.inner.id_text,
-            AttemptKind::Reentry { .. } => "",
-        };
-        // A single try does not wait, so it must not be woken in anyone's turn.
-        let registry_ms = if self.waits {
-            inner.settings.registry_ttl().as_millis() as u64
-        } else {
-            0
-        };
-        let mut invocation = scripts().acquire.prepare_invoke();
-        invocation
-            .key(&self.lock.keys.key)
-            .key(marker)
-            .key(&self.lock.keys.fence)
-            .key(&self.lock.keys.channel)
-            .arg(lease_ms)
-            .arg(&*self.field)
-            .arg(kind)
-            .arg(marker_ms)
-            .arg(inner.settings.fence_arg())
-            .arg(registrant)
-            .arg(registry_ms);
-        // Stays true after an error reply too: a script refused half-way (an ACL denying
-        // PEXPIRE after HSET, say) keeps what it wrote, so the compensating release is
-        // needed then as well.
-        self.maybe_applied = true;
-        let (invocation, name) = (&invocation, &self.lock.name);
-        let outcome = inner
-            .settings
-            .retry()
-            .run(name, give_up_at, || async move {
-                inner.metrics.attempted();
-                match inner.settings.replica_acks {
-                    None => inner.backend.invoke::<Reply>(invocation).await,
-                    // The script followed by `WAIT` (see `Backend::invoke_replicated`):
-                    // taken but not confirmed by enough replicas is an error; the hold
-                    // stays `maybe_applied` and is released if the caller gives up (a
-                    // retry of the same acquisition finds it applied and adds nothing).
-                    Some(acks) => {
-                        inner
-                            .backend
-                            .invoke_replicated(
-                                name,
-                                invocation,
-                                (acks.replicas, acks.within),
-                                |reply| matches!(reply, Reply::Acquired(_)),
-                            )
-                            .await
-                    }
-                }
-            })
-            .await;
-        if let Ok((_, reply)) = &outcome {
-            if !matches!(reply, Reply::Acquired(_)) {
-                // Redis answered "busy" or refused before writing: nothing of ours is there.
-                self.maybe_applied = false;
-            }
-        }
-        outcome
-    }
-}
-
-impl Drop for Attempt<'_> {
-    fn drop(&mut self) {
-        if !self.maybe_applied {
-            return;
-        }
-        let inner = &self.lock.client.inner;
-        tracing::debug!(lock = %self.lock.name, "dlock: acquire outcome unknown; releasing in the background");
-        let kind = match self.kind {
-            AttemptKind::New => ReleaseKind::Owner {
-                op: inner.next_op(),
-            },
-            AttemptKind::Reentry { op } => ReleaseKind::Reentry { op },
-        };
-        inner.release_in_background(release_job(
-            &self.lock.name,
-            &self.lock.keys,
-            &self.field,
-            kind,
-        ));
-    }
-}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
+use crate::names::LockKeys;
 use crate::scripts::scripts;
 use crate::sync::held::Held;
 use crate::sync::observe::{self, HoldRecord, Observed};
@@ -204,7 +205,7 @@ impl LockGuard {
         if let Ok(released) = outcome {
             inner.release_log.record(job);
             match released {
-                Released::Free(next) => self.held.give_up_turn_after(hand_off, next),
+                Released::Free(next) => self.held.give_up_turn_after(next),
                 Released::NotHeld | Released::StillHeld(_) => self.held.give_up_turn(),
             }
         }
@@ -232,8 +233,10 @@ impl LockGuard {
     /// Gives back this hold but leaves the lock taken in Redis until `until` (the
     /// attribute's `min_hold`: acquisition + the minimum hold), so that no other node runs
     /// the same job before then. Value-checked in `hold_until.lua`: a lock that is no
-    /// longer this owner's is not touched. Past `until` it is a plain [`unlock`]; a
-    /// re-entered lock (the owner holds it more than once) gives back one hold normally.
+    /// longer this owner's is not touched. The longest-waiting waiter is told to try
+    /// again, so that it takes the lock when the shorter hold ends, not at its next
+    /// recheck. Past `until` it is a plain [`unlock`]; a re-entered lock (the owner holds
+    /// it more than once) gives back one hold normally.
     ///
     /// When Redis fails, the lock is left to expire at the end of its lease (never freed
     /// earlier than asked), and the error is returned.
@@ -248,11 +251,15 @@ impl LockGuard {
         self.stop_renewal();
         let inner = &self.client.inner;
         inner.keep_running();
+        // Only the lock's guards come here: its waiter registry is the lock's.
+        let keys = LockKeys::new(&inner.settings.key_prefix, &self.held.name);
         let mut invocation = scripts().hold_until.prepare_invoke();
         invocation
             .key(&*self.held.key)
+            .key(&keys.channel)
             .arg(&*self.held.field)
-            .arg(millis);
+            .arg(millis)
+            .arg(inner.backend.publish_command());
         let reply: std::result::Result<i64, _> = inner.backend.invoke(&invocation).await;
         if let Ok(holds) = reply {
             if holds > 1 {

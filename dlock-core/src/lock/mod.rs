@@ -8,19 +8,24 @@ pub(crate) mod release_ops;
 use std::sync::Arc;
 use std::time::Duration;
 
-use acquire::Reply;
 pub use inspect::{
-    LockClientRef, LockHolder, LockInfo, LockKind, LockTracker, OwnerHold, ReadWriteInfo,
-    ReadWriteMode, SemaphoreInfo,
+    LockClientRef, LockHolder, LockInfo, LockTracker, OwnerHold, ReadWriteInfo, ReadWriteMode,
+    SemaphoreInfo,
 };
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
+use crate::kind::LockKind;
 use crate::lock::guard::LockGuard;
+use crate::lock::release_ops::{release_job, ReleaseKind};
 use crate::names::check_text;
 use crate::names::LockKeys;
 use crate::scripts::scripts;
+use crate::sync::attempt::Reply;
+use crate::sync::local::PassOn;
 use crate::sync::owner;
+use crate::sync::pubsub::Abandon;
+use crate::sync::release::HAND_OFF_RESERVATION;
 
 /// A handle to one named lock, from [`LockClient::lock`]. Cheap to clone; creating it does
 /// not talk to Redis. A name that is empty, longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or contains
@@ -60,6 +65,12 @@ pub struct Lock {
     keys: Arc<LockKeys>,
     /// The key, shared with the client's local line for it and with its holds.
     line: Arc<str>,
+    /// This client's wake channel for the lock (see `LockKeys::wake_channel`).
+    wake: Arc<str>,
+    /// How the client gives up a message for one of its owners that no longer waits.
+    abandon: Abandon,
+    /// How the client's local line passes on a lock kept for it that it did not take.
+    pass_on: PassOn,
 }
 
 impl LockClient {
@@ -84,12 +95,22 @@ impl std::fmt::Debug for Lock {
 
 impl Lock {
     pub(crate) fn new(client: LockClient, name: &str) -> Lock {
-        let keys = LockKeys::new(&client.inner.settings.key_prefix, name);
+        let keys = Arc::new(LockKeys::new(&client.inner.settings.key_prefix, name));
+        let name: Arc<str> = name.into();
+        // The cleanups of waiters that stopped waiting: not counted as releases.
+        let cleanup = {
+            let (keys, name) = (Arc::clone(&keys), Arc::clone(&name));
+            Arc::new(move |owner: &str, kind| release_job(&name, &keys, owner, kind).uncounted())
+        };
+        let pass_on = Arc::clone(&cleanup);
         Lock {
-            client,
-            name: name.into(),
+            wake: keys.wake_channel(&client.inner.id_text).into(),
             line: keys.key.as_str().into(),
-            keys: Arc::new(keys),
+            abandon: Arc::new(move |owner, unheard| cleanup(owner, ReleaseKind::Unheard(unheard))),
+            pass_on: Arc::new(move || pass_on("", ReleaseKind::PassOn)),
+            client,
+            name,
+            keys,
         }
     }
 
@@ -113,6 +134,17 @@ impl Lock {
     /// The lock's Redis names.
     pub(crate) fn keys(&self) -> &LockKeys {
         &self.keys
+    }
+
+    /// This client's wake channel for the lock: where the hand-offs to its waiters arrive.
+    pub(crate) fn wake_channel(&self) -> &str {
+        &self.wake
+    }
+
+    /// How this client gives up a message for one of its waiters of this lock that no
+    /// longer waits (see `sync::pubsub`).
+    pub(crate) fn abandon(&self) -> &Abandon {
+        &self.abandon
     }
 
     /// The lock's name, without the key prefix.
@@ -288,13 +320,15 @@ impl Lock {
         Ok(u64::try_from(ttl).ok().map(Duration::from_millis))
     }
 
-    /// Deletes the lock whoever holds it and wakes a waiter. Returns whether a lock was
-    /// deleted. The former holder's guard finds out at its next renewal, or at once when a
-    /// task of its client waits for the lock (`lost()`), and its `unlock` reports
-    /// [`LockError::NotHeld`].
+    /// Deletes the lock whoever holds it and passes it to the longest-waiting waiter.
+    /// Returns whether a lock was deleted. The former holder's guard finds out at its next
+    /// renewal, or at once when a task of its client waits for the lock (`lost()`), and
+    /// its `unlock` reports [`LockError::NotHeld`].
     ///
     /// # Errors
     ///
+    /// [`LockError::KindMismatch`] when the name is held as a fair or read-write lock
+    /// (use that kind's own force unlock, which tells its waiters);
     /// [`LockError::WrongType`] when the key holds another type of value (application
     /// data, which is left alone); Redis errors.
     ///
@@ -308,16 +342,17 @@ impl Lock {
         invocation
             .key(&self.keys.key)
             .key(&self.keys.channel)
-            .arg(inner.backend.publish_command());
+            .arg(inner.backend.publish_command())
+            .arg(HAND_OFF_RESERVATION.as_millis() as u64);
+        // The shared reply grammar: an integer is the number of locks deleted.
         let reply: Reply = inner
             .backend
             .invoke(&invocation)
             .await
             .map_err(|e| e.into_lock_error(&self.name, "force-unlock"))?;
         let deleted = match reply {
-            Reply::Number(deleted) => deleted == 1,
-            Reply::WrongType(found) => return Err(self.wrong_type(found)),
-            other => return Err(self.unexpected("force-unlock", &other)),
+            Reply::Busy { wait_ms, .. } => wait_ms == 1,
+            other => return Err(other.refusal(&self.name, "force-unlock", LockKind::Lock)),
         };
         tracing::info!(lock = %self.name, deleted, "dlock: force unlock");
         Ok(deleted)

@@ -1,10 +1,12 @@
 //! The reentrant lock's releases, as operations for the shared release machinery
-//! (`sync::release`): which hold goes, under which memo.
+//! (`sync::release`): which hold goes, under which memo, and what a waiter that stops
+//! waiting gives back.
 
 use std::sync::Arc;
 
 use crate::names::LockKeys;
 use crate::scripts::scripts;
+use crate::sync::pubsub::Unheard;
 use crate::sync::release::{ReleaseJob, ReleaseOp};
 
 /// Which hold a release gives back, with the operation id that makes it count once.
@@ -12,27 +14,41 @@ use crate::sync::release::{ReleaseJob, ReleaseOp};
 pub(crate) enum ReleaseKind {
     /// A guard gives back its own hold; `op` names the release's memo.
     Hold { op: u64 },
-    /// An acquisition by a fresh owner was abandoned with its outcome unknown. No guard of
-    /// that owner exists, so every hold it has is that acquisition's: all go.
-    Owner { op: u64 },
+    /// An acquisition by a fresh owner ended without a guard (cancelled, timed out,
+    /// failed). No guard of that owner exists, so every hold it has is that acquisition's:
+    /// all go, the owner leaves the waiter registry, and a lock left free or reserved for
+    /// it goes to the next waiter.
+    Owner,
+    /// A hand-off reached an owner that no longer waits on this client (it stopped, or
+    /// took the lock by a try of its own before the message came): it leaves the waiter
+    /// registry, and a lock free or reserved for it goes to the next waiter. Its holds,
+    /// if any, belong to its guard and stay.
+    Unheard(Unheard),
+    /// No owner: a lock kept for this client's next task, which did not try for it after
+    /// all, goes to the next waiter (see `sync::local::PassOn`).
+    PassOn,
     /// A re-entry was abandoned with its outcome unknown: its hold goes if its marker
     /// (acquisition `op`) shows it was applied.
     Reentry { op: u64 },
 }
 
 /// The release of `kind` for the owner `field` of the lock `name` (see
-/// `scripts/release.lua`: mode `one`, `all` or `undo`).
+/// `scripts/release.lua`: mode `one`, `all`, `leave`, `wake` or `undo`).
 pub(crate) fn release_job(
     name: &Arc<str>,
     keys: &LockKeys,
     field: &str,
     kind: ReleaseKind,
 ) -> ReleaseJob {
-    let (mode, once_key) = match kind {
-        ReleaseKind::Hold { op } => ("one", keys.memo(field, op)),
-        // Idempotent without a memo; the lock key fills the slot (same slot as every key).
-        ReleaseKind::Owner { .. } => ("all", keys.key.clone()),
-        ReleaseKind::Reentry { op } => ("undo", keys.marker(field, op)),
+    // `all`, `leave` and `wake` are idempotent without a memo; the lock key fills the slot (same
+    // slot as every key).
+    let (mode, once_key, field) = match kind {
+        ReleaseKind::Hold { op } => ("one", keys.memo(field, op), field),
+        ReleaseKind::Owner => ("all", keys.key.clone(), field),
+        ReleaseKind::Unheard(Unheard::Pass) => ("leave", keys.key.clone(), field),
+        ReleaseKind::Unheard(Unheard::Wake) => ("wake", keys.key.clone(), field),
+        ReleaseKind::PassOn => ("leave", keys.key.clone(), ""),
+        ReleaseKind::Reentry { op } => ("undo", keys.marker(field, op), field),
     };
     ReleaseJob {
         name: Arc::clone(name),
@@ -43,5 +59,6 @@ pub(crate) fn release_job(
             finds_nothing_once_done: true,
         },
         label: None,
+        counted: true,
     }
 }

@@ -8,14 +8,14 @@ use tokio::time::Instant;
 
 use super::{Mode, MultiGuard, MultiLock};
 use crate::error::{LockError, LossReason, Result};
-use crate::fence::Fence;
+use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
-use crate::lock::Lock;
-use crate::redis::CallError;
 use crate::scripts::multi_scripts;
+use crate::sync::attempt::{RegisteredFlag, Reply, TryStep};
 use crate::sync::observe;
 use crate::sync::owner;
+use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl MultiLock {
@@ -48,7 +48,7 @@ impl MultiLock {
         let started = Instant::now();
         let give_up_at = wait.and_then(|wait| started.checked_add(wait));
         let outcome = match self.mode {
-            Mode::SameSlot if !self.any_held_by_chain() && !self.needs_replica_acks() => {
+            Mode::SameSlot if !self.any_held_by_chain() => {
                 self.acquire_same_slot(wait, lease, give_up_at).await
             }
             _ => self.acquire_sequential(lease, give_up_at).await,
@@ -61,15 +61,6 @@ impl MultiLock {
             },
             other => other,
         })
-    }
-
-    /// Whether the client confirms each acquisition on replicas (`replica_acks`): the
-    /// same-slot script sends no `WAIT`, so the set then goes the sequential way, where
-    /// every lock's acquisition is confirmed.
-    fn needs_replica_acks(&self) -> bool {
-        self.locks
-            .iter()
-            .any(|lock| lock.client().inner.settings.replica_acks.is_some())
     }
 
     /// Whether the current call chain holds one of the locks (a same-slot set then goes
@@ -135,40 +126,69 @@ impl MultiLock {
         let renewal = lease.is_none().then_some(settings.watchdog_timeout);
         let lease = lease.unwrap_or(settings.watchdog_timeout);
         let lease_ms = lease_millis("lease", lease)?;
-        let mut attempt = SameSlotAttempt {
-            locks: &self.locks,
-            field: format!("{}:{}", inner.id_text, inner.next_owner()).into(),
-            maybe_applied: false,
-            waits: wait != Some(Duration::ZERO),
-        };
-        // The waiter listens on the channel of the lock that blocked the last try.
+        let waits = wait != Some(Duration::ZERO);
+        let field: Arc<str> = format!("{}:{}", inner.id_text, inner.next_owner()).into();
+        let mut call = multi_scripts().acquire.prepare_invoke();
+        for lock in self.locks.iter() {
+            call.key(lock.key());
+        }
+        for lock in self.locks.iter() {
+            call.key(&lock.keys().fence);
+        }
+        for lock in self.locks.iter() {
+            call.key(&lock.keys().channel);
+        }
+        call.arg(lease_ms)
+            .arg(&*field)
+            .arg(settings.fence_arg())
+            .arg(if waits {
+                settings.registry_ttl().as_millis() as u64
+            } else {
+                0
+            })
+            // Whether an earlier try may have registered it: set by the try step.
+            .arg("0")
+            .arg(inner.backend.publish_command())
+            .arg(HAND_OFF_RESERVATION.as_millis() as u64);
+        // Every hold an unanswered try may have taken, and the owner's place among each
+        // lock's waiters, go lock by lock when the acquisition ends without a guard.
+        let mut step = TryStep::new(&**inner, first.name(), call, || {
+            self.locks
+                .iter()
+                .map(|lock| lock.abandoned_release(&field))
+                .collect()
+        })
+        .replicated()
+        .waiting(waits, Some(REGISTERED_FLAG));
+        // The waiter listens, as the owner, on the wake channel of the lock that blocked
+        // the last try.
         let mut waiter: Option<(usize, Waiter<'_>)> = None;
         loop {
-            let (blocker, not_yet) = match attempt.run(lease_ms, give_up_at).await {
-                Ok((sent_at, Reply::Acquired(tokens))) => {
-                    attempt.maybe_applied = false;
-                    if let Some((_, waiting)) = waiter.as_mut() {
-                        waiting.acquired();
-                    }
+            let (blocker, not_yet) = match step.run(give_up_at).await {
+                Ok((sent_at, Reply::GrantedAll(tokens))) if tokens.len() == self.locks.len() => {
+                    step.granted();
                     let guards = self
                         .locks
                         .iter()
                         .zip(tokens)
-                        .map(|(lock, fence)| {
-                            lock.adopt(&attempt.field, renewal, sent_at + lease, fence)
-                        })
+                        .map(|(lock, fence)| lock.adopt(&field, renewal, sent_at + lease, fence))
                         .collect();
                     inner.metrics.acquired(started.elapsed());
-                    tracing::debug!(locks = ?self.names(), owner = %attempt.field, "dlock: multi-lock acquired");
+                    tracing::debug!(locks = ?self.names(), owner = %field, "dlock: multi-lock acquired");
                     return Ok(MultiGuard::new(guards));
                 }
-                Ok((_, Reply::Busy { index, ttl_ms })) => (index, NotYet::Busy { ttl_ms }),
-                Ok((_, Reply::WrongType { index, found })) => {
+                Ok((_, Reply::Busy { wait_ms, at })) if at < self.locks.len() => {
+                    (at, NotYet::Busy { ttl_ms: wait_ms })
+                }
+                Ok((_, other)) => {
+                    step.give_up().await;
                     inner.metrics.acquire_failed();
-                    return Err(LockError::WrongType {
-                        name: self.locks[index].name().to_owned(),
-                        found,
-                    });
+                    let at = match &other {
+                        Reply::WrongType { at, .. } | Reply::OtherKind { at, .. } => *at,
+                        _ => 0,
+                    };
+                    let name = self.locks.get(at).unwrap_or(first).name();
+                    return Err(other.refusal(name, "acquire", LockKind::Lock));
                 }
                 Err(error) => (
                     waiter.as_ref().map_or(0, |(index, _)| *index),
@@ -180,11 +200,16 @@ impl MultiLock {
                     recheck: settings.max_wait_recheck,
                     failover_wait: settings.failover_wait,
                     give_up_at,
-                    patient: wait != Some(Duration::ZERO),
+                    patient: waits,
                 };
-                let keys = self.locks[blocker].keys();
-                let waiting = Waiter::new(&inner.pubsub, &keys.channel, None, policy)
-                    .registered_for(&keys.key);
+                let lock = &self.locks[blocker];
+                let waiting = Waiter::for_owner(
+                    &inner.pubsub,
+                    lock.wake_channel(),
+                    &field,
+                    lock.abandon(),
+                    policy,
+                );
                 waiter = Some((blocker, waiting));
             }
             let Some((_, waiting)) = waiter.as_mut() else {
@@ -193,6 +218,7 @@ impl MultiLock {
             match waiting.wait(not_yet).await {
                 Ok(()) => {}
                 Err(GiveUp::TimedOut) => {
+                    step.give_up().await;
                     inner.metrics.timed_out();
                     return Err(LockError::Timeout {
                         name: self.locks[blocker].name().to_owned(),
@@ -200,6 +226,7 @@ impl MultiLock {
                     });
                 }
                 Err(GiveUp::Unavailable(error)) => {
+                    step.give_up().await;
                     inner.metrics.acquire_failed();
                     return Err(error.into_lock_error(self.locks[blocker].name(), "acquire"));
                 }
@@ -207,6 +234,10 @@ impl MultiLock {
         }
     }
 }
+
+/// The same-slot script's argument that says whether an earlier try of the acquisition
+/// may have registered its owner (`ARGV[5]`, see `scripts/acquire.lua`).
+const REGISTERED_FLAG: RegisteredFlag = RegisteredFlag(4);
 
 /// Runs `acquisition` while renewing the explicit-lease holds `held` to `lease` every
 /// third of it, so that the locks taken first do not expire while a later one is awaited.
@@ -291,141 +322,4 @@ async fn renew(guard: &LockGuard, lease: Duration) -> Result<()> {
 /// here goes on in the background (the guard's `Drop`).
 async fn give_back(held: Vec<LockGuard>) {
     futures_util::future::join_all(held.into_iter().map(LockGuard::unlock)).await;
-}
-
-/// What the same-slot script answered (see `scripts/acquire.lua`).
-#[derive(Debug)]
-enum Reply {
-    /// `{'ok', token...}`: the owner holds every lock, with each lock's fencing token
-    /// (`None`: tokens off), in the order of the keys.
-    Acquired(Vec<Option<Fence>>),
-    /// Lock `index` (0-based) is held by another owner, for `ttl_ms` more.
-    Busy { index: usize, ttl_ms: i64 },
-    /// Lock `index` holds another type of value.
-    WrongType { index: usize, found: String },
-}
-
-impl redis::FromRedisValue for Reply {
-    fn from_redis_value(value: redis::Value) -> std::result::Result<Reply, redis::ParsingError> {
-        let position = |lua: i64| {
-            usize::try_from(lua - 1)
-                .map_err(|_| format!("bad key position {lua} in a dlock multi-lock reply"))
-        };
-        match value {
-            redis::Value::Array(items) => match items.as_slice() {
-                [redis::Value::BulkString(ok), tokens @ ..] if ok.as_slice() == b"ok" => tokens
-                    .iter()
-                    .map(|token| match token {
-                        redis::Value::Int(0) => Ok(None),
-                        redis::Value::Int(n) => u64::try_from(*n)
-                            .map(|n| Some(Fence::new(n)))
-                            .map_err(|_| format!("bad dlock fencing token {n}").into()),
-                        other => Err(format!("bad dlock fencing token {other:?}").into()),
-                    })
-                    .collect::<std::result::Result<Vec<_>, redis::ParsingError>>()
-                    .map(Reply::Acquired),
-                [redis::Value::Int(index), redis::Value::Int(ttl_ms)] => Ok(Reply::Busy {
-                    index: position(*index)?,
-                    ttl_ms: *ttl_ms,
-                }),
-                _ => Err(
-                    format!("unexpected reply from the dlock multi-lock script: {items:?}").into(),
-                ),
-            },
-            other => {
-                let text = String::from_redis_value(other)?;
-                let mut parts = text.splitn(3, ':');
-                match (parts.next(), parts.next(), parts.next()) {
-                    (Some("wrongtype"), Some(index), Some(found)) => {
-                        let index: i64 = index
-                            .parse()
-                            .map_err(|_| format!("bad key position in {text:?}"))?;
-                        Ok(Reply::WrongType {
-                            index: position(index)?,
-                            found: found.to_owned(),
-                        })
-                    }
-                    _ => Err(format!(
-                        "unexpected reply from the dlock multi-lock script: {text:?}"
-                    )
-                    .into()),
-                }
-            }
-        }
-    }
-}
-
-/// One same-slot acquisition's tries; if dropped while a try may have taken the locks
-/// (its reply never came), queues the release of every hold of its owner, lock by lock.
-struct SameSlotAttempt<'a> {
-    locks: &'a [Lock],
-    field: Arc<str>,
-    maybe_applied: bool,
-    /// Not a single try: busy tries register the client as waiting for the blocker.
-    waits: bool,
-}
-
-impl SameSlotAttempt<'_> {
-    /// Runs the script, retrying fast transient failures; the send time of the call
-    /// that answered, and its reply.
-    async fn run(
-        &mut self,
-        lease_ms: u64,
-        give_up_at: Option<Instant>,
-    ) -> Result<(Instant, Reply), CallError> {
-        let first = &self.locks[0];
-        let inner = &first.client().inner;
-        let mut invocation = multi_scripts().acquire.prepare_invoke();
-        for lock in self.locks {
-            invocation.key(lock.key());
-        }
-        for lock in self.locks {
-            invocation.key(&lock.keys().fence);
-        }
-        for lock in self.locks {
-            invocation.key(&lock.keys().channel);
-        }
-        invocation
-            .arg(lease_ms)
-            .arg(&*self.field)
-            .arg(inner.settings.fence_arg())
-            .arg(&*inner.id_text)
-            .arg(if self.waits {
-                inner.settings.registry_ttl().as_millis() as u64
-            } else {
-                0
-            });
-        // Stays true after an error reply too: a script refused half-way keeps what it
-        // wrote.
-        self.maybe_applied = true;
-        let invocation = &invocation;
-        let outcome = inner
-            .settings
-            .retry()
-            .run(first.name(), give_up_at, || async move {
-                inner.metrics.attempted();
-                inner.backend.invoke::<Reply>(invocation).await
-            })
-            .await;
-        if let Ok((_, reply)) = &outcome {
-            if !matches!(reply, Reply::Acquired(_)) {
-                // Busy or refused before writing: nothing of ours is there.
-                self.maybe_applied = false;
-            }
-        }
-        outcome
-    }
-}
-
-impl Drop for SameSlotAttempt<'_> {
-    fn drop(&mut self) {
-        if !self.maybe_applied {
-            return;
-        }
-        tracing::debug!(owner = %self.field, "dlock: multi-lock acquire outcome unknown; releasing in the background");
-        for lock in self.locks {
-            let inner = &lock.client().inner;
-            inner.release_in_background(lock.abandoned_release(&self.field));
-        }
-    }
 }

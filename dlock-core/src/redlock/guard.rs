@@ -143,7 +143,7 @@ impl RedLockGuard {
         let field = Arc::clone(&self.hold.field);
         let jobs: Vec<_> = lock
             .nodes()
-            .map(|(node, keys)| node::release_of(node, &lock.name, keys, &field))
+            .map(|(_, keys)| node::release_of(&lock.name, keys, &field))
             .collect();
         // Every job that has not answered is still owed: a cancelled unlock hands them to
         // the background through `Drop`, which sees `released` false. Each server gets the

@@ -20,10 +20,11 @@ pub use guard::RedLockGuard;
 
 use crate::client::{LockClient, LockClientBuilder};
 use crate::error::{LockError, Result};
+use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::names::{check_text, LockKeys};
+use crate::sync::attempt::Reply;
 use crate::sync::observe;
-use node::Grant;
 
 /// A lock over N independent Redis servers (the Redlock algorithm of the Redis
 /// documentation): an acquisition asks every server at once, each with a short timeout,
@@ -500,7 +501,7 @@ impl RedLock {
         let failover_wait = self.client.first().inner.settings.failover_wait;
         let mut unreachable_since: Option<Instant> = None;
         loop {
-            let failure = match self.round(lease, lease_ms).await? {
+            let failure = match self.round(lease, lease_ms, give_up_at).await? {
                 Ok(won) => {
                     tracing::debug!(lock = %self.name, owner = %won.field, waited = ?started.elapsed(), "dlock: RedLock acquired");
                     return Ok(RedLockGuard::new(
@@ -549,11 +550,15 @@ impl RedLock {
     }
 
     /// One round: the acquire script on every server at once for a new owner; a round
-    /// that does not win is released on every server (in the background).
+    /// that does not win is released on every server (in the background). A round still
+    /// open at `give_up_at` (when that is after its start: a single try has its whole
+    /// round) ends there, with the answers it has: the wait bounds the acquisition, even
+    /// while servers do not answer.
     async fn round(
         &self,
         lease: Duration,
         lease_ms: u64,
+        give_up_at: Option<Instant>,
     ) -> Result<std::result::Result<Won, Failure>> {
         let mut round = Round {
             lock: self,
@@ -578,18 +583,39 @@ impl RedLock {
         // server is down, and competing clients' rounds would then overlap and split the
         // servers between them. A call given up here may still be applied: the guard's
         // release (or this round's, if it lost) goes to every server.
-        while let Some(answer) = calls.next().await {
+        let cut_at = give_up_at.filter(|at| *at > start);
+        loop {
+            let answer = match cut_at {
+                Some(at) => match tokio::time::timeout_at(at, calls.next()).await {
+                    Ok(answer) => answer,
+                    Err(_) => break,
+                },
+                None => calls.next().await,
+            };
+            let Some(answer) = answer else {
+                break;
+            };
             match answer {
-                Ok(Grant::Granted) => {
+                Ok(reply) if reply.is_granted() => {
                     granted += 1;
                     answered += 1;
                 }
-                Ok(Grant::Busy) => answered += 1,
-                Ok(Grant::WrongType(found)) => {
+                Ok(Reply::Busy { .. }) => answered += 1,
+                Ok(Reply::WrongType { found, .. }) => {
                     return Err(LockError::WrongType {
                         name: self.name.to_string(),
                         found,
                     })
+                }
+                Ok(Reply::OtherKind { found, .. }) => {
+                    return Err(LockError::KindMismatch {
+                        name: self.name.to_string(),
+                        requested: LockKind::Lock,
+                        found,
+                    })
+                }
+                Ok(other) => {
+                    tracing::debug!(lock = %self.name, reply = ?other, "dlock: unexpected reply from a RedLock server");
                 }
                 Err(error) => {
                     tracing::debug!(lock = %self.name, %error, "dlock: RedLock server failed in a round");
@@ -630,7 +656,7 @@ impl RedLock {
     fn release_everywhere_in_background(&self, field: &str) {
         for (node, keys) in self.nodes() {
             node.inner
-                .release_in_background(node::release_of(node, &self.name, keys, field));
+                .release_in_background(node::release_of(&self.name, keys, field));
         }
     }
 }

@@ -11,35 +11,8 @@ use crate::lock::release_ops::{release_job, ReleaseKind};
 use crate::names::LockKeys;
 use crate::redis::CallError;
 use crate::scripts::scripts;
+use crate::sync::attempt::Reply;
 use crate::sync::release::{self, HandOff, ReleaseJob, Released};
-
-/// What one server answered to the acquire script.
-#[derive(Debug)]
-pub(super) enum Grant {
-    /// The round's owner holds the lock there now (also when a retried call found its own
-    /// field: the acquire script is own-value tolerant).
-    Granted,
-    /// Another owner holds it there.
-    Busy,
-    /// The key holds another type of value there; nothing was written.
-    WrongType(String),
-}
-
-impl redis::FromRedisValue for Grant {
-    fn from_redis_value(value: redis::Value) -> Result<Grant, redis::ParsingError> {
-        match value {
-            redis::Value::Nil => Ok(Grant::Granted),
-            redis::Value::Int(_) => Ok(Grant::Busy),
-            other => {
-                let text = String::from_redis_value(other)?;
-                match text.split_once(':') {
-                    Some(("wrongtype", found)) => Ok(Grant::WrongType(found.to_owned())),
-                    _ => Err(format!("unexpected reply from the acquire script: {text:?}").into()),
-                }
-            }
-        }
-    }
-}
 
 /// `call`, given up after `limit`: a server that does not answer in time counts as failed
 /// for this round (its call may still have been applied).
@@ -53,12 +26,14 @@ pub(super) async fn bounded<T>(
 }
 
 /// One try of the acquire script for the new owner `field` (a fresh owner: one round's).
+/// A retried call that finds its own field counts as granted: the script is own-value
+/// tolerant.
 pub(super) async fn acquire(
     node: &LockClient,
     keys: &LockKeys,
     field: &str,
     lease_ms: u64,
-) -> Result<Grant, CallError> {
+) -> Result<Reply, CallError> {
     let mut invocation = scripts().acquire.prepare_invoke();
     // A fresh owner needs no marker: the lock key fills KEYS[2] (one slot for every key).
     // No fencing token: counters on independent servers would not order the holders.
@@ -73,8 +48,8 @@ pub(super) async fn acquire(
         .arg(0)
         .arg("0")
         // A RedLock waits by rounds, not for unlock messages: it never registers.
-        .arg("")
-        .arg(0);
+        .arg(0)
+        .arg("0");
     node.inner.backend.invoke(&invocation).await
 }
 
@@ -92,22 +67,10 @@ pub(super) async fn renew(
     Ok(matches!(answers.first(), Some(redis::Value::Int(1))))
 }
 
-/// The release of every hold of `field` there, under a memo of its own so that retries
-/// (in the foreground or the background) count once.
-pub(super) fn release_of(
-    node: &LockClient,
-    name: &Arc<str>,
-    keys: &LockKeys,
-    field: &str,
-) -> ReleaseJob {
-    release_job(
-        name,
-        keys,
-        field,
-        ReleaseKind::Owner {
-            op: node.inner.next_op(),
-        },
-    )
+/// The release of every hold of `field` on a server: idempotent by itself, so retries (in
+/// the foreground or the background) count once.
+pub(super) fn release_of(name: &Arc<str>, keys: &LockKeys, field: &str) -> ReleaseJob {
+    release_job(name, keys, field, ReleaseKind::Owner)
 }
 
 /// Runs `job` with the server client's release retries, given up after `limit` (the job

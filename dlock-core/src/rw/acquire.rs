@@ -14,15 +14,14 @@ use tokio::time::Instant;
 use super::release_ops::{release_job, ReleaseKind};
 use super::{Kind, ReadWriteLock, WRITE_SUFFIX};
 use crate::error::{LockError, LossReason, Result};
-use crate::fence::Fence;
+use crate::kind::LockKind;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
-use crate::redis::CallError;
-use crate::scripts::rw_scripts;
+use crate::scripts::{rw_scripts, ScriptCall};
+use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::observe;
 use crate::sync::owner;
-use crate::sync::release::{self, HandOff};
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 /// How long a waiting writer's entry lives after its last try. A live writer tries again
@@ -137,24 +136,29 @@ impl ReadWriteLock {
             renewal,
             lease,
         } = reentry_lease(lease, outer.renewal, watchdog)?;
-        let mut attempt = Attempt {
-            rw: self,
-            owner: owner_of(outer),
-            kind,
-            reentry: Some(inner.next_op()),
-            maybe_applied: false,
-            queued: false,
-        };
-        let (sent_at, reply) = match attempt.run(lease_ms, 0, None).await {
+        let owner = owner_of(outer);
+        let op = inner.next_op();
+        let call = self.acquire_call(kind, &owner, lease_ms, Some(op), 0);
+        let mut step = TryStep::new(&**inner, &self.shared.name, call, || {
+            vec![release_job(
+                &self.shared,
+                &owner,
+                kind,
+                ReleaseKind::Reentry { op },
+            )]
+        })
+        .replicated();
+        let (sent_at, reply) = match step.run(None).await {
             Ok(outcome) => outcome,
             Err(error) => {
+                step.give_up().await;
                 inner.metrics.acquire_failed();
                 return Err(error.into_lock_error(&self.shared.name, "acquire"));
             }
         };
         match reply {
-            Reply::Acquired(_) => {
-                attempt.maybe_applied = false;
+            Reply::Granted(_) => {
+                step.granted();
                 let deadline = lease.map_or_else(|| outer.deadline(), |lease| sent_at + lease);
                 // A write re-entry shares its outer write hold's token; reads have none.
                 let fence = match kind {
@@ -163,7 +167,7 @@ impl ReadWriteLock {
                 };
                 let held = Arc::new(
                     Held::new(
-                        self.hold_owner(kind, &attempt.owner),
+                        self.hold_owner(kind, &owner),
                         renewal,
                         deadline,
                         Arc::clone(&inner.metrics),
@@ -171,10 +175,10 @@ impl ReadWriteLock {
                     .with_fence(fence),
                 );
                 inner.metrics.acquired(started.elapsed());
-                tracing::debug!(lock = %self.shared.name, owner = %attempt.owner, ?kind, "dlock: re-entered read-write lock");
-                Ok(Some(self.guard(kind, &attempt.owner, held)))
+                tracing::debug!(lock = %self.shared.name, %owner, ?kind, "dlock: re-entered read-write lock");
+                Ok(Some(self.guard(kind, &owner, held)))
             }
-            Reply::NotHeld | Reply::Busy(_) => {
+            Reply::NotHeld | Reply::Busy { .. } => {
                 outer.mark_lost(LossReason::NotHeldOnCheck);
                 Ok(None)
             }
@@ -183,11 +187,50 @@ impl ReadWriteLock {
                 outer.mark_lost(LossReason::NotHeldOnCheck);
                 Err(self.upgrade_refused())
             }
-            Reply::WrongType(found) => {
+            other => {
+                step.give_up().await;
                 inner.metrics.acquire_failed();
-                Err(self.wrong_type(found))
+                Err(other.refusal(&self.shared.name, "acquire", LockKind::ReadWrite))
             }
         }
+    }
+
+    /// The acquire script's call for a `kind` hold of `owner` with lease `lease_ms`: a
+    /// re-entry (acquisition `reentry`, which names its marker) or, for `None`, a fresh
+    /// owner; a fresh writer that finds the lock busy keeps a waiting entry for
+    /// `entry_ms` (0: none).
+    fn acquire_call(
+        &self,
+        kind: Kind,
+        owner: &str,
+        lease_ms: u64,
+        reentry: Option<u64>,
+        entry_ms: u64,
+    ) -> ScriptCall {
+        let lock = &self.shared;
+        let settings = &lock.client.inner.settings;
+        let (marker, how, marker_ms) = match reentry {
+            None => (None, "fresh", 0),
+            Some(op) => (
+                Some(lock.keys.marker(&kind.field(owner), op)),
+                "reenter",
+                settings.memo_ttl().as_millis() as u64,
+            ),
+        };
+        let mut call = rw_scripts().acquire.prepare_invoke();
+        call.key(&*lock.key)
+            .key(&*lock.writers)
+            // A new owner has no marker; the lock key fills the slot (one slot for all).
+            .key(marker.as_deref().unwrap_or(&lock.key))
+            .key(&*lock.keys.fence)
+            .arg(lease_ms)
+            .arg(owner)
+            .arg(kind.as_str())
+            .arg(how)
+            .arg(marker_ms)
+            .arg(entry_ms)
+            .arg(settings.fence_arg());
+        call
     }
 
     /// A new owner's acquisition: tries, then waits for unlock messages (every one for a
@@ -214,18 +257,24 @@ impl ReadWriteLock {
             0
         };
         let owner: Arc<str> = format!("{}:{}", inner.id, inner.next_owner()).into();
-        let mut attempt = Attempt {
-            rw: self,
-            owner,
-            kind,
-            reentry: None,
-            maybe_applied: false,
-            queued: false,
-        };
+        let call = self.acquire_call(kind, &owner, lease_ms, None, entry_ms);
+        // Whatever an unanswered try took, and a writer's waiting entry (which holds new
+        // readers back), go when the acquisition ends without a guard.
+        let mut step = TryStep::new(&**inner, &self.shared.name, call, || {
+            vec![release_job(
+                &self.shared,
+                &owner,
+                kind,
+                ReleaseKind::Owner {
+                    op: inner.next_op(),
+                },
+            )]
+        })
+        .replicated()
+        .waiting(entry_ms > 0, None);
         let waiter = Waiter::new(
             &inner.pubsub,
             &self.shared.keys.channel,
-            None,
             WaitPolicy {
                 // A waiting writer's tries are its entry's heartbeat.
                 recheck: settings.max_wait_recheck.min(WRITER_ENTRY_TTL / 3),
@@ -240,13 +289,12 @@ impl ReadWriteLock {
             Kind::Write => waiter,
         };
         loop {
-            let not_yet = match attempt.run(lease_ms, entry_ms, give_up_at).await {
-                Ok((sent_at, Reply::Acquired(fence))) => {
-                    attempt.maybe_applied = false;
-                    attempt.queued = false;
+            let not_yet = match step.run(give_up_at).await {
+                Ok((sent_at, Reply::Granted(fence))) => {
+                    step.granted();
                     let held = Arc::new(
                         Held::new(
-                            self.hold_owner(kind, &attempt.owner),
+                            self.hold_owner(kind, &owner),
                             renewal,
                             sent_at + lease,
                             Arc::clone(&inner.metrics),
@@ -254,19 +302,14 @@ impl ReadWriteLock {
                         .with_fence(fence),
                     );
                     inner.metrics.acquired(started.elapsed());
-                    tracing::debug!(lock = %self.shared.name, owner = %attempt.owner, ?kind, waited = ?started.elapsed(), "dlock: acquired read-write lock");
-                    return Ok(self.guard(kind, &attempt.owner, held));
+                    tracing::debug!(lock = %self.shared.name, %owner, ?kind, waited = ?started.elapsed(), "dlock: acquired read-write lock");
+                    return Ok(self.guard(kind, &owner, held));
                 }
-                Ok((_, Reply::Busy(ttl_ms))) => NotYet::Busy { ttl_ms },
-                Ok((_, Reply::WrongType(found))) => {
+                Ok((_, Reply::Busy { wait_ms, .. })) => NotYet::Busy { ttl_ms: wait_ms },
+                Ok((_, other)) => {
+                    step.give_up().await;
                     inner.metrics.acquire_failed();
-                    attempt.leave().await;
-                    return Err(self.wrong_type(found));
-                }
-                Ok((_, reply @ (Reply::NotHeld | Reply::Upgrade))) => {
-                    inner.metrics.acquire_failed();
-                    attempt.leave().await;
-                    return Err(self.unexpected(&reply));
+                    return Err(other.refusal(&self.shared.name, "acquire", LockKind::ReadWrite));
                 }
                 Err(error) => NotYet::Unavailable(error),
             };
@@ -274,16 +317,16 @@ impl ReadWriteLock {
                 Ok(()) => {}
                 Err(GiveUp::TimedOut) => {
                     tracing::debug!(lock = %self.shared.name, ?kind, waited = ?started.elapsed(), "dlock: wait budget spent");
+                    step.give_up().await;
                     inner.metrics.timed_out();
-                    attempt.leave().await;
                     return Err(LockError::Timeout {
                         name: self.shared.name.to_string(),
                         waited: wait.unwrap_or_default(),
                     });
                 }
                 Err(GiveUp::Unavailable(error)) => {
+                    step.give_up().await;
                     inner.metrics.acquire_failed();
-                    attempt.leave().await;
                     return Err(error.into_lock_error(&self.shared.name, "acquire"));
                 }
             }
@@ -309,218 +352,5 @@ impl ReadWriteLock {
         LockGuard::new(self.shared.client.clone(), held, |op| {
             release_job(&self.shared, owner, kind, ReleaseKind::Hold { op })
         })
-    }
-
-    fn wrong_type(&self, found: String) -> LockError {
-        LockError::WrongType {
-            name: self.shared.name.to_string(),
-            found,
-        }
-    }
-
-    /// A reply the script does not give for this call (a script of another dlock version
-    /// loaded under the same hash, say): reported, never acted on.
-    fn unexpected(&self, reply: &Reply) -> LockError {
-        LockError::Redis {
-            name: self.shared.name.to_string(),
-            action: "acquire",
-            source: redis::RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "unexpected reply from a dlock script",
-                format!("{reply:?}"),
-            )),
-        }
-    }
-}
-
-/// What the acquire script answered (see `scripts/acquire.lua`).
-#[derive(Debug)]
-enum Reply {
-    /// nil or `{token}`: the hold is taken, with a fresh writer's fencing token.
-    Acquired(Option<Fence>),
-    /// Busy: try again within this many ms at the latest.
-    Busy(i64),
-    /// A re-entry found its owner gone.
-    NotHeld,
-    /// A write re-entry found an owner that only reads.
-    Upgrade,
-    /// The key holds a value of this Redis type, not a lock; nothing was written.
-    WrongType(String),
-}
-
-impl redis::FromRedisValue for Reply {
-    fn from_redis_value(value: redis::Value) -> std::result::Result<Reply, redis::ParsingError> {
-        match value {
-            redis::Value::Nil => Ok(Reply::Acquired(None)),
-            redis::Value::Int(n) => Ok(Reply::Busy(n)),
-            redis::Value::Array(items) => match items.as_slice() {
-                [redis::Value::Int(token)] if *token > 0 => {
-                    Ok(Reply::Acquired(u64::try_from(*token).ok().map(Fence::new)))
-                }
-                other => Err(format!("unexpected reply from a dlock script: {other:?}").into()),
-            },
-            other => {
-                let text = String::from_redis_value(other)?;
-                match text.split_once(':') {
-                    _ if text == "notheld" => Ok(Reply::NotHeld),
-                    _ if text == "upgrade" => Ok(Reply::Upgrade),
-                    Some(("wrongtype", found)) => Ok(Reply::WrongType(found.to_owned())),
-                    _ => Err(format!("unexpected reply from a dlock script: {text:?}").into()),
-                }
-            }
-        }
-    }
-}
-
-/// One acquisition's tries. If dropped while a try may have taken a hold (its reply never
-/// came) or while its writer has a waiting entry, queues the release of exactly that
-/// acquisition: the hold, and the entry.
-struct Attempt<'a> {
-    rw: &'a ReadWriteLock,
-    owner: Arc<str>,
-    kind: Kind,
-    /// A re-entry's operation id (names its marker); `None` for a new owner.
-    reentry: Option<u64>,
-    maybe_applied: bool,
-    /// A writer's waiting entry may be in Redis.
-    queued: bool,
-}
-
-impl Attempt<'_> {
-    /// Runs the acquire script, retrying fast transient failures. Returns the send time of
-    /// the successful call and the script's reply.
-    async fn run(
-        &mut self,
-        lease_ms: u64,
-        entry_ms: u64,
-        give_up_at: Option<Instant>,
-    ) -> Result<(Instant, Reply), CallError> {
-        let lock = &self.rw.shared;
-        let inner = &lock.client.inner;
-        let (marker, how, marker_ms) = match self.reentry {
-            None => (None, "fresh", 0),
-            Some(op) => (
-                Some(lock.keys.marker(&self.kind.field(&self.owner), op)),
-                "reenter",
-                inner.settings.memo_ttl().as_millis() as u64,
-            ),
-        };
-        // A new owner has no marker; the lock key fills the slot (one slot for all).
-        let keys = [
-            &*lock.key,
-            &*lock.writers,
-            marker.as_deref().unwrap_or(&lock.key),
-            &*lock.keys.fence,
-        ];
-        let args = [
-            lease_ms.to_string(),
-            self.owner.to_string(),
-            self.kind.as_str().to_owned(),
-            how.to_owned(),
-            marker_ms.to_string(),
-            entry_ms.to_string(),
-            inner.settings.fence_arg().to_owned(),
-        ];
-        let mut invocation = rw_scripts().acquire.prepare_invoke();
-        for key in keys {
-            invocation.key(key);
-        }
-        for arg in &args {
-            invocation.arg(arg);
-        }
-        // Stays true after an error reply too: a script refused half-way keeps what it
-        // wrote, so the compensating release is needed then as well.
-        self.maybe_applied = true;
-        if entry_ms > 0 {
-            self.queued = true;
-        }
-        let invocation = &invocation;
-        let outcome = inner
-            .settings
-            .retry()
-            .run(&lock.name, give_up_at, || async move {
-                inner.metrics.attempted();
-                match inner.settings.replica_acks {
-                    // The call followed by `WAIT`: a hold counts once the replicas have
-                    // it (and its fencing token).
-                    Some(acks) => {
-                        inner
-                            .backend
-                            .invoke_replicated(
-                                &lock.name,
-                                invocation,
-                                (acks.replicas, acks.within),
-                                |reply| matches!(reply, Reply::Acquired(_)),
-                            )
-                            .await
-                    }
-                    None => inner.backend.invoke::<Reply>(invocation).await,
-                }
-            })
-            .await;
-        if let Ok((_, reply)) = &outcome {
-            if !matches!(reply, Reply::Acquired(_)) {
-                // Busy or refused before writing a hold (a busy writer's entry is covered
-                // by `queued`).
-                self.maybe_applied = false;
-            }
-        }
-        outcome
-    }
-
-    /// The release of whatever this acquisition may have left: its hold if a try may have
-    /// been applied, a writer's waiting entry.
-    fn abandon(&self) -> Option<crate::sync::release::ReleaseJob> {
-        if !self.maybe_applied && !self.queued {
-            return None;
-        }
-        let inner = &self.rw.shared.client.inner;
-        let release = match self.reentry {
-            None => ReleaseKind::Owner {
-                op: inner.next_op(),
-            },
-            Some(op) => ReleaseKind::Reentry { op },
-        };
-        Some(release_job(
-            &self.rw.shared,
-            &self.owner,
-            self.kind,
-            release,
-        ))
-    }
-
-    /// Gives up the acquisition now: a writer leaves the waiting writers at once, so that
-    /// the readers it held back pass without waiting for its entry to lapse. Falls back to
-    /// the background when Redis does not answer (cancelled here, `Drop` does it).
-    async fn leave(&mut self) {
-        let Some(job) = self.abandon() else {
-            return;
-        };
-        let inner = &self.rw.shared.client.inner;
-        match release::release(
-            &inner.backend,
-            inner.settings.release_timing(),
-            &job,
-            HandOff::NONE,
-        )
-        .await
-        {
-            Ok(_) => {}
-            Err(error) => {
-                tracing::debug!(lock = %self.rw.shared.name, %error, "dlock: leaving the wait failed; retrying in the background");
-                inner.release_in_background(job);
-            }
-        }
-        self.maybe_applied = false;
-        self.queued = false;
-    }
-}
-
-impl Drop for Attempt<'_> {
-    fn drop(&mut self) {
-        if let Some(job) = self.abandon() {
-            tracing::debug!(lock = %self.rw.shared.name, "dlock: read-write acquisition abandoned; releasing in the background");
-            self.rw.shared.client.inner.release_in_background(job);
-        }
     }
 }

@@ -49,5 +49,6 @@ pub(super) fn release_job(
             finds_nothing_once_done: false,
         },
         label: None,
+        counted: true,
     }
 }

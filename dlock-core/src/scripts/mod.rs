@@ -14,14 +14,13 @@ pub(crate) use script::{Oom, Script, ScriptCall};
 
 use std::sync::OnceLock;
 
-/// The reentrant lock's scripts (`lock/scripts/`).
+/// The reentrant lock's scripts (`lock/scripts/`), each but `renew` prefixed with the
+/// shared `handoff.lua` (the waiter registry and the hand-off).
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
     pub(crate) release: Script,
     pub(crate) renew: Script,
     pub(crate) force_unlock: Script,
-    /// A client stops waiting: leaves the waiter registry (see `sync::pubsub`).
-    pub(crate) leave: Script,
     /// The last hold is given back but the lock stays taken until its minimum hold ends
     /// (`#[distributed_lock(min_hold = "...")]`).
     pub(crate) hold_until: Script,
@@ -44,8 +43,9 @@ pub(crate) struct RwScripts {
     pub(crate) renew_write: Script,
 }
 
-/// The multi-lock's script (`multi/scripts/`): its same-slot acquisition. Its holds are
-/// renewed and released by the reentrant lock's scripts.
+/// The multi-lock's script (`multi/scripts/`): its same-slot acquisition, prefixed with
+/// the lock's `handoff.lua`. Its holds are renewed and released by the reentrant lock's
+/// scripts.
 pub(crate) struct MultiScripts {
     pub(crate) acquire: Script,
 }
@@ -81,7 +81,6 @@ pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> + Clone {
         &lock.release,
         &lock.renew,
         &lock.force_unlock,
-        &lock.leave,
         &lock.hold_until,
         &fair.acquire,
         &fair.release,
@@ -120,17 +119,28 @@ macro_rules! prefixed_script {
 pub(crate) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::creating("lock_acquire", include_str!("../lock/scripts/acquire.lua")),
-        release: Script::new("lock_release", include_str!("../lock/scripts/release.lua")),
-        renew: Script::new("lock_renew", include_str!("../lock/scripts/renew.lua")),
-        force_unlock: Script::new(
-            "lock_force_unlock",
-            include_str!("../lock/scripts/force_unlock.lua"),
+        acquire: prefixed_script!(
+            creating,
+            "lock_acquire",
+            "lock",
+            "handoff.lua",
+            "acquire.lua"
         ),
-        leave: Script::new("lock_leave", include_str!("../lock/scripts/leave.lua")),
-        hold_until: Script::new(
+        release: prefixed_script!(new, "lock_release", "lock", "handoff.lua", "release.lua"),
+        renew: Script::new("lock_renew", include_str!("../lock/scripts/renew.lua")),
+        force_unlock: prefixed_script!(
+            new,
+            "lock_force_unlock",
+            "lock",
+            "handoff.lua",
+            "force_unlock.lua"
+        ),
+        hold_until: prefixed_script!(
+            new,
             "lock_hold_until",
-            include_str!("../lock/scripts/hold_until.lua"),
+            "lock",
+            "handoff.lua",
+            "hold_until.lua"
         ),
     })
 }
@@ -166,7 +176,10 @@ pub(crate) fn multi_scripts() -> &'static MultiScripts {
     SCRIPTS.get_or_init(|| MultiScripts {
         acquire: Script::creating(
             "multi_acquire",
-            include_str!("../multi/scripts/acquire.lua"),
+            concat!(
+                include_str!("../lock/scripts/handoff.lua"),
+                include_str!("../multi/scripts/acquire.lua")
+            ),
         ),
     })
 }

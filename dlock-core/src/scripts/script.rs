@@ -90,6 +90,13 @@ impl ScriptCall {
         self
     }
 
+    /// Replaces argument `index` (0-based: `ARGV[index + 1]`), which must exist.
+    pub(crate) fn set_arg(&mut self, index: usize, arg: &str) {
+        let slot = &mut self.args[index];
+        slot.clear();
+        slot.extend_from_slice(arg.as_bytes());
+    }
+
     pub(crate) fn script(&self) -> &'static Script {
         self.script
     }

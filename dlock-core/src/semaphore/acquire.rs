@@ -11,13 +11,14 @@ use tokio::time::Instant;
 use super::release_ops::release_job;
 use super::Semaphore;
 use crate::error::{LockError, Result};
+use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
-use crate::redis::CallError;
 use crate::scripts::sem_scripts;
+use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::observe;
-use crate::sync::release::{self, HandOff, ReleaseJob};
+use crate::sync::release::ReleaseJob;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl Semaphore {
@@ -50,17 +51,11 @@ impl Semaphore {
         let started = Instant::now();
         // A wait too long to represent is a wait without end.
         let give_up_at = wait.and_then(|wait| started.checked_add(wait));
-        let mut attempt = Attempt {
-            sem: self,
-            grant: format!("{}:{}", inner.id, inner.next_owner()).into(),
-            maybe_applied: false,
-        };
         // Every message may be the one that frees enough permits for this waiter, and one
         // release can admit several waiters: each re-checks on every message.
         let mut waiter = Waiter::new(
             &inner.pubsub,
             &self.shared.keys.grants,
-            None,
             WaitPolicy {
                 recheck: settings.max_wait_recheck,
                 failover_wait: settings.failover_wait,
@@ -69,38 +64,44 @@ impl Semaphore {
             },
         )
         .woken_by_every_message();
+        // The capacity a call was built for, its grant id and the step that runs it;
+        // rebuilt, with a grant id of its own, when the handle's capacity changes (the
+        // replaced step's cleanup, if a call of it may have been applied, then releases
+        // only what that step may have taken).
+        let mut current: Option<(u32, Arc<str>, TryStep<'_, _>)> = None;
         loop {
             // Every try reads the handle's capacity anew: a `set_permits` through this
             // handle (or a clone) while it waits is this waiter's capacity too.
-            let permits = match self.checked_n(n) {
-                Ok(permits) => permits,
-                Err(error) => {
-                    attempt.leave().await;
-                    return Err(error);
-                }
+            let permits = self.checked_n(n)?;
+            if current.as_ref().is_none_or(|(built, ..)| *built != permits) {
+                let grant: Arc<str> = format!("{}:{}", inner.id, inner.next_owner()).into();
+                let step = self.try_step(Arc::clone(&grant), n, lease_ms, permits);
+                current = Some((permits, grant, step));
+            }
+            let Some((_, grant, step)) = current.as_mut() else {
+                continue;
             };
-            let not_yet = match attempt.run(n, lease_ms, permits, give_up_at).await {
-                Ok((sent_at, Reply::Granted)) => {
-                    attempt.maybe_applied = false;
+            let not_yet = match step.run(give_up_at).await {
+                Ok((sent_at, Reply::Granted(_))) => {
+                    step.granted();
                     let held = Arc::new(Held::new(
                         HoldOwner {
                             name: Arc::clone(&self.shared.name),
                             key: Arc::clone(&self.shared.key),
                             renew_script: &sem_scripts().renew,
-                            field: Arc::clone(&attempt.grant),
+                            field: Arc::clone(grant),
                         },
                         renewal,
                         sent_at + lease,
                         Arc::clone(&inner.metrics),
                     ));
                     inner.metrics.acquired(started.elapsed());
-                    tracing::debug!(semaphore = %self.shared.name, grant = %attempt.grant, n, waited = ?started.elapsed(), "dlock: semaphore permits acquired");
-                    let grant = Arc::clone(&attempt.grant);
+                    tracing::debug!(semaphore = %self.shared.name, %grant, n, waited = ?started.elapsed(), "dlock: semaphore permits acquired");
                     return Ok(LockGuard::new(self.shared.client.clone(), held, |op| {
-                        release_job(&self.shared, &grant, op)
+                        release_job(&self.shared, grant, op)
                     }));
                 }
-                Ok((_, Reply::Short(ttl_ms))) => NotYet::Busy { ttl_ms },
+                Ok((_, Reply::Busy { wait_ms, .. })) => NotYet::Busy { ttl_ms: wait_ms },
                 // A `set_permits` of this handle raced the try (its message can wake
                 // this waiter before the call returns and the handle adopts the new
                 // capacity): try again under the handle's new capacity, once the call
@@ -110,6 +111,7 @@ impl Semaphore {
                     NotYet::Busy { ttl_ms: 10 }
                 }
                 Ok((_, Reply::Drift(stored))) => {
+                    step.give_up().await;
                     inner.metrics.acquire_failed();
                     return Err(LockError::CapacityMismatch {
                         name: self.shared.name.to_string(),
@@ -117,29 +119,56 @@ impl Semaphore {
                         stored,
                     });
                 }
-                Ok((_, Reply::WrongType(found))) => {
+                Ok((_, other)) => {
+                    step.give_up().await;
                     inner.metrics.acquire_failed();
-                    return Err(self.wrong_type(found));
+                    return Err(other.refusal(&self.shared.name, "acquire", LockKind::Semaphore));
                 }
                 Err(error) => NotYet::Unavailable(error),
             };
             match waiter.wait(not_yet).await {
                 Ok(()) => {}
                 Err(GiveUp::TimedOut) => {
+                    step.give_up().await;
                     inner.metrics.timed_out();
-                    attempt.leave().await;
                     return Err(LockError::Timeout {
                         name: self.shared.name.to_string(),
                         waited: wait.unwrap_or_default(),
                     });
                 }
                 Err(GiveUp::Unavailable(error)) => {
+                    step.give_up().await;
                     inner.metrics.acquire_failed();
-                    attempt.leave().await;
                     return Err(error.into_lock_error(&self.shared.name, "acquire"));
                 }
             }
         }
+    }
+
+    /// The tries of `grant` for `n` permits under the handle capacity `permits`: the
+    /// acquire script, confirmed by replicas when the client asks for it, whose grant
+    /// (if an unanswered call took it) is released when the acquisition ends without a
+    /// guard. A retried call that was applied finds its grant.
+    fn try_step(
+        &self,
+        grant: Arc<str>,
+        n: u32,
+        lease_ms: u64,
+        permits: u32,
+    ) -> TryStep<'_, impl Fn() -> Vec<ReleaseJob> + '_> {
+        let inner = &self.shared.client.inner;
+        let mut call = sem_scripts().acquire.prepare_invoke();
+        call.key(&self.shared.keys.grants)
+            .key(&self.shared.keys.capacity)
+            .arg(&*grant)
+            .arg(n)
+            .arg(lease_ms)
+            .arg(permits)
+            .arg(inner.backend.publish_command());
+        TryStep::new(&**inner, &self.shared.name, call, move || {
+            vec![release_job(&self.shared, &grant, inner.next_op())]
+        })
+        .replicated()
     }
 }
 
@@ -151,125 +180,5 @@ impl Semaphore {
             return Err(self.invalid_permits(n, permits));
         }
         Ok(permits)
-    }
-}
-
-/// What the acquire script answered (see `scripts/acquire.lua`).
-#[derive(Debug)]
-enum Reply {
-    /// nil: the grant is taken.
-    Granted,
-    /// Too few permits free: the earliest live grant deadline is this many ms away.
-    Short(i64),
-    /// Redis stores this capacity, not the handle's; nothing was granted.
-    Drift(u32),
-    /// A key holds a value of this Redis type; nothing was written.
-    WrongType(String),
-}
-
-impl redis::FromRedisValue for Reply {
-    fn from_redis_value(value: redis::Value) -> std::result::Result<Reply, redis::ParsingError> {
-        match value {
-            redis::Value::Nil => Ok(Reply::Granted),
-            redis::Value::Int(n) => Ok(Reply::Short(n)),
-            other => {
-                let text = String::from_redis_value(other)?;
-                match text.split_once(':') {
-                    Some(("drift", stored)) => stored
-                        .parse()
-                        .map(Reply::Drift)
-                        .map_err(|_| format!("bad capacity in a dlock reply: {text:?}").into()),
-                    Some(("wrongtype", found)) => Ok(Reply::WrongType(found.to_owned())),
-                    _ => Err(format!("unexpected reply from a dlock script: {text:?}").into()),
-                }
-            }
-        }
-    }
-}
-
-/// One acquisition's tries, all under one grant id. If dropped while a try may have taken
-/// the grant (its reply never came), queues the release of that grant.
-struct Attempt<'a> {
-    sem: &'a Semaphore,
-    grant: Arc<str>,
-    maybe_applied: bool,
-}
-
-impl Attempt<'_> {
-    /// Runs the acquire script, retrying fast transient failures (a retry whose first
-    /// call was applied finds its grant). Returns the send time of the call that answered
-    /// and the script's reply.
-    async fn run(
-        &mut self,
-        n: u32,
-        lease_ms: u64,
-        permits: u32,
-        give_up_at: Option<Instant>,
-    ) -> Result<(Instant, Reply), CallError> {
-        let sem = &self.sem.shared;
-        let inner = &sem.client.inner;
-        let mut invocation = sem_scripts().acquire.prepare_invoke();
-        invocation
-            .key(&sem.keys.grants)
-            .key(&sem.keys.capacity)
-            .arg(&*self.grant)
-            .arg(n)
-            .arg(lease_ms)
-            .arg(permits)
-            .arg(inner.backend.publish_command());
-        // Stays true after an error: the reply may have been lost after the grant.
-        self.maybe_applied = true;
-        let invocation = &invocation;
-        let outcome = inner
-            .settings
-            .retry()
-            .run(&sem.name, give_up_at, || async move {
-                inner.metrics.attempted();
-                inner.backend.invoke::<Reply>(invocation).await
-            })
-            .await;
-        if let Ok((_, reply)) = &outcome {
-            if !matches!(reply, Reply::Granted) {
-                self.maybe_applied = false;
-            }
-        }
-        outcome
-    }
-
-    fn abandon(&self) -> Option<ReleaseJob> {
-        self.maybe_applied.then(|| {
-            let inner = &self.sem.shared.client.inner;
-            release_job(&self.sem.shared, &self.grant, inner.next_op())
-        })
-    }
-
-    /// Gives the acquisition up now, releasing its grant if a try may have taken it;
-    /// falls back to the background when Redis does not answer (or when cancelled here).
-    async fn leave(&mut self) {
-        let Some(job) = self.abandon() else {
-            return;
-        };
-        let inner = &self.sem.shared.client.inner;
-        if let Err(error) = release::release(
-            &inner.backend,
-            inner.settings.release_timing(),
-            &job,
-            HandOff::NONE,
-        )
-        .await
-        {
-            tracing::debug!(semaphore = %self.sem.shared.name, %error, "dlock: releasing an abandoned grant failed; retrying in the background");
-            inner.release_in_background(job);
-        }
-        self.maybe_applied = false;
-    }
-}
-
-impl Drop for Attempt<'_> {
-    fn drop(&mut self) {
-        if let Some(job) = self.abandon() {
-            tracing::debug!(semaphore = %self.sem.shared.name, grant = %self.grant, "dlock: semaphore acquisition abandoned; releasing in the background");
-            self.sem.shared.client.inner.release_in_background(job);
-        }
     }
 }

@@ -24,5 +24,6 @@ pub(super) fn release_job(sem: &Shared, grant: &str, op: u64) -> ReleaseJob {
             finds_nothing_once_done: false,
         },
         label: None,
+        counted: true,
     }
 }

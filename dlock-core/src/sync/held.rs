@@ -47,6 +47,9 @@ pub(crate) struct Held {
     /// The task that acquired it (`None` outside any task, as in `block_on`), to diagnose
     /// a task waiting for a lock it holds itself.
     pub(crate) acquired_in: Option<tokio::task::Id>,
+    /// When it was acquired (when its guard was made): a local waiter asks Redis at once
+    /// about a hold this old, which may have been force-unlocked or expired meanwhile.
+    pub(crate) acquired_at: Instant,
     /// The fencing token minted for this hold's owner (a re-entry carries its outer
     /// hold's); `None` for kinds that do not exclude writers and clients without tokens.
     pub(crate) fence: Option<Fence>,
@@ -90,6 +93,7 @@ impl Held {
             changed: Notify::new(),
             turn: Mutex::new(None),
             acquired_in: tokio::task::try_id(),
+            acquired_at: Instant::now(),
             fence: None,
             metrics,
             label: OnceLock::new(),
@@ -131,13 +135,12 @@ impl Held {
             .map_or(HandOff::NONE, Turn::hand_off)
     }
 
-    /// Passes the local turn on after a release (sent with `hand_off`) freed the lock for
-    /// `next`, so that the next local task knows whether to try or to wait its turn
-    /// behind other clients.
-    pub(crate) fn give_up_turn_after(&self, hand_off: HandOff, next: NextHolder) {
+    /// Passes the local turn on after a release freed the lock for `next` (see
+    /// [`Turn::released`]).
+    pub(crate) fn give_up_turn_after(&self, next: NextHolder) {
         let turn = self.turn.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(turn) = &turn {
-            turn.released(hand_off, next);
+            turn.released(next);
         }
         drop(turn);
     }

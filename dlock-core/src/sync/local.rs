@@ -13,6 +13,11 @@
 //! bound, the local hand-off, which needs no pub/sub hop, would keep a hot lock in one
 //! process while the others wait seconds.
 //!
+//! A release that keeps the lock for the line's next task frees it without telling the
+//! other clients' waiters. If no task of the line tries for it after all (the next task
+//! was cancelled), the line passes the lock on (its [`PassOn`] release), so that it does
+//! not sit free while they sleep.
+//!
 //! The line only orders this client's tasks; Redis decides who holds the lock. So the turn
 //! belongs to a hold, not to a guard object: a hold that is released, lost or expired gives
 //! it up, and the first waiter in line watches the holder so that it learns of an expired
@@ -26,7 +31,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
 
-use crate::sync::release::{HandOff, NextHolder};
+use crate::sync::release::{BackgroundReleases, HandOff, NextHolder, ReleaseJob};
 
 /// How many times in a row a lock may go from one task of a client to the next while
 /// other clients wait for it. Small enough that no client waits long behind another
@@ -34,17 +39,26 @@ use crate::sync::release::{HandOff, NextHolder};
 /// local, which costs no pub/sub round trip.
 pub(crate) const LOCAL_RUN_BOUND: u32 = 8;
 
+/// How a line passes its lock on when a release kept the lock for it and none of its
+/// tasks tried for it: the lock's release of an abandoned owner, for no owner (it hands a
+/// free lock to the next waiter).
+pub(crate) type PassOn = Arc<dyn Fn() -> ReleaseJob + Send + Sync>;
+
 /// The client's local lines, one per lock key while anyone is in it.
 pub(crate) struct LocalQueues<H> {
     lines: Mutex<HashMap<Arc<str>, Line<H>>>,
     next_ticket: AtomicU64,
+    /// The client's background releases, for a line's [`PassOn`].
+    releases: BackgroundReleases,
 }
 
-impl<H> Default for LocalQueues<H> {
-    fn default() -> Self {
+impl<H> LocalQueues<H> {
+    /// Lines whose [`PassOn`] releases go to `releases`.
+    pub(crate) fn new(releases: BackgroundReleases) -> Self {
         LocalQueues {
             lines: Mutex::default(),
             next_ticket: AtomicU64::default(),
+            releases,
         }
     }
 }
@@ -58,19 +72,21 @@ struct Line<H> {
     waiting: VecDeque<(u64, Arc<Notify>)>,
     /// Consecutive releases that kept the lock in this client while others waited.
     run: u32,
-    /// The last release passed the lock to another client and registered this one behind
-    /// the waiting clients: the next turn waits for its wake-up instead of trying at once.
-    wait_for_wake: bool,
+    /// The last release kept the lock for this line (freed it without telling the other
+    /// clients' waiters), and no task of the line has tried for it since.
+    owed: bool,
+    pass_on: PassOn,
 }
 
-impl<H> Default for Line<H> {
-    fn default() -> Self {
+impl<H> Line<H> {
+    fn new(pass_on: &PassOn) -> Self {
         Line {
             turn: None,
             holder: None,
             waiting: VecDeque::new(),
             run: 0,
-            wait_for_wake: false,
+            owed: false,
+            pass_on: Arc::clone(pass_on),
         }
     }
 }
@@ -112,12 +128,15 @@ pub(crate) struct Turn<H> {
 }
 
 impl<H> LocalQueues<H> {
-    /// Gets in line for `key`; the ticket has the turn at once when nobody is there.
-    pub(crate) fn join(self: &Arc<Self>, key: &Arc<str>) -> Ticket<H> {
+    /// Gets in line for `key`, which passes its lock on with `pass_on` (see [`PassOn`]);
+    /// the ticket has the turn at once when nobody is there.
+    pub(crate) fn join(self: &Arc<Self>, key: &Arc<str>, pass_on: &PassOn) -> Ticket<H> {
         let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
         let mut lines = self.lock_lines();
-        let line = lines.entry(Arc::clone(key)).or_default();
+        let line = lines
+            .entry(Arc::clone(key))
+            .or_insert_with(|| Line::new(pass_on));
         if line.turn.is_none() && line.waiting.is_empty() {
             line.turn = Some(id);
         } else {
@@ -158,7 +177,11 @@ impl<H> LocalQueues<H> {
             }
         }
         if line.turn.is_none() && line.waiting.is_empty() {
-            lines.remove(key);
+            if let Some(line) = lines.remove(key) {
+                if line.owed {
+                    self.releases.send((line.pass_on)());
+                }
+            }
         }
     }
 
@@ -227,23 +250,23 @@ impl<H> Turn<H> {
         .unwrap_or(HandOff::NONE)
     }
 
-    /// Records where the release of the turn's hold (sent with `hand_off`) put the lock,
-    /// before the turn passes on.
-    pub(crate) fn released(&self, hand_off: HandOff, next: NextHolder) {
+    /// Records where the release of the turn's hold put the lock, before the turn passes
+    /// on: kept for this line (the next task must try, or the line passes it on), or gone
+    /// to anyone or to another client.
+    pub(crate) fn released(&self, next: NextHolder) {
         self.with_line(|line| {
             line.run = match next {
                 NextHolder::ThisClient => line.run.saturating_add(1),
                 NextHolder::Anyone | NextHolder::Another => 0,
             };
-            line.wait_for_wake = next == NextHolder::Another && hand_off.local_next;
+            line.owed = next == NextHolder::ThisClient;
         });
     }
 
-    /// Whether this turn must wait for a wake-up before trying (see
-    /// [`released`](Turn::released)); asked once, when the turn begins.
-    pub(crate) fn take_wait_for_wake(&self) -> bool {
-        self.with_line(|line| std::mem::take(&mut line.wait_for_wake))
-            .unwrap_or(false)
+    /// The turn's first try is being sent: whatever the lock's state, this task now asks
+    /// for it (and cleans up after itself if it gives up), so the line owes nothing.
+    pub(crate) fn trying(&self) {
+        self.with_line(|line| line.owed = false);
     }
 
     /// Runs `f` on the line while this ticket has its turn.
@@ -265,6 +288,31 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    use crate::scripts::scripts;
+    use crate::sync::release::{ReleaseOp, ReleaseQueue};
+
+    /// Lines whose pass-on releases land in the returned queue.
+    fn queues() -> (Arc<LocalQueues<()>>, ReleaseQueue) {
+        let (releases, queue) = BackgroundReleases::new();
+        (Arc::new(LocalQueues::new(releases)), queue)
+    }
+
+    /// A pass-on release that says which line it came from.
+    fn pass_on(key: &str) -> PassOn {
+        let key = key.to_owned();
+        Arc::new(move || ReleaseJob {
+            name: key.as_str().into(),
+            op: ReleaseOp {
+                script: &scripts().release,
+                keys: Vec::new(),
+                args: Vec::new(),
+                finds_nothing_once_done: true,
+            },
+            label: None,
+            counted: true,
+        })
+    }
+
     /// Waits until `ticket` has the turn.
     async fn turn(ticket: Ticket<()>) -> Turn<()> {
         while ticket.place() != Place::Turn {
@@ -275,12 +323,13 @@ mod tests {
 
     #[tokio::test]
     async fn turns_are_exclusive_first_come_first_served_and_tidied_up() {
-        let queues = Arc::new(LocalQueues::<()>::default());
+        let (queues, _) = queues();
         let key: Arc<str> = "k".into();
-        let first = turn(queues.join(&key)).await;
-        let second = queues.join(&key);
+        let k = pass_on("k");
+        let first = turn(queues.join(&key, &k)).await;
+        let second = queues.join(&key, &k);
         assert_eq!(second.place(), Place::First, "the line is taken");
-        let other = queues.join(&"other".into());
+        let other = queues.join(&"other".into(), &pass_on("other"));
         assert_eq!(other.place(), Place::Turn, "other keys have their own line");
         drop(other);
         drop(second);
@@ -288,7 +337,7 @@ mod tests {
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
         for i in 0..3 {
-            let ticket = queues.join(&key);
+            let ticket = queues.join(&key, &k);
             let order = Arc::clone(&order);
             waiters.push(tokio::spawn(async move {
                 let _turn = turn(ticket).await;
@@ -307,14 +356,15 @@ mod tests {
     /// and the turn goes to the next waiter each time.
     #[tokio::test]
     async fn cancellation_at_any_point_leaves_no_entry_and_passes_the_turn_on() {
-        let queues = Arc::new(LocalQueues::<()>::default());
+        let (queues, _) = queues();
         let key: Arc<str> = "k".into();
-        let holder = turn(queues.join(&key)).await;
+        let k = pass_on("k");
+        let holder = turn(queues.join(&key, &k)).await;
 
         // Cancelled while waiting behind others.
-        let first = queues.join(&key);
-        let behind = queues.join(&key);
-        let last = queues.join(&key);
+        let first = queues.join(&key, &k);
+        let behind = queues.join(&key, &k);
+        let last = queues.join(&key, &k);
         drop(behind);
         assert_eq!(last.place(), Place::Behind);
 
@@ -325,7 +375,7 @@ mod tests {
         assert_eq!(last.place(), Place::Turn, "the turn passed on");
 
         // A waiter cancelled mid-await.
-        let waiting = queues.join(&key);
+        let waiting = queues.join(&key, &k);
         let cancelled = tokio::time::timeout(Duration::from_millis(20), turn(waiting)).await;
         assert!(cancelled.is_err());
         drop(last);
@@ -334,5 +384,46 @@ mod tests {
             "no entry leaked: {:?}",
             queues.lines.lock().unwrap().keys().collect::<Vec<_>>()
         );
+    }
+
+    /// A release kept the lock for the line, and its next task gave up before trying: the
+    /// line passes the lock on, once, when its last member leaves; a task that tried
+    /// (and so cleans up after itself) settles the debt.
+    #[tokio::test]
+    async fn a_kept_lock_nobody_tries_for_is_passed_on() {
+        let (queues, passed) = queues();
+        let key: Arc<str> = "k".into();
+        let k = pass_on("k");
+
+        let holder = turn(queues.join(&key, &k)).await;
+        let next = queues.join(&key, &k);
+        holder.released(NextHolder::ThisClient);
+        drop(holder);
+        assert_eq!(next.place(), Place::Turn);
+        assert!(passed.try_next().is_none(), "the next task may still try");
+        drop(next);
+        assert_eq!(&*passed.try_next().expect("passed on").name, "k");
+        assert!(passed.try_next().is_none(), "passed on once");
+
+        let holder = turn(queues.join(&key, &k)).await;
+        let next = queues.join(&key, &k);
+        holder.released(NextHolder::ThisClient);
+        drop(holder);
+        let next = turn(next).await;
+        next.trying();
+        drop(next);
+        assert!(
+            passed.try_next().is_none(),
+            "the task that tried settled it"
+        );
+
+        let holder = turn(queues.join(&key, &k)).await;
+        holder.released(NextHolder::Another);
+        drop(holder);
+        assert!(
+            passed.try_next().is_none(),
+            "a lock that went elsewhere is not owed"
+        );
+        assert!(queues.is_empty());
     }
 }

@@ -5,6 +5,7 @@
 //! hold names its renew script, a try step hands its outcome to `wait::Waiter`, its
 //! acquisition runs in `observe::acquisition`.
 
+pub(crate) mod attempt;
 pub(crate) mod held;
 pub(crate) mod local;
 pub(crate) mod metrics;

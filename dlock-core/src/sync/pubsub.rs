@@ -1,18 +1,24 @@
 //! Unlock notifications: one subscriber connection per client, channels shared by all the
 //! client's waiters on a lock and reference-counted.
 //!
-//! A release publishes one message; it wakes one local waiter of the channel
-//! (`Notify::notify_one`), so a hand-off does not stampede every waiter at Redis. If the
-//! woken waiter is cancelled before it runs, tokio passes the wake-up to the next one. When
-//! the subscriber connection is re-established every waiter is woken, because messages
-//! published while it was down are gone.
+//! Two kinds of channel:
+//! - **A lock's wake channel for this client** (the lock and the multi-lock): a release
+//!   names the one waiting owner it passes the lock to (`pass:<owner>`, see
+//!   `lock/scripts/handoff.lua`) and publishes on that owner's client's channel only, so
+//!   one release costs one try at Redis however many clients wait. The message wakes that
+//!   owner's waiter alone. A message for an owner that no longer waits here (cancelled,
+//!   timed out, or not yet subscribed) is handed back at once: the lock goes to the next
+//!   waiter (the primitive's [`Abandon`] release), so a hand-off never idles until a
+//!   recheck. `wake:<owner>` asks the owner to try again (the lock's expiry moved
+//!   closer), and `lost:<owner>` tells the client that one of its holds was deleted: both
+//!   also reach the channel's watchers.
+//! - **A shared channel** (the read-write lock, the semaphore, a fair waiter's own
+//!   channel): each message wakes one local waiter (`Notify::notify_one`), or every
+//!   waiter that asked to be woken by every message, and every watcher.
 //!
-//! The lock's release names the one client it wakes (the longest waiting in the lock's
-//! waiter registry, see `lock/scripts/release.lua`): a message naming another client wakes
-//! nobody here, so one release costs one try at Redis however many clients wait. Messages
-//! that name no client (a force unlock, other primitives) wake one waiter in every client.
-//! A client whose last waiter on such a lock leaves removes itself from the registry (and
-//! passes on a wake-up it may have been sent meanwhile).
+//! If a woken waiter is cancelled before it runs, tokio passes the wake-up to the next one.
+//! When the subscriber connection is re-established every waiter is woken, because
+//! messages published while it was down are gone.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
@@ -24,8 +30,7 @@ use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::redis::{Backend, Subscriber, SubscriberEvent};
-use crate::scripts::scripts;
-use crate::sync::release::HAND_OFF_RESERVATION;
+use crate::sync::release::{BackgroundReleases, ReleaseJob};
 use crate::sync::retry::backoff;
 
 /// The longest pause between two attempts to reconnect the subscriber. Waiters do not
@@ -53,15 +58,29 @@ pub(crate) struct PubSubService {
     shared: Arc<Shared>,
 }
 
+/// Why a message for an owner that no longer waits here is handed back (see [`Abandon`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unheard {
+    /// `pass:<owner>`: the lock was reserved for the owner.
+    Pass,
+    /// `wake:<owner>`: the owner was told to try again.
+    Wake,
+}
+
+/// How a primitive gives up, for an owner of this client that no longer waits, a message
+/// meant for it: the release that takes the owner out of the lock's waiters and passes
+/// the lock (or the request to try again) to the next waiter. It never gives back a hold
+/// of the owner: the owner may have taken the lock by a try of its own before the message
+/// came, and then its guard holds it.
+pub(crate) type Abandon = Arc<dyn Fn(&str, Unheard) -> ReleaseJob + Send + Sync>;
+
 struct Shared {
     channels: Mutex<HashMap<String, Channel>>,
     /// Channels whose wanted state changed (an entry added to or removed from `channels`):
     /// the subscriber task brings the connection in line with the map.
     changes: mpsc::UnboundedSender<String>,
-    /// This client's id, as release messages name the client they wake.
-    client_id: Arc<str>,
-    /// For leaving waiter registries.
-    backend: Backend,
+    /// The client's background releases, for messages no waiter here can use.
+    releases: BackgroundReleases,
     /// Channels whose last waiter left, in the order they left (see [`LINGER`]).
     lingering: Mutex<VecDeque<(Instant, String)>>,
 }
@@ -69,27 +88,51 @@ struct Shared {
 struct Channel {
     waiters: usize,
     wake: Arc<Notify>,
+    /// The waiting owners on a wake channel, each woken by the messages naming it.
+    owners: HashMap<Arc<str>, Arc<Notify>>,
+    /// How to give up a message for an owner that is not in `owners` (wake channels).
+    abandon: Option<Abandon>,
     /// Counts unlock messages (and reconnections, which may have lost some) for watchers
     /// that must see every one without taking the wake-up meant for a waiter.
     notices: Arc<watch::Sender<u64>>,
     confirmed: watch::Receiver<bool>,
     confirm: watch::Sender<bool>,
-    /// The lock whose waiter registry this client joins while it waits on the channel
-    /// (the registry is named like the channel), left when the last waiter goes.
-    registry_of: Option<String>,
     /// When the last waiter left: the channel stays subscribed for [`LINGER`].
     idle_since: Option<Instant>,
 }
 
 impl Channel {
-    /// An unlock message arrived, or may have been missed: wake one waiter (who re-tries
-    /// the lock) unless the message woke another client, and tell every watcher.
-    fn notify(&self, wakes_here: bool) {
-        if wakes_here {
-            self.wake.notify_one();
-        }
+    /// An unlock message with `payload` arrived, or (`None`) messages may have been
+    /// missed: wake whom it concerns, and tell every watcher. Returns the release to run
+    /// for a message meant for an owner that no longer waits here.
+    fn deliver(&self, payload: Option<&str>) -> Option<ReleaseJob> {
         self.notices
             .send_modify(|count| *count = count.wrapping_add(1));
+        let Some(payload) = payload else {
+            self.wake.notify_waiters();
+            self.wake.notify_one();
+            for owner in self.owners.values() {
+                owner.notify_one();
+            }
+            return None;
+        };
+        let (unheard, owner) = match payload.split_once(':') {
+            Some(("pass", owner)) => (Unheard::Pass, owner),
+            Some(("wake", owner)) => (Unheard::Wake, owner),
+            // Only the watchers care: the holder's client learns its hold is gone.
+            Some(("lost", _)) => return None,
+            _ => {
+                self.wake.notify_one();
+                return None;
+            }
+        };
+        match self.owners.get(owner) {
+            Some(waiter) => {
+                waiter.notify_one();
+                None
+            }
+            None => self.abandon.as_ref().map(|abandon| abandon(owner, unheard)),
+        }
     }
 }
 
@@ -98,20 +141,21 @@ pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: String,
     wake: Arc<Notify>,
+    /// The owner this subscription waits as on a wake channel, and its own wake-up.
+    owner: Option<(Arc<str>, Arc<Notify>)>,
     notices: watch::Receiver<u64>,
     confirmed: watch::Receiver<bool>,
-    /// Its waiter acquired the lock: a wake-up sent to this client was used.
-    acquired: bool,
 }
 
 impl PubSubService {
     /// Starts the subscriber task; it runs until the service is dropped.
     ///
     /// `command_timeout` bounds every subscribe and unsubscribe: on a half-open connection
-    /// they would wait forever, and with them every waiter's wake-up.
+    /// they would wait forever, and with them every waiter's wake-up. Messages meant for
+    /// an owner that no longer waits are handed back through `releases`.
     pub(crate) fn start(
         backend: Backend,
-        client_id: Arc<str>,
+        releases: BackgroundReleases,
         retry_delay: Duration,
         command_timeout: Duration,
         background: &Background,
@@ -120,8 +164,7 @@ impl PubSubService {
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
             changes,
-            client_id,
-            backend: backend.clone(),
+            releases,
             lingering: Mutex::default(),
         });
         let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
@@ -140,56 +183,51 @@ impl PubSubService {
         PubSubService { shared }
     }
 
-    /// Registers interest in `channel`; the subscription may not be confirmed yet.
+    /// Registers interest in the shared `channel`; the subscription may not be confirmed
+    /// yet.
     pub(crate) fn subscribe(&self, channel: &str) -> Subscription {
-        self.subscribe_to(channel, None)
+        self.subscribe_to(channel, None, None)
     }
 
-    /// [`subscribe`](PubSubService::subscribe) for a waiter of the lock `lock_key`, whose
-    /// tries register this client in the lock's waiter registry: when the client's last
-    /// subscription to the channel ends, the client leaves the registry.
-    pub(crate) fn subscribe_registered(&self, channel: &str, lock_key: &str) -> Subscription {
-        self.subscribe_to(channel, Some(lock_key))
+    /// Registers interest in the wake channel `channel` as a watcher (not as a waiting
+    /// owner): it sees every message; messages naming an owner that does not wait here
+    /// are given up with `abandon`.
+    pub(crate) fn watch_wake(&self, channel: &str, abandon: &Abandon) -> Subscription {
+        self.subscribe_to(channel, None, Some(abandon))
     }
 
-    /// [`subscribe_registered`](PubSubService::subscribe_registered), but only if the
-    /// channel is subscribed and confirmed already (other waiters of the client, or a
-    /// channel lingering after its last waiter): a try made while holding it needs no
-    /// re-try after a confirmation, since no message sent after it can be missed.
-    pub(crate) fn subscribe_if_confirmed(
+    /// Registers interest in the wake channel `channel` as the waiting `owner`: the
+    /// messages naming it wake its subscription; messages naming an owner that does not
+    /// wait here are given up with `abandon`.
+    pub(crate) fn subscribe_owner(
         &self,
         channel: &str,
-        lock_key: &str,
+        owner: &Arc<str>,
+        abandon: &Abandon,
+    ) -> Subscription {
+        self.subscribe_to(channel, Some(owner), Some(abandon))
+    }
+
+    /// [`subscribe_owner`](PubSubService::subscribe_owner), but only if the channel is
+    /// subscribed already (other waiters of the client, or a channel lingering after its
+    /// last waiter), so that it costs nothing at Redis: a try made while holding it is
+    /// heard by its owner, and needs no re-try after a confirmation once it is confirmed.
+    pub(crate) fn subscribe_owner_if_present(
+        &self,
+        channel: &str,
+        owner: &Arc<str>,
+        abandon: &Abandon,
     ) -> Option<Subscription> {
-        let confirmed = self
-            .shared
-            .lock_channels()
-            .get(channel)
-            .is_some_and(|entry| *entry.confirmed.borrow());
-        confirmed.then(|| self.subscribe_to(channel, Some(lock_key)))
+        let present = self.shared.lock_channels().contains_key(channel);
+        present.then(|| self.subscribe_owner(channel, owner, abandon))
     }
 
-    /// A waiter of the lock `lock_key` stopped while a try of it was at Redis, before it
-    /// had a subscription: that try may have registered this client as waiting, and no
-    /// subscription's end will take it out. Unless another waiter of the client waits on
-    /// the channel (its subscription's end leaves), the client leaves the registry and
-    /// passes on a wake-up it may have been sent.
-    ///
-    /// The leave is sent after the try on the same connection (the lock's slot), so it
-    /// runs after the try at Redis.
-    pub(crate) fn leave_unless_waiting(&self, channel: &str, lock_key: &str) {
-        let waiting = self
-            .shared
-            .lock_channels()
-            .get(channel)
-            .is_some_and(|entry| entry.waiters > 0);
-        if !waiting {
-            self.shared
-                .leave_registry(lock_key.to_owned(), channel.to_owned(), false);
-        }
-    }
-
-    fn subscribe_to(&self, channel: &str, registry_of: Option<&str>) -> Subscription {
+    fn subscribe_to(
+        &self,
+        channel: &str,
+        owner: Option<&Arc<str>>,
+        abandon: Option<&Abandon>,
+    ) -> Subscription {
         let mut channels = self.shared.lock_channels();
         if let Some(entry) = channels.get_mut(channel) {
             if entry.idle_since.take().is_some() {
@@ -203,24 +241,30 @@ impl PubSubService {
             Channel {
                 waiters: 0,
                 wake: Arc::new(Notify::new()),
+                owners: HashMap::new(),
+                abandon: None,
                 notices: Arc::new(watch::channel(0).0),
                 confirmed,
                 confirm,
-                registry_of: None,
                 idle_since: None,
             }
         });
-        if entry.registry_of.is_none() {
-            entry.registry_of = registry_of.map(str::to_owned);
-        }
         entry.waiters += 1;
+        if let (None, Some(abandon)) = (&entry.abandon, abandon) {
+            entry.abandon = Some(Arc::clone(abandon));
+        }
+        let owner = owner.map(|owner| {
+            let wake = Arc::new(Notify::new());
+            entry.owners.insert(Arc::clone(owner), Arc::clone(&wake));
+            (Arc::clone(owner), wake)
+        });
         Subscription {
             shared: Arc::clone(&self.shared),
             channel: channel.to_owned(),
             wake: Arc::clone(&entry.wake),
+            owner,
             notices: entry.notices.subscribe(),
             confirmed: entry.confirmed.clone(),
-            acquired: false,
         }
     }
 }
@@ -232,8 +276,7 @@ impl Shared {
 
     fn wake_all(&self) {
         for channel in self.lock_channels().values() {
-            channel.wake.notify_waiters();
-            channel.notify(true);
+            channel.deliver(None);
         }
     }
 
@@ -266,37 +309,6 @@ impl Shared {
         }
         expired
     }
-
-    /// Whether an unlock message with `payload` wakes a waiter of this client: unless it
-    /// names another client (a release that chose whom to wake).
-    fn wakes_here(&self, payload: &str) -> bool {
-        payload == &*self.client_id || uuid::Uuid::try_parse(payload).is_err()
-    }
-
-    /// Takes this client out of the waiter registry of `lock_key` (named `channel`), in
-    /// the background; unless the last waiter `acquired` the lock, a wake-up this client
-    /// may have been sent is passed on. A failure only costs the next waiter there one
-    /// recheck interval.
-    fn leave_registry(&self, lock_key: String, channel: String, acquired: bool) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let backend = self.backend.clone();
-        let client_id = Arc::clone(&self.client_id);
-        runtime.spawn(async move {
-            let mut invocation = scripts().leave.prepare_invoke();
-            invocation
-                .key(&lock_key)
-                .key(&channel)
-                .arg(&*client_id)
-                .arg(backend.publish_command())
-                .arg(if acquired { "0" } else { "1" })
-                .arg(HAND_OFF_RESERVATION.as_millis() as u64);
-            if let Err(error) = backend.invoke::<i64>(&invocation).await {
-                tracing::debug!(%channel, %error, "dlock: leaving the waiter registry failed");
-            }
-        });
-    }
 }
 
 impl Subscription {
@@ -311,16 +323,13 @@ impl Subscription {
         let _ = self.confirmed.wait_for(|confirmed| *confirmed).await;
     }
 
-    /// Its waiter acquired the lock: if this is the client's last subscription to the
-    /// channel, leaving the waiter registry passes no wake-up on (this one used it).
-    pub(crate) fn acquired(&mut self) {
-        self.acquired = true;
-    }
-
     /// Completes when an unlock message for the channel arrives (or the subscriber
     /// reconnected and messages may have been missed).
     pub(crate) async fn notified(&self) {
-        self.wake.notified().await;
+        match &self.owner {
+            Some((_, wake)) => wake.notified().await,
+            None => self.wake.notified().await,
+        }
     }
 
     /// Completes at the next unlock message for the channel (or reconnection), whoever
@@ -335,11 +344,13 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         let mut channels = self.shared.lock_channels();
         if let Some(entry) = channels.get_mut(&self.channel) {
+            if let Some((owner, _)) = &self.owner {
+                entry.owners.remove(owner);
+            }
             entry.waiters -= 1;
             if entry.waiters == 0 {
                 let now = Instant::now();
                 entry.idle_since = Some(now);
-                let registry_of = entry.registry_of.clone();
                 drop(channels);
                 self.shared
                     .lingering
@@ -348,10 +359,6 @@ impl Drop for Subscription {
                     .push_back((now, self.channel.clone()));
                 // Tells the subscriber task there is a lingering channel to time.
                 let _ = self.shared.changes.send(self.channel.clone());
-                if let Some(lock_key) = registry_of {
-                    self.shared
-                        .leave_registry(lock_key, self.channel.clone(), self.acquired);
-                }
             }
         }
     }
@@ -626,18 +633,18 @@ fn confirmation(shared: &Weak<Shared>, channel: &str) -> Option<watch::Sender<bo
     channels.get(channel).map(|c| c.confirm.clone())
 }
 
-/// Passes an unlock message with `payload` on (see [`Channel::notify`]); `None` means
+/// Passes an unlock message with `payload` on (see [`Channel::deliver`]); `None` means
 /// messages may have been missed: every waiter of the channel is woken.
 fn notify(shared: &Weak<Shared>, channel: &str, payload: Option<&str>) {
     let Some(shared) = shared.upgrade() else {
         return;
     };
-    let wakes_here = payload.is_none_or(|payload| shared.wakes_here(payload));
-    let channels = shared.lock_channels();
-    if let Some(channel) = channels.get(channel) {
-        if payload.is_none() {
-            channel.wake.notify_waiters();
-        }
-        channel.notify(wakes_here);
+    let unheard = shared
+        .lock_channels()
+        .get(channel)
+        .and_then(|channel| channel.deliver(payload));
+    if let Some(job) = unheard {
+        tracing::debug!(%channel, "dlock: a hand-off reached no waiter here; passing it on");
+        shared.releases.send(job);
     }
 }

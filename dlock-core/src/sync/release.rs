@@ -6,11 +6,12 @@
 //! answers, records it for replay, and reports the outcome.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::scripts::Script;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
 use crate::redis::{Backend, CallError};
@@ -34,12 +35,13 @@ pub(crate) enum Released {
 /// their waiters themselves and always report [`NextHolder::Anyone`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NextHolder {
-    /// No other client waits (or the one woken is this client): whoever asks first.
+    /// Nobody else waits: whoever asks first.
     Anyone,
-    /// Other clients wait, but this client's next task has the lock next.
+    /// Others wait, but this client's next task has the lock next (it is free, and the
+    /// others were not told).
     ThisClient,
-    /// The longest-waiting other client was woken; this client's next task, if any, waits
-    /// behind the others for its own wake-up.
+    /// The longest-waiting live waiter was told, and the lock is reserved for it; this
+    /// client's next task, if any, finds it reserved and waits in line behind the others.
     Another,
 }
 
@@ -68,12 +70,11 @@ impl HandOff {
 /// that died meanwhile keeps the lock idle that long.
 pub(crate) const HAND_OFF_RESERVATION: Duration = Duration::from_millis(100);
 
-/// How releases are retried, and how long their memos and waiter registrations live.
+/// How releases are retried, and how long their memos live.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ReleaseTiming {
     pub(crate) retry: RetryPolicy,
     pub(crate) memo_ttl: Duration,
-    pub(crate) registry_ttl: Duration,
     /// How long a lock passed to a waiting client stays reserved for it.
     pub(crate) reservation: Duration,
 }
@@ -86,11 +87,11 @@ pub(crate) struct ReleaseTiming {
 ///   retry (or a replay on a new master) answers from it instead of applying again; or,
 ///   for an op declared [`finds_nothing_once_done`](ReleaseOp::finds_nothing_once_done),
 ///   the release is idempotent by itself and leaves nothing of the owner's behind;
-/// - after the primitive's own arguments it receives six more: the memo's lifetime in
+/// - after the primitive's own arguments it receives five more: the memo's lifetime in
 ///   ms, the command that announces a release (`publish`, `spublish` in a cluster), the
-///   [`HandOff`] as `'1'`/`'0'` (a local task waits next; it may keep the lock), the
-///   waiter registry's lifetime and how long a lock passed on stays reserved for its
-///   next holder, in ms; scripts without a registry ignore the last four;
+///   [`HandOff`] as `'1'`/`'0'` (a local task waits next; it may keep the lock) and how
+///   long a lock passed on stays reserved for its next holder, in ms; scripts without a
+///   waiter registry ignore the last three;
 /// - it answers with an integer: the owner's holds left (0: the lock is free now), or a
 ///   negative number when the owner held nothing; a freed lock may also answer
 ///   `{0, 'kept'}` or `{0, 'passed'}` (see [`NextHolder`]).
@@ -113,6 +114,18 @@ pub(crate) struct ReleaseJob {
     /// The labels of the guard giving the lock back, for a failure's metric; `None` for
     /// the release of an acquisition that ended without a guard.
     pub(crate) label: Option<Label>,
+    /// It gives back a guard's hold, and is counted in the client's statistics; the
+    /// cleanup of an acquisition that ended without a guard (see `sync::attempt`) is not.
+    pub(crate) counted: bool,
+}
+
+impl ReleaseJob {
+    /// This job, not counted in the client's statistics: the cleanup of an acquisition
+    /// that ended without a guard, or of a waiter that no longer waits.
+    pub(crate) fn uncounted(mut self) -> ReleaseJob {
+        self.counted = false;
+        self
+    }
 }
 
 /// Runs the release script, retrying transient failures with the same memo so that a
@@ -136,7 +149,6 @@ pub(crate) async fn release(
         .arg(backend.publish_command())
         .arg(flag(hand_off.local_next))
         .arg(flag(hand_off.keep))
-        .arg(timing.registry_ttl.as_millis() as u64)
         .arg(timing.reservation.as_millis() as u64);
     let started = Instant::now();
     let mut failures = 0;
@@ -199,30 +211,114 @@ impl redis::FromRedisValue for Reply {
     }
 }
 
-/// The queue of background releases; shared, so that the task can be restarted on another
-/// runtime (see [`Background`](crate::background::Background)) without losing jobs.
-pub(crate) type ReleaseQueue = Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<ReleaseJob>>>;
+/// The queue of background releases, as [`run_background`] reads it; shared, so that the
+/// task can be restarted on another runtime (see
+/// [`Background`](crate::background::Background)) without losing jobs. It holds no
+/// sender: the task ends once the client (every [`BackgroundReleases`]) is gone.
+#[derive(Clone)]
+pub(crate) struct ReleaseQueue {
+    jobs: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<ReleaseJob>>>,
+    pending: Arc<Pending>,
+}
+
+impl ReleaseQueue {
+    /// The next job, `None` once every sender is gone; for tests that read the queue.
+    #[cfg(test)]
+    pub(crate) fn try_next(&self) -> Option<ReleaseJob> {
+        let job = self.jobs.try_lock().ok()?.try_recv().ok()?;
+        self.pending.done();
+        Some(job)
+    }
+}
+
+/// Where the client's releases that nobody awaits go (dropped guards, acquisitions that
+/// ended without a guard, hand-offs nobody here can use): the background release task,
+/// which counts them until Redis answered each, so that a client can wait for them before
+/// its process exits (`LockClient::shutdown`). Cheap to clone; never blocks.
+#[derive(Clone)]
+pub(crate) struct BackgroundReleases {
+    jobs: mpsc::UnboundedSender<ReleaseJob>,
+    pending: Arc<Pending>,
+}
+
+/// How many background releases are queued or running, and a wake-up when that changes.
+#[derive(Default)]
+struct Pending {
+    count: AtomicUsize,
+    changed: Notify,
+}
+
+impl Pending {
+    fn done(&self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
+    }
+}
+
+impl BackgroundReleases {
+    /// A sender and the queue its jobs arrive in, for [`run_background`].
+    pub(crate) fn new() -> (BackgroundReleases, ReleaseQueue) {
+        let (jobs, queue) = mpsc::unbounded_channel();
+        let pending = Arc::<Pending>::default();
+        let queue = ReleaseQueue {
+            jobs: Arc::new(tokio::sync::Mutex::new(queue)),
+            pending: Arc::clone(&pending),
+        };
+        (BackgroundReleases { jobs, pending }, queue)
+    }
+
+    /// Queues `job`; works anywhere, also outside a runtime.
+    pub(crate) fn send(&self, job: ReleaseJob) {
+        self.pending.count.fetch_add(1, Ordering::AcqRel);
+        if self.jobs.send(job).is_err() {
+            self.pending.done();
+        }
+    }
+
+    /// Completes once every job sent so far (and every one sent meanwhile) is done:
+    /// answered by Redis, or given up after its retries.
+    pub(crate) async fn settled(&self) {
+        loop {
+            let changed = self.pending.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.pending.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    /// How many jobs are queued or running.
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.count.load(Ordering::Acquire)
+    }
+}
 
 /// The background release task: one spawned release per job, until the client is gone.
 pub(crate) async fn run_background(
-    jobs: ReleaseQueue,
+    queue: ReleaseQueue,
     backend: Backend,
     timing: ReleaseTiming,
     metrics: Arc<Metrics>,
     log: Arc<ReleaseLog>,
 ) {
-    let mut jobs = jobs.lock().await;
+    let mut jobs = queue.jobs.lock().await;
     while let Some(job) = jobs.recv().await {
         let backend = backend.clone();
         let metrics = Arc::clone(&metrics);
         let log = Arc::clone(&log);
+        let done = Done(Arc::clone(&queue.pending));
         tokio::spawn(async move {
+            let _done = done;
             let outcome = release(&backend, timing, &job, HandOff::NONE).await;
             if outcome.is_ok() {
                 log.record(&job);
             }
             let confirmed = matches!(outcome, Ok(Released::Free(_) | Released::StillHeld(_)));
-            metrics.released(confirmed);
+            if job.counted {
+                metrics.released(confirmed);
+            }
             if let (false, Some(label)) = (confirmed, job.label) {
                 observe::release_failed(label);
             }
@@ -238,6 +334,16 @@ pub(crate) async fn run_background(
                 ),
             }
         });
+    }
+}
+
+/// Counts a background release done when dropped: when it finished, and when its task
+/// was dropped with its runtime (it is not run again).
+struct Done(Arc<Pending>);
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.0.done();
     }
 }
 

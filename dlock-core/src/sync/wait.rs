@@ -11,8 +11,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use std::sync::Arc;
+
 use crate::redis::CallError;
-use crate::sync::pubsub::{PubSubService, Subscription};
+use crate::sync::pubsub::{Abandon, PubSubService, Subscription};
 use crate::sync::retry::ends_before;
 
 /// A try that did not acquire.
@@ -50,35 +52,51 @@ pub(crate) struct WaitPolicy {
 pub(crate) struct Waiter<'a> {
     pubsub: &'a PubSubService,
     channel: &'a str,
+    /// The owner this waiter waits as on a wake channel (messages name it), with how to
+    /// give up a message for an owner that no longer waits; `None` on a shared channel.
+    owner: Option<(&'a Arc<str>, &'a Abandon)>,
     policy: WaitPolicy,
     subscription: Option<Subscription>,
     /// Whether the subscription was confirmed before the last try, so that no unlock
     /// message since that try can have been missed.
     confirmed: bool,
     outage: Option<Instant>,
-    /// Whether every unlock message wakes this waiter (see
+    /// Whether every unlock message on the channel wakes this waiter (see
     /// [`Waiter::woken_by_every_message`]) rather than one waiter per message.
     every_message: bool,
-    /// The lock whose waiter registry this waiter's tries join (see
-    /// [`Waiter::registered_for`]).
-    registry_of: Option<&'a str>,
-    /// A try is at Redis (see [`Waiter::trying`]): if the waiter is dropped now, that try
-    /// may register the client with nobody left to wait.
-    try_in_flight: bool,
 }
 
 impl<'a> Waiter<'a> {
-    /// A waiter on `channel`, adopting `subscription` to it when the caller has one (an
-    /// already confirmed one saves the re-try that waits for the confirmation).
-    pub(crate) fn new(
-        pubsub: &'a PubSubService,
-        channel: &'a str,
-        subscription: Option<Subscription>,
-        policy: WaitPolicy,
-    ) -> Self {
+    /// A waiter on the shared `channel`.
+    pub(crate) fn new(pubsub: &'a PubSubService, channel: &'a str, policy: WaitPolicy) -> Self {
         Waiter {
             pubsub,
             channel,
+            owner: None,
+            policy,
+            subscription: None,
+            confirmed: false,
+            outage: None,
+            every_message: false,
+        }
+    }
+
+    /// A waiter on its client's wake channel `channel` for a lock, as `owner`: the
+    /// release that passes the lock to it names it (see `sync::pubsub`). If the channel
+    /// is subscribed already, the waiter adopts it at once, so that a hand-off to it is
+    /// heard from its first try on (and needs no re-try once confirmed).
+    pub(crate) fn for_owner(
+        pubsub: &'a PubSubService,
+        channel: &'a str,
+        owner: &'a Arc<str>,
+        abandon: &'a Abandon,
+        policy: WaitPolicy,
+    ) -> Self {
+        let subscription = pubsub.subscribe_owner_if_present(channel, owner, abandon);
+        Waiter {
+            pubsub,
+            channel,
+            owner: Some((owner, abandon)),
             policy,
             confirmed: subscription
                 .as_ref()
@@ -86,17 +104,7 @@ impl<'a> Waiter<'a> {
             subscription,
             outage: None,
             every_message: false,
-            registry_of: None,
-            try_in_flight: false,
         }
-    }
-
-    /// For a waiter whose busy tries register its client in the waiter registry of the
-    /// lock `lock_key`: the client leaves the registry when its last subscription to the
-    /// channel ends (see `PubSubService::subscribe_registered`).
-    pub(crate) fn registered_for(mut self, lock_key: &'a str) -> Self {
-        self.registry_of = Some(lock_key);
-        self
     }
 
     /// Makes every unlock message on the channel wake this waiter, whoever else it wakes.
@@ -108,27 +116,6 @@ impl<'a> Waiter<'a> {
     pub(crate) fn woken_by_every_message(mut self) -> Self {
         self.every_message = true;
         self
-    }
-
-    /// A try is about to be sent; [`Waiter::tried`] when its answer came. A waiter
-    /// dropped in between (its caller cancelled) had a try at Redis that may have
-    /// registered the client as waiting: the client leaves the registry then, even if this
-    /// waiter had no subscription yet to leave it when it ends.
-    pub(crate) fn trying(&mut self) {
-        self.try_in_flight = true;
-    }
-
-    /// The try announced by [`Waiter::trying`] was answered.
-    pub(crate) fn tried(&mut self) {
-        self.try_in_flight = false;
-    }
-
-    /// The last try acquired: the wake-up that led to it was used (see
-    /// `Subscription::acquired`).
-    pub(crate) fn acquired(&mut self) {
-        if let Some(subscription) = &mut self.subscription {
-            subscription.acquired();
-        }
     }
 
     /// Waits after `outcome` until the next try is worth it, or says why to give up.
@@ -150,9 +137,9 @@ impl<'a> Waiter<'a> {
             None => Duration::MAX,
         };
         let recheck = self.policy.recheck.min(remaining);
-        let (pubsub, channel, registry_of) = (self.pubsub, self.channel, self.registry_of);
-        let subscription = self.subscription.get_or_insert_with(|| match registry_of {
-            Some(lock_key) => pubsub.subscribe_registered(channel, lock_key),
+        let (pubsub, channel, owner) = (self.pubsub, self.channel, self.owner);
+        let subscription = self.subscription.get_or_insert_with(|| match owner {
+            Some((owner, abandon)) => pubsub.subscribe_owner(channel, owner, abandon),
             None => pubsub.subscribe(channel),
         });
         if !std::mem::replace(&mut self.confirmed, true) {
@@ -190,21 +177,5 @@ impl<'a> Waiter<'a> {
         tracing::debug!(channel = %self.channel, %error, "dlock: Redis unavailable while waiting; retrying");
         tokio::time::sleep(pause).await;
         Ok(())
-    }
-}
-
-impl Drop for Waiter<'_> {
-    fn drop(&mut self) {
-        // With a subscription, its end leaves the registry (and knows whether the wake-up
-        // was used); without one, nothing else would. A single try (not `patient`)
-        // registers nobody.
-        if let (true, true, None, Some(lock_key)) = (
-            self.policy.patient,
-            self.try_in_flight,
-            &self.subscription,
-            self.registry_of,
-        ) {
-            self.pubsub.leave_unless_waiting(self.channel, lock_key);
-        }
     }
 }

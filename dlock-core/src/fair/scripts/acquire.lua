@@ -18,8 +18,12 @@
 -- token of the first grant), nil when it holds it with tokens off; otherwise how long to wait at most before
 -- the next call, in ms: the lock's remaining time for the head (or a try with nobody
 -- queued), the smaller of the head's remaining entry time and the lock's remaining time for
--- everyone else, never below 1; -1 when the lock has no expiry. 'wrongtype:<type>' when the
--- key holds another type of value (nothing is written then).
+-- everyone else, never below 1; -1 when the lock has no expiry. 'kind:<kind>' when the name
+-- is held as a lock or a read-write lock, 'wrongtype:<type>' when the key holds another
+-- type of value (nothing is written in these cases).
+--
+-- The hash carries the marker field '!fair' while the fair lock is held, so that the
+-- other kinds that share lock names refuse it (and it refuses theirs).
 --
 -- Idempotent, so a call retried after a lost reply is safe: a waiter already holding the
 -- lock is granted again (its expiry restarts, as the client counts its lease from the
@@ -35,6 +39,14 @@ end
 local found = redis.call('type', KEYS[1]).ok
 if found ~= 'none' and found ~= 'hash' then
   return 'wrongtype:' .. found
+end
+if found == 'hash' then
+  local marks = redis.call('hmget', KEYS[1], '!fair', 'mode')
+  if marks[2] then
+    return 'kind:read_write'
+  elseif not marks[1] then
+    return 'kind:lock'
+  end
 end
 
 local me = ARGV[2]
@@ -64,9 +76,9 @@ if free and (head == nil or head == me) then
   if ARGV[7] == '1' then
     -- The counter only grows (no TTL, untouched by release, force unlock or expiry), so
     -- the tokens of one lock strictly increase.
-    redis.call('hset', KEYS[1], me, 1, me .. ':f', redis.call('incr', KEYS[4]))
+    redis.call('hset', KEYS[1], '!fair', 1, me, 1, me .. ':f', redis.call('incr', KEYS[4]))
   else
-    redis.call('hset', KEYS[1], me, 1)
+    redis.call('hset', KEYS[1], '!fair', 1, me, 1)
   end
   redis.call('pexpire', KEYS[1], lease)
   return granted()

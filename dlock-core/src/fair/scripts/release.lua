@@ -48,8 +48,9 @@ if count and not (type(count) == 'table' and count.err) then
   if remaining > 0 then
     redis.call('hset', KEYS[1], me, remaining)
   else
-    -- The owner's fencing token (if any) goes with its last hold.
-    redis.call('hdel', KEYS[1], me, me .. ':f')
+    -- One owner at a time: with its last hold the lock goes (its fencing token and the
+    -- '!fair' marker with it).
+    redis.call('del', KEYS[1])
   end
 end
 

@@ -3,34 +3,7 @@
 use std::time::Duration;
 
 use crate::client::ClientDescription;
-
-/// Which primitive a lock name's keys belong to, in [`LockInfo::kind`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LockKind {
-    /// A reentrant [`Lock`](crate::Lock) (also a free name: nothing in Redis says more).
-    Lock,
-    /// A [`FairLock`](crate::FairLock) with tasks in its queue. A fair lock nobody queues
-    /// for keeps the lock's hash and shows as [`LockKind::Lock`].
-    Fair,
-    /// A [`ReadWriteLock`](crate::ReadWriteLock) held by readers or a writer.
-    ReadWrite,
-    /// A [`Semaphore`](crate::Semaphore): its capacity is stored (it stays while nobody
-    /// holds a permit), and no lock hash of the same name exists.
-    Semaphore,
-}
-
-impl LockKind {
-    /// `lock`, `fair`, `read_write` or `semaphore`: the name tools print.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LockKind::Lock => "lock",
-            LockKind::Fair => "fair",
-            LockKind::ReadWrite => "read_write",
-            LockKind::Semaphore => "semaphore",
-        }
-    }
-}
+use crate::kind::LockKind;
 
 /// A snapshot of one lock name in Redis, from [`Lock::inspect`](crate::Lock::inspect). Each part is read by its
 /// own command, so a lock that changes meanwhile may show parts of two moments.
@@ -54,17 +27,21 @@ pub struct LockInfo {
     pub holders: Vec<LockHolder>,
     /// Time until the lock expires; `None` when nobody holds it.
     pub remaining_lease: Option<Duration>,
-    /// The client a release reserved the free lock for (for 100 ms), if any.
+    /// The waiting owner (and its client) a release reserved the free lock for (for
+    /// 100 ms), if any.
     pub reserved_for: Option<LockClientRef>,
     /// The finished holder whose `min_hold` (of `#[distributed_lock]`) keeps the lock
     /// taken until it expires, if any: the lock is busy though nobody holds it.
     pub kept_for_min_hold: Option<LockClientRef>,
-    /// The clients registered as waiting for the lock, longest-waiting first (locks and
-    /// fair locks; read-write locks and semaphores keep no registry).
+    /// The waiters registered for the lock, longest-waiting first: each waiting task's
+    /// owner field and its client (a client with two waiting tasks shows twice). Locks
+    /// only: a fair lock's waiters are its [`fair_queue`](LockInfo::fair_queue), and
+    /// read-write locks and semaphores keep no registry.
     pub waiting_clients: Vec<LockClientRef>,
-    /// How many connections listen on the lock's unlock channel (a semaphore's: its
-    /// channel): one per waiting client (a client's waiters share its subscription), plus
-    /// any watchers.
+    /// How many connections listen for the lock's messages: for a lock, on the wake
+    /// channel of each client that waits for it or holds it (one per client: its waiters
+    /// share its subscription) and on its unlock channel; for the other kinds, on their
+    /// channel.
     pub subscribers: u64,
     /// A fair lock's queue of waiting tasks, in order: each entry's owner field and
     /// client. Empty for other locks.

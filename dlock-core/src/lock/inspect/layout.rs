@@ -14,10 +14,14 @@ pub(crate) struct Fields {
     pub(super) fences: HashMap<String, u64>,
     pub(super) reserved_for: Option<String>,
     pub(super) min_hold: Option<String>,
+    /// The fair lock's marker is there: the name is held as a fair lock.
+    pub(super) fair: bool,
 }
 
-/// The hash field that reserves a free lock for one client.
+/// The hash field that reserves a free lock for one waiting owner.
 const RESERVATION: &str = "!next";
+/// The hash field that marks a fair lock's hash.
+const FAIR: &str = "!fair";
 /// The hash field naming the finished holder whose `min_hold` keeps the lock taken.
 const MIN_HOLD: &str = "!held";
 /// The read-write lock's mode field.
@@ -33,6 +37,8 @@ impl Fields {
                 fields.reserved_for = Some(value);
             } else if field == MIN_HOLD {
                 fields.min_hold = Some(value);
+            } else if field == FAIR {
+                fields.fair = true;
             } else if let Some(owner) = field.strip_suffix(":f").filter(|o| is_owner(o)) {
                 fields.fences.insert(owner.to_owned(), value.parse().ok()?);
             } else if is_owner(&field) {

@@ -23,6 +23,7 @@ use futures_util::future::try_join_all;
 
 use super::Lock;
 use crate::error::{LockError, Result};
+use crate::kind::LockKind;
 use crate::names::{FairKeys, SemKeys};
 
 mod info;
@@ -33,8 +34,7 @@ mod track;
 use layout::{parse_grants, until, Fields, Layout, RwFields, RwOwner};
 
 pub use info::{
-    LockClientRef, LockHolder, LockInfo, LockKind, OwnerHold, ReadWriteInfo, ReadWriteMode,
-    SemaphoreInfo,
+    LockClientRef, LockHolder, LockInfo, OwnerHold, ReadWriteInfo, ReadWriteMode, SemaphoreInfo,
 };
 pub use track::LockTracker;
 
@@ -150,7 +150,26 @@ impl Lock {
             )
             .await?;
         info.remaining_lease = self.remaining_lease().await?;
-        info.subscribers = self.subscribers(&keys.channel).await?;
+        // Waiters listen on their client's wake channel; watchers of other kinds on the
+        // unlock channel.
+        let mut clients: Vec<&str> = waiting
+            .iter()
+            .chain(fields.holds.iter().map(|(owner, _)| owner))
+            .chain(fields.reserved_for.iter())
+            .map(|owner| {
+                owner
+                    .split_once(':')
+                    .map_or(owner.as_str(), |(client, _)| client)
+            })
+            .collect();
+        clients.sort_unstable();
+        clients.dedup();
+        let mut channels = vec![keys.channel.clone()];
+        channels.extend(clients.into_iter().map(|client| keys.wake_channel(client)));
+        info.subscribers = self.subscribers(&channels).await?;
+        if fields.fair {
+            info.kind = LockKind::Fair;
+        }
         info.reserved_for = match fields.reserved_for.clone() {
             Some(id) => Some(describe(id).await?),
             None => None,
@@ -185,7 +204,9 @@ impl Lock {
             .await?;
         info.kind = LockKind::ReadWrite;
         info.remaining_lease = self.remaining_lease().await?;
-        info.subscribers = self.subscribers(&keys.channel).await?;
+        info.subscribers = self
+            .subscribers(std::slice::from_ref(&keys.channel))
+            .await?;
         info.holders = self.rw_holders(&rw, now).await?;
         let hold = |owner: String, holds: u64, deadline: u64, fence: Option<u64>| async move {
             Ok::<_, LockError>(OwnerHold {
@@ -261,7 +282,7 @@ impl Lock {
         info.kind = LockKind::Semaphore;
         info.key = sem.grants.clone();
         info.remaining_lease = u64::try_from(ttl).ok().map(Duration::from_millis);
-        info.subscribers = self.subscribers(&sem.grants).await?;
+        info.subscribers = self.subscribers(std::slice::from_ref(&sem.grants)).await?;
         info.holders = holders_of(grants.clone());
         info.semaphore = Some(SemaphoreInfo {
             capacity_key: sem.capacity,
@@ -273,18 +294,22 @@ impl Lock {
         Ok(true)
     }
 
-    /// How many connections listen on `channel` (in its slot's master in a cluster).
-    async fn subscribers(&self, channel: &str) -> Result<u64> {
+    /// How many connections listen on `channels` (all in one slot: asked at its master in
+    /// a cluster), summed.
+    async fn subscribers(&self, channels: &[String]) -> Result<u64> {
         let numsub = if self.client().inner.backend.is_cluster() {
             "SHARDNUMSUB"
         } else {
             "NUMSUB"
         };
+        let Some(first) = channels.first() else {
+            return Ok(0);
+        };
         let counts: HashMap<String, u64> = self
             .client()
             .inner
             .backend
-            .query_in_slot_of(redis::cmd("PUBSUB").arg(numsub).arg(channel), channel)
+            .query_in_slot_of(redis::cmd("PUBSUB").arg(numsub).arg(channels), first)
             .await
             .map_err(|e| e.into_lock_error(self.name(), "inspect"))?;
         Ok(counts.values().sum())

@@ -3,9 +3,7 @@
 -- KEYS[1]  the lock hash: field = owner, value = hold count (one per live guard)
 -- KEYS[2]  re-entries: this acquisition's marker (same slot as KEYS[1]); fresh: unused
 -- KEYS[3]  the fencing-token counter of the lock's slot anchor (same slot; never expires)
--- KEYS[4]  the lock's waiter registry: a sorted set named like the unlock channel (same
---          slot), client id -> server time in ms when it registered, oldest first. A
---          release wakes the oldest registered client only (see release.lua).
+-- KEYS[4]  the lock's waiter registry (see handoff.lua; same slot)
 -- ARGV[1]  lease in milliseconds; for a re-entry 0 leaves the expiry as it is (the client
 --          validated it; checked again before any write, because a PEXPIRE that fails
 --          after HSET would leave a lock that never expires)
@@ -13,22 +11,21 @@
 -- ARGV[3]  'fresh' (a new owner id, used by this acquisition only) or 'reenter'
 -- ARGV[4]  re-entries: marker lifetime in milliseconds
 -- ARGV[5]  '1': mint a fencing token on a fresh grant; '0': no token (no INCR)
--- ARGV[6]  the client id: registered as waiting when a fresh owner finds the lock busy,
---          and the client a reservation names when a release passed the lock to it; ''
---          for a caller that never waits for unlock messages
--- ARGV[7]  the registry's lifetime in ms, renewed by every registration (it only bounds
---          the life of an abandoned registry: clients leave it when they stop waiting);
---          0 registers nothing (a single try, which does not wait)
+-- ARGV[6]  the registry's lifetime in ms, renewed by every registration: a fresh owner
+--          that finds the lock busy registers as waiting; 0 registers nothing (a single
+--          try, which does not wait)
+-- ARGV[7]  '1' when an earlier try of this acquisition may have registered the owner: a
+--          grant then takes it out of the registry; '0' otherwise
 --
 -- Returns {token} when a fresh owner now holds the lock with fencing on (the token minted
 -- for it, kept in the hash field "<owner>:f" and deleted with the owner's last hold); nil
 -- when the owner now holds the lock otherwise (a re-entry shares its outer hold's token,
--- which the client already has); the remaining time to live of another
--- owner's lock in milliseconds (-1 when it has no expiry or is reserved for another
--- client; a fresh owner's client is then registered as waiting, keeping its place if it
--- was already); 'notheld' when a re-entry finds
--- the owner's hold gone; 'wrongtype:<type>' when the key holds another type of value
--- (nothing is written then).
+-- which the client already has); when another owner has it, the time in ms until it can
+-- change hands: the holder's remaining lease, or the remaining life of a reservation for
+-- another waiter (a reservation nobody takes lapses then, and the waiter tries again);
+-- 'notheld' when a re-entry finds the owner's hold gone; 'kind:<kind>' when the name is
+-- held as a fair or read-write lock; 'wrongtype:<type>' when the key holds another type
+-- of value (nothing is written in these cases).
 --
 -- Both kinds are idempotent, so a call retried after a lost reply adds no second hold: a
 -- fresh owner id belongs to one acquisition only, so finding it means the call was applied;
@@ -46,6 +43,9 @@ if lease == nil or lease < lowest or lease > 31622400000 then
 end
 
 local function grant()
+  if ARGV[7] == '1' then
+    redis.call('zrem', KEYS[4], ARGV[2])
+  end
   if ARGV[5] ~= '1' then
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], lease)
@@ -63,20 +63,15 @@ if not reenter and redis.call('exists', KEYS[1]) == 0 then
   return grant()
 end
 
-local mine = redis.pcall('hexists', KEYS[1], ARGV[2])
-if type(mine) == 'table' and mine.err then
+-- One read for the owner's hold, the reservation and the other kinds' markers.
+local found = redis.pcall('hmget', KEYS[1], ARGV[2], '!next', 'mode', '!fair')
+if found.err then
   return 'wrongtype:' .. redis.call('type', KEYS[1]).ok
 end
+local mine = found[1] ~= false
 
 if not reenter then
-  -- A release passed the lock to a waiting client: it holds nothing but the reservation
-  -- (field '!next' = that client's id, expiring soon), which only that client may take.
-  local reserved_for = mine == 0 and redis.call('hget', KEYS[1], '!next')
-  if reserved_for and reserved_for == ARGV[6] and ARGV[6] ~= '' then
-    redis.call('del', KEYS[1])
-    return grant()
-  end
-  if mine == 1 then
+  if mine then
     -- An earlier attempt of this acquisition was applied (its reply was lost, or the
     -- replicas did not confirm it in time). The client counts the lease from this
     -- attempt, so the expiry must start now too, or the lock would end before the
@@ -89,21 +84,24 @@ if not reenter then
     end
     return {tonumber(token)}
   end
-  if ARGV[6] ~= '' and ARGV[7] ~= '0' then
-    local now = redis.call('time')
-    redis.call('zadd', KEYS[4], 'nx', now[1] * 1000 + math.floor(now[2] / 1000), ARGV[6])
-    redis.call('pexpire', KEYS[4], ARGV[7])
+  if found[3] then
+    return 'kind:read_write'
+  elseif found[4] then
+    return 'kind:fair'
   end
-  if reserved_for then
-    -- Reserved for another client, which holds it next: this client is registered and
-    -- woken in its turn, so its waiter need not try again when the reservation ends
-    -- (-1: no expiry known; it still rechecks every max_wait_recheck).
-    return -1
+  -- A release passed the lock to this owner: the hash holds nothing but the reservation
+  -- ('!next' = the owner, expiring soon), which only this owner may take.
+  if found[2] == ARGV[2] then
+    redis.call('del', KEYS[1])
+    return grant()
+  end
+  if ARGV[6] ~= '0' then
+    register(KEYS[4], ARGV[2], ARGV[6])
   end
   return redis.call('pttl', KEYS[1])
 end
 
-if mine == 0 then
+if not mine then
   return 'notheld'
 end
 -- A retried re-entry finds its marker: its hold is there already.

@@ -1,18 +1,36 @@
--- Delete a lock whoever holds it and wake its waiters.
+-- Delete a lock whoever holds it, tell its holders' clients, and pass it to the
+-- longest-waiting live waiter.
 --
 -- KEYS[1]  the lock hash
--- KEYS[2]  the lock's unlock channel
+-- KEYS[2]  the lock's waiter registry (see handoff.lua)
 -- ARGV[1]  publish command: 'publish' or 'spublish'
+-- ARGV[2]  how long the lock stays reserved for the waiter it is passed to, in ms
 --
--- Returns 1 when a lock was deleted, 0 when there was none, and 'wrongtype:<type>' when the
--- key holds another type of value: that is application data, not a lock, and is left alone.
+-- Returns 1 when a lock was deleted, 0 when there was none, 'kind:<kind>' when the name
+-- is held as a fair or read-write lock (their own force unlock tells their waiters), and
+-- 'wrongtype:<type>' when the key holds another type of value: that is application data,
+-- not a lock, and is left alone.
+--
+-- A holder's client learns at once that its hold is gone ('lost:<owner>' on its wake
+-- channel) when a task of it waits for the lock behind that hold, so that task need not
+-- wait for a recheck to find the lock free.
 local found = redis.call('type', KEYS[1]).ok
 if found == 'none' then
+  hand_off(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
   return 0
 end
 if found ~= 'hash' then
   return 'wrongtype:' .. found
 end
+local kind = kind_of(KEYS[1])
+if kind ~= 'lock' then
+  return 'kind:' .. kind
+end
+for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+  if string.sub(field, 1, 1) ~= '!' and string.sub(field, -2) ~= ':f' then
+    tell(ARGV[1], KEYS[2], field, 'lost')
+  end
+end
 redis.call('del', KEYS[1])
-redis.call(ARGV[1], KEYS[2], 'unlocked')
+hand_off(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 return 1

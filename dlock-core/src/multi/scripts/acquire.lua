@@ -5,21 +5,27 @@
 --             lock taken here excludes and is excluded by a plain lock of the same name,
 --             and is renewed and released by the lock's own scripts, key by key
 -- KEYS[n+1..2n]  the fencing-token counter of each lock (KEYS[n+i] for KEYS[i]), same slot
--- KEYS[2n+1..3n]  the waiter registry of each lock (named like its unlock channel; see
---             lock/scripts/acquire.lua), same slot
+-- KEYS[2n+1..3n]  the waiter registry of each lock (see lock/scripts/handoff.lua), same
+--             slot
 -- ARGV[1]     lease in milliseconds (1..31622400000; checked before any write)
 -- ARGV[2]     owner field "<client-id>:<owner-id>", a fresh owner used by this acquisition
 --             only
 -- ARGV[3]     '1': mint a fencing token for each lock; '0': no tokens (no INCR)
--- ARGV[4]     the client id, registered as waiting for the blocking lock when busy
--- ARGV[5]     the registry's lifetime in ms; 0 registers nothing (a single try)
+-- ARGV[4]     the registry's lifetime in ms; 0 registers nothing (a single try)
+-- ARGV[5]     '1' when an earlier try of this acquisition may have registered the owner
+--             in some lock's registry, else '0'
+-- ARGV[6]     publish command: 'publish' or 'spublish'
+-- ARGV[7]     how long a lock passed on stays reserved for its next waiter, in ms
 --
--- Returns {'ok', token_1, ..., token_n} when the owner now holds every lock (one hold each,
--- expiring after the lease; the tokens are 0 with tokens off); {i, ttl} when another owner holds KEYS[i] and nothing was written but the client's registration as a waiter of it: of the held
--- keys, the one whose owner's lease ends first, and its remaining time to live in ms (-1
--- when it has no expiry), so the caller naps until then and listens on that lock's
--- channel; 'wrongtype:<i>:<type>' when KEYS[i] holds another type of value (nothing is
--- written then).
+-- Returns {'ok', token_1, ..., token_n} when the owner now holds every lock (one hold
+-- each, expiring after the lease; the tokens are 0 with tokens off); {'busy', i, ttl} when
+-- another owner holds KEYS[i]: of the held keys, the one whose owner's lease ends first,
+-- and the time in ms until it can change hands, so the caller naps until then and listens
+-- on that lock's channel. Nothing of the owner's is left then but its registration as a
+-- waiter of KEYS[i]: it leaves every other registry, and a lock reserved for it that it
+-- cannot take now goes to that lock's next waiter. 'wrongtype:<i>:<type>' when KEYS[i]
+-- holds another type of value, 'kind:<i>:<kind>' when it is held as a fair or read-write
+-- lock (nothing is written in these cases).
 --
 -- Idempotent: the owner is fresh, so finding it in a hash means an earlier attempt of this
 -- acquisition was applied (its reply was lost); a retry counts it as free and sets the
@@ -31,34 +37,50 @@ if lease == nil or lease < 1 or lease > 31622400000 then
 end
 
 local n = #KEYS / 3
+local owner = ARGV[2]
 local blocker, blocker_ttl = nil, nil
--- Locks a release passed to this client (reserved: field '!next' = the client id).
+-- Locks a release passed to this owner (reserved: field '!next' = the owner).
 local reserved = {}
 for i = 1, n do
   local key = KEYS[i]
-  local mine = redis.pcall('hexists', key, ARGV[2])
-  if type(mine) == 'table' and mine.err then
+  local found = redis.pcall('hmget', key, owner, '!next', 'mode', '!fair')
+  if found.err then
     return 'wrongtype:' .. i .. ':' .. redis.call('type', key).ok
   end
-  if mine == 0 and redis.call('hget', key, '!next') == ARGV[4] then
+  if found[3] then
+    return 'kind:' .. i .. ':read_write'
+  elseif found[4] then
+    return 'kind:' .. i .. ':fair'
+  end
+  if not found[1] and found[2] == owner then
     reserved[i] = true
-  elseif mine == 0 and redis.call('exists', key) == 1 then
+  elseif not found[1] and redis.call('exists', key) == 1 then
     local ttl = redis.call('pttl', key)
     if blocker == nil or (ttl >= 0 and (blocker_ttl < 0 or ttl < blocker_ttl)) then
       blocker, blocker_ttl = i, ttl
     end
   end
 end
+local registered = ARGV[5] == '1'
 if blocker ~= nil then
-  -- The client waits for the blocking lock like a single lock's waiter: a release of it
-  -- wakes the longest-waiting client.
-  if ARGV[5] ~= '0' then
-    local now = redis.call('time')
-    local registry = KEYS[2 * n + blocker]
-    redis.call('zadd', registry, 'nx', now[1] * 1000 + math.floor(now[2] / 1000), ARGV[4])
-    redis.call('pexpire', registry, ARGV[5])
+  for i = 1, n do
+    local registry = KEYS[2 * n + i]
+    if i ~= blocker then
+      if registered then
+        redis.call('zrem', registry, owner)
+      end
+      if reserved[i] then
+        redis.call('del', KEYS[i])
+        hand_off(KEYS[i], registry, ARGV[6], ARGV[7])
+      end
+    end
   end
-  return {blocker, blocker_ttl}
+  -- The owner waits for the blocking lock like a single lock's waiter: a release of it
+  -- wakes the longest-waiting live owner.
+  if ARGV[4] ~= '0' then
+    register(KEYS[2 * n + blocker], owner, ARGV[4])
+  end
+  return {'busy', blocker, blocker_ttl}
 end
 
 local granted = {'ok'}
@@ -67,15 +89,18 @@ for i = 1, n do
   if reserved[i] then
     redis.call('del', key)
   end
+  if registered then
+    redis.call('zrem', KEYS[2 * n + i], owner)
+  end
   local token = 0
   if ARGV[3] == '1' then
-    token = tonumber(redis.call('hget', key, ARGV[2] .. ':f'))
+    token = tonumber(redis.call('hget', key, owner .. ':f'))
     if not token then
       token = redis.call('incr', KEYS[n + i])
     end
-    redis.call('hset', key, ARGV[2], 1, ARGV[2] .. ':f', token)
+    redis.call('hset', key, owner, 1, owner .. ':f', token)
   else
-    redis.call('hset', key, ARGV[2], 1)
+    redis.call('hset', key, owner, 1)
   end
   redis.call('pexpire', key, lease)
   granted[i + 1] = token

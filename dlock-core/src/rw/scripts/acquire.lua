@@ -18,8 +18,9 @@
 -- token of the first grant); nil when the hold is taken otherwise (reads, re-entries,
 -- tokens off); a busy hint in ms (how long before the next try is
 -- worth it at the latest) when it is not; 'notheld' when a re-entry finds its owner gone;
--- 'upgrade' when a write re-entry finds an owner that only reads; 'wrongtype:<type>'
--- when the key holds another type of value (nothing is written then).
+-- 'upgrade' when a write re-entry finds an owner that only reads; 'kind:<kind>' when the
+-- name is held as a lock or a fair lock; 'wrongtype:<type>' when the key holds another
+-- type of value (nothing is written in these cases).
 --
 -- Writer preference: while a live writer waits, new readers are refused (re-entrant reads
 -- and downgrades pass), so a flood of readers cannot starve writers. A waiting writer
@@ -41,6 +42,12 @@ end
 local found = redis.call('type', KEYS[1]).ok
 if found ~= 'none' and found ~= 'hash' then
   return 'wrongtype:' .. found
+end
+if found == 'hash' then
+  local foreign = rw_foreign(KEYS[1])
+  if foreign then
+    return 'kind:' .. foreign
+  end
 end
 
 local now = rw_now()

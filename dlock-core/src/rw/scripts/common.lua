@@ -13,6 +13,19 @@
 -- own, and every script first drops the owners whose deadline passed: a crashed reader
 -- frees the lock on its own lease, whatever the other readers' leases are.
 
+-- The kind of lock that holds `key` when it is a hash of another kind than a read-write
+-- lock ('fair' or 'lock': lock names are shared by those kinds, each refusing the others'
+-- hashes), else nil. A read-write lock's hash always has its 'mode'.
+local function rw_foreign(key)
+  local marks = redis.call('hmget', key, 'mode', '!fair')
+  if marks[1] then
+    return nil
+  elseif marks[2] then
+    return 'fair'
+  end
+  return 'lock'
+end
+
 -- Server time in milliseconds: every deadline comes from the server's clock.
 local function rw_now()
   local time = redis.call('time')

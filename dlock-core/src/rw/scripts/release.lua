@@ -47,7 +47,7 @@ if write and mode == 'all' and redis.call('zrem', KEYS[2], owner) == 1 then
     wake()
   end
 end
-if redis.call('type', KEYS[1]).ok ~= 'hash' then
+if redis.call('type', KEYS[1]).ok ~= 'hash' or rw_foreign(KEYS[1]) then
   return -1
 end
 

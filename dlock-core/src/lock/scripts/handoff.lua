@@ -1,0 +1,83 @@
+-- Shared by the lock's scripts and the multi-lock's (prepended to each): the waiter
+-- registry, the hand-off of a free lock to the longest-waiting live waiter, and the
+-- kinds that share a lock name.
+--
+-- The waiter registry is a sorted set named like the lock's unlock channel: waiting owner
+-- ("<client-id>:<owner-id>", the field it will hold) -> server time in ms when it
+-- registered, oldest first. Each waiting task has an entry of its own (its owner id is
+-- used by that acquisition only), so an entry is left, granted or passed over exactly
+-- once, and a late leave of one wait never removes another wait's entry.
+--
+-- Messages go to the waiting owner's client on its own wake channel (the registry's name
+-- with '#<client-id>' after the hash tag, so it stays in the lock's slot), and name the
+-- owner they are for: 'pass:<owner>' (the lock is reserved for it), 'wake:<owner>' (the
+-- lock's expiry changed: try again) or 'lost:<owner>' (its hold was deleted). PUBLISH
+-- answers how many connections received the message: none means the client is gone (or
+-- not listening), so its waiter cannot take a hand-off and is passed over.
+
+-- The most registry entries one call passes over as gone before it gives up: bounds the
+-- work of one call; what is left is passed over by the next hand-off.
+local MAX_PASSED_OVER = 64
+
+-- The lock name kinds that share the lock's key, from the hash's marker fields ('mode':
+-- a read-write lock, '!fair': a fair lock, neither: a lock). `key` must hold a hash.
+local function kind_of(key)
+  local marks = redis.call('hmget', key, 'mode', '!fair')
+  if marks[1] then
+    return 'read_write'
+  elseif marks[2] then
+    return 'fair'
+  end
+  return 'lock'
+end
+
+-- The wake channel of `owner`'s client for the lock whose registry is `registry`.
+local function wake_channel(registry, owner)
+  local open = string.find(registry, '{', 1, true)
+  local close = string.find(registry, '}', open, true)
+  local client = string.match(owner, '^[^:]*')
+  return string.sub(registry, 1, close) .. '#' .. client .. string.sub(registry, close + 1)
+end
+
+-- Tells `owner` `what` ('pass', 'wake' or 'lost'); whether its client received it.
+local function tell(publish, registry, owner, what)
+  return redis.call(publish, wake_channel(registry, owner), what .. ':' .. owner) > 0
+end
+
+-- Passes the free lock `key` to the longest-waiting owner whose client still listens:
+-- reserves the lock for it ('!next' = the owner, for `reservation` ms) and tells it.
+-- Returns the owner, or nil when nobody (alive) waits.
+local function hand_off(key, registry, publish, reservation)
+  for _ = 1, MAX_PASSED_OVER do
+    local oldest = redis.call('zpopmin', registry)[1]
+    if oldest == nil then
+      return nil
+    end
+    if tell(publish, registry, oldest, 'pass') then
+      redis.call('hset', key, '!next', oldest)
+      redis.call('pexpire', key, reservation)
+      return oldest
+    end
+  end
+  return nil
+end
+
+-- Tells the longest-waiting owner whose client still listens to try again (the lock's
+-- expiry moved closer); owners whose client is gone leave the registry.
+local function nudge(registry, publish)
+  for _ = 1, MAX_PASSED_OVER do
+    local oldest = redis.call('zrange', registry, 0, 0)[1]
+    if oldest == nil or tell(publish, registry, oldest, 'wake') then
+      return
+    end
+    redis.call('zrem', registry, oldest)
+  end
+end
+
+-- Registers `owner` as waiting (keeping its place if it is there already) and renews the
+-- registry's lifetime (`lifetime` ms; it only bounds an abandoned registry's life).
+local function register(registry, owner, lifetime)
+  local now = redis.call('time')
+  redis.call('zadd', registry, 'nx', now[1] * 1000 + math.floor(now[2] / 1000), owner)
+  redis.call('pexpire', registry, lifetime)
+end
