@@ -83,7 +83,8 @@ fn registry(name: &str) -> String {
     format!("dlock:unlock:{{{tag}}}:{name}")
 }
 
-/// The client ids registered as waiting for `name`, oldest first.
+/// The waiters registered for `name`, oldest first: each waiting task's owner field,
+/// `<client id>:<owner id>`.
 fn registered(server: &RedisServer, name: &str) -> Vec<String> {
     redis::cmd("ZRANGE")
         .arg(registry(name))
@@ -93,14 +94,13 @@ fn registered(server: &RedisServer, name: &str) -> Vec<String> {
         .unwrap()
 }
 
-/// Whether `client_id` is registered as waiting for `name`.
+/// Whether a waiter of the client `client_id` is registered as waiting for `name`.
 fn is_registered(server: &RedisServer, name: &str, client_id: &str) -> bool {
-    let score: Option<f64> = redis::cmd("ZSCORE")
-        .arg(registry(name))
-        .arg(client_id)
-        .query(&mut server.connection())
-        .unwrap();
-    score.is_some()
+    registered(server, name).iter().any(|owner| {
+        owner
+            .split_once(':')
+            .is_some_and(|(client, _)| client == client_id)
+    })
 }
 
 /// Polls `condition` every 2 ms until it holds; fails after 5 s.
@@ -309,7 +309,9 @@ async fn killed_waiters_ahead_of_a_live_one(killed: usize, name: &str) {
     );
     for id in &dead {
         assert!(
-            in_registry.contains(id),
+            in_registry.iter().any(|owner| owner
+                .strip_prefix(id.as_str())
+                .is_some_and(|rest| rest.starts_with(':'))),
             "killed waiter {id} not registered"
         );
     }
