@@ -31,6 +31,9 @@
 //!   that no display of an address shows it.
 //! - [`overlap`] merges the critical sections that separate processes recorded on the
 //!   monotonic clock (the `dlock-overlap` binary) and counts overlaps and lost sections.
+//! - [`timeline`] merges what clients of several processes asked for and got, on the
+//!   monotonic clock, and finds every interval a lock sat takeable while someone waited
+//!   for it, and every overlap of exclusive holds.
 //!
 //! ```
 //! use dlock_tests::{RedisServer, TcpProxy};
@@ -57,6 +60,7 @@ pub mod secret_urls;
 mod sentinel;
 mod server;
 pub mod spans;
+pub mod timeline;
 mod tls;
 pub mod workload;
 
