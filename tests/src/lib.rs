@@ -33,7 +33,8 @@
 //!   monotonic clock (the `dlock-overlap` binary) and counts overlaps and lost sections.
 //! - [`timeline`] merges what clients of several processes asked for and got, on the
 //!   monotonic clock, and finds every interval a lock sat takeable while someone waited
-//!   for it, and every overlap of exclusive holds.
+//!   for it, and every overlap of exclusive holds; [`liveness`] holds what the liveness
+//!   test and its worker process (the `dlock-liveness` binary) share.
 //!
 //! ```
 //! use dlock_tests::{RedisServer, TcpProxy};
@@ -52,6 +53,7 @@
 
 mod cluster;
 pub mod commandstats;
+pub mod liveness;
 pub mod logs;
 pub mod overlap;
 mod proxy;

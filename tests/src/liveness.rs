@@ -1,0 +1,77 @@
+//! What the liveness test (`tests/proptest_liveness.rs`) and its worker process
+//! (`dlock-liveness`) share: the seeded generator that draws every actor's schedule, and
+//! the names of one case's keys.
+
+/// A small seeded generator (SplitMix64): the same seed draws the same schedule in the
+/// test process and in a worker, whatever crates are in the tree.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator drawing from `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `lo..=hi`.
+    pub fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+
+    /// `true` with `percent` % probability.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next_u64() % 100 < percent
+    }
+
+    /// One of `items`.
+    ///
+    /// # Panics
+    ///
+    /// When `items` is empty.
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[(self.next_u64() % items.len() as u64) as usize]
+    }
+
+    /// An independent generator for a sub-schedule (an actor's), drawn from this one.
+    pub fn fork(&mut self) -> Rng {
+        Rng(self.next_u64())
+    }
+}
+
+/// The capacity of every case's semaphore: every process must create it with the same.
+pub const SEMAPHORE_PERMITS: u32 = 2;
+
+/// The keys of one case, named after its tag.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    /// Three plain locks in one hash slot (`{<tag>}:a`...), so that same-slot multi-locks
+    /// can take any of them together and overlap plain acquisitions.
+    pub plain: [String; 3],
+    /// A fair lock of its own.
+    pub fair: String,
+    /// A read-write lock of its own.
+    pub rw: String,
+    /// A semaphore of [`SEMAPHORE_PERMITS`] of its own.
+    pub semaphore: String,
+}
+
+impl Keys {
+    /// The keys of the case tagged `tag` (letters and digits).
+    pub fn new(tag: &str) -> Keys {
+        Keys {
+            plain: ["a", "b", "c"].map(|k| format!("{{{tag}}}:{k}")),
+            fair: format!("fair:{tag}"),
+            rw: format!("rw:{tag}"),
+            semaphore: format!("sem:{tag}"),
+        }
+    }
+}
