@@ -89,6 +89,10 @@ pub(crate) struct LockKeys {
     /// (`<memo_prefix><owner>:acq:<op>`), in the key's slot:
     /// `dlock:release:<key prefix>{tag}:`.
     pub(crate) memo_prefix: String,
+    /// What the lock's waiters were told they may sleep until (a sorted set, see
+    /// `scripts/naps.lua`): `dlock:unlock:<key prefix>{tag}!<name>`, in the key's slot;
+    /// the `!` after the tag keeps it apart from every registry (`:` there).
+    pub(crate) naps: String,
     /// The fencing-token counter (`dlock:fence:<key prefix>{anchor}`): one per slot
     /// anchor and key prefix, shared by every lock whose key has that anchor, so the number
     /// of counters is bounded (at most 16,384 for untagged names, plus one per hash tag in
@@ -103,6 +107,7 @@ impl LockKeys {
         let scope = format!("{prefix}{{{}}}", slot_anchor(key.as_bytes()));
         LockKeys {
             channel: format!("dlock:unlock:{scope}:{name}"),
+            naps: format!("dlock:unlock:{scope}!{name}"),
             memo_prefix: format!("dlock:release:{scope}:"),
             fence: format!("dlock:fence:{scope}"),
             name_at: prefix.len(),

@@ -86,13 +86,15 @@ impl FairLock {
             .key(&marker)
             .key(&self.keys.fence)
             .key(&self.keys.channel)
+            .key(&self.keys.naps)
             .arg(lease_ms)
             .arg(&*field)
             .arg("reenter")
             .arg(inner.settings.memo_ttl().as_millis() as u64)
             .arg(inner.settings.fence_arg())
             .arg(0)
-            .arg("0");
+            .arg("0")
+            .arg(inner.backend.publish_command());
         let mut step = TryStep::new(&**inner, &self.name, call, || {
             vec![self.job(&field, FairRelease::Undo { op })]
         })
@@ -159,6 +161,7 @@ impl FairLock {
             .key(&self.fair.queue)
             .key(&self.fair.deadlines)
             .key(&self.keys.fence)
+            .key(&self.keys.naps)
             .arg(lease_ms)
             .arg(&*field)
             .arg(if patient { "wait" } else { "try" })

@@ -42,6 +42,7 @@ pub(super) fn release_job(
                 fair.queue.clone(),
                 fair.deadlines.clone(),
                 once_key,
+                keys.naps.clone(),
             ],
             args: vec![field.to_owned(), mode.to_owned(), fair.wake_prefix.clone()],
             finds_nothing_once_done: false,

@@ -168,6 +168,7 @@ impl Lock {
             .key(marker.unwrap_or(&self.keys.key))
             .key(&self.keys.fence)
             .key(&self.keys.channel)
+            .key(&self.keys.naps)
             .arg(lease_ms)
             .arg(field)
             .arg(how)
@@ -175,7 +176,8 @@ impl Lock {
             .arg(settings.fence_arg())
             .arg(registry_ms)
             // Whether an earlier try may have registered it: set by the try step.
-            .arg("0");
+            .arg("0")
+            .arg(self.client.inner.backend.publish_command());
         call
     }
 

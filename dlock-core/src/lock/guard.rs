@@ -257,6 +257,7 @@ impl LockGuard {
         invocation
             .key(&*self.held.key)
             .key(&keys.channel)
+            .key(&keys.naps)
             .arg(&*self.held.field)
             .arg(millis)
             .arg(inner.backend.publish_command());

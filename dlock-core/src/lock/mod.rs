@@ -106,7 +106,7 @@ impl Lock {
         Lock {
             wake: keys.wake_channel(&client.inner.id_text).into(),
             line: keys.key.as_str().into(),
-            abandon: Arc::new(move |owner, unheard| cleanup(owner, ReleaseKind::Unheard(unheard))),
+            abandon: Arc::new(move |owner| cleanup(owner, ReleaseKind::Unheard)),
             pass_on: Arc::new(move || pass_on("", ReleaseKind::PassOn)),
             client,
             name,

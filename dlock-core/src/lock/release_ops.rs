@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use crate::names::LockKeys;
 use crate::scripts::scripts;
-use crate::sync::pubsub::Unheard;
 use crate::sync::release::{ReleaseJob, ReleaseOp};
 
 /// Which hold a release gives back, with the operation id that makes it count once.
@@ -23,7 +22,7 @@ pub(crate) enum ReleaseKind {
     /// took the lock by a try of its own before the message came): it leaves the waiter
     /// registry, and a lock free or reserved for it goes to the next waiter. Its holds,
     /// if any, belong to its guard and stay.
-    Unheard(Unheard),
+    Unheard,
     /// No owner: a lock kept for this client's next task, which did not try for it after
     /// all, goes to the next waiter (see `sync::local::PassOn`).
     PassOn,
@@ -33,20 +32,19 @@ pub(crate) enum ReleaseKind {
 }
 
 /// The release of `kind` for the owner `field` of the lock `name` (see
-/// `scripts/release.lua`: mode `one`, `all`, `leave`, `wake` or `undo`).
+/// `scripts/release.lua`: mode `one`, `all`, `leave` or `undo`).
 pub(crate) fn release_job(
     name: &Arc<str>,
     keys: &LockKeys,
     field: &str,
     kind: ReleaseKind,
 ) -> ReleaseJob {
-    // `all`, `leave` and `wake` are idempotent without a memo; the lock key fills the slot (same
+    // `all` and `leave` are idempotent without a memo; the lock key fills the slot (same
     // slot as every key).
     let (mode, once_key, field) = match kind {
         ReleaseKind::Hold { op } => ("one", keys.memo(field, op), field),
         ReleaseKind::Owner => ("all", keys.key.clone(), field),
-        ReleaseKind::Unheard(Unheard::Pass) => ("leave", keys.key.clone(), field),
-        ReleaseKind::Unheard(Unheard::Wake) => ("wake", keys.key.clone(), field),
+        ReleaseKind::Unheard => ("leave", keys.key.clone(), field),
         ReleaseKind::PassOn => ("leave", keys.key.clone(), ""),
         ReleaseKind::Reentry { op } => ("undo", keys.marker(field, op), field),
     };
@@ -54,7 +52,12 @@ pub(crate) fn release_job(
         name: Arc::clone(name),
         op: ReleaseOp {
             script: &scripts().release,
-            keys: vec![keys.key.clone(), keys.channel.clone(), once_key],
+            keys: vec![
+                keys.key.clone(),
+                keys.channel.clone(),
+                once_key,
+                keys.naps.clone(),
+            ],
             args: vec![field.to_owned(), mode.to_owned()],
             finds_nothing_once_done: true,
         },

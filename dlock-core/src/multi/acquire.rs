@@ -138,6 +138,9 @@ impl MultiLock {
         for lock in self.locks.iter() {
             call.key(&lock.keys().channel);
         }
+        for lock in self.locks.iter() {
+            call.key(&lock.keys().naps);
+        }
         call.arg(lease_ms)
             .arg(&*field)
             .arg(settings.fence_arg())

@@ -42,6 +42,7 @@ pub(super) async fn acquire(
         .key(&keys.key)
         .key(&keys.fence)
         .key(&keys.channel)
+        .key(&keys.naps)
         .arg(lease_ms)
         .arg(field)
         .arg("fresh")
@@ -49,7 +50,8 @@ pub(super) async fn acquire(
         .arg("0")
         // A RedLock waits by rounds, not for unlock messages: it never registers.
         .arg(0)
-        .arg("0");
+        .arg("0")
+        .arg(node.inner.backend.publish_command());
     node.inner.backend.invoke(&invocation).await
 }
 

@@ -138,7 +138,7 @@ impl ReadWriteLock {
         } = reentry_lease(lease, outer.renewal, watchdog)?;
         let owner = owner_of(outer);
         let op = inner.next_op();
-        let call = self.acquire_call(kind, &owner, lease_ms, Some(op), 0);
+        let call = self.acquire_call(kind, &owner, lease_ms, Some(op), (0, 0));
         let mut step = TryStep::new(&**inner, &self.shared.name, call, || {
             vec![release_job(
                 &self.shared,
@@ -198,14 +198,15 @@ impl ReadWriteLock {
     /// The acquire script's call for a `kind` hold of `owner` with lease `lease_ms`: a
     /// re-entry (acquisition `reentry`, which names its marker) or, for `None`, a fresh
     /// owner; a fresh writer that finds the lock busy keeps a waiting entry for
-    /// `entry_ms` (0: none).
+    /// `entry_ms` (0: none), and a fresh owner that waits keeps the promise of its busy
+    /// answers for `promise_ms` (0: a single try, promised nothing).
     fn acquire_call(
         &self,
         kind: Kind,
         owner: &str,
         lease_ms: u64,
         reentry: Option<u64>,
-        entry_ms: u64,
+        (entry_ms, promise_ms): (u64, u64),
     ) -> ScriptCall {
         let lock = &self.shared;
         let settings = &lock.client.inner.settings;
@@ -223,13 +224,17 @@ impl ReadWriteLock {
             // A new owner has no marker; the lock key fills the slot (one slot for all).
             .key(marker.as_deref().unwrap_or(&lock.key))
             .key(&*lock.keys.fence)
+            .key(&lock.keys.naps)
+            .key(&lock.keys.channel)
             .arg(lease_ms)
             .arg(owner)
             .arg(kind.as_str())
             .arg(how)
             .arg(marker_ms)
             .arg(entry_ms)
-            .arg(settings.fence_arg());
+            .arg(settings.fence_arg())
+            .arg(promise_ms)
+            .arg(lock.client.inner.backend.publish_command());
         call
     }
 
@@ -257,7 +262,12 @@ impl ReadWriteLock {
             0
         };
         let owner: Arc<str> = format!("{}:{}", inner.id, inner.next_owner()).into();
-        let call = self.acquire_call(kind, &owner, lease_ms, None, entry_ms);
+        let promise_ms = if patient {
+            settings.registry_ttl().as_millis() as u64
+        } else {
+            0
+        };
+        let call = self.acquire_call(kind, &owner, lease_ms, None, (entry_ms, promise_ms));
         // Whatever an unanswered try took, and a writer's waiting entry (which holds new
         // readers back), go when the acquisition ends without a guard.
         let mut step = TryStep::new(&**inner, &self.shared.name, call, || {

@@ -44,6 +44,7 @@ pub(super) fn release_job(
                 lock.writers.clone(),
                 keys.channel.clone(),
                 once_key,
+                keys.naps.clone(),
             ],
             args: vec![owner.to_owned(), kind.as_str().to_owned(), mode.to_owned()],
             finds_nothing_once_done: false,

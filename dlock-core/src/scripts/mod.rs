@@ -14,8 +14,9 @@ pub(crate) use script::{Oom, Script, ScriptCall};
 
 use std::sync::OnceLock;
 
-/// The reentrant lock's scripts (`lock/scripts/`), each but `renew` prefixed with the
-/// shared `handoff.lua` (the waiter registry and the hand-off).
+/// The reentrant lock's scripts (`lock/scripts/`), each but `renew` prefixed with
+/// `scripts/naps.lua` (what waiters were told) and the lock's `handoff.lua` (the waiter
+/// registry and the hand-off).
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
     pub(crate) release: Script,
@@ -26,7 +27,8 @@ pub(crate) struct Scripts {
     pub(crate) hold_until: Script,
 }
 
-/// The fair lock's scripts (`fair/scripts/`), each prefixed with the shared `queue.lua`.
+/// The fair lock's scripts (`fair/scripts/`), each prefixed with `scripts/naps.lua` and
+/// the fair lock's `queue.lua`.
 pub(crate) struct FairScripts {
     pub(crate) acquire: Script,
     pub(crate) release: Script,
@@ -34,8 +36,8 @@ pub(crate) struct FairScripts {
     pub(crate) queue_len: Script,
 }
 
-/// The read-write lock's scripts (`rw/scripts/`), each prefixed with the shared
-/// `common.lua`.
+/// The read-write lock's scripts (`rw/scripts/`), each prefixed with `scripts/naps.lua`
+/// and the read-write lock's `common.lua`.
 pub(crate) struct RwScripts {
     pub(crate) acquire: Script,
     pub(crate) release: Script,
@@ -44,7 +46,7 @@ pub(crate) struct RwScripts {
 }
 
 /// The multi-lock's script (`multi/scripts/`): its same-slot acquisition, prefixed with
-/// the lock's `handoff.lua`. Its holds are renewed and released by the reentrant lock's
+/// `scripts/naps.lua` and the lock's `handoff.lua`. Its holds are renewed and released by the reentrant lock's
 /// scripts.
 pub(crate) struct MultiScripts {
     pub(crate) acquire: Script,
@@ -102,45 +104,45 @@ pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> + Clone {
     .into_iter()
 }
 
-/// A script made of a primitive's shared functions (`$common`), then its own body
-/// (`$file`), both in the primitive's `scripts/` folder `$dir`.
-macro_rules! prefixed_script {
-    ($make:ident, $name:literal, $dir:literal, $common:literal, $file:literal) => {
-        Script::$make(
-            $name,
-            concat!(
-                include_str!(concat!("../", $dir, "/scripts/", $common)),
-                include_str!(concat!("../", $dir, "/scripts/", $file))
-            ),
-        )
+/// A script made of the Lua files `$file`s (paths under `src/`), in order: shared
+/// functions first, the script's own body last.
+macro_rules! script {
+    ($make:ident, $name:literal, $($file:literal),+ $(,)?) => {
+        Script::$make($name, concat!($(include_str!(concat!("../", $file))),+))
     };
 }
 
 pub(crate) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: prefixed_script!(
+        acquire: script!(
             creating,
             "lock_acquire",
-            "lock",
-            "handoff.lua",
-            "acquire.lua"
+            "scripts/naps.lua",
+            "lock/scripts/handoff.lua",
+            "lock/scripts/acquire.lua"
         ),
-        release: prefixed_script!(new, "lock_release", "lock", "handoff.lua", "release.lua"),
-        renew: Script::new("lock_renew", include_str!("../lock/scripts/renew.lua")),
-        force_unlock: prefixed_script!(
+        release: script!(
+            new,
+            "lock_release",
+            "scripts/naps.lua",
+            "lock/scripts/handoff.lua",
+            "lock/scripts/release.lua"
+        ),
+        renew: script!(new, "lock_renew", "lock/scripts/renew.lua"),
+        force_unlock: script!(
             new,
             "lock_force_unlock",
-            "lock",
-            "handoff.lua",
-            "force_unlock.lua"
+            "scripts/naps.lua",
+            "lock/scripts/handoff.lua",
+            "lock/scripts/force_unlock.lua"
         ),
-        hold_until: prefixed_script!(
+        hold_until: script!(
             new,
             "lock_hold_until",
-            "lock",
-            "handoff.lua",
-            "hold_until.lua"
+            "scripts/naps.lua",
+            "lock/scripts/handoff.lua",
+            "lock/scripts/hold_until.lua"
         ),
     })
 }
@@ -148,38 +150,80 @@ pub(crate) fn scripts() -> &'static Scripts {
 pub(crate) fn fair_scripts() -> &'static FairScripts {
     static SCRIPTS: OnceLock<FairScripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| FairScripts {
-        acquire: prefixed_script!(creating, "fair_acquire", "fair", "queue.lua", "acquire.lua"),
-        release: prefixed_script!(new, "fair_release", "fair", "queue.lua", "release.lua"),
-        force_unlock: prefixed_script!(
+        acquire: script!(
+            creating,
+            "fair_acquire",
+            "scripts/naps.lua",
+            "fair/scripts/queue.lua",
+            "fair/scripts/acquire.lua"
+        ),
+        release: script!(
+            new,
+            "fair_release",
+            "scripts/naps.lua",
+            "fair/scripts/queue.lua",
+            "fair/scripts/release.lua"
+        ),
+        force_unlock: script!(
             new,
             "fair_force_unlock",
-            "fair",
-            "queue.lua",
-            "force_unlock.lua"
+            "scripts/naps.lua",
+            "fair/scripts/queue.lua",
+            "fair/scripts/force_unlock.lua"
         ),
-        queue_len: prefixed_script!(new, "fair_queue_len", "fair", "queue.lua", "queue_len.lua"),
+        queue_len: script!(
+            new,
+            "fair_queue_len",
+            "scripts/naps.lua",
+            "fair/scripts/queue.lua",
+            "fair/scripts/queue_len.lua"
+        ),
     })
 }
 
 pub(crate) fn rw_scripts() -> &'static RwScripts {
     static SCRIPTS: OnceLock<RwScripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| RwScripts {
-        acquire: prefixed_script!(creating, "rw_acquire", "rw", "common.lua", "acquire.lua"),
-        release: prefixed_script!(new, "rw_release", "rw", "common.lua", "release.lua"),
-        renew_read: prefixed_script!(new, "rw_renew_read", "rw", "common.lua", "renew_read.lua"),
-        renew_write: prefixed_script!(new, "rw_renew_write", "rw", "common.lua", "renew_write.lua"),
+        acquire: script!(
+            creating,
+            "rw_acquire",
+            "scripts/naps.lua",
+            "rw/scripts/common.lua",
+            "rw/scripts/acquire.lua"
+        ),
+        release: script!(
+            new,
+            "rw_release",
+            "scripts/naps.lua",
+            "rw/scripts/common.lua",
+            "rw/scripts/release.lua"
+        ),
+        renew_read: script!(
+            new,
+            "rw_renew_read",
+            "scripts/naps.lua",
+            "rw/scripts/common.lua",
+            "rw/scripts/renew_read.lua"
+        ),
+        renew_write: script!(
+            new,
+            "rw_renew_write",
+            "scripts/naps.lua",
+            "rw/scripts/common.lua",
+            "rw/scripts/renew_write.lua"
+        ),
     })
 }
 
 pub(crate) fn multi_scripts() -> &'static MultiScripts {
     static SCRIPTS: OnceLock<MultiScripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| MultiScripts {
-        acquire: Script::creating(
+        acquire: script!(
+            creating,
             "multi_acquire",
-            concat!(
-                include_str!("../lock/scripts/handoff.lua"),
-                include_str!("../multi/scripts/acquire.lua")
-            ),
+            "scripts/naps.lua",
+            "lock/scripts/handoff.lua",
+            "multi/scripts/acquire.lua"
         ),
     })
 }
@@ -187,28 +231,35 @@ pub(crate) fn multi_scripts() -> &'static MultiScripts {
 pub(crate) fn sem_scripts() -> &'static SemScripts {
     static SCRIPTS: OnceLock<SemScripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| SemScripts {
-        acquire: prefixed_script!(
+        acquire: script!(
             creating,
             "sem_acquire",
-            "semaphore",
-            "common.lua",
-            "acquire.lua"
+            "semaphore/scripts/common.lua",
+            "semaphore/scripts/acquire.lua"
         ),
-        release: prefixed_script!(new, "sem_release", "semaphore", "common.lua", "release.lua"),
-        renew: prefixed_script!(new, "sem_renew", "semaphore", "common.lua", "renew.lua"),
-        available: prefixed_script!(
+        release: script!(
+            new,
+            "sem_release",
+            "semaphore/scripts/common.lua",
+            "semaphore/scripts/release.lua"
+        ),
+        renew: script!(
+            new,
+            "sem_renew",
+            "semaphore/scripts/common.lua",
+            "semaphore/scripts/renew.lua"
+        ),
+        available: script!(
             new,
             "sem_available",
-            "semaphore",
-            "common.lua",
-            "available.lua"
+            "semaphore/scripts/common.lua",
+            "semaphore/scripts/available.lua"
         ),
-        set_permits: prefixed_script!(
+        set_permits: script!(
             creating,
             "sem_set_permits",
-            "semaphore",
-            "common.lua",
-            "set_permits.lua"
+            "semaphore/scripts/common.lua",
+            "semaphore/scripts/set_permits.lua"
         ),
     })
 }
@@ -216,10 +267,7 @@ pub(crate) fn sem_scripts() -> &'static SemScripts {
 pub(crate) fn fenced_scripts() -> &'static FencedScripts {
     static SCRIPTS: OnceLock<FencedScripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| FencedScripts {
-        write: Script::creating("fenced_write", include_str!("../fenced/scripts/write.lua")),
-        highest: Script::new(
-            "fenced_highest",
-            include_str!("../fenced/scripts/highest.lua"),
-        ),
+        write: script!(creating, "fenced_write", "fenced/scripts/write.lua"),
+        highest: script!(new, "fenced_highest", "fenced/scripts/highest.lua"),
     })
 }

@@ -288,6 +288,10 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
             .await;
         // Replicas that did not confirm in time: Redis itself answered.
         self.answered = matches!(outcome, Ok(_) | Err(CallError::NotReplicated { .. }));
+        match &outcome {
+            Ok((_, reply)) => tracing::trace!(lock = %self.name, ?reply, "dlock: try answered"),
+            Err(error) => tracing::trace!(lock = %self.name, %error, "dlock: try failed"),
+        }
         if let Ok((_, reply)) = &outcome {
             if !reply.is_granted() {
                 // Busy or refused before writing a hold: no hold of ours is there.

@@ -58,21 +58,12 @@ pub(crate) struct PubSubService {
     shared: Arc<Shared>,
 }
 
-/// Why a message for an owner that no longer waits here is handed back (see [`Abandon`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Unheard {
-    /// `pass:<owner>`: the lock was reserved for the owner.
-    Pass,
-    /// `wake:<owner>`: the owner was told to try again.
-    Wake,
-}
-
 /// How a primitive gives up, for an owner of this client that no longer waits, a message
 /// meant for it: the release that takes the owner out of the lock's waiters and passes
 /// the lock (or the request to try again) to the next waiter. It never gives back a hold
 /// of the owner: the owner may have taken the lock by a try of its own before the message
 /// came, and then its guard holds it.
-pub(crate) type Abandon = Arc<dyn Fn(&str, Unheard) -> ReleaseJob + Send + Sync>;
+pub(crate) type Abandon = Arc<dyn Fn(&str) -> ReleaseJob + Send + Sync>;
 
 struct Shared {
     channels: Mutex<HashMap<String, Channel>>,
@@ -116,9 +107,8 @@ impl Channel {
             }
             return None;
         };
-        let (unheard, owner) = match payload.split_once(':') {
-            Some(("pass", owner)) => (Unheard::Pass, owner),
-            Some(("wake", owner)) => (Unheard::Wake, owner),
+        let owner = match payload.split_once(':') {
+            Some(("pass" | "wake", owner)) => owner,
             // Only the watchers care: the holder's client learns its hold is gone.
             Some(("lost", _)) => return None,
             _ => {
@@ -131,7 +121,7 @@ impl Channel {
                 waiter.notify_one();
                 None
             }
-            None => self.abandon.as_ref().map(|abandon| abandon(owner, unheard)),
+            None => self.abandon.as_ref().map(|abandon| abandon(owner)),
         }
     }
 }

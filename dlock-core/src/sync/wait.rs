@@ -142,16 +142,17 @@ impl<'a> Waiter<'a> {
             Some((owner, abandon)) => pubsub.subscribe_owner(channel, owner, abandon),
             None => pubsub.subscribe(channel),
         });
+        // Never sleep past the time the lock can change hands, the recheck interval or
+        // the deadline.
+        let nap = u64::try_from(ttl_ms)
+            .map(Duration::from_millis)
+            .map_or(recheck, |ttl| ttl.min(recheck));
         if !std::mem::replace(&mut self.confirmed, true) {
             // Try again once Redis confirmed the subscription: a release published between
             // the try and the subscription would otherwise be missed.
             tracing::trace!(channel = %self.channel, ttl_ms, "dlock: waiting for release");
-            let _ = tokio::time::timeout(recheck, subscription.confirmed()).await;
+            let _ = tokio::time::timeout(nap, subscription.confirmed()).await;
         } else {
-            // Never sleep past the holder's TTL, the recheck interval or the deadline.
-            let nap = u64::try_from(ttl_ms)
-                .map(Duration::from_millis)
-                .map_or(recheck, |ttl| ttl.min(recheck));
             if self.every_message {
                 let _ = tokio::time::timeout(nap, subscription.noticed()).await;
             } else {

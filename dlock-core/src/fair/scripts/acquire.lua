@@ -5,6 +5,7 @@
 -- KEYS[2]  the queue (see queue.lua)
 -- KEYS[3]  the entry deadlines (see queue.lua)
 -- KEYS[4]  the fencing-token counter of the lock's slot anchor (never expires)
+-- KEYS[5]  what the waiters were told (see scripts/naps.lua)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  the waiter: the owner field it will hold
 -- ARGV[3]  'wait': enqueue (once) and keep the entry alive; 'try': never enqueue
@@ -50,7 +51,7 @@ if found == 'hash' then
 end
 
 local me = ARGV[2]
-local now = server_now()
+local now = now_ms()
 purge(KEYS[2], KEYS[3], now)
 
 -- The reply to a waiter holding the lock: its fencing token (minted at the grant, see
@@ -73,6 +74,7 @@ local head = head_of(KEYS[2])
 if free and (head == nil or head == me) then
   redis.call('zrem', KEYS[2], me)
   redis.call('zrem', KEYS[3], me)
+  redis.call('zrem', KEYS[5], me)
   if ARGV[7] == '1' then
     -- The counter only grows (no TTL, untouched by release, force unlock or expiry), so
     -- the tokens of one lock strictly increase.
@@ -81,6 +83,11 @@ if free and (head == nil or head == me) then
     redis.call('hset', KEYS[1], '!fair', 1, me, 1)
   end
   redis.call('pexpire', KEYS[1], lease)
+  -- Waiters told they could sleep past this lease try again (the new head takes the lock
+  -- when it runs out, though nobody releases it).
+  for _, waiter in ipairs(overslept(KEYS[5], lease)) do
+    wake(waiter, ARGV[5], ARGV[6])
+  end
   return granted()
 end
 if free then
@@ -123,5 +130,8 @@ if head_deadline then
 end
 if nap < 1 and nap ~= -1 then
   nap = 1
+end
+if ARGV[3] == 'wait' then
+  promise(KEYS[5], me, now + nap, math.max(redis.call('pttl', KEYS[2]), entry))
 end
 return nap

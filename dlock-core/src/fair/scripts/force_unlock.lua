@@ -23,7 +23,7 @@ if found == 'hash' then
   end
 end
 redis.call('del', KEYS[1])
-purge(KEYS[2], KEYS[3], server_now())
+purge(KEYS[2], KEYS[3], now_ms())
 wake(head_of(KEYS[2]), ARGV[1], ARGV[2])
 if found == 'none' then
   return 0

@@ -1,17 +1,11 @@
--- Shared by every fair-lock script (prepended to each): the server clock, the purge of
--- dead queue entries, and the wake-up of the queue's head.
+-- Shared by every fair-lock script (prepended to each, after scripts/naps.lua): the purge
+-- of dead queue entries, and the wake-up of the queue's head.
 --
 -- The queue is two sorted sets in the lock key's slot:
 --   queue     waiter -> place (enqueue order: the last place + 1)
 --   deadlines waiter -> server time in ms after which the entry is dead
 -- A waiter is an owner field "<client-id>:<owner-id>" and is woken on the channel
 -- "<wake prefix><waiter>". Every deadline comes from redis.call('time'), never from a client.
-
--- The server's clock in milliseconds.
-local function server_now()
-  local time = redis.call('time')
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-end
 
 -- Removes every entry whose deadline has passed (not only the head's); nobody else's
 -- deadline is touched.

@@ -2,4 +2,4 @@
 -- time, has not passed). Reads only.
 --
 -- KEYS[1]  the entry deadlines (see queue.lua)
-return redis.call('zcount', KEYS[1], '(' .. server_now(), '+inf')
+return redis.call('zcount', KEYS[1], '(' .. now_ms(), '+inf')

@@ -6,6 +6,7 @@
 -- KEYS[2]  the queue (see queue.lua)
 -- KEYS[3]  the entry deadlines
 -- KEYS[4]  'one' / 'leave': this operation's memo; 'undo': the re-entry's marker
+-- KEYS[5]  what the waiters were told (see scripts/naps.lua)
 -- ARGV[1]  owner field (the waiter)
 -- ARGV[2]  'one': a guard gives back its hold;
 --          'leave': an acquisition that will not produce a guard is abandoned: its queue
@@ -36,6 +37,7 @@ local head_before = head_of(KEYS[2])
 if mode == 'leave' then
   redis.call('zrem', KEYS[2], me)
   redis.call('zrem', KEYS[3], me)
+  redis.call('zrem', KEYS[5], me)
 end
 
 local remaining = -1
@@ -55,7 +57,7 @@ if count and not (type(count) == 'table' and count.err) then
 end
 
 if redis.call('exists', KEYS[1]) == 0 then
-  purge(KEYS[2], KEYS[3], server_now())
+  purge(KEYS[2], KEYS[3], now_ms())
   local head = head_of(KEYS[2])
   if remaining == 0 or head ~= head_before then
     wake(head, ARGV[3], ARGV[5])

@@ -4,6 +4,7 @@
 -- KEYS[2]  re-entries: this acquisition's marker (same slot as KEYS[1]); fresh: unused
 -- KEYS[3]  the fencing-token counter of the lock's slot anchor (same slot; never expires)
 -- KEYS[4]  the lock's waiter registry (see handoff.lua; same slot)
+-- KEYS[5]  what its waiters were told (see naps.lua; same slot)
 -- ARGV[1]  lease in milliseconds; for a re-entry 0 leaves the expiry as it is (the client
 --          validated it; checked again before any write, because a PEXPIRE that fails
 --          after HSET would leave a lock that never expires)
@@ -16,6 +17,7 @@
 --          try, which does not wait)
 -- ARGV[7]  '1' when an earlier try of this acquisition may have registered the owner: a
 --          grant then takes it out of the registry; '0' otherwise
+-- ARGV[8]  publish command: 'publish' or 'spublish'
 --
 -- Returns {token} when a fresh owner now holds the lock with fencing on (the token minted
 -- for it, kept in the hash field "<owner>:f" and deleted with the owner's last hold); nil
@@ -42,21 +44,28 @@ if lease == nil or lease < lowest or lease > 31622400000 then
   return redis.error_reply('ERR dlock acquire: lease must be ' .. lowest .. '..31622400000 ms, got ' .. tostring(ARGV[1]))
 end
 
+-- A fresh owner takes the lock: out of the waiters, the hold (with a fencing token), the
+-- lease, and the waiters told they may sleep past this lease are told to try again.
 local function grant()
   if ARGV[7] == '1' then
     redis.call('zrem', KEYS[4], ARGV[2])
+    redis.call('zrem', KEYS[5], ARGV[2])
   end
-  if ARGV[5] ~= '1' then
+  local token = nil
+  if ARGV[5] == '1' then
+    -- The next token of the counter: it only ever grows (no TTL, not touched by release,
+    -- force unlock or expiry), so the tokens of one lock strictly increase.
+    token = redis.call('incr', KEYS[3])
+    redis.call('hset', KEYS[1], ARGV[2], 1, ARGV[2] .. ':f', token)
+  else
     redis.call('hset', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], lease)
-    return nil
   end
-  -- A fresh grant mints the next token of the counter: it only ever grows (no TTL, not
-  -- touched by release, force unlock or expiry), so tokens of one lock strictly increase.
-  local token = redis.call('incr', KEYS[3])
-  redis.call('hset', KEYS[1], ARGV[2], 1, ARGV[2] .. ':f', token)
   redis.call('pexpire', KEYS[1], lease)
-  return {token}
+  wake_overslept(KEYS[4], KEYS[5], ARGV[8], lease)
+  if token then
+    return {token}
+  end
+  return nil
 end
 
 if not reenter and redis.call('exists', KEYS[1]) == 0 then
@@ -95,10 +104,13 @@ if not reenter then
     redis.call('del', KEYS[1])
     return grant()
   end
+  local ttl = redis.call('pttl', KEYS[1])
   if ARGV[6] ~= '0' then
-    register(KEYS[4], ARGV[2], ARGV[6])
+    local now = now_ms()
+    register(KEYS[4], ARGV[2], now, ARGV[6])
+    promise(KEYS[5], ARGV[2], now + ttl, ARGV[6])
   end
-  return redis.call('pttl', KEYS[1])
+  return ttl
 end
 
 if not mine then

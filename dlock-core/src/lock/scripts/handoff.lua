@@ -11,7 +11,8 @@
 -- Messages go to the waiting owner's client on its own wake channel (the registry's name
 -- with '#<client-id>' after the hash tag, so it stays in the lock's slot), and name the
 -- owner they are for: 'pass:<owner>' (the lock is reserved for it), 'wake:<owner>' (the
--- lock's expiry changed: try again) or 'lost:<owner>' (its hold was deleted). PUBLISH
+-- lock's expiry moved closer than it was told: try again) or 'lost:<owner>' (its hold
+-- was deleted). PUBLISH
 -- answers how many connections received the message: none means the client is gone (or
 -- not listening), so its waiter cannot take a hand-off and is passed over.
 
@@ -62,22 +63,20 @@ local function hand_off(key, registry, publish, reservation)
   return nil
 end
 
--- Tells the longest-waiting owner whose client still listens to try again (the lock's
--- expiry moved closer); owners whose client is gone leave the registry.
-local function nudge(registry, publish)
-  for _ = 1, MAX_PASSED_OVER do
-    local oldest = redis.call('zrange', registry, 0, 0)[1]
-    if oldest == nil or tell(publish, registry, oldest, 'wake') then
-      return
-    end
-    redis.call('zrem', registry, oldest)
-  end
+-- Registers `owner` as waiting since `now` (keeping its place if it is there already) and
+-- renews the registry's lifetime (`lifetime` ms; it only bounds an abandoned registry's
+-- life).
+local function register(registry, owner, now, lifetime)
+  redis.call('zadd', registry, 'nx', now, owner)
+  redis.call('pexpire', registry, lifetime)
 end
 
--- Registers `owner` as waiting (keeping its place if it is there already) and renews the
--- registry's lifetime (`lifetime` ms; it only bounds an abandoned registry's life).
-local function register(registry, owner, lifetime)
-  local now = redis.call('time')
-  redis.call('zadd', registry, 'nx', now[1] * 1000 + math.floor(now[2] / 1000), owner)
-  redis.call('pexpire', registry, lifetime)
+-- Tells every waiter of `registry` that was promised a longer sleep than `expires_in` ms
+-- (see naps.lua) to try again; a waiter whose client is gone leaves the registry.
+local function wake_overslept(registry, naps, publish, expires_in)
+  for _, owner in ipairs(overslept(naps, expires_in)) do
+    if not tell(publish, registry, owner, 'wake') then
+      redis.call('zrem', registry, owner)
+    end
+  end
 end

@@ -4,6 +4,7 @@
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's waiter registry (see handoff.lua)
+-- KEYS[3]  what the lock's waiters were told (see naps.lua)
 -- ARGV[1]  owner field
 -- ARGV[2]  what is left of the minimum hold, in milliseconds (> 0)
 -- ARGV[3]  publish command: 'publish' or 'spublish'
@@ -11,9 +12,9 @@
 -- Only if the owner field is still ours and holds the lock once (no re-entry alive): the
 -- field and its fencing token go, the hash keeps '!held' = the field (so the lock stays
 -- busy for everybody, and a retry of this script knows it was applied), and the key expires
--- after ARGV[2] ms. The longest-waiting live waiter is told to try again: it napped until
--- the expiry it was told when it tried, which the shorter hold moved closer; it now naps
--- until the new one and takes the lock then.
+-- after ARGV[2] ms. The waiters told they could sleep past that are told to try again:
+-- they napped until the expiry they were told when they tried, which the shorter hold
+-- moved closer; they now nap until the new one, and the first takes the lock then.
 --
 -- Returns 0 when applied (now or by an earlier try), -1 when the lock is not ours (lease
 -- ran out, force-unlocked, another owner, or the key holds another type), n > 1 when the
@@ -33,5 +34,5 @@ end
 redis.call('hset', KEYS[1], '!held', ARGV[1])
 redis.call('hdel', KEYS[1], ARGV[1], ARGV[1] .. ':f')
 redis.call('pexpire', KEYS[1], ARGV[2])
-nudge(KEYS[2], ARGV[3])
+wake_overslept(KEYS[2], KEYS[3], ARGV[3], tonumber(ARGV[2]))
 return 0

@@ -3,8 +3,9 @@
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's waiter registry (see handoff.lua; same slot as KEYS[1])
--- KEYS[3]  'one': the release memo for this release operation; 'all', 'leave', 'wake':
---          unused; 'undo': the marker of the re-entry to undo (all in the slot of KEYS[1])
+-- KEYS[3]  'one': the release memo for this release operation; 'all', 'leave': unused;
+--          'undo': the marker of the re-entry to undo (all in the slot of KEYS[1])
+-- KEYS[4]  what the lock's waiters were told (see naps.lua; same slot)
 -- ARGV[1]  owner field ('' for 'leave': no owner, only the hand-off check below)
 -- ARGV[2]  'one': a guard gives back its hold;
 --          'all': an acquisition of a fresh owner ended without a guard (cancelled,
@@ -15,8 +16,6 @@
 --                 stopped, or took the lock by a try of its own before the message came):
 --                 it leaves the registry, and a lock free or reserved for it is passed
 --                 on; its holds, if any, are its guard's and are left alone;
---          'wake': 'leave' for an owner that was told to try again: if the lock is still
---                 held, the next waiter is told instead;
 --          'undo': a re-entry whose outcome is unknown is abandoned: its hold is given
 --                 back only if its marker shows it was applied
 -- ARGV[3]  memo lifetime in milliseconds
@@ -49,12 +48,12 @@
 --   per release alive in Redis for seconds;
 -- - giving back one of several holds (a re-entered lock) is a decrement, which a retry would
 --   repeat: its outcome is kept in the memo, which a retry answers from;
--- - 'all' deletes every hold of the owner, which is idempotent by itself; 'leave' and
---   'wake' give back no hold;
+-- - 'all' deletes every hold of the owner, which is idempotent by itself; 'leave' gives
+--   back no hold;
 -- - an undo deletes its marker, which makes it count once.
 local mode = ARGV[2]
 local owner = ARGV[1]
-local abandon = mode == 'all' or mode == 'leave' or mode == 'wake'
+local abandon = mode == 'all' or mode == 'leave'
 if mode == 'undo' then
   if redis.call('del', KEYS[3]) == 0 then
     return -1
@@ -73,6 +72,7 @@ end
 
 if abandon then
   redis.call('zrem', KEYS[2], owner)
+  redis.call('zrem', KEYS[4], owner)
   if found[1] and mode ~= 'all' then
     -- The owner holds the lock: its guard gives it back.
     return -1
@@ -83,9 +83,6 @@ if abandon then
     if found[2] == owner then
       redis.call('del', KEYS[1])
     elseif redis.call('exists', KEYS[1]) == 1 then
-      if mode == 'wake' then
-        nudge(KEYS[2], ARGV[4])
-      end
       return -1
     end
     hand_off(KEYS[1], KEYS[2], ARGV[4], ARGV[7])

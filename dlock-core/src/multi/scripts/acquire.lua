@@ -7,6 +7,7 @@
 -- KEYS[n+1..2n]  the fencing-token counter of each lock (KEYS[n+i] for KEYS[i]), same slot
 -- KEYS[2n+1..3n]  the waiter registry of each lock (see lock/scripts/handoff.lua), same
 --             slot
+-- KEYS[3n+1..4n]  what each lock's waiters were told (see scripts/naps.lua), same slot
 -- ARGV[1]     lease in milliseconds (1..31622400000; checked before any write)
 -- ARGV[2]     owner field "<client-id>:<owner-id>", a fresh owner used by this acquisition
 --             only
@@ -36,7 +37,7 @@ if lease == nil or lease < 1 or lease > 31622400000 then
   return redis.error_reply('ERR dlock multi acquire: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[1]))
 end
 
-local n = #KEYS / 3
+local n = #KEYS / 4
 local owner = ARGV[2]
 local blocker, blocker_ttl = nil, nil
 -- Locks a release passed to this owner (reserved: field '!next' = the owner).
@@ -68,6 +69,7 @@ if blocker ~= nil then
     if i ~= blocker then
       if registered then
         redis.call('zrem', registry, owner)
+        redis.call('zrem', KEYS[3 * n + i], owner)
       end
       if reserved[i] then
         redis.call('del', KEYS[i])
@@ -78,7 +80,9 @@ if blocker ~= nil then
   -- The owner waits for the blocking lock like a single lock's waiter: a release of it
   -- wakes the longest-waiting live owner.
   if ARGV[4] ~= '0' then
-    register(KEYS[2 * n + blocker], owner, ARGV[4])
+    local now = now_ms()
+    register(KEYS[2 * n + blocker], owner, now, ARGV[4])
+    promise(KEYS[3 * n + blocker], owner, now + blocker_ttl, ARGV[4])
   end
   return {'busy', blocker, blocker_ttl}
 end
@@ -91,6 +95,7 @@ for i = 1, n do
   end
   if registered then
     redis.call('zrem', KEYS[2 * n + i], owner)
+    redis.call('zrem', KEYS[3 * n + i], owner)
   end
   local token = 0
   if ARGV[3] == '1' then
@@ -103,6 +108,7 @@ for i = 1, n do
     redis.call('hset', key, owner, 1)
   end
   redis.call('pexpire', key, lease)
+  wake_overslept(KEYS[2 * n + i], KEYS[3 * n + i], ARGV[6], lease)
   granted[i + 1] = token
 end
 return granted

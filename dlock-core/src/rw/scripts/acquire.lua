@@ -4,6 +4,8 @@
 -- KEYS[2]  the waiting writers: sorted set, writer owner -> server deadline of its entry
 -- KEYS[3]  re-entries: this acquisition's marker; fresh owners: KEYS[1] (unused)
 -- KEYS[4]  the fencing-token counter of the lock's slot anchor (never expires)
+-- KEYS[5]  what the waiters were told (see scripts/naps.lua)
+-- KEYS[6]  the lock's unlock channel
 -- ARGV[1]  lease in ms (1..31622400000; a re-entry may pass 0: the deadline stays)
 -- ARGV[2]  owner "<client-id>:<owner-id>"
 -- ARGV[3]  'read' or 'write'
@@ -13,6 +15,9 @@
 -- ARGV[6]  fresh writers: lifetime in ms of the waiting entry left when the lock is busy
 --          (0: a single try, no entry)
 -- ARGV[7]  '1': mint a fencing token when a fresh writer takes the lock; '0': no token
+-- ARGV[8]  fresh owners that wait: how long in ms the promise of a busy answer is kept
+--          (see scripts/naps.lua); 0: a single try, which is promised nothing
+-- ARGV[9]  publish command: 'publish' or 'spublish'
 --
 -- Returns {token} when a fresh writer holds the lock with tokens on (a retry returns the
 -- token of the first grant); nil when the hold is taken otherwise (reads, re-entries,
@@ -50,7 +55,7 @@ if found == 'hash' then
   end
 end
 
-local now = rw_now()
+local now = now_ms()
 local deadlines, writer = rw_purge(KEYS[1], now)
 redis.call('zremrangebyscore', KEYS[2], '-inf', now)
 local latest = rw_latest(deadlines)
@@ -113,9 +118,24 @@ if (write and writes > 0) or (not write and reads > 0) then
   return nil
 end
 
--- How long until the holders' leases run out (at least 1 ms).
+-- How long until the holders' leases run out (at least 1 ms): the busy answer, which a
+-- fresh owner that waits is promised it may sleep.
 local function busy(until_ms)
-  return math.max(1, until_ms - now)
+  local nap = math.max(1, until_ms - now)
+  if ARGV[8] ~= '0' then
+    promise(KEYS[5], owner, now + nap, ARGV[8])
+  end
+  return nap
+end
+
+-- A fresh owner holds the lock now, which expires `expires_in` ms from now: out of the
+-- naps, and the waiters told they could sleep past that expiry try again (each message
+-- wakes the readers and one writer of every client that waits).
+local function taken(expires_in)
+  redis.call('zrem', KEYS[5], owner)
+  for _ in ipairs(overslept(KEYS[5], expires_in)) do
+    redis.call(ARGV[9], KEYS[6], 'unlocked')
+  end
 end
 
 if write then
@@ -132,6 +152,7 @@ if write then
   redis.call('zrem', KEYS[2], owner)
   redis.call('hset', KEYS[1], 'mode', 'write', field, 1, owner .. ':t', now + lease)
   redis.call('pexpire', KEYS[1], lease)
+  taken(lease)
   return granted()
 end
 
@@ -148,4 +169,5 @@ if #first > 0 then
 end
 redis.call('hset', KEYS[1], 'mode', 'read', field, 1, owner .. ':t', now + lease)
 redis.call('pexpire', KEYS[1], math.max(latest, now + lease) - now)
+taken(math.max(latest, now + lease) - now)
 return nil

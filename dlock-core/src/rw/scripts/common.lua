@@ -1,4 +1,5 @@
--- Shared by every read-write lock script (prepended to each one when it is registered).
+-- Shared by every read-write lock script (prepended to each one when it is registered,
+-- after scripts/naps.lua).
 --
 -- The lock hash (one per lock):
 --   mode         'read' or 'write'
@@ -24,12 +25,6 @@ local function rw_foreign(key)
     return 'fair'
   end
   return 'lock'
-end
-
--- Server time in milliseconds: every deadline comes from the server's clock.
-local function rw_now()
-  local time = redis.call('time')
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
 -- Drops the owners of `key` whose deadline passed. Returns the live owners' deadlines

@@ -5,6 +5,7 @@
 -- KEYS[2]  the waiting writers
 -- KEYS[3]  the lock's unlock channel
 -- KEYS[4]  'one' / 'all': the release memo; 'undo': the marker of the re-entry to undo
+-- KEYS[5]  what the waiters were told (see scripts/naps.lua)
 -- ARGV[1]  owner
 -- ARGV[2]  'read' or 'write': which hold
 -- ARGV[3]  'one': a guard gives back its hold; 'all': an acquisition of a fresh owner
@@ -41,7 +42,10 @@ local function wake()
   end
 end
 
-local now = rw_now()
+local now = now_ms()
+if mode == 'all' then
+  redis.call('zrem', KEYS[5], owner)
+end
 if write and mode == 'all' and redis.call('zrem', KEYS[2], owner) == 1 then
   if redis.call('zcount', KEYS[2], now + 1, '+inf') == 0 then
     wake()

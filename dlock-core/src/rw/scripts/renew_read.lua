@@ -10,7 +10,7 @@ local lease = tonumber(ARGV[1])
 if lease == nil or lease < 1 or lease > 31622400000 then
   return redis.error_reply('ERR dlock rw renew: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[1]))
 end
-local now = rw_now()
+local now = now_ms()
 local renewed = {}
 for i, key in ipairs(KEYS) do
   renewed[i] = rw_renew(key, ARGV[i + 1], ARGV[i + 1], lease, now)

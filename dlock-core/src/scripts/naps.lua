@@ -1,0 +1,39 @@
+-- Shared by the acquire and release scripts of every kind of lock that waits (prepended
+-- to each): what each waiting owner was told.
+--
+-- A busy answer tells a waiter how long it may sleep before it tries again: until the lock
+-- can change hands as far as Redis knows then (the holder's lease). The naps set of a lock
+-- name (a sorted set: waiting owner -> server time in ms until which it may sleep) keeps
+-- that promise. When a lock's expiry is then set earlier than what some waiter was told (a
+-- new holder with a shorter lease, a `min_hold`), those waiters must be told to try again:
+-- otherwise, should the lock run out without a release (its holder died, or kept its
+-- guard past its lease), they would sleep while it is free. With uniform leases this never
+-- happens: a new holder's expiry is later than every promise made before it.
+
+-- Promises that `owner` may sleep until `until_ms` (server ms); the set lives `lifetime` ms
+-- after its last promise (it only bounds an abandoned set's life).
+local function promise(naps, owner, until_ms, lifetime)
+  redis.call('zadd', naps, until_ms, owner)
+  redis.call('pexpire', naps, lifetime)
+end
+
+-- The server's clock in milliseconds: every deadline comes from it, never from a client.
+local function now_ms()
+  local time = redis.call('time')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- The owners told they may sleep more than `expires_in` ms from now (the lock's new
+-- expiry), taken out of `naps`: the caller tells each of them to try again. Empty, at the
+-- cost of one EXISTS, when nobody waits.
+local function overslept(naps, expires_in)
+  if redis.call('exists', naps) == 0 then
+    return {}
+  end
+  local expiry = now_ms() + expires_in
+  local late = redis.call('zrangebyscore', naps, '(' .. expiry, '+inf')
+  if #late > 0 then
+    redis.call('zremrangebyscore', naps, '(' .. expiry, '+inf')
+  end
+  return late
+end
