@@ -199,9 +199,11 @@ async fn a_client_that_stops_waiting_passes_its_wake_up_on() {
         let lock = client.lock("{passed-on}");
         tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await })
     };
-    // Each busy try registers its client with one ZADD (NX, so a client keeps its place):
-    // a waiter has made both of its tries (the first, and the one after its subscription
-    // was confirmed) and sleeps for its 10 s recheck once its second ZADD ran. Counting
+    // Each busy try sends two ZADDs: its registration (NX, so a waiter keeps its place)
+    // and the promise of its busy answer (see `scripts/naps.lua`). A waiter has made both
+    // of its tries (the first, and the one after its subscription was confirmed) and
+    // sleeps for its 10 s recheck (the lock's expiry is a minute away) once its second
+    // try ran. Counting
     // them at the server, rather than watching the registry's size, keeps a waiter's
     // second try from landing after the hand-off below (it would take the lock itself).
     let busy_tries_ran = |count: u64| {
@@ -210,7 +212,7 @@ async fn a_client_that_stops_waiting_passes_its_wake_up_on() {
             let started = Instant::now();
             loop {
                 let calls = command_calls(&mut server.connection());
-                let now = calls.get("zadd").copied().unwrap_or(0);
+                let now = calls.get("zadd").copied().unwrap_or(0) / 2;
                 if now == count {
                     return;
                 }
@@ -295,9 +297,10 @@ async fn a_waiter_cancelled_during_its_first_try_leaves_the_registry() {
         cancelled.await.unwrap_err().is_cancelled(),
         "the try was answered before its caller stopped waiting"
     );
-    // The try ran after the stall and registered `gave_up`.
+    // The try ran after the stall and registered `gave_up` (and kept the promise of its
+    // busy answer: two ZADDs).
     let started = Instant::now();
-    while command_calls(&mut server.connection()).get("zadd") != Some(&1) {
+    while command_calls(&mut server.connection()).get("zadd") != Some(&2) {
         assert!(
             started.elapsed() < Duration::from_secs(2),
             "the cancelled try never registered"
