@@ -15,7 +15,7 @@ use crate::contended::Primitive;
 #[derive(Debug, Parser)]
 #[command(name = "dlock-bench", version, args_conflicts_with_subcommands = true)]
 pub struct Cli {
-    /// Hidden subcommands (the S5 worker).
+    /// Hidden subcommands (the S5 and churn workers).
     #[command(subcommand)]
     pub command: Option<Sub>,
 
@@ -27,7 +27,7 @@ pub struct Cli {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub runs: Option<u32>,
 
-    /// Measured time of S1, S3, rslock's S1 and the limit (e.g. 10s, 500ms)
+    /// Measured time of S1, S3, rslock's S1, the limit and churn (e.g. 10s, 500ms)
     /// [default: 10s, 2s with --quick].
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -86,6 +86,10 @@ pub enum Scenario {
     S4,
     /// S2 with 4 processes (lock, fair lock, read-write lock).
     S5,
+    /// S5 (4 processes × 4 tasks, one lock) with cancellations, timeouts, dropped guards,
+    /// expiring leases and a process killed and restarted: how long a free lock is left
+    /// untaken while a task waits for it.
+    Churn,
     /// rslock in S1 and S2.
     Peers,
     /// The rest of the family: multi-lock (2 and 5 keys, one slot or several), semaphore
@@ -112,6 +116,9 @@ pub enum Sub {
     /// One S5 contender (started by the benchmark itself).
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// One churn process (started by the benchmark itself).
+    #[command(hide = true)]
+    ChurnWorker(ChurnWorkerArgs),
 }
 
 /// Arguments of the hidden S5 worker.
@@ -144,6 +151,30 @@ pub struct WorkerArgs {
     pub primitive: Primitive,
 }
 
+/// Arguments of the hidden churn worker.
+#[derive(Debug, Args)]
+pub struct ChurnWorkerArgs {
+    /// The Redis server.
+    #[arg(long)]
+    pub redis_url: String,
+    /// Key prefix of the run.
+    #[arg(long)]
+    pub prefix: String,
+    /// Hot locks the tasks take (`churn:0`, `churn:1`, ...).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..))]
+    pub keys: u8,
+    /// Tasks in this worker, sharing its `LockClient`.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub tasks: u32,
+    /// The client's watchdog timeout: how long a lock outlives this process if it is
+    /// killed holding it.
+    #[arg(long, value_parser = parse_duration)]
+    pub watchdog: Duration,
+    /// The file to append this worker's events to.
+    #[arg(long)]
+    pub events: PathBuf,
+}
+
 /// A CPU share in % of one core (0 to 10,000).
 fn parse_percent(text: &str) -> Result<f64, String> {
     match text.trim_end_matches('%').parse::<f64>() {
@@ -174,7 +205,7 @@ mod tests {
         let cli = Cli::try_parse_from([
             "dlock-bench",
             "--scenarios",
-            "limit,s1,peers",
+            "limit,s1,peers,churn",
             "--duration",
             "5s",
             "--json",
@@ -182,7 +213,12 @@ mod tests {
         .unwrap();
         assert_eq!(
             cli.scenarios,
-            [Scenario::Limit, Scenario::S1, Scenario::Peers]
+            [
+                Scenario::Limit,
+                Scenario::S1,
+                Scenario::Peers,
+                Scenario::Churn
+            ]
         );
         assert_eq!(cli.duration, Some(Duration::from_secs(5)));
         assert!(cli.json);

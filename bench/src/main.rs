@@ -2,8 +2,8 @@
 //! Redis server's own ceiling for dlock's scripts and with rslock.
 //!
 //! ```text
-//! cargo run --release -p dlock-bench -- [--scenarios limit,s1,s2,s3,s4,s5,peers,family,
-//!     memory,subscribe,demo,sweeps] [--runs 3] [--duration 10s] [--json]
+//! cargo run --release -p dlock-bench -- [--scenarios limit,s1,s2,s3,s4,s5,churn,peers,
+//!     family,memory,subscribe,demo,sweeps] [--runs 3] [--duration 10s] [--json]
 //!     [--write-docs docs/PERFORMANCE.md] [--plots DIR] [--redis-url URL] [--quick]
 //! ```
 //!
@@ -12,6 +12,7 @@
 //!
 //! See `docs/PERFORMANCE.md` for what each scenario measures and the latest results.
 
+mod churn;
 mod cli;
 mod contended;
 mod demo;
@@ -57,6 +58,7 @@ fn main() -> ExitCode {
     };
     let outcome = match cli.command {
         Some(Sub::Worker(args)) => runtime.block_on(processes::worker(args)).map(|()| true),
+        Some(Sub::ChurnWorker(args)) => runtime.block_on(churn::worker::run(args)).map(|()| true),
         None => runtime.block_on(bench(&cli)),
     };
     match outcome {

@@ -10,14 +10,14 @@ use crate::metrics::Metrics;
 use crate::stats::Result;
 use crate::target::Target;
 use crate::uncontended::Family;
-use crate::{contended, demo, limit, memory, processes, subscribe, uncontended, watchdog};
+use crate::{churn, contended, demo, limit, memory, processes, subscribe, uncontended, watchdog};
 
 /// Settings of a benchmark invocation.
 #[derive(Debug, Clone, Serialize)]
 pub struct Config {
     /// Runs per job.
     pub runs: u32,
-    /// Measured time of S1, S3, rslock's S1; the limit's acquire phase takes half.
+    /// Measured time of S1, S3, rslock's S1 and churn; the limit's acquire phase takes half.
     #[serde(with = "secs")]
     pub duration: Duration,
     /// Untimed warm-up before S1, S3 and the limit.
@@ -127,6 +127,8 @@ pub enum Job {
     S4Watchdog,
     /// S5: S2 across processes, with a dlock primitive.
     S5Processes(Primitive),
+    /// S5 with the churn of production: cancellations, timeouts, a killed process.
+    Churn,
     /// S1 with the rest of the lock family.
     S1Family(Family),
     /// Redis memory growth over S1's loop.
@@ -139,7 +141,7 @@ pub enum Job {
 
 impl Job {
     /// Every job, in the order they run.
-    pub const ALL: [Job; 24] = [
+    pub const ALL: [Job; 25] = [
         Job::Limit,
         Job::S1Dlock,
         Job::S1Unfenced,
@@ -153,6 +155,7 @@ impl Job {
         Job::S5Processes(Primitive::Lock),
         Job::S5Processes(Primitive::Fair),
         Job::S5Processes(Primitive::Rw),
+        Job::Churn,
         Job::S1Family(Family::MultiSameSlot(2)),
         Job::S1Family(Family::MultiSequential(2)),
         Job::S1Family(Family::MultiSameSlot(5)),
@@ -186,6 +189,7 @@ impl Job {
                 Job::S2Dlock(_) => has(Scenario::S2),
                 Job::S4Watchdog => has(Scenario::S4),
                 Job::S5Processes(_) => has(Scenario::S5),
+                Job::Churn => has(Scenario::Churn),
                 Job::Memory => has(Scenario::Memory),
                 Job::Subscribe => has(Scenario::Subscribe),
                 Job::Demo => has(Scenario::Demo),
@@ -202,6 +206,7 @@ impl Job {
             Job::S2Dlock(_) | Job::S2Rslock => "s2",
             Job::S4Watchdog => "s4",
             Job::S5Processes(_) => "s5",
+            Job::Churn => "churn",
             Job::Memory => "memory",
             Job::Subscribe => "subscribe",
             Job::Demo => "demo",
@@ -248,6 +253,7 @@ impl Job {
             Job::S2Dlock(Primitive::Multi) => "S2 contended hand-off: 16 tasks, a multi-lock over 2 keys of one slot, GET/+1/SET inside",
             Job::S5Processes(Primitive::Semaphore) => "S5 cross-process: S2 with 4 processes × 4 tasks (semaphore of 1 permit)",
             Job::S5Processes(Primitive::Multi) => "S5 cross-process: S2 with 4 processes × 4 tasks (multi-lock over 2 keys)",
+            Job::Churn => "churn: S5 (4 processes × 4 tasks, one lock) with cancellations, timeouts, dropped guards, expiring leases and a killed process",
             Job::S1Family(Family::MultiSameSlot(_)) => "S1 family: 64 tasks, a multi-lock over keys of one slot each (one script)",
             Job::S1Family(Family::MultiSequential(_)) => "S1 family: 64 tasks, a multi-lock over keys in different slots each (one after another)",
             Job::S1Family(Family::Semaphore) => "S1 family: 64 tasks, a semaphore of 4 each, one permit per cycle",
@@ -270,6 +276,7 @@ impl Job {
             Job::S2Rslock => contended::s2_rslock(target, cfg).await,
             Job::S4Watchdog => watchdog::s4_watchdog(target, cfg).await,
             Job::S5Processes(primitive) => processes::s5_processes(target, cfg, primitive).await,
+            Job::Churn => churn::run(target, cfg).await,
             Job::S1Family(family) => uncontended::s1_family(target, cfg, family).await,
             Job::Memory => memory::run(target, cfg).await,
             Job::Subscribe => subscribe::run(target, cfg).await,

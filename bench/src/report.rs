@@ -212,6 +212,22 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
             }
             (format!("{} acquisitions/s", num(rate, 0)), details)
         }
+        Job::Churn => (
+            format!("{} acquisitions/s", num(g("acquisitions_per_s"), 0)),
+            format!(
+                "wait p50 {} ms, p99 {} ms, p99.9 {} ms, max {} ms; longest a lock was free while a task waited {} ms, {} such intervals over 150 ms; {} kills ({} while waiting or holding), {} cancelled acquisitions, {} try_lock_for timeouts",
+                num(g("wait_p50_ms"), 2),
+                num(g("wait_p99_ms"), 2),
+                num(g("wait_p999_ms"), 2),
+                num(g("wait_max_ms"), 2),
+                num(g("takeable_max_ms"), 1),
+                num(g("takeable_over_150ms"), 0),
+                num(g("kills"), 0),
+                num(g("kills_busy"), 0),
+                num(g("cancelled"), 0),
+                num(g("timed_out"), 0),
+            ),
+        ),
         Job::Memory => (
             format!("{} MB growth", num(g("growth_mb"), 2)),
             format!(

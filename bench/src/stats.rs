@@ -23,6 +23,25 @@ pub fn now_us() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process on the machine (unlike
+/// `Instant`, which cannot be passed between processes) that, unlike the wall clock, never
+/// steps. The churn scenario's workers stamp their events with it.
+pub fn monotonic_ns() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    // CLOCK_MONOTONIC counts from boot: never negative.
+    u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(now.tv_nsec).unwrap_or(0)
+}
+
+/// The Tokio instant at which [`monotonic_ns`] reads `ns` (now, if that has passed).
+pub fn instant_at(ns: u64) -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_nanos(ns.saturating_sub(monotonic_ns()))
+}
+
+/// Duration in whole nanoseconds, saturating.
+pub fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// CPU time (user + system, all threads) this process has used so far.
 pub fn process_cpu() -> Duration {
     let spec = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
