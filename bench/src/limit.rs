@@ -27,10 +27,19 @@ use crate::plan::Config;
 use crate::stats::{error, machine_busy, micros, process_cpu, Result};
 use crate::target::{self, Target};
 
-/// dlock's acquire script, byte for byte.
-const ACQUIRE: &str = include_str!("../../dlock-core/src/lock/scripts/acquire.lua");
+/// dlock's acquire script, byte for byte: its shared functions, then its body (see
+/// `dlock-core/src/scripts/mod.rs`).
+const ACQUIRE: &str = concat!(
+    include_str!("../../dlock-core/src/scripts/naps.lua"),
+    include_str!("../../dlock-core/src/lock/scripts/handoff.lua"),
+    include_str!("../../dlock-core/src/lock/scripts/acquire.lua")
+);
 /// dlock's release script, byte for byte.
-const RELEASE: &str = include_str!("../../dlock-core/src/lock/scripts/release.lua");
+const RELEASE: &str = concat!(
+    include_str!("../../dlock-core/src/scripts/naps.lua"),
+    include_str!("../../dlock-core/src/lock/scripts/handoff.lua"),
+    include_str!("../../dlock-core/src/lock/scripts/release.lua")
+);
 
 /// Lease of the limit's locks: dlock's default watchdog lease, as S1 uses.
 const LEASE_MS: u64 = 30_000;
@@ -189,6 +198,7 @@ async fn cycles(
     // dlock's names (`dlock:<kind>:<prefix>{tag}:...`), all with one tag: the server is
     // not a cluster.
     let channel = format!("dlock:unlock:{}{{x}}:lim:{task}", s.prefix);
+    let naps = format!("dlock:unlock:{}{{x}}!lim:{task}", s.prefix);
     let fence = format!("dlock:fence:{}{{x}}", s.prefix);
     let mut totals = Totals::default();
     for owner in 0u64.. {
@@ -200,18 +210,20 @@ async fn cycles(
         let field = format!("{}:{task}:{owner}", s.client_id);
         let token: Vec<i64> = redis::cmd("EVALSHA")
             .arg(&s.acquire_sha)
-            .arg(4)
+            .arg(5)
             .arg(&key)
             .arg(&key)
             .arg(&fence)
             .arg(&channel)
+            .arg(&naps)
             .arg(LEASE_MS)
             .arg(&field)
             .arg("fresh")
             .arg(0)
             .arg("1")
-            .arg(&s.client_id)
             .arg(REGISTRY_TTL_MS)
+            .arg("0")
+            .arg("publish")
             .query_async(&mut conn)
             .await?;
         if token.len() != 1 {
@@ -221,17 +233,17 @@ async fn cycles(
         let memo = format!("dlock:release:{}{{x}}:{field}:{owner}", s.prefix);
         let remaining: i64 = redis::cmd("EVALSHA")
             .arg(&s.release_sha)
-            .arg(3)
+            .arg(4)
             .arg(&key)
             .arg(&channel)
             .arg(&memo)
+            .arg(&naps)
             .arg(&field)
             .arg("one")
             .arg(MEMO_TTL_MS)
             .arg("publish")
             .arg("0")
             .arg("0")
-            .arg(REGISTRY_TTL_MS)
             .arg(RESERVATION_MS)
             .query_async(&mut conn)
             .await?;
@@ -303,23 +315,26 @@ async fn run_redis_benchmark(
         let key = format!("{prefix}rb:acq:{shape}:__rand_int__");
         let fence = format!("dlock:fence:{prefix}{{x}}");
         let channel = format!("dlock:unlock:{prefix}{{x}}:rb:acq:{shape}:__rand_int__");
+        let naps = format!("dlock:unlock:{prefix}{{x}}!rb:acq:{shape}:__rand_int__");
         let lease = LEASE_MS.to_string();
         let registry = REGISTRY_TTL_MS.to_string();
         let args = [
             "EVALSHA",
             &scripts.acquire_sha,
-            "4",
+            "5",
             &key,
             &key,
             &fence,
             &channel,
+            &naps,
             &lease,
             field,
             "fresh",
             "0",
             "1",
-            &scripts.client_id,
             &registry,
+            "0",
+            "publish",
         ];
         let rps = benchmark_rps(host, port, flags, requests, 2_000_000_000, &args).await?;
         out.push((
@@ -346,24 +361,24 @@ async fn run_redis_benchmark(
         target::reset_stats(&mut conn).await?;
         let key = format!("{key_base}__rand_int__");
         let channel = format!("dlock:unlock:{prefix}{{x}}:rb");
+        let naps = format!("dlock:unlock:{prefix}{{x}}!rb");
         let memo = format!("{prefix}rb:memo:{shape}:__rand_int__");
         let memo_ttl = MEMO_TTL_MS.to_string();
-        let registry = REGISTRY_TTL_MS.to_string();
         let reservation = RESERVATION_MS.to_string();
         let args = [
             "EVALSHA",
             &scripts.release_sha,
-            "3",
+            "4",
             &key,
             &channel,
             &memo,
+            &naps,
             field,
             "one",
             &memo_ttl,
             "publish",
             "0",
             "0",
-            &registry,
             &reservation,
         ];
         let rps = benchmark_rps(host, port, flags, release_requests, pool, &args).await?;

@@ -12,6 +12,7 @@ const ENTRY_MS: i64 = 300;
 
 fn acquire_script() -> redis::Script {
     redis::Script::new(concat!(
+        include_str!("../../dlock-core/src/scripts/naps.lua"),
         include_str!("../../dlock-core/src/fair/scripts/queue.lua"),
         include_str!("../../dlock-core/src/fair/scripts/acquire.lua"),
     ))
@@ -24,6 +25,8 @@ fn call(conn: &mut Connection, waiter: &str) -> Option<i64> {
         .key("lock")
         .key("queue")
         .key("deadlines")
+        .key("fence")
+        .key("naps")
         .arg(30_000)
         .arg(waiter)
         .arg("wait")
