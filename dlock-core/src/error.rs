@@ -161,14 +161,17 @@ pub enum LockError {
         found: LockKind,
     },
 
-    /// [`LockClient::shutdown`](crate::LockClient::shutdown) waited its bound, and some of
-    /// the client's background releases (dropped guards, cleanups of acquisitions that
-    /// ended without a guard) were still not answered by Redis. They go on while the
-    /// process runs; what they would have given back lapses with its lease otherwise.
-    #[error("shutdown waited {} for the client's background releases, but {pending} were still not answered by Redis; what they give back lapses with its lease if the process exits now", format_duration(*.waited))]
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown) found background releases
+    /// (of dropped guards, cleanups of acquisitions that ended without a guard) that Redis
+    /// did not answer: still running after its bound (they go on while the process runs),
+    /// or given up after their retries. What they would have given back lapses with its
+    /// lease (a lock, a reservation) or is passed over (a waiter's registration).
+    #[error("shutdown: {failed} of the client's background releases gave up without Redis' answer and {pending} were still unanswered after {}; what they would have given back lapses with its lease", format_duration(*.waited))]
     ShutdownIncomplete {
         /// Background releases still queued or running.
         pending: usize,
+        /// Background releases that gave up without Redis' answer.
+        failed: usize,
         /// How long shutdown waited.
         waited: Duration,
     },

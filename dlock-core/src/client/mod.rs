@@ -214,9 +214,10 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`LockError::ShutdownIncomplete`] when Redis did not answer every one of them within
-    /// two command timeouts and a second (they go on in the background while the process
-    /// runs).
+    /// [`LockError::ShutdownIncomplete`] when one of them is still unanswered after two
+    /// command timeouts and a second (it goes on in the background while the process
+    /// runs), or one gave up without Redis' answer since the client was built (or since
+    /// the last `shutdown`): what it would have given back lapses with its lease.
     ///
     /// # Cancel safety
     ///
@@ -229,16 +230,18 @@ impl LockClient {
             .command_timeout
             .saturating_mul(2)
             .saturating_add(Duration::from_secs(1));
-        match tokio::time::timeout(bound, inner.releases.settled()).await {
-            Ok(()) => {
-                tracing::debug!(client = %inner.id, "dlock: client settled");
-                Ok(())
-            }
-            Err(_) => Err(LockError::ShutdownIncomplete {
-                pending: inner.releases.pending(),
-                waited: bound,
-            }),
+        let started = std::time::Instant::now();
+        let settled = tokio::time::timeout(bound, inner.releases.settled()).await;
+        let (pending, failed) = (inner.releases.pending(), inner.releases.take_failed());
+        if settled.is_ok() && failed == 0 {
+            tracing::debug!(client = %inner.id, "dlock: client settled");
+            return Ok(());
         }
+        Err(LockError::ShutdownIncomplete {
+            pending,
+            failed,
+            waited: Duration::from_millis(started.elapsed().as_millis() as u64),
+        })
     }
 }
 

@@ -241,11 +241,13 @@ pub(crate) struct BackgroundReleases {
     pending: Arc<Pending>,
 }
 
-/// How many background releases are queued or running, and a wake-up when that changes.
+/// How many background releases are queued or running, a wake-up when that changes, and
+/// how many ended without Redis' answer (given up after their retries).
 #[derive(Default)]
 struct Pending {
     count: AtomicUsize,
     changed: Notify,
+    failed: AtomicUsize,
 }
 
 impl Pending {
@@ -293,6 +295,12 @@ impl BackgroundReleases {
     pub(crate) fn pending(&self) -> usize {
         self.pending.count.load(Ordering::Acquire)
     }
+
+    /// How many jobs ended without Redis' answer since the last call (what they would have
+    /// given back lapses with its lease).
+    pub(crate) fn take_failed(&self) -> usize {
+        self.pending.failed.swap(0, Ordering::AcqRel)
+    }
 }
 
 /// The background release task: one spawned release per job, until the client is gone.
@@ -310,10 +318,12 @@ pub(crate) async fn run_background(
         let log = Arc::clone(&log);
         let done = Done(Arc::clone(&queue.pending));
         tokio::spawn(async move {
-            let _done = done;
             let outcome = release(&backend, timing, &job, HandOff::NONE).await;
-            if outcome.is_ok() {
-                log.record(&job);
+            match &outcome {
+                Ok(_) => log.record(&job),
+                Err(_) => {
+                    done.0.failed.fetch_add(1, Ordering::AcqRel);
+                }
             }
             let confirmed = matches!(outcome, Ok(Released::Free(_) | Released::StillHeld(_)));
             if job.counted {
@@ -333,6 +343,7 @@ pub(crate) async fn run_background(
                     "dlock: background release failed; the lock stays until its lease expires"
                 ),
             }
+            drop(done);
         });
     }
 }

@@ -104,6 +104,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         other => println!("second client: unexpected {other:?}"),
     }
     guard.unlock().await?;
+    // Before the process exits: whatever the clients still owe Redis (a waiter's cleanup
+    // after its timeout, say) is done, so nothing of theirs is left behind.
+    for client in &clients {
+        client.shutdown().await?;
+    }
 
     if exact {
         println!("locked run exact: no lost update");

@@ -118,5 +118,7 @@ async fn main() -> JobResult<()> {
         let said = if outcome.is_some() { "ran" } else { "skipped" };
         println!("tick {tick} node {}: {said}", args.node);
     }
+    // Whatever the client still owes Redis is done before the process exits.
+    dlock::global_client()?.shutdown().await?;
     Ok(())
 }

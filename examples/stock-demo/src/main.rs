@@ -214,7 +214,7 @@ async fn serve(
         .await
         .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
     let state = AppState {
-        locks,
+        locks: locks.clone(),
         stock,
         hold,
         fenced,
@@ -222,16 +222,48 @@ async fn serve(
     };
     let router = app::app(state, locking).merge(metrics::route(metrics));
     axum::serve(listener, router)
+        .with_graceful_shutdown(terminated())
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    // The requests are answered: whatever the lock client still owes Redis (a dropped
+    // guard's release, a cancelled request's cleanup) is done before the process exits.
+    locks.shutdown().await.map_err(|e| e.to_string())
 }
 
-/// Service processes, killed when dropped.
+/// Completes at SIGTERM (how the demo stops its services) or Ctrl-C.
+async fn terminated() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Service processes, stopped when dropped: asked with SIGTERM (they finish their
+/// requests and settle their lock client), killed after [`STOP_GRACE`] if still running.
 struct Services(Vec<Child>);
+
+/// How long a service process gets to stop on SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(3);
 
 impl Drop for Services {
     fn drop(&mut self) {
         for child in &mut self.0 {
+            let pid = rustix::process::Pid::from_child(child);
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        for child in &mut self.0 {
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
