@@ -27,19 +27,19 @@ use crate::plan::Config;
 use crate::stats::{error, machine_busy, micros, process_cpu, Result};
 use crate::target::{self, Target};
 
-/// dlock's acquire script, byte for byte: its shared functions, then its body (see
-/// `dlock-core/src/scripts/mod.rs`).
-const ACQUIRE: &str = concat!(
-    include_str!("../../dlock-core/src/scripts/naps.lua"),
-    include_str!("../../dlock-core/src/lock/scripts/handoff.lua"),
-    include_str!("../../dlock-core/src/lock/scripts/acquire.lua")
-);
+/// dlock's acquire script, byte for byte.
+fn acquire_script() -> &'static str {
+    dlock_core::FunctionLibrary::current()
+        .script("lock_acquire")
+        .unwrap_or_default()
+}
+
 /// dlock's release script, byte for byte.
-const RELEASE: &str = concat!(
-    include_str!("../../dlock-core/src/scripts/naps.lua"),
-    include_str!("../../dlock-core/src/lock/scripts/handoff.lua"),
-    include_str!("../../dlock-core/src/lock/scripts/release.lua")
-);
+fn release_script() -> &'static str {
+    dlock_core::FunctionLibrary::current()
+        .script("lock_release")
+        .unwrap_or_default()
+}
 
 /// Lease of the limit's locks: dlock's default watchdog lease, as S1 uses.
 const LEASE_MS: u64 = 30_000;
@@ -72,12 +72,12 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
     let mut conn = target.connection().await?;
     let acquire_sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(ACQUIRE)
+        .arg(acquire_script())
         .query_async(&mut conn)
         .await?;
     let release_sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(RELEASE)
+        .arg(release_script())
         .query_async(&mut conn)
         .await?;
     let scripts = Scripts {

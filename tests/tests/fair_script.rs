@@ -11,11 +11,11 @@ use redis::{Commands, Connection, Value};
 const ENTRY_MS: i64 = 300;
 
 fn acquire_script() -> redis::Script {
-    redis::Script::new(concat!(
-        include_str!("../../dlock-core/src/scripts/naps.lua"),
-        include_str!("../../dlock-core/src/fair/scripts/queue.lua"),
-        include_str!("../../dlock-core/src/fair/scripts/acquire.lua"),
-    ))
+    redis::Script::new(
+        dlock_core::FunctionLibrary::current()
+            .script("fair_acquire")
+            .expect("dlock has the fair lock's acquire script"),
+    )
 }
 
 /// One call of the acquire script for `waiter` ('wait' mode): `None` when granted, else

@@ -94,11 +94,11 @@ async fn the_acquire_script_itself_refuses_a_bad_lease_without_writing() {
     // without expiry. Load the shipped script and call it directly.
     let server = RedisServer::start();
     let mut conn = server.connection();
-    let script = redis::Script::new(concat!(
-        include_str!("../../dlock-core/src/scripts/naps.lua"),
-        include_str!("../../dlock-core/src/lock/scripts/handoff.lua"),
-        include_str!("../../dlock-core/src/lock/scripts/acquire.lua")
-    ));
+    let script = redis::Script::new(
+        dlock_core::FunctionLibrary::current()
+            .script("lock_acquire")
+            .expect("dlock has the lock's acquire script"),
+    );
     for lease in ["0", "-1", "9223372036854775807", "abc"] {
         let result: redis::RedisResult<Option<i64>> = script
             .key("raw")

@@ -48,10 +48,11 @@ async fn release_again(
     grant: &str,
     memo: &str,
 ) -> i64 {
-    let script = redis::Script::new(concat!(
-        include_str!("../../dlock-core/src/semaphore/scripts/common.lua"),
-        include_str!("../../dlock-core/src/semaphore/scripts/release.lua")
-    ));
+    let script = redis::Script::new(
+        dlock_core::FunctionLibrary::current()
+            .script("sem_release")
+            .expect("dlock has the semaphore's release script"),
+    );
     let capacity = sem.key().replacen("dlock:sem:", "dlock:semcap:", 1);
     script
         .key(sem.key())

@@ -51,6 +51,23 @@ impl FunctionLibrary {
         &self.code
     }
 
+    /// The Lua source of dlock's script `name` (`lock_acquire`, `lock_release`, ... : the
+    /// library's function names without `dlock_<version>_`) as a client sends it to
+    /// `SCRIPT LOAD`, shared functions included; `None` for a name dlock does not have.
+    /// For reviewing what runs on the server, and for tools that call a script directly
+    /// (benchmarks, tests of a script).
+    ///
+    /// ```
+    /// let acquire = dlock_core::FunctionLibrary::current().script("lock_acquire").unwrap();
+    /// assert!(acquire.contains("KEYS[1]"));
+    /// assert!(dlock_core::FunctionLibrary::current().script("nope").is_none());
+    /// ```
+    pub fn script(&self, name: &str) -> Option<&'static str> {
+        every_script()
+            .find(|script| script.name() == name)
+            .map(Script::code)
+    }
+
     /// The name of the function that runs `script`.
     pub(crate) fn function(&self, script: &Script) -> String {
         format!("{}_{}", self.name, script.name())
@@ -126,7 +143,7 @@ mod tests {
     #[test]
     fn the_version_follows_the_code() {
         let scripts: Vec<&Script> = every_script().collect();
-        let changed = Script::new("lock_acquire", "return 1");
+        let changed = Script::new("lock_acquire", "return 1".to_owned());
         let mut other = scripts.clone();
         other[0] = &changed;
         let (a, b) = (

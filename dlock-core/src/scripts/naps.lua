@@ -1,5 +1,5 @@
--- Shared by the acquire and release scripts of every kind of lock that waits (prepended
--- to each): what each waiting owner was told.
+-- Shared by the acquire and release scripts of every kind of lock that waits (after
+-- scripts/clock.lua): what each waiting owner was told.
 --
 -- A busy answer tells a waiter how long it may sleep before it tries again: until the lock
 -- can change hands as far as Redis knows then (the holder's lease). The naps set of a lock
@@ -15,12 +15,6 @@
 local function promise(naps, owner, until_ms, lifetime)
   redis.call('zadd', naps, until_ms, owner)
   redis.call('pexpire', naps, lifetime)
-end
-
--- The server's clock in milliseconds: every deadline comes from it, never from a client.
-local function now_ms()
-  local time = redis.call('time')
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
 -- The owners told they may sleep more than `expires_in` ms from now (the lock's new

@@ -16,27 +16,27 @@ pub(crate) enum Oom {
 /// A script of dlock: its name in the function library, its Lua source and SHA1.
 pub(crate) struct Script {
     name: &'static str,
-    code: &'static str,
+    code: String,
     sha: String,
     oom: Oom,
 }
 
 impl Script {
     /// A script that gives back, renews or reads (see [`Oom::Allowed`]).
-    pub(crate) fn new(name: &'static str, code: &'static str) -> Script {
+    pub(crate) fn new(name: &'static str, code: String) -> Script {
         Script::with_oom(name, code, Oom::Allowed)
     }
 
     /// A script that creates state: an acquisition (see [`Oom::Refused`]).
-    pub(crate) fn creating(name: &'static str, code: &'static str) -> Script {
+    pub(crate) fn creating(name: &'static str, code: String) -> Script {
         Script::with_oom(name, code, Oom::Refused)
     }
 
-    fn with_oom(name: &'static str, code: &'static str, oom: Oom) -> Script {
+    fn with_oom(name: &'static str, code: String, oom: Oom) -> Script {
         Script {
             name,
+            sha: redis::Script::new(&code).get_hash().to_owned(),
             code,
-            sha: redis::Script::new(code).get_hash().to_owned(),
             oom,
         }
     }
@@ -47,8 +47,8 @@ impl Script {
     }
 
     /// The Lua source.
-    pub(crate) fn code(&self) -> &'static str {
-        self.code
+    pub(crate) fn code(&self) -> &str {
+        &self.code
     }
 
     /// The SHA1 of the source, which `EVALSHA` names it by.

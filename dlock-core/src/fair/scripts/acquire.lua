@@ -51,11 +51,40 @@ if found == 'hash' then
 end
 
 local me = ARGV[2]
+local free = found == 'none'
+
+-- The hold of the waiter whose turn it is: the fair lock's marker, its count and its
+-- fencing token (the counter only grows: no TTL, untouched by release, force unlock or
+-- expiry, so the tokens of one lock strictly increase), and its lease.
+local function take()
+  local token = nil
+  if ARGV[7] == '1' then
+    token = redis.call('incr', KEYS[4])
+    redis.call('hset', KEYS[1], '!fair', 1, me, 1, me .. ':f', token)
+  else
+    redis.call('hset', KEYS[1], '!fair', 1, me, 1)
+  end
+  redis.call('pexpire', KEYS[1], lease)
+  if token then
+    return {token}
+  end
+  return nil
+end
+
+-- The common case first, before the shared functions are defined below (each definition
+-- costs Redis a closure per call): a free lock with nobody queued (so nobody was told
+-- to wait either).
+if free and redis.call('exists', KEYS[2]) == 0 then
+  return take()
+end
+
+-- @shared
+
 local now = now_ms()
 purge(KEYS[2], KEYS[3], now)
 
--- The reply to a waiter holding the lock: its fencing token (minted at the grant, see
--- below), or nil with tokens off.
+-- The reply to a waiter holding the lock: its fencing token (minted at the grant), or
+-- nil with tokens off.
 local function granted()
   local token = ARGV[7] == '1' and tonumber(redis.call('hget', KEYS[1], me .. ':f'))
   if not token then
@@ -64,7 +93,6 @@ local function granted()
   return {token}
 end
 
-local free = found == 'none'
 if not free and redis.call('hexists', KEYS[1], me) == 1 then
   redis.call('pexpire', KEYS[1], lease)
   return granted()
@@ -75,20 +103,13 @@ if free and (head == nil or head == me) then
   redis.call('zrem', KEYS[2], me)
   redis.call('zrem', KEYS[3], me)
   redis.call('zrem', KEYS[5], me)
-  if ARGV[7] == '1' then
-    -- The counter only grows (no TTL, untouched by release, force unlock or expiry), so
-    -- the tokens of one lock strictly increase.
-    redis.call('hset', KEYS[1], '!fair', 1, me, 1, me .. ':f', redis.call('incr', KEYS[4]))
-  else
-    redis.call('hset', KEYS[1], '!fair', 1, me, 1)
-  end
-  redis.call('pexpire', KEYS[1], lease)
+  local reply = take()
   -- Waiters told they could sleep past this lease try again (the new head takes the lock
   -- when it runs out, though nobody releases it).
   for _, waiter in ipairs(overslept(KEYS[5], lease)) do
     wake(waiter, ARGV[5], ARGV[6])
   end
-  return granted()
+  return reply
 end
 if free then
   -- The lock is free but the head has not taken it: it expired without a release, or the

@@ -33,6 +33,27 @@ else
   end
 end
 
+-- A guard's release with nobody queued first, before the shared functions are defined
+-- below (each definition costs Redis a closure per call): there is no head to wake.
+if mode ~= 'leave' and redis.call('exists', KEYS[2]) == 0 then
+  local count = redis.pcall('hget', KEYS[1], me)
+  if not count or (type(count) == 'table' and count.err) then
+    return -1
+  end
+  local remaining = tonumber(count) - 1
+  if remaining > 0 then
+    redis.call('hset', KEYS[1], me, remaining)
+  else
+    redis.call('del', KEYS[1])
+  end
+  if mode ~= 'undo' then
+    redis.call('set', KEYS[4], remaining, 'px', ARGV[4])
+  end
+  return remaining
+end
+
+-- @shared
+
 local head_before = head_of(KEYS[2])
 if mode == 'leave' then
   redis.call('zrem', KEYS[2], me)

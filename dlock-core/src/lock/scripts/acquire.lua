@@ -44,31 +44,47 @@ if lease == nil or lease < lowest or lease > 31622400000 then
   return redis.error_reply('ERR dlock acquire: lease must be ' .. lowest .. '..31622400000 ms, got ' .. tostring(ARGV[1]))
 end
 
--- A fresh owner takes the lock: out of the waiters, the hold (with a fencing token), the
--- lease, and the waiters told they may sleep past this lease are told to try again.
-local function grant()
-  if ARGV[7] == '1' then
-    redis.call('zrem', KEYS[4], ARGV[2])
-    redis.call('zrem', KEYS[5], ARGV[2])
-  end
+-- The hold of a fresh owner: its count, its fencing token and its lease. A token is the
+-- next of the counter: it only ever grows (no TTL, not touched by release, force unlock
+-- or expiry), so the tokens of one lock strictly increase.
+local function take()
   local token = nil
   if ARGV[5] == '1' then
-    -- The next token of the counter: it only ever grows (no TTL, not touched by release,
-    -- force unlock or expiry), so the tokens of one lock strictly increase.
     token = redis.call('incr', KEYS[3])
     redis.call('hset', KEYS[1], ARGV[2], 1, ARGV[2] .. ':f', token)
   else
     redis.call('hset', KEYS[1], ARGV[2], 1)
   end
   redis.call('pexpire', KEYS[1], lease)
-  wake_overslept(KEYS[4], KEYS[5], ARGV[8], lease)
   if token then
     return {token}
   end
   return nil
 end
 
-if not reenter and redis.call('exists', KEYS[1]) == 0 then
+-- The common case first, before the shared functions are defined below (each definition
+-- costs Redis a closure per call): a free lock, taken by an owner that never waited for
+-- it, with no waiter told to sleep past its lease.
+local free = not reenter and redis.call('exists', KEYS[1]) == 0
+if free and ARGV[7] ~= '1' and redis.call('exists', KEYS[5]) == 0 then
+  return take()
+end
+
+-- @shared
+
+-- A fresh owner takes the lock: out of the waiters, its hold, and the waiters told they
+-- may sleep past its lease are told to try again.
+local function grant()
+  if ARGV[7] == '1' then
+    redis.call('zrem', KEYS[4], ARGV[2])
+    redis.call('zrem', KEYS[5], ARGV[2])
+  end
+  local reply = take()
+  wake_overslept(KEYS[4], KEYS[5], ARGV[8], lease)
+  return reply
+end
+
+if free then
   return grant()
 end
 

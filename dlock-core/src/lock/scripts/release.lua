@@ -70,6 +70,31 @@ if found.err or found[3] or found[4] then
   return -1
 end
 
+-- A guard's release first, before the shared functions are defined below (each
+-- definition costs Redis a closure per call): nothing more is needed unless the lock
+-- becomes free while others wait.
+if not abandon then
+  if not found[1] then
+    return -1
+  end
+  local remaining = tonumber(found[1]) - 1
+  if remaining > 0 then
+    redis.call('hset', KEYS[1], owner, remaining)
+    if mode == 'one' then
+      redis.call('set', KEYS[3], remaining, 'px', ARGV[3])
+    end
+    return remaining
+  end
+  -- The owner's last hold: the hash holds nothing else (one owner at a time, its hold
+  -- count and its fencing token), so the whole lock goes.
+  redis.call('del', KEYS[1])
+  if redis.call('exists', KEYS[2]) == 0 then
+    return 0
+  end
+end
+
+-- @shared
+
 if abandon then
   redis.call('zrem', KEYS[2], owner)
   redis.call('zrem', KEYS[4], owner)
@@ -88,25 +113,13 @@ if abandon then
     hand_off(KEYS[1], KEYS[2], ARGV[4], ARGV[7])
     return -1
   end
-elseif not found[1] then
-  return -1
-end
-
-local remaining = tonumber(found[1]) - 1
-if remaining > 0 and not abandon then
-  redis.call('hset', KEYS[1], owner, remaining)
-  if mode == 'one' then
-    redis.call('set', KEYS[3], remaining, 'px', ARGV[3])
+  -- Every hold of an owner whose acquisition ended without a guard goes.
+  redis.call('del', KEYS[1])
+  if redis.call('exists', KEYS[2]) == 0 then
+    return 0
   end
-  return remaining
 end
 
--- The owner's last hold: the hash holds nothing else (one owner at a time, its hold count
--- and its fencing token), so the whole lock goes.
-redis.call('del', KEYS[1])
-if redis.call('exists', KEYS[2]) == 0 then
-  return 0
-end
 if ARGV[5] == '1' and ARGV[6] == '1' then
   return {0, 'kept'}
 end
