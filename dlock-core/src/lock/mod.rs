@@ -107,7 +107,10 @@ impl Lock {
             wake: keys.wake_channel(&client.inner.id_text).into(),
             line: keys.key.as_str().into(),
             abandon: Arc::new(move |owner| cleanup(owner, ReleaseKind::Unheard)),
-            pass_on: Arc::new(move || pass_on("", ReleaseKind::PassOn)),
+            pass_on: {
+                let kept_for = format!("{}:*", client.inner.id_text);
+                Arc::new(move || pass_on(&kept_for, ReleaseKind::PassOn))
+            },
             client,
             name,
             keys,

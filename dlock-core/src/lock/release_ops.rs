@@ -23,8 +23,9 @@ pub(crate) enum ReleaseKind {
     /// registry, and a lock free or reserved for it goes to the next waiter. Its holds,
     /// if any, belong to its guard and stay.
     Unheard,
-    /// No owner: a lock kept for this client's next task, which did not try for it after
-    /// all, goes to the next waiter (see `sync::local::PassOn`).
+    /// A lock a release kept for this client's next task (reserved for
+    /// `<client-id>:*`), which did not try for it after all, goes to the next waiter (see
+    /// `sync::local::PassOn`); the release's owner is that reservation.
     PassOn,
     /// A re-entry was abandoned with its outcome unknown: its hold goes if its marker
     /// (acquisition `op`) shows it was applied.
@@ -45,7 +46,7 @@ pub(crate) fn release_job(
         ReleaseKind::Hold { op } => ("one", keys.memo(field, op), field),
         ReleaseKind::Owner => ("all", keys.key.clone(), field),
         ReleaseKind::Unheard => ("leave", keys.key.clone(), field),
-        ReleaseKind::PassOn => ("leave", keys.key.clone(), ""),
+        ReleaseKind::PassOn => ("leave", keys.key.clone(), field),
         ReleaseKind::Reentry { op } => ("undo", keys.marker(field, op), field),
     };
     ReleaseJob {

@@ -17,17 +17,21 @@ local function promise(naps, owner, until_ms, lifetime)
   redis.call('pexpire', naps, lifetime)
 end
 
--- The owners told they may sleep more than `expires_in` ms from now (the lock's new
--- expiry), taken out of `naps`: the caller tells each of them to try again. Empty, at the
--- cost of one EXISTS, when nobody waits.
-local function overslept(naps, expires_in)
-  if redis.call('exists', naps) == 0 then
-    return {}
-  end
-  local expiry = now_ms() + expires_in
+-- The owners told they may sleep past `expiry` (server ms: the lock's new expiry), taken
+-- out of `naps`: the caller tells each of them to try again.
+local function overslept_at(naps, expiry)
   local late = redis.call('zrangebyscore', naps, '(' .. expiry, '+inf')
   if #late > 0 then
     redis.call('zremrangebyscore', naps, '(' .. expiry, '+inf')
   end
   return late
+end
+
+-- `overslept_at` for an expiry `expires_in` ms from now, for a caller that has not read
+-- the clock: it costs one EXISTS, and no clock, when nobody waits.
+local function overslept(naps, expires_in)
+  if redis.call('exists', naps) == 0 then
+    return {}
+  end
+  return overslept_at(naps, now_ms() + expires_in)
 end

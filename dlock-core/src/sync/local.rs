@@ -13,10 +13,10 @@
 //! bound, the local hand-off, which needs no pub/sub hop, would keep a hot lock in one
 //! process while the others wait seconds.
 //!
-//! A release that keeps the lock for the line's next task frees it without telling the
-//! other clients' waiters. If no task of the line tries for it after all (the next task
-//! was cancelled), the line passes the lock on (its [`PassOn`] release), so that it does
-//! not sit free while they sleep.
+//! A release that keeps the lock for the line's next task reserves it for the client's
+//! tasks without telling the other clients' waiters. If no task of the line tries for it
+//! after all (the next task was cancelled), the line passes the lock on (its [`PassOn`]
+//! release), so that it does not sit reserved, then free, while they sleep.
 //!
 //! The line only orders this client's tasks; Redis decides who holds the lock. So the turn
 //! belongs to a hold, not to a guard object: a hold that is released, lost or expired gives
@@ -72,8 +72,9 @@ struct Line<H> {
     waiting: VecDeque<(u64, Arc<Notify>)>,
     /// Consecutive releases that kept the lock in this client while others waited.
     run: u32,
-    /// The last release kept the lock for this line (freed it without telling the other
-    /// clients' waiters), and no task of the line has tried for it since.
+    /// The last release kept the lock for this line (reserved it for the client's tasks
+    /// without telling the other clients' waiters), and no task of the line has tried for
+    /// it since.
     owed: bool,
     pass_on: PassOn,
 }

@@ -37,8 +37,8 @@ pub(crate) enum Released {
 pub(crate) enum NextHolder {
     /// Nobody else waits: whoever asks first.
     Anyone,
-    /// Others wait, but this client's next task has the lock next (it is free, and the
-    /// others were not told).
+    /// Others wait, but this client's next task has the lock next (it is reserved for the
+    /// client's tasks, and the others were not told).
     ThisClient,
     /// The longest-waiting live waiter was told, and the lock is reserved for it; this
     /// client's next task, if any, finds it reserved and waits in line behind the others.

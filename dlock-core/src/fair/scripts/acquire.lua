@@ -106,7 +106,7 @@ if free and (head == nil or head == me) then
   local reply = take()
   -- Waiters told they could sleep past this lease try again (the new head takes the lock
   -- when it runs out, though nobody releases it).
-  for _, waiter in ipairs(overslept(KEYS[5], lease)) do
+  for _, waiter in ipairs(overslept_at(KEYS[5], now + lease)) do
     wake(waiter, ARGV[5], ARGV[6])
   end
   return reply

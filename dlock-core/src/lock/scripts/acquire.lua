@@ -64,9 +64,12 @@ end
 
 -- The common case first, before the shared functions are defined below (each definition
 -- costs Redis a closure per call): a free lock, taken by an owner that never waited for
--- it, with no waiter told to sleep past its lease.
+-- it. Nobody can have been told to sleep past its lease: a waiter is told the expiry of
+-- the lock as it stands, a free lock's waiters were told an expiry that has passed, and a
+-- lock freed early by its holder is reserved, not free (see release.lua), until a waiter
+-- or the client's next task takes it below.
 local free = not reenter and redis.call('exists', KEYS[1]) == 0
-if free and ARGV[7] ~= '1' and redis.call('exists', KEYS[5]) == 0 then
+if free and ARGV[7] ~= '1' then
   return take()
 end
 
@@ -114,9 +117,10 @@ if not reenter then
   elseif found[4] then
     return 'kind:fair'
   end
-  -- A release passed the lock to this owner: the hash holds nothing but the reservation
-  -- ('!next' = the owner, expiring soon), which only this owner may take.
-  if found[2] == ARGV[2] then
+  -- A release passed the lock to this owner, or kept it for this owner's client: the
+  -- hash holds nothing but the reservation ('!next', expiring soon), which only that
+  -- owner (or a task of that client) may take.
+  if found[2] and reserved_for(found[2], ARGV[2]) then
     redis.call('del', KEYS[1])
     return grant()
   end

@@ -20,6 +20,13 @@
 -- work of one call; what is left is passed over by the next hand-off.
 local MAX_PASSED_OVER = 64
 
+-- Whether the reservation `reserved` ('!next') is for `owner`: made for it (a hand-off),
+-- or for any task of its client ('<client-id>:*': a release kept the lock for the
+-- client's next task).
+local function reserved_for(reserved, owner)
+  return reserved == owner or reserved == string.match(owner, '^[^:]*') .. ':*'
+end
+
 -- The lock name kinds that share the lock's key, from the hash's marker fields ('mode':
 -- a read-write lock, '!fair': a fair lock, neither: a lock). `key` must hold a hash.
 local function kind_of(key)

@@ -6,7 +6,8 @@
 -- KEYS[3]  'one': the release memo for this release operation; 'all', 'leave': unused;
 --          'undo': the marker of the re-entry to undo (all in the slot of KEYS[1])
 -- KEYS[4]  what the lock's waiters were told (see naps.lua; same slot)
--- ARGV[1]  owner field ('' for 'leave': no owner, only the hand-off check below)
+-- ARGV[1]  owner field ('<client-id>:*' for the 'leave' of a lock kept for a client's
+--          next task that did not take it)
 -- ARGV[2]  'one': a guard gives back its hold;
 --          'all': an acquisition of a fresh owner ended without a guard (cancelled,
 --                 timed out, failed): every hold an unanswered try of it may have taken
@@ -28,7 +29,8 @@
 -- Returns -1 when there is nothing of the owner's to give back (or the key holds another
 -- type, or another kind's lock), n > 0 when the owner still holds it n times, and when the
 -- lock is now free: 0 if nobody else waits for it (or it was passed on by an 'all'), or
--- {0, 'kept'} when others wait but the client's own next task has it next, or
+-- {0, 'kept'} when others wait but the client's own next task has it next (it is reserved
+-- for any task of the client, '!next' = '<client-id>:*', for ARGV[7] ms), or
 -- {0, 'passed'} when the longest-waiting live waiter was told and the lock is reserved
 -- for it.
 --
@@ -65,19 +67,16 @@ elseif mode == 'one' then
   end
 end
 
-local found = redis.pcall('hmget', KEYS[1], owner, '!next', 'mode', '!fair')
-if found.err or found[3] or found[4] then
-  return -1
-end
-
 -- A guard's release first, before the shared functions are defined below (each
 -- definition costs Redis a closure per call): nothing more is needed unless the lock
--- becomes free while others wait.
+-- becomes free while others wait. (A hash of another kind of lock, or another type of
+-- value, has no field of this owner: nothing of it is touched.)
 if not abandon then
-  if not found[1] then
+  local count = redis.pcall('hget', KEYS[1], owner)
+  if not count or type(count) == 'table' then
     return -1
   end
-  local remaining = tonumber(found[1]) - 1
+  local remaining = tonumber(count) - 1
   if remaining > 0 then
     redis.call('hset', KEYS[1], owner, remaining)
     if mode == 'one' then
@@ -96,6 +95,12 @@ end
 -- @shared
 
 if abandon then
+  -- The owner's holds and the reservation; a key of another type, or another kind of
+  -- lock's hash (which never has this owner nor a reservation), is left alone.
+  local found = redis.pcall('hmget', KEYS[1], owner, '!next')
+  if found.err then
+    return -1
+  end
   redis.call('zrem', KEYS[2], owner)
   redis.call('zrem', KEYS[4], owner)
   if found[1] and mode ~= 'all' then
@@ -106,6 +111,7 @@ if abandon then
     -- Nothing of the owner's: a lock that is free, or reserved for the owner, which will
     -- not take it, goes to the next live waiter; one held by another owner stays.
     if found[2] == owner then
+      -- (For a pass-on, `owner` is '<client-id>:*': the reservation a release kept.)
       redis.call('del', KEYS[1])
     elseif redis.call('exists', KEYS[1]) == 1 then
       return -1
@@ -121,6 +127,11 @@ if abandon then
 end
 
 if ARGV[5] == '1' and ARGV[6] == '1' then
+  -- Kept for the client's next task: reserved for any task of the client, so that no
+  -- other client takes it meanwhile with a shorter lease than the waiters were told; if
+  -- that task does not take it, the client passes it on ('leave' for '<client-id>:*').
+  redis.call('hset', KEYS[1], '!next', string.match(owner, '^[^:]*') .. ':*')
+  redis.call('pexpire', KEYS[1], ARGV[7])
   return {0, 'kept'}
 end
 if hand_off(KEYS[1], KEYS[2], ARGV[4], ARGV[7]) then

@@ -159,7 +159,7 @@ end
 -- wakes the readers and one writer of every client that waits).
 local function taken(expires_in)
   redis.call('zrem', KEYS[5], owner)
-  for _ in ipairs(overslept(KEYS[5], expires_in)) do
+  for _ in ipairs(overslept_at(KEYS[5], now + expires_in)) do
     redis.call(ARGV[9], KEYS[6], 'unlocked')
   end
 end
