@@ -37,21 +37,7 @@ local entry = tonumber(ARGV[4])
 if entry == nil or entry < 1 or entry > 31622400000 then
   return redis.error_reply('ERR dlock fair acquire: entry timeout must be 1..31622400000 ms, got ' .. tostring(ARGV[4]))
 end
-local found = redis.call('type', KEYS[1]).ok
-if found ~= 'none' and found ~= 'hash' then
-  return 'wrongtype:' .. found
-end
-if found == 'hash' then
-  local marks = redis.call('hmget', KEYS[1], '!fair', 'mode')
-  if marks[2] then
-    return 'kind:read_write'
-  elseif not marks[1] then
-    return 'kind:lock'
-  end
-end
-
 local me = ARGV[2]
-local free = found == 'none'
 
 -- The hold of the waiter whose turn it is: the fair lock's marker, its count and its
 -- fencing token (the counter only grows: no TTL, untouched by release, force unlock or
@@ -74,11 +60,17 @@ end
 -- The common case first, before the shared functions are defined below (each definition
 -- costs Redis a closure per call): a free lock with nobody queued (so nobody was told
 -- to wait either).
-if free and redis.call('exists', KEYS[2]) == 0 then
+if redis.call('exists', KEYS[1]) == 0 and redis.call('exists', KEYS[2]) == 0 then
   return take()
 end
 
 -- @shared
+
+local refusal, found = fair_refusal(KEYS[1])
+if refusal then
+  return refusal
+end
+local free = found == 'none'
 
 local now = now_ms()
 purge(KEYS[2], KEYS[3], now)

@@ -10,17 +10,9 @@
 -- held as a lock or a read-write lock (their own force unlock tells their waiters),
 -- 'wrongtype:<type>' when the key holds another type of value (application data, left
 -- alone).
-local found = redis.call('type', KEYS[1]).ok
-if found ~= 'none' and found ~= 'hash' then
-  return 'wrongtype:' .. found
-end
-if found == 'hash' then
-  local marks = redis.call('hmget', KEYS[1], '!fair', 'mode')
-  if marks[2] then
-    return 'kind:read_write'
-  elseif not marks[1] then
-    return 'kind:lock'
-  end
+local refusal, found = fair_refusal(KEYS[1])
+if refusal then
+  return refusal
 end
 redis.call('del', KEYS[1])
 purge(KEYS[2], KEYS[3], now_ms())

@@ -30,3 +30,23 @@ local function wake(head, prefix, publish)
     redis.call(publish, prefix .. head, 'wake')
   end
 end
+
+-- What `key` holds, as TYPE names it, and the answer that refuses it when it is not a
+-- free or fair lock: 'wrongtype:<type>' for another type of value, 'kind:<kind>' for
+-- another kind of lock's hash (a fair lock's carries '!fair'; lock names are shared by the
+-- kinds, each refusing the others').
+local function fair_refusal(key)
+  local found = redis.call('type', key).ok
+  if found ~= 'none' and found ~= 'hash' then
+    return 'wrongtype:' .. found, found
+  end
+  if found == 'hash' then
+    local marks = redis.call('hmget', key, '!fair', 'mode')
+    if marks[2] then
+      return 'kind:read_write', found
+    elseif not marks[1] then
+      return 'kind:lock', found
+    end
+  end
+  return nil, found
+end
