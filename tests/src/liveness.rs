@@ -1,6 +1,8 @@
 //! What the liveness test (`tests/proptest_liveness.rs`) and its worker process
-//! (`dlock-liveness`) share: the seeded generator that draws every actor's schedule, and
-//! the names of one case's keys.
+//! (`dlock-liveness`) share: the seeded generator that draws every actor's schedule, the
+//! names of one case's keys, and the guard either takes.
+
+use dlock_core::{LockError, LockGuard, MultiGuard};
 
 /// A small seeded generator (SplitMix64): the same seed draws the same schedule in the
 /// test process and in a worker, whatever crates are in the tree.
@@ -72,6 +74,33 @@ impl Keys {
             fair: format!("fair:{tag}"),
             rw: format!("rw:{tag}"),
             semaphore: format!("sem:{tag}"),
+        }
+    }
+}
+
+/// Either kind of guard an actor of the liveness test takes.
+#[derive(Debug)]
+pub enum Guard {
+    /// A lock's, fair lock's, read or write lock's or semaphore's guard.
+    One(LockGuard),
+    /// A multi-lock's guard.
+    Multi(MultiGuard),
+}
+
+impl Guard {
+    /// When the hold's lease runs out, as the guard knows it.
+    pub fn deadline(&self) -> std::time::Instant {
+        match self {
+            Guard::One(g) => g.deadline(),
+            Guard::Multi(g) => g.deadline(),
+        }
+    }
+
+    /// Releases the hold (every lock of a multi-lock).
+    pub async fn unlock(self) -> Result<(), LockError> {
+        match self {
+            Guard::One(g) => g.unlock().await,
+            Guard::Multi(g) => g.unlock().await,
         }
     }
 }

@@ -45,8 +45,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{distributed_lock, Lock, LockClient, LockError, LockGuard, MultiGuard, MultiLock};
-use dlock_tests::liveness::{Keys, Rng, SEMAPHORE_PERMITS};
+use dlock_core::{distributed_lock, Lock, LockClient, LockError, MultiLock};
+use dlock_tests::liveness::{Guard, Keys, Rng, SEMAPHORE_PERMITS};
 use dlock_tests::timeline::{
     instant_ns, monotonic_ns, read_file, Need, Record, Report, Timeline, What,
 };
@@ -107,28 +107,6 @@ async fn slow_recheck(url: &str) -> LockClient {
         .connect(url)
         .await
         .expect("connect")
-}
-
-/// Either kind of guard.
-enum Guard {
-    One(LockGuard),
-    Multi(MultiGuard),
-}
-
-impl Guard {
-    fn deadline(&self) -> std::time::Instant {
-        match self {
-            Guard::One(g) => g.deadline(),
-            Guard::Multi(g) => g.deadline(),
-        }
-    }
-
-    async fn unlock(self) -> Result<(), LockError> {
-        match self {
-            Guard::One(g) => g.unlock().await,
-            Guard::Multi(g) => g.unlock().await,
-        }
-    }
 }
 
 /// An acquisition's shape: how long it waits, its explicit lease, and when its caller
@@ -277,6 +255,29 @@ impl Actor {
                 None
             }
         }
+    }
+
+    /// Runs `take(wait, lease)` in `shape` as `who` (recorded as `what(lease)`), then holds
+    /// what it got as [`Actor::finish`] does (`long`ly for the keys few tasks visit).
+    async fn shaped<F>(
+        &mut self,
+        who: &str,
+        shape: Shape,
+        what: impl FnOnce(Option<Duration>) -> What,
+        long: bool,
+        take: impl FnOnce(Duration, Option<Duration>) -> F,
+    ) where
+        F: Future<Output = Result<Guard, LockError>>,
+    {
+        let Shape {
+            wait,
+            lease,
+            cancel,
+        } = shape;
+        let guard = self
+            .acquire(who, what(lease), cancel, take(wait, lease))
+            .await;
+        self.finish(who, guard, lease, long).await;
     }
 
     /// Holds (not at all, a little, or a while; `long`ly for the keys few tasks visit, so
@@ -436,42 +437,30 @@ impl Actor {
                 }
                 let refs: Vec<&str> = names.iter().map(String::as_str).collect();
                 let multi = MultiLock::same_slot(&self.client, &names).expect("one slot");
-                let Shape {
-                    wait,
-                    lease,
-                    cancel,
-                } = self.shape(30, 20);
-                let fut = async {
+                let shape = self.shape(30, 20);
+                let what = |lease| wanted("multi", &refs, x, lease);
+                self.shaped(who, shape, what, false, |wait, lease| async move {
                     match lease {
                         Some(lease) => multi.try_lock_with(wait, lease).await,
                         None => multi.try_lock_for(wait).await,
                     }
                     .map(Guard::Multi)
-                };
-                let guard = self
-                    .acquire(who, wanted("multi", &refs, x, lease), cancel, fut)
-                    .await;
-                self.finish(who, guard, lease, false).await;
+                })
+                .await;
             }
             63..=72 => {
                 let fair = self.client.fair_lock(&self.keys.fair);
-                let Shape {
-                    wait,
-                    lease,
-                    cancel,
-                } = self.shape(30, 25);
-                let fut = async {
+                let shape = self.shape(30, 25);
+                let key = self.keys.fair.clone();
+                let what = |lease| wanted("fair", &[&key], x, lease);
+                self.shaped(who, shape, what, true, |wait, lease| async move {
                     match lease {
                         Some(lease) => fair.try_lock_with(wait, lease).await,
                         None => fair.try_lock_for(wait).await,
                     }
                     .map(Guard::One)
-                };
-                let key = self.keys.fair.clone();
-                let guard = self
-                    .acquire(who, wanted("fair", &[&key], x, lease), cancel, fut)
-                    .await;
-                self.finish(who, guard, lease, true).await;
+                })
+                .await;
             }
             73..=82 => {
                 let rw = self.client.rw_lock(&self.keys.rw);
@@ -480,12 +469,10 @@ impl Actor {
                 } else {
                     ("write", Need::Exclusive)
                 };
-                let Shape {
-                    wait,
-                    lease,
-                    cancel,
-                } = self.shape(30, 20);
-                let fut = async {
+                let shape = self.shape(30, 20);
+                let key = self.keys.rw.clone();
+                let what = |lease| wanted(side, &[&key], need, lease);
+                self.shaped(who, shape, what, true, |wait, lease| async move {
                     match (need, lease) {
                         (Need::Shared, Some(lease)) => rw.read().try_lock_with(wait, lease).await,
                         (Need::Shared, None) => rw.read().try_lock_for(wait).await,
@@ -493,39 +480,29 @@ impl Actor {
                         (_, None) => rw.write().try_lock_for(wait).await,
                     }
                     .map(Guard::One)
-                };
-                let key = self.keys.rw.clone();
-                let guard = self
-                    .acquire(who, wanted(side, &[&key], need, lease), cancel, fut)
-                    .await;
-                self.finish(who, guard, lease, true).await;
+                })
+                .await;
             }
             83..=93 => {
                 let semaphore = self
                     .client
                     .semaphore(&self.keys.semaphore, SEMAPHORE_PERMITS);
                 let n = self.rng.between(1, 2) as u32;
-                let Shape {
-                    wait,
-                    lease,
-                    cancel,
-                } = self.shape(30, 20);
-                let fut = async {
-                    match lease {
-                        Some(lease) => semaphore.try_acquire_with(n, wait, lease).await,
-                        None => semaphore.try_acquire_for(n, wait).await,
-                    }
-                    .map(Guard::One)
-                };
+                let shape = self.shape(30, 20);
                 let key = self.keys.semaphore.clone();
                 let need = Need::Permits {
                     n,
                     of: SEMAPHORE_PERMITS,
                 };
-                let guard = self
-                    .acquire(who, wanted("sem", &[&key], need, lease), cancel, fut)
-                    .await;
-                self.finish(who, guard, lease, true).await;
+                let what = |lease| wanted("sem", &[&key], need, lease);
+                self.shaped(who, shape, what, true, |wait, lease| async move {
+                    match lease {
+                        Some(lease) => semaphore.try_acquire_with(n, wait, lease).await,
+                        None => semaphore.try_acquire_for(n, wait).await,
+                    }
+                    .map(Guard::One)
+                })
+                .await;
             }
             _ => tokio::time::sleep(ms(&mut self.rng, 0, 80)).await,
         }

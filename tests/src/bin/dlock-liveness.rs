@@ -21,8 +21,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use dlock_core::{LockClient, LockError, LockGuard, MultiGuard, MultiLock};
-use dlock_tests::liveness::{Keys, Rng, SEMAPHORE_PERMITS};
+use dlock_core::{LockClient, LockError, MultiLock};
+use dlock_tests::liveness::{Guard, Keys, Rng, SEMAPHORE_PERMITS};
 use dlock_tests::timeline::{instant_ns, Need, Record, RecordFile, What};
 
 #[derive(Parser)]
@@ -49,28 +49,6 @@ struct Args {
     /// Exit after this long even if nobody killed the process.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2min")]
     exit_after: Duration,
-}
-
-/// Either kind of guard the worker takes.
-enum Guard {
-    One(LockGuard),
-    Multi(MultiGuard),
-}
-
-impl Guard {
-    fn deadline(&self) -> std::time::Instant {
-        match self {
-            Guard::One(g) => g.deadline(),
-            Guard::Multi(g) => g.deadline(),
-        }
-    }
-
-    async fn unlock(self) -> Result<(), LockError> {
-        match self {
-            Guard::One(g) => g.unlock().await,
-            Guard::Multi(g) => g.unlock().await,
-        }
-    }
 }
 
 struct Worker {
