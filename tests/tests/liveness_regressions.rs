@@ -681,6 +681,40 @@ async fn a_force_unlock_frees_the_lock_for_a_task_waiting_behind_the_former_hold
 // 9. A release that keeps the lock for a local task that is cancelled meanwhile.
 // ---------------------------------------------------------------------------------------
 
+/// Sends `t1`'s release while Redis sleeps 300 ms (so the release, built while A's task
+/// `t2` waited behind `t1`, is queued at Redis), cancels `t2` before Redis runs it, and
+/// returns the guard of the other client's waiting `d_task`, which must get the lock
+/// within [`BOUND`] of the end of the stall.
+async fn release_kept_for_a_task_cancelled_meanwhile(
+    server: &RedisServer,
+    label: &str,
+    t1: LockGuard,
+    t2: JoinHandle<dlock_core::Result<()>>,
+    d_task: JoinHandle<dlock_core::Result<(LockGuard, Instant)>>,
+) -> LockGuard {
+    let stalled = stall(server, 0.3);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let releasing = tokio::spawn(t1.unlock());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    t2.abort();
+    assert!(
+        !releasing.is_finished(),
+        "the release was answered before T2 was cancelled"
+    );
+    let stall_ended = stalled.await.unwrap();
+    assert!(
+        t2.await.unwrap_err().is_cancelled(),
+        "T2 ended before it was cancelled"
+    );
+    releasing.await.unwrap().unwrap();
+    acquired_within_bound(
+        &format!("{label}: D, from the release (end of the stall)"),
+        stall_ended,
+        d_task,
+    )
+    .await
+}
+
 /// Client A: task T1 holds `{kept}`, task T2 waits behind it in A's line; client D waits
 /// too (registered). Redis is stalled 300 ms; T1's `unlock` is sent during the stall
 /// (so it says "a task of mine is next" and is queued at Redis), and T2 is aborted
@@ -706,29 +740,8 @@ async fn a_release_kept_for_a_cancelled_local_task_reaches_the_other_client() {
     waiting(&server, NAME, &d).await;
     assert!(!t2.is_finished());
 
-    // The release is sent while Redis sleeps (queued behind the DEBUG SLEEP), and T2 is
-    // cancelled before Redis runs it: the release was built while T2 waited.
-    let stalled = stall(&server, 0.3);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let releasing = tokio::spawn(t1.unlock());
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    t2.abort();
-    assert!(
-        !releasing.is_finished(),
-        "the release was answered before T2 was cancelled"
-    );
-    let stall_ended = stalled.await.unwrap();
-    assert!(
-        t2.await.unwrap_err().is_cancelled(),
-        "T2 ended before it was cancelled"
-    );
-    releasing.await.unwrap().unwrap();
-    let acquired = acquired_within_bound(
-        "item 9: D, from the release (end of the stall)",
-        stall_ended,
-        d_task,
-    )
-    .await;
+    let acquired =
+        release_kept_for_a_task_cancelled_meanwhile(&server, "item 9", t1, t2, d_task).await;
     acquired.unlock().await.unwrap();
 }
 
@@ -776,29 +789,8 @@ async fn a_release_kept_for_a_cancelled_local_task_of_a_registered_client_reache
         registered(&server, NAME)
     );
 
-    // As in the test above: the release is queued at Redis while T2 still waits, and T2
-    // is cancelled before Redis runs it.
-    let stalled = stall(&server, 0.3);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let releasing = tokio::spawn(t1.unlock());
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    t2.abort();
-    assert!(
-        !releasing.is_finished(),
-        "the release was answered before T2 was cancelled"
-    );
-    let stall_ended = stalled.await.unwrap();
-    assert!(
-        t2.await.unwrap_err().is_cancelled(),
-        "T2 ended before it was cancelled"
-    );
-    releasing.await.unwrap().unwrap();
-    let acquired = acquired_within_bound(
-        "item 9b: D, from the release (end of the stall)",
-        stall_ended,
-        d_task,
-    )
-    .await;
+    let acquired =
+        release_kept_for_a_task_cancelled_meanwhile(&server, "item 9b", t1, t2, d_task).await;
     acquired.unlock().await.unwrap();
     drop(expiring);
 }
@@ -1101,4 +1093,90 @@ async fn a_redlock_wait_is_bounded_with_a_majority_down() {
     );
     assert!(outcome.is_err(), "the RedLock was granted with 3 of 5 down");
     assert!(took <= limit, "returned after {took:?}, over {limit:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 12-13. Found by the liveness property test (`proptest_liveness`).
+// ---------------------------------------------------------------------------------------
+
+/// Two readers of client R hold a read-write lock: R1 without a lease (the watchdog's
+/// 30 s in Redis), R2 with a 400 ms lease it keeps past its end. Writer W of another
+/// client waits, told it may sleep until R1's deadline. R1 releases: the lock is now held
+/// only until R2's lease ends, and W must get it within [`BOUND`] of that end. Fails when
+/// the release of a reader that leaves others holding tells no waiter that the lock now
+/// frees sooner: W sleeps until its recheck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_gets_the_lock_when_the_reader_left_holding_runs_out() {
+    const NAME: &str = "{rwnap}x";
+    let server = RedisServer::start();
+    let url = server.url();
+    let readers = LockClient::connect(&url).await.unwrap();
+    let w = slow_recheck(&url).await;
+    let rw = readers.rw_lock(NAME);
+    let r1 = rw.read().lock().await.unwrap();
+    let r2 = rw
+        .read()
+        .try_lock_with(Duration::ZERO, Duration::from_millis(400))
+        .await
+        .unwrap();
+    let lock = w.rw_lock(NAME);
+    let writer = acquiring(async move { lock.write().try_lock_for(WAIT).await });
+    tokio::time::sleep(SETTLE).await;
+    assert!(
+        !writer.is_finished(),
+        "the writer got in beside two readers"
+    );
+
+    r1.unlock().await.unwrap();
+    let r2_ends = Instant::from_std(r2.deadline());
+    let acquired = acquired_within_bound(
+        "item 12: the writer, from the end of the last reader's lease",
+        r2_ends,
+        writer,
+    )
+    .await;
+    acquired.unlock().await.unwrap();
+    drop(r2);
+}
+
+/// A same-slot multi-lock of client C waits for `{ml}a` and `{ml}b`, both held by client
+/// D. Each of its tries registers it with the lock that blocks it, and a hand-off of that
+/// lock may arrive before the try's answer does: so while it waits, C must listen as the
+/// multi-lock's owner on both locks' wake channels. Then D releases both, and C must get
+/// them within [`BOUND`]. Fails when the waiter listens only on the channel of the lock
+/// that blocked its last try: a hand-off on the other one, arriving while C's other tasks
+/// keep that channel subscribed, is given up as meant for an owner that no longer waits
+/// and the multi-lock sleeps until its recheck (3 cases of 24 in the property test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_multi_lock_listens_on_every_lock_s_wake_channel() {
+    let names = ["{ml}a", "{ml}b"];
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = slow_recheck(&url).await;
+    let d = LockClient::connect(&url).await.unwrap();
+    let held_a = d.lock(names[0]).lock().await.unwrap();
+    let held_b = d.lock(names[1]).lock().await.unwrap();
+    let multi = MultiLock::same_slot(&c, names).unwrap();
+    let task = acquiring(async move { multi.try_lock_for(WAIT).await });
+    waiting(&server, names[0], &c).await;
+
+    let wake_channel = |name: &str| registry(name).replacen("}:", &format!("}}#{}:", c.id()), 1);
+    let listening: Vec<(String, u64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(wake_channel(names[0]))
+        .arg(wake_channel(names[1]))
+        .query(&mut server.connection())
+        .unwrap();
+    eprintln!("item 13: C's wake channels while its multi-lock waits: {listening:?}");
+    assert!(
+        listening.iter().all(|(_, subscribers)| *subscribers == 1),
+        "C does not listen on every lock's wake channel: {listening:?}"
+    );
+
+    held_b.unlock().await.unwrap();
+    let released = Instant::now();
+    held_a.unlock().await.unwrap();
+    let acquired =
+        acquired_within_bound("item 13: the multi-lock, from the releases", released, task).await;
+    acquired.unlock().await.unwrap();
 }

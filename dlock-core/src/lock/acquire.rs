@@ -391,9 +391,8 @@ impl Lock {
         // did): a hand-off to this owner is heard from its first try on.
         let mut waiter = Waiter::for_owner(
             &inner.pubsub,
-            &self.wake,
+            &[(&self.wake, &self.abandon)],
             &field,
-            &self.abandon,
             WaitPolicy {
                 recheck: settings.max_wait_recheck,
                 failover_wait: settings.failover_wait,

@@ -15,6 +15,7 @@ use crate::scripts::multi_scripts;
 use crate::sync::attempt::{RegisteredFlag, Reply, TryStep};
 use crate::sync::observe;
 use crate::sync::owner;
+use crate::sync::pubsub::Abandon;
 use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
@@ -163,11 +164,28 @@ impl MultiLock {
         })
         .replicated()
         .waiting(waits, Some(REGISTERED_FLAG));
-        // The waiter listens, as the owner, on the wake channel of the lock that blocked
-        // the last try.
-        let mut waiter: Option<(usize, Waiter<'_>)> = None;
+        // The waiter listens, as the owner, on every lock's wake channel from before its
+        // first try on: each try may register it with another lock (the one that blocked
+        // it), whose hand-off must find it listening.
+        let channels: Vec<(&str, &Abandon)> = self
+            .locks
+            .iter()
+            .map(|lock| (lock.wake_channel(), lock.abandon()))
+            .collect();
+        let mut waiter = Waiter::for_owner(
+            &inner.pubsub,
+            &channels,
+            &field,
+            WaitPolicy {
+                recheck: settings.max_wait_recheck,
+                failover_wait: settings.failover_wait,
+                give_up_at,
+                patient: waits,
+            },
+        );
+        let mut blocker = 0;
         loop {
-            let (blocker, not_yet) = match step.run(give_up_at).await {
+            let not_yet = match step.run(give_up_at).await {
                 Ok((sent_at, Reply::GrantedAll(tokens))) if tokens.len() == self.locks.len() => {
                     step.granted();
                     let guards = self
@@ -181,7 +199,8 @@ impl MultiLock {
                     return Ok(MultiGuard::new(guards));
                 }
                 Ok((_, Reply::Busy { wait_ms, at })) if at < self.locks.len() => {
-                    (at, NotYet::Busy { ttl_ms: wait_ms })
+                    blocker = at;
+                    NotYet::Busy { ttl_ms: wait_ms }
                 }
                 Ok((_, other)) => {
                     step.give_up().await;
@@ -193,32 +212,9 @@ impl MultiLock {
                     let name = self.locks.get(at).unwrap_or(first).name();
                     return Err(other.refusal(name, "acquire", LockKind::Lock));
                 }
-                Err(error) => (
-                    waiter.as_ref().map_or(0, |(index, _)| *index),
-                    NotYet::Unavailable(error),
-                ),
+                Err(error) => NotYet::Unavailable(error),
             };
-            if waiter.as_ref().is_none_or(|(index, _)| *index != blocker) {
-                let policy = WaitPolicy {
-                    recheck: settings.max_wait_recheck,
-                    failover_wait: settings.failover_wait,
-                    give_up_at,
-                    patient: waits,
-                };
-                let lock = &self.locks[blocker];
-                let waiting = Waiter::for_owner(
-                    &inner.pubsub,
-                    lock.wake_channel(),
-                    &field,
-                    lock.abandon(),
-                    policy,
-                );
-                waiter = Some((blocker, waiting));
-            }
-            let Some((_, waiting)) = waiter.as_mut() else {
-                continue;
-            };
-            match waiting.wait(not_yet).await {
+            match waiter.wait(not_yet).await {
                 Ok(()) => {}
                 Err(GiveUp::TimedOut) => {
                     step.give_up().await;

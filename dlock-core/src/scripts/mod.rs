@@ -220,6 +220,7 @@ pub(crate) fn rw_scripts() -> &'static RwScripts {
             "rw_release",
             "rw/scripts/release.lua",
             "scripts/clock.lua",
+            "scripts/naps.lua",
             "rw/scripts/common.lua"
         ),
         renew_read: script!(

@@ -131,8 +131,9 @@ pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: String,
     wake: Arc<Notify>,
-    /// The owner this subscription waits as on a wake channel, and its own wake-up.
-    owner: Option<(Arc<str>, Arc<Notify>)>,
+    /// The owner this subscription waits as on a wake channel (its wake-up is the
+    /// subscriber's own).
+    owner: Option<Arc<str>>,
     notices: watch::Receiver<u64>,
     confirmed: watch::Receiver<bool>,
 }
@@ -187,15 +188,17 @@ impl PubSubService {
     }
 
     /// Registers interest in the wake channel `channel` as the waiting `owner`: the
-    /// messages naming it wake its subscription; messages naming an owner that does not
-    /// wait here are given up with `abandon`.
+    /// messages naming it notify `wake` (one owner waiting on several channels, a
+    /// multi-lock, shares one); messages naming an owner that does not wait here are given
+    /// up with `abandon`.
     pub(crate) fn subscribe_owner(
         &self,
         channel: &str,
         owner: &Arc<str>,
+        wake: &Arc<Notify>,
         abandon: &Abandon,
     ) -> Subscription {
-        self.subscribe_to(channel, Some(owner), Some(abandon))
+        self.subscribe_to(channel, Some((owner, wake)), Some(abandon))
     }
 
     /// [`subscribe_owner`](PubSubService::subscribe_owner), but only if the channel is
@@ -206,16 +209,17 @@ impl PubSubService {
         &self,
         channel: &str,
         owner: &Arc<str>,
+        wake: &Arc<Notify>,
         abandon: &Abandon,
     ) -> Option<Subscription> {
         let present = self.shared.lock_channels().contains_key(channel);
-        present.then(|| self.subscribe_owner(channel, owner, abandon))
+        present.then(|| self.subscribe_owner(channel, owner, wake, abandon))
     }
 
     fn subscribe_to(
         &self,
         channel: &str,
-        owner: Option<&Arc<str>>,
+        owner: Option<(&Arc<str>, &Arc<Notify>)>,
         abandon: Option<&Abandon>,
     ) -> Subscription {
         let mut channels = self.shared.lock_channels();
@@ -243,10 +247,9 @@ impl PubSubService {
         if let (None, Some(abandon)) = (&entry.abandon, abandon) {
             entry.abandon = Some(Arc::clone(abandon));
         }
-        let owner = owner.map(|owner| {
-            let wake = Arc::new(Notify::new());
-            entry.owners.insert(Arc::clone(owner), Arc::clone(&wake));
-            (Arc::clone(owner), wake)
+        let owner = owner.map(|(owner, wake)| {
+            entry.owners.insert(Arc::clone(owner), Arc::clone(wake));
+            Arc::clone(owner)
         });
         Subscription {
             shared: Arc::clone(&self.shared),
@@ -302,6 +305,11 @@ impl Shared {
 }
 
 impl Subscription {
+    /// The channel subscribed to.
+    pub(crate) fn channel(&self) -> &str {
+        &self.channel
+    }
+
     /// Whether Redis has confirmed the subscription (unlock messages arrive).
     pub(crate) fn is_confirmed(&self) -> bool {
         *self.confirmed.borrow()
@@ -313,13 +321,11 @@ impl Subscription {
         let _ = self.confirmed.wait_for(|confirmed| *confirmed).await;
     }
 
-    /// Completes when an unlock message for the channel arrives (or the subscriber
-    /// reconnected and messages may have been missed).
+    /// Completes when an unlock message for the shared channel arrives (or the subscriber
+    /// reconnected and messages may have been missed). An owner's subscription is woken
+    /// through the `wake` it was made with instead.
     pub(crate) async fn notified(&self) {
-        match &self.owner {
-            Some((_, wake)) => wake.notified().await,
-            None => self.wake.notified().await,
-        }
+        self.wake.notified().await
     }
 
     /// Completes at the next unlock message for the channel (or reconnection), whoever
@@ -334,7 +340,7 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         let mut channels = self.shared.lock_channels();
         if let Some(entry) = channels.get_mut(&self.channel) {
-            if let Some((owner, _)) = &self.owner {
+            if let Some(owner) = &self.owner {
                 entry.owners.remove(owner);
             }
             entry.waiters -= 1;

@@ -7,11 +7,11 @@
 //! that is not a success to [`Waiter::wait`], which either waits and returns so the
 //! primitive tries again, or says why to give up.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
-
-use std::sync::Arc;
 
 use crate::redis::CallError;
 use crate::sync::pubsub::{Abandon, PubSubService, Subscription};
@@ -47,17 +47,21 @@ pub(crate) struct WaitPolicy {
     pub(crate) patient: bool,
 }
 
-/// One acquisition's waiting state: its subscription (kept across tries, so no unlock
+/// One acquisition's waiting state: its subscriptions (kept across tries, so no unlock
 /// message is missed between them) and the start of the current outage.
 pub(crate) struct Waiter<'a> {
     pubsub: &'a PubSubService,
-    channel: &'a str,
-    /// The owner this waiter waits as on a wake channel (messages name it), with how to
-    /// give up a message for an owner that no longer waits; `None` on a shared channel.
-    owner: Option<(&'a Arc<str>, &'a Abandon)>,
+    /// The channels it listens on: a shared channel, or the wake channels the owner
+    /// waits on (a multi-lock's, one per lock), each with how to give up a message for an
+    /// owner of this client that no longer waits.
+    channels: Vec<(&'a str, Option<&'a Abandon>)>,
+    /// The owner this waiter waits as on wake channels (messages name it) and its wake-up,
+    /// shared by its subscriptions; `None` on a shared channel.
+    owner: Option<(&'a Arc<str>, Arc<Notify>)>,
     policy: WaitPolicy,
-    subscription: Option<Subscription>,
-    /// Whether the subscription was confirmed before the last try, so that no unlock
+    /// One per channel once the waiter waited (or adopted them all before its first try).
+    subscriptions: Vec<Subscription>,
+    /// Whether the subscriptions were confirmed before the last try, so that no unlock
     /// message since that try can have been missed.
     confirmed: bool,
     outage: Option<Instant>,
@@ -71,37 +75,50 @@ impl<'a> Waiter<'a> {
     pub(crate) fn new(pubsub: &'a PubSubService, channel: &'a str, policy: WaitPolicy) -> Self {
         Waiter {
             pubsub,
-            channel,
+            channels: vec![(channel, None)],
             owner: None,
             policy,
-            subscription: None,
+            subscriptions: Vec::new(),
             confirmed: false,
             outage: None,
             every_message: false,
         }
     }
 
-    /// A waiter on its client's wake channel `channel` for a lock, as `owner`: the
-    /// release that passes the lock to it names it (see `sync::pubsub`). If the channel
-    /// is subscribed already, the waiter adopts it at once, so that a hand-off to it is
-    /// heard from its first try on (and needs no re-try once confirmed).
+    /// A waiter as `owner` on its client's wake channels `channels` (one per lock it
+    /// waits for, with the lock's way to give up a message): the release that passes a
+    /// lock to it names it (see `sync::pubsub`), on whichever lock's channel. If every
+    /// channel is subscribed already, the waiter adopts them at once, so that a hand-off
+    /// to it is heard from its first try on (and needs no re-try once confirmed).
+    ///
+    /// Create it before the first try: a message for the owner that arrives on a
+    /// subscribed channel before the waiter listens there is given up as meant for an
+    /// owner that no longer waits.
     pub(crate) fn for_owner(
         pubsub: &'a PubSubService,
-        channel: &'a str,
+        channels: &[(&'a str, &'a Abandon)],
         owner: &'a Arc<str>,
-        abandon: &'a Abandon,
         policy: WaitPolicy,
     ) -> Self {
-        let subscription = pubsub.subscribe_owner_if_present(channel, owner, abandon);
+        let wake = Arc::new(Notify::new());
+        let adopted: Vec<Subscription> = channels
+            .iter()
+            .filter_map(|(channel, abandon)| {
+                pubsub.subscribe_owner_if_present(channel, owner, &wake, abandon)
+            })
+            .collect();
+        let confirmed =
+            adopted.len() == channels.len() && adopted.iter().all(Subscription::is_confirmed);
         Waiter {
             pubsub,
-            channel,
-            owner: Some((owner, abandon)),
+            channels: channels
+                .iter()
+                .map(|(channel, abandon)| (*channel, Some(*abandon)))
+                .collect(),
+            owner: Some((owner, wake)),
             policy,
-            confirmed: subscription
-                .as_ref()
-                .is_some_and(Subscription::is_confirmed),
-            subscription,
+            subscriptions: adopted,
+            confirmed,
             outage: None,
             every_message: false,
         }
@@ -137,22 +154,23 @@ impl<'a> Waiter<'a> {
             None => Duration::MAX,
         };
         let recheck = self.policy.recheck.min(remaining);
-        let (pubsub, channel, owner) = (self.pubsub, self.channel, self.owner);
-        let subscription = self.subscription.get_or_insert_with(|| match owner {
-            Some((owner, abandon)) => pubsub.subscribe_owner(channel, owner, abandon),
-            None => pubsub.subscribe(channel),
-        });
+        self.subscribe_all();
         // Never sleep past the time the lock can change hands, the recheck interval or
         // the deadline.
         let nap = u64::try_from(ttl_ms)
             .map(Duration::from_millis)
             .map_or(recheck, |ttl| ttl.min(recheck));
         if !std::mem::replace(&mut self.confirmed, true) {
-            // Try again once Redis confirmed the subscription: a release published between
-            // the try and the subscription would otherwise be missed.
-            tracing::trace!(channel = %self.channel, ttl_ms, "dlock: waiting for release");
-            let _ = tokio::time::timeout(nap, subscription.confirmed()).await;
-        } else {
+            // Try again once Redis confirmed the subscriptions: a release published between
+            // the try and a subscription would otherwise be missed.
+            tracing::trace!(channel = %self.channels[0].0, ttl_ms, "dlock: waiting for release");
+            let confirmations = futures_util::future::join_all(
+                self.subscriptions.iter_mut().map(Subscription::confirmed),
+            );
+            let _ = tokio::time::timeout(nap, confirmations).await;
+        } else if let Some((_, wake)) = &self.owner {
+            let _ = tokio::time::timeout(nap, wake.notified()).await;
+        } else if let Some(subscription) = self.subscriptions.first_mut() {
             if self.every_message {
                 let _ = tokio::time::timeout(nap, subscription.noticed()).await;
             } else {
@@ -160,6 +178,31 @@ impl<'a> Waiter<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Subscribes to every channel not subscribed yet (all of them, or the ones an owner
+    /// could not adopt), keeping the ones it has.
+    fn subscribe_all(&mut self) {
+        if self.subscriptions.len() == self.channels.len() {
+            return;
+        }
+        let (pubsub, owner) = (self.pubsub, self.owner.as_ref());
+        let mut adopted = std::mem::take(&mut self.subscriptions);
+        self.subscriptions = self
+            .channels
+            .iter()
+            .map(|&(channel, abandon)| {
+                if let Some(at) = adopted.iter().position(|s| s.channel() == channel) {
+                    return adopted.swap_remove(at);
+                }
+                match (owner, abandon) {
+                    (Some((owner, wake)), Some(abandon)) => {
+                        pubsub.subscribe_owner(channel, owner, wake, abandon)
+                    }
+                    _ => pubsub.subscribe(channel),
+                }
+            })
+            .collect();
     }
 
     async fn ride_out(&mut self, error: CallError) -> Result<(), GiveUp> {
@@ -175,7 +218,7 @@ impl<'a> Waiter<'a> {
         if !patient {
             return Err(GiveUp::Unavailable(error));
         }
-        tracing::debug!(channel = %self.channel, %error, "dlock: Redis unavailable while waiting; retrying");
+        tracing::debug!(channel = %self.channels[0].0, %error, "dlock: Redis unavailable while waiting; retrying");
         tokio::time::sleep(pause).await;
         Ok(())
     }

@@ -18,8 +18,9 @@
 -- Returns the owner's holds of that kind left (0: none), or -1 when it had none.
 --
 -- Publishes 'unlocked' when the lock becomes free, when a writer's last write hold goes
--- while its downgraded read holds stay (readers may join now), and when the last waiting
--- writer leaves (readers it held back may pass).
+-- while its downgraded read holds stay (readers may join now), when the last waiting
+-- writer leaves (readers it held back may pass), and for each waiter told it could sleep
+-- past the end of the holds left.
 local owner = ARGV[1]
 local write = ARGV[2] == 'write'
 local mode = ARGV[3]
@@ -92,7 +93,14 @@ else
       redis.call('hset', KEYS[1], 'mode', 'read')
       wake()
     end
-    redis.call('pexpire', KEYS[1], math.max(1, rw_latest(deadlines) - now))
+    local expiry = rw_latest(deadlines)
+    redis.call('pexpire', KEYS[1], math.max(1, expiry - now))
+    -- The holds left may end sooner than the one that went (a reader with a longer lease
+    -- left): the waiters told they could sleep past their end try again, each woken by a
+    -- message of its own (one message wakes one waiting writer per client).
+    for _ in ipairs(overslept_at(KEYS[5], expiry)) do
+      redis.call(ARGV[5], KEYS[3], 'unlocked')
+    end
   end
 end
 
