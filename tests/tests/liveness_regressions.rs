@@ -248,9 +248,19 @@ impl Drop for WaiterProcess {
     }
 }
 
-/// Starts a `dlock-waiter` process waiting for `name`, waits until it is registered as
-/// waiting, and SIGKILLs it there. Returns its client id.
-async fn kill_a_registered_waiter(server: &RedisServer, name: &str) -> String {
+impl WaiterProcess {
+    /// Freezes the process (SIGSTOP): its connections stay open, so Redis delivers it
+    /// messages it never acts on.
+    fn stop(&self) {
+        let pid = rustix::process::Pid::from_raw(self.0.id() as i32).expect("a child's pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP)
+            .expect("SIGSTOP the waiter process");
+    }
+}
+
+/// Starts a `dlock-waiter` process waiting for `name` and waits until it is registered
+/// as waiting. Returns the process and its client id.
+async fn a_registered_waiter(server: &RedisServer, name: &str) -> (WaiterProcess, String) {
     let mut process = WaiterProcess(
         Command::new(WAITER)
             .arg(server.url())
@@ -281,6 +291,13 @@ async fn kill_a_registered_waiter(server: &RedisServer, name: &str) -> String {
         is_registered(server, name, &id)
     })
     .await;
+    (process, id)
+}
+
+/// Starts a `dlock-waiter` process waiting for `name`, waits until it is registered as
+/// waiting, and SIGKILLs it there. Returns its client id.
+async fn kill_a_registered_waiter(server: &RedisServer, name: &str) -> String {
+    let (process, id) = a_registered_waiter(server, name).await;
     drop(process); // SIGKILL, reaped
     id
 }
@@ -335,6 +352,45 @@ async fn a_waiter_killed_while_registered_does_not_hold_up_a_live_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_waiters_killed_while_registered_do_not_hold_up_a_live_one() {
     killed_waiters_ahead_of_a_live_one(3, "{killed3}").await;
+}
+
+/// A waiter process registers for a held lock and is frozen (SIGSTOP) there, its
+/// connections open; a live client waits behind it. The release passes the lock to the
+/// frozen waiter (its client still listens, as far as Redis can tell) and reserves it for
+/// 100 ms: the live waiter must get the lock within [`BOUND`] of the release. Fails when
+/// nobody but the reservee hears of the hand-off: the reservation lapses and the live
+/// waiter sleeps until its recheck. (The same happens when a waiter is killed after it
+/// was told and before it tried.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_to_a_frozen_waiter_moves_on_when_its_reservation_lapses() {
+    const NAME: &str = "{frozen}";
+    let server = RedisServer::start();
+    let url = server.url();
+    let holder = LockClient::connect(&url).await.unwrap();
+    let guard = holder.lock(NAME).lock().await.unwrap();
+    let (frozen, frozen_id) = a_registered_waiter(&server, NAME).await;
+    tokio::time::sleep(SETTLE).await;
+    frozen.stop();
+    let live = slow_recheck(&url).await;
+    let lock = live.lock(NAME);
+    let task = acquiring(async move { lock.try_lock_for(WAIT).await });
+    waiting(&server, NAME, &live).await;
+    eprintln!(
+        "item 2c: registry {:?} (frozen {frozen_id}, live {})",
+        registered(&server, NAME),
+        live.id()
+    );
+
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let acquired = acquired_within_bound(
+        "item 2c: live waiter behind a frozen one, from the release",
+        released,
+        task,
+    )
+    .await;
+    acquired.unlock().await.unwrap();
+    drop(frozen);
 }
 
 // ---------------------------------------------------------------------------------------

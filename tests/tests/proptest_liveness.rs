@@ -22,9 +22,12 @@
 //! - A worker process (`dlock-liveness`) waits for and holds the plain keys, multi-locks
 //!   and the semaphore with explicit leases; it is killed with `SIGKILL` every 0.2-1.2 s
 //!   (more than half the time while it waits: that leaves its client registered as a
-//!   waiter of a lock it will never take) and started again.
+//!   waiter of a lock it will never take), 40 % of the time after being frozen
+//!   (`SIGSTOP`) for 150-500 ms, during which Redis still passes it locks, and started
+//!   again.
 //! - Once per case, a lull of 0.8-1.8 s (see [`Lull`]): nobody starts an operation and the
-//!   worker, killed as the lull begins, stays dead. In the crowd, a newcomer's first try
+//!   worker, frozen while it waits and then killed as the lull begins, stays dead. In the
+//!   crowd, a newcomer's first try
 //!   takes a lock that waiters were not woken for and hides the stall; in the lull it
 //!   shows at its full length.
 //!
@@ -169,7 +172,8 @@ fn wanted(op: &str, keys: &[&str], need: Need, lease: Option<Duration>) -> What 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Waiting,
-    Holding,
+    /// Holding since this moment.
+    Holding(u64),
     Done,
 }
 
@@ -526,8 +530,9 @@ impl Actor {
                     Ok(Ok(guard)) => {
                         {
                             let mut phase = phase.lock().unwrap();
-                            timeline.record(&who, What::Acquired { deadline_ns: None });
-                            *phase = Phase::Holding;
+                            let at = monotonic_ns();
+                            timeline.record_at(at, &who, What::Acquired { deadline_ns: None });
+                            *phase = Phase::Holding(at);
                         }
                         tokio::time::sleep(hold).await;
                         timeline.record(&who, What::ReleaseStart);
@@ -552,9 +557,12 @@ impl Actor {
         let phase = *phase.lock().unwrap();
         match phase {
             Phase::Waiting => self.timeline.record_at(before, who, What::GaveUp),
-            // Dropped with the task (also while its unlock was under way).
-            Phase::Holding => {
-                self.timeline.record_at(before, who, What::ReleaseStart);
+            // Dropped with the task (also while its unlock was under way). The abort
+            // takes effect at the task's next `.await`: one running on another thread
+            // may acquire after `before`.
+            Phase::Holding(since) => {
+                self.timeline
+                    .record_at(before.max(since), who, What::ReleaseStart);
                 self.timeline.record_at(after, who, What::Dropped);
             }
             Phase::Done => {}
@@ -710,10 +718,19 @@ impl Worker {
     }
 
     /// `SIGKILL`, recorded; an error when it had exited by itself.
-    fn kill(mut self, timeline: &Timeline) -> Result<(), String> {
+    /// With `frozen_for`, it is first frozen that long (`SIGSTOP`: its connections stay
+    /// open, so Redis still passes it locks it never takes); the kill is recorded at the
+    /// freeze, after which it does nothing.
+    fn kill(mut self, timeline: &Timeline, frozen_for: Option<Duration>) -> Result<(), String> {
         let mut child = self.child.take().expect("running");
         let exited = child.try_wait().ok().flatten();
         let before = monotonic_ns();
+        if let (Some(pause), None) = (frozen_for, exited) {
+            let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a child's pid");
+            if rustix::process::kill_process(pid, rustix::process::Signal::STOP).is_ok() {
+                std::thread::sleep(pause);
+            }
+        }
         let _ = child.kill();
         let _ = child.wait();
         let after = monotonic_ns();
@@ -780,7 +797,10 @@ fn kill_workers(
             }
             std::thread::sleep(ms(&mut rng, 0, 40));
         }
-        if let Err(problem) = worker.kill(timeline) {
+        // Sometimes frozen first, for longer than a reservation; always as the lull
+        // begins, when a lock passed to it holds up the waiters left the longest.
+        let frozen_for = (kill_at == lull_start || rng.chance(40)).then(|| ms(&mut rng, 150, 500));
+        if let Err(problem) = worker.kill(timeline, frozen_for) {
             problems.push(problem);
         }
         std::thread::sleep(ms(&mut rng, 0, 200));

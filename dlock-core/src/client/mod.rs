@@ -62,8 +62,17 @@ use crate::sync::watchdog::{self, Registry, Schedule};
 ///   Without one the key gets the watchdog timeout (default 30 s) and the client renews it
 ///   every third of that while the guard lives. A re-entry never stretches an explicit
 ///   lease unless it asks for a longer explicit lease itself.
-/// - **Waiting** uses pub/sub: a waiter sleeps until a release is published, the holder's
-///   TTL runs out, or `max_wait_recheck` passes, whichever is first. No busy polling.
+/// - **Waiting** uses pub/sub: a waiter sleeps until a release hands it the lock or wakes
+///   it, the holder's TTL runs out (or a `min_hold` ends), or `max_wait_recheck` passes,
+///   whichever is first. No busy polling. A release hands a lock to one waiter whose
+///   client still listens, and a hand-off its owner no longer wants is handed on, so a
+///   live waiter gets a free lock within 100 ms plus a round trip;
+///   `max_wait_recheck` only covers a message Redis lost.
+/// - **Kinds**: a name is held as one of [`Lock`](crate::Lock) (and
+///   [`MultiLock`](crate::MultiLock)), [`FairLock`](crate::FairLock) or
+///   [`ReadWriteLock`](crate::ReadWriteLock) at a time; the others fail with
+///   [`LockError::KindMismatch`](crate::LockError::KindMismatch).
+///   [`Semaphore`](crate::Semaphore)s have names of their own.
 ///   Tasks of one client that want the same lock line up locally, first come first
 ///   served; only the first in line talks to Redis, and a release hands the lock to the
 ///   next local task without a pub/sub round trip. The line never outlasts the holder's
@@ -79,7 +88,8 @@ use crate::sync::watchdog::{self, Registry, Schedule};
 /// - **Dropping**: the client lives while a handle (clones, [`Lock`](crate::Lock)s,
 ///   guards) does. When the last one goes, pending releases are still sent; then every
 ///   connection (to Redis and to the sentinels) is closed and every task ends, within
-///   milliseconds.
+///   milliseconds. A process that exits right after its work calls
+///   [`shutdown`](LockClient::shutdown) first, so that those releases reach Redis.
 #[derive(Clone)]
 pub struct LockClient {
     pub(crate) inner: Arc<ClientInner>,

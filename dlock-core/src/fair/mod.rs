@@ -49,8 +49,11 @@ const MIN_ENTRY_TIMEOUT: Duration = Duration::from_millis(30);
 /// crashed one is out of the way within the entry timeout. Every call purges every dead
 /// entry, and wakes the new head when the lock is free.
 ///
-/// Do not mix a fair lock and a [`Lock`](crate::Lock) of the same name: they share the
-/// hash, but a plain lock neither queues nor wakes the fair queue's head.
+/// A fair lock shares its name with the [`Lock`](crate::Lock) and the
+/// [`ReadWriteLock`](crate::ReadWriteLock) of the same name (see
+/// [`LockKind`](crate::LockKind)): an acquisition finding the name held as another kind
+/// fails at once with [`LockError::KindMismatch`](crate::LockError::KindMismatch), and
+/// theirs fail finding it held as a fair lock.
 ///
 /// # Cancel safety
 ///

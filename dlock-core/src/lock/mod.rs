@@ -45,13 +45,30 @@ use crate::sync::release::HAND_OFF_RESERVATION;
 ///
 /// # Waiting across processes
 ///
-/// A try that finds the lock taken registers its client as waiting; a release wakes the
-/// longest-waiting client only (one try at Redis per release, however many clients
-/// wait) and reserves the lock for it for 100 ms, so that a caller elsewhere that needs
-/// no wake-up cannot take it first. Within one client, tasks line up and the lock goes
-/// from one to the next, for at most 8 hand-offs in a row while other clients wait; then
-/// it goes to them. [`try_lock`](Lock::try_lock), which does not wait, never registers.
-/// While a lock is reserved, [`is_locked`](Lock::is_locked) reports it taken.
+/// A try that finds the lock taken registers its owner as waiting (one entry per waiting
+/// owner, oldest first). A release hands the lock to the longest-waiting owner whose
+/// client still listens (one try at Redis per release, however many wait; a waiter whose
+/// process died is passed over) and reserves it for that owner for 100 ms, so that a
+/// caller elsewhere that needs no wake-up cannot take it first. A hand-off that reaches
+/// an owner that no longer waits (its acquisition timed out or was dropped meanwhile) is
+/// handed on at once, and the waiter after it is told to try when the reservation lapses,
+/// in case the one it was made for froze or died. Within one client, tasks line up and
+/// the lock goes from one to the next, for at most 8 hand-offs in a row while other
+/// clients wait; then it goes to them.
+/// [`try_lock`](Lock::try_lock), which does not wait, never registers. While a lock is
+/// reserved, [`is_locked`](Lock::is_locked) reports it taken.
+///
+/// So a live waiter gets a free lock within the reservation plus a round trip, whatever
+/// the other waiters do; `max_wait_recheck` is only a safety net for a message Redis
+/// lost.
+///
+/// # Kinds on one name
+///
+/// A lock's name is shared with the [`FairLock`](crate::FairLock) and the
+/// [`ReadWriteLock`](crate::ReadWriteLock) of the same name (see
+/// [`LockKind`](crate::LockKind)): while one of them holds it, an acquisition of this lock
+/// fails at once with [`LockError::KindMismatch`] rather than wait for a release it would
+/// never hear of.
 ///
 /// # Cancel safety
 ///

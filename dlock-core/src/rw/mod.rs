@@ -117,8 +117,10 @@ impl LockClient {
     /// + `name`).
     ///
     /// Creating a handle does not talk to Redis; a bad name is reported by the handle's
-    /// operations as [`LockError::InvalidName`]. Do not use the same name for a
-    /// [`Lock`](crate::Lock): both keep a hash at the key, in different layouts.
+    /// operations as [`LockError::InvalidName`]. The name is shared with the
+    /// [`Lock`](crate::Lock) and the [`FairLock`](crate::FairLock) of the same name: an
+    /// acquisition that finds it held as another kind fails with
+    /// [`LockError::KindMismatch`] (see [`LockKind`](crate::LockKind)).
     pub fn rw_lock(&self, name: &str) -> ReadWriteLock {
         let keys = LockKeys::new(&self.inner.settings.key_prefix, name);
         ReadWriteLock {

@@ -9,9 +9,10 @@
 //!   owner's waiter alone. A message for an owner that no longer waits here (cancelled,
 //!   timed out, or not yet subscribed) is handed back at once: the lock goes to the next
 //!   waiter (the primitive's [`Abandon`] release), so a hand-off never idles until a
-//!   recheck. `wake:<owner>` asks the owner to try again (the lock's expiry moved
-//!   closer), and `lost:<owner>` tells the client that one of its holds was deleted: both
-//!   also reach the channel's watchers.
+//!   recheck. `next:<owner>` asks the owner to try when the reservation made for another
+//!   lapses ([`HAND_OFF_RESERVATION`] from now), `wake:<owner>` to try again now (the
+//!   lock's expiry moved closer), and `lost:<owner>` tells the client that one of its
+//!   holds was deleted: all reach the channel's watchers too.
 //! - **A shared channel** (the read-write lock, the semaphore, a fair waiter's own
 //!   channel): each message wakes one local waiter (`Notify::notify_one`), or every
 //!   waiter that asked to be woken by every message, and every watcher.
@@ -30,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::redis::{Backend, Subscriber, SubscriberEvent};
-use crate::sync::release::{BackgroundReleases, ReleaseJob};
+use crate::sync::release::{BackgroundReleases, ReleaseJob, HAND_OFF_RESERVATION};
 use crate::sync::retry::backoff;
 
 /// The longest pause between two attempts to reconnect the subscriber. Waiters do not
@@ -65,6 +66,68 @@ pub(crate) struct PubSubService {
 /// came, and then its guard holds it.
 pub(crate) type Abandon = Arc<dyn Fn(&str) -> ReleaseJob + Send + Sync>;
 
+/// When a waiting owner is to try again, as the messages naming it said; shared by its
+/// subscriptions (a multi-lock's owner waits on one channel per lock).
+#[derive(Default)]
+pub(crate) struct OwnerWake {
+    notify: Notify,
+    call: Mutex<Call>,
+}
+
+/// What the messages since the owner's last wake-up asked for.
+#[derive(Clone, Copy, Default)]
+enum Call {
+    /// Nothing (a wake-up left from before the owner's last try): try again, to be safe.
+    #[default]
+    Unknown,
+    /// Try now: the lock was passed to the owner, its expiry moved closer, or messages
+    /// may have been lost.
+    Now,
+    /// Try at this moment: the lock is reserved for another owner until then.
+    At(Instant),
+}
+
+impl OwnerWake {
+    /// Asks the owner to try now.
+    fn now(&self) {
+        *self.lock_call() = Call::Now;
+        self.notify.notify_one();
+    }
+
+    /// Asks the owner to try at `at`, unless it was asked to try now; a later reservation
+    /// replaces an earlier one (the lock stayed reserved meanwhile).
+    fn at(&self, at: Instant) {
+        let mut call = self.lock_call();
+        if !matches!(*call, Call::Now) {
+            *call = Call::At(at);
+            drop(call);
+            self.notify.notify_one();
+        }
+    }
+
+    fn lock_call(&self) -> std::sync::MutexGuard<'_, Call> {
+        self.call.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Completes when the owner should try again: asked to try now, at the time a
+    /// reservation lapses, or at `deadline` at the latest.
+    pub(crate) async fn called(&self, deadline: Instant) {
+        let mut until = deadline;
+        loop {
+            if tokio::time::timeout_at(until, self.notify.notified())
+                .await
+                .is_err()
+            {
+                return;
+            }
+            match std::mem::take(&mut *self.lock_call()) {
+                Call::At(at) if at > Instant::now() => until = at.min(deadline),
+                _ => return,
+            }
+        }
+    }
+}
+
 struct Shared {
     channels: Mutex<HashMap<String, Channel>>,
     /// Channels whose wanted state changed (an entry added to or removed from `channels`):
@@ -80,7 +143,7 @@ struct Channel {
     waiters: usize,
     wake: Arc<Notify>,
     /// The waiting owners on a wake channel, each woken by the messages naming it.
-    owners: HashMap<Arc<str>, Arc<Notify>>,
+    owners: HashMap<Arc<str>, Arc<OwnerWake>>,
     /// How to give up a message for an owner that is not in `owners` (wake channels).
     abandon: Option<Abandon>,
     /// Counts unlock messages (and reconnections, which may have lost some) for watchers
@@ -103,12 +166,13 @@ impl Channel {
             self.wake.notify_waiters();
             self.wake.notify_one();
             for owner in self.owners.values() {
-                owner.notify_one();
+                owner.now();
             }
             return None;
         };
-        let owner = match payload.split_once(':') {
-            Some(("pass" | "wake", owner)) => owner,
+        let (owner, lapse) = match payload.split_once(':') {
+            Some(("pass" | "wake", owner)) => (owner, None),
+            Some(("next", owner)) => (owner, Some(Instant::now() + HAND_OFF_RESERVATION)),
             // Only the watchers care: the holder's client learns its hold is gone.
             Some(("lost", _)) => return None,
             _ => {
@@ -116,13 +180,12 @@ impl Channel {
                 return None;
             }
         };
-        match self.owners.get(owner) {
-            Some(waiter) => {
-                waiter.notify_one();
-                None
-            }
-            None => self.abandon.as_ref().map(|abandon| abandon(owner)),
+        match (self.owners.get(owner), lapse) {
+            (Some(waiter), None) => waiter.now(),
+            (Some(waiter), Some(at)) => waiter.at(at),
+            (None, _) => return self.abandon.as_ref().map(|abandon| abandon(owner)),
         }
+        None
     }
 }
 
@@ -195,7 +258,7 @@ impl PubSubService {
         &self,
         channel: &str,
         owner: &Arc<str>,
-        wake: &Arc<Notify>,
+        wake: &Arc<OwnerWake>,
         abandon: &Abandon,
     ) -> Subscription {
         self.subscribe_to(channel, Some((owner, wake)), Some(abandon))
@@ -209,7 +272,7 @@ impl PubSubService {
         &self,
         channel: &str,
         owner: &Arc<str>,
-        wake: &Arc<Notify>,
+        wake: &Arc<OwnerWake>,
         abandon: &Abandon,
     ) -> Option<Subscription> {
         let present = self.shared.lock_channels().contains_key(channel);
@@ -219,7 +282,7 @@ impl PubSubService {
     fn subscribe_to(
         &self,
         channel: &str,
-        owner: Option<(&Arc<str>, &Arc<Notify>)>,
+        owner: Option<(&Arc<str>, &Arc<OwnerWake>)>,
         abandon: Option<&Abandon>,
     ) -> Subscription {
         let mut channels = self.shared.lock_channels();

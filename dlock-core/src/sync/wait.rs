@@ -10,11 +10,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::redis::CallError;
-use crate::sync::pubsub::{Abandon, PubSubService, Subscription};
+use crate::sync::pubsub::{Abandon, OwnerWake, PubSubService, Subscription};
 use crate::sync::retry::ends_before;
 
 /// A try that did not acquire.
@@ -57,7 +56,7 @@ pub(crate) struct Waiter<'a> {
     channels: Vec<(&'a str, Option<&'a Abandon>)>,
     /// The owner this waiter waits as on wake channels (messages name it) and its wake-up,
     /// shared by its subscriptions; `None` on a shared channel.
-    owner: Option<(&'a Arc<str>, Arc<Notify>)>,
+    owner: Option<(&'a Arc<str>, Arc<OwnerWake>)>,
     policy: WaitPolicy,
     /// One per channel once the waiter waited (or adopted them all before its first try).
     subscriptions: Vec<Subscription>,
@@ -100,7 +99,7 @@ impl<'a> Waiter<'a> {
         owner: &'a Arc<str>,
         policy: WaitPolicy,
     ) -> Self {
-        let wake = Arc::new(Notify::new());
+        let wake = Arc::new(OwnerWake::default());
         let adopted: Vec<Subscription> = channels
             .iter()
             .filter_map(|(channel, abandon)| {
@@ -169,7 +168,7 @@ impl<'a> Waiter<'a> {
             );
             let _ = tokio::time::timeout(nap, confirmations).await;
         } else if let Some((_, wake)) = &self.owner {
-            let _ = tokio::time::timeout(nap, wake.notified()).await;
+            wake.called(now + nap).await;
         } else if let Some(subscription) = self.subscriptions.first_mut() {
             if self.every_message {
                 let _ = tokio::time::timeout(nap, subscription.noticed()).await;

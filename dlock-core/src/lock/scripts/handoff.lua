@@ -10,11 +10,16 @@
 --
 -- Messages go to the waiting owner's client on its own wake channel (the registry's name
 -- with '#<client-id>' after the hash tag, so it stays in the lock's slot), and name the
--- owner they are for: 'pass:<owner>' (the lock is reserved for it), 'wake:<owner>' (the
+-- owner they are for: 'pass:<owner>' (the lock is reserved for it), 'next:<owner>' (the
+-- lock is reserved for another: try when the reservation lapses), 'wake:<owner>' (the
 -- lock's expiry moved closer than it was told: try again) or 'lost:<owner>' (its hold
--- was deleted). PUBLISH
--- answers how many connections received the message: none means the client is gone (or
--- not listening), so its waiter cannot take a hand-off and is passed over.
+-- was deleted). PUBLISH answers how many connections received the message: none means
+-- the client is gone (or not listening), so its waiter cannot take a hand-off and is
+-- passed over.
+--
+-- A reservation heals itself: the waiter next in line is told when it lapses, so that an
+-- owner it was made for that never takes the lock (its process froze or died after it
+-- was told) holds the others up for the reservation only.
 
 -- The most registry entries one call passes over as gone before it gives up: bounds the
 -- work of one call; what is left is passed over by the next hand-off.
@@ -52,9 +57,25 @@ local function tell(publish, registry, owner, what)
   return redis.call(publish, wake_channel(registry, owner), what .. ':' .. owner) > 0
 end
 
+-- Reserves the free lock `key` for `owner` ('!next'; '<client-id>:*' for any task of a
+-- client) for `reservation` ms, and tells the longest-waiting owner whose client still
+-- listens to try when the reservation lapses (the ones whose client is gone leave the
+-- registry).
+local function reserve(key, registry, publish, reservation, owner)
+  redis.call('hset', key, '!next', owner)
+  redis.call('pexpire', key, reservation)
+  for _ = 1, MAX_PASSED_OVER do
+    local runner_up = redis.call('zrange', registry, 0, 0)[1]
+    if runner_up == nil or tell(publish, registry, runner_up, 'next') then
+      return
+    end
+    redis.call('zrem', registry, runner_up)
+  end
+end
+
 -- Passes the free lock `key` to the longest-waiting owner whose client still listens:
--- reserves the lock for it ('!next' = the owner, for `reservation` ms) and tells it.
--- Returns the owner, or nil when nobody (alive) waits.
+-- reserves the lock for it and tells it. Returns the owner, or nil when nobody (alive)
+-- waits.
 local function hand_off(key, registry, publish, reservation)
   for _ = 1, MAX_PASSED_OVER do
     local oldest = redis.call('zpopmin', registry)[1]
@@ -62,8 +83,7 @@ local function hand_off(key, registry, publish, reservation)
       return nil
     end
     if tell(publish, registry, oldest, 'pass') then
-      redis.call('hset', key, '!next', oldest)
-      redis.call('pexpire', key, reservation)
+      reserve(key, registry, publish, reservation, oldest)
       return oldest
     end
   end

@@ -39,7 +39,7 @@
 -- a new caller elsewhere, which needs no pub/sub hop, would otherwise take the lock first
 -- nearly every time, and the woken waiter would go back to the end of the line. A waiter
 -- whose client is gone is passed over (see handoff.lua); a reservation nobody takes lapses,
--- and whoever tried meanwhile was told how long it lives.
+-- and the next waiter was told to try then (so was whoever tried meanwhile).
 --
 -- Each mode counts once however often it is retried (after a lost reply, or replayed on a
 -- new master), and a retry never touches a lock another owner acquired in the meantime
@@ -130,8 +130,7 @@ if ARGV[5] == '1' and ARGV[6] == '1' then
   -- Kept for the client's next task: reserved for any task of the client, so that no
   -- other client takes it meanwhile with a shorter lease than the waiters were told; if
   -- that task does not take it, the client passes it on ('leave' for '<client-id>:*').
-  redis.call('hset', KEYS[1], '!next', string.match(owner, '^[^:]*') .. ':*')
-  redis.call('pexpire', KEYS[1], ARGV[7])
+  reserve(KEYS[1], KEYS[2], ARGV[4], ARGV[7], string.match(owner, '^[^:]*') .. ':*')
   return {0, 'kept'}
 end
 if hand_off(KEYS[1], KEYS[2], ARGV[4], ARGV[7]) then
