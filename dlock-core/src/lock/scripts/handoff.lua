@@ -52,7 +52,7 @@ local function wake_channel(registry, owner)
   return string.sub(registry, 1, close) .. '#' .. client .. string.sub(registry, close + 1)
 end
 
--- Tells `owner` `what` ('pass', 'wake' or 'lost'); whether its client received it.
+-- Tells `owner` `what` ('pass', 'next', 'wake' or 'lost'); whether its client received it.
 local function tell(publish, registry, owner, what)
   return redis.call(publish, wake_channel(registry, owner), what .. ':' .. owner) > 0
 end
