@@ -393,6 +393,68 @@ async fn a_hand_off_to_a_frozen_waiter_moves_on_when_its_reservation_lapses() {
     drop(frozen);
 }
 
+/// As above, but the waiter told to try when the frozen one's reservation lapses (the
+/// runner-up) waits no more: its entry is still in the registry (its leave has not
+/// reached Redis), while its client listens for another of its tasks, which waits too.
+/// That client hands the message back (`leave`); the leave must have the next waiter told
+/// in its place, which here is the same client's live task. Fails when nobody is told:
+/// the live task sleeps until its recheck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_up_that_waits_no_more_has_the_next_waiter_told() {
+    const NAME: &str = "{runner-up}";
+    let server = RedisServer::start();
+    let url = server.url();
+    let holder = LockClient::connect(&url).await.unwrap();
+    let guard = holder.lock(NAME).lock().await.unwrap();
+    let (frozen, frozen_id) = a_registered_waiter(&server, NAME).await;
+    tokio::time::sleep(SETTLE).await;
+    frozen.stop();
+    let live = slow_recheck(&url).await;
+    let lock = live.lock(NAME);
+    let task = acquiring(async move { lock.try_lock_for(WAIT).await });
+    waiting(&server, NAME, &live).await;
+    // A task of the live client that stopped waiting, its leave not yet applied: an
+    // entry between the frozen waiter's and the live task's.
+    let mut redis = server.connection();
+    let scores: Vec<(String, u64)> = redis::cmd("ZRANGE")
+        .arg(registry(NAME))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut redis)
+        .unwrap();
+    let [(_, frozen_since), (_, live_since)] = scores[..] else {
+        panic!("expected the frozen and the live waiter registered: {scores:?}");
+    };
+    assert!(live_since > frozen_since + 1, "registered {scores:?}");
+    let gone = format!("{}:gone", live.id());
+    let _: () = redis::cmd("ZADD")
+        .arg(registry(NAME))
+        .arg(frozen_since + 1)
+        .arg(&gone)
+        .query(&mut redis)
+        .unwrap();
+    eprintln!(
+        "runner-up: registry {:?} (frozen {frozen_id}, gone {gone})",
+        registered(&server, NAME)
+    );
+
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let acquired = acquired_within_bound(
+        "runner-up gone: the live waiter after it, from the release",
+        released,
+        task,
+    )
+    .await;
+    assert!(
+        !registered(&server, NAME).contains(&gone),
+        "the entry whose owner waits no more is left in the registry"
+    );
+    acquired.unlock().await.unwrap();
+    drop(frozen);
+}
+
 // ---------------------------------------------------------------------------------------
 // 3. try_lock_for whose wait ends during its first busy try.
 // ---------------------------------------------------------------------------------------

@@ -362,6 +362,7 @@ impl Lock {
         invocation
             .key(&self.keys.key)
             .key(&self.keys.channel)
+            .key(&self.keys.naps)
             .arg(inner.backend.publish_command())
             .arg(HAND_OFF_RESERVATION.as_millis() as u64);
         // The shared reply grammar: an integer is the number of locks deleted.

@@ -9,8 +9,8 @@
 //!   owner's waiter alone. A message for an owner that no longer waits here (cancelled,
 //!   timed out, or not yet subscribed) is handed back at once: the lock goes to the next
 //!   waiter (the primitive's [`Abandon`] release), so a hand-off never idles until a
-//!   recheck. `next:<owner>` asks the owner to try when the reservation made for another
-//!   lapses ([`HAND_OFF_RESERVATION`] from now), `wake:<owner>` to try again now (the
+//!   recheck. `next:<ms>:<owner>` asks the owner to try when the reservation made for
+//!   another lapses, `<ms>` ms from now, `wake:<owner>` to try again now (the
 //!   lock's expiry moved closer), and `lost:<owner>` tells the client that one of its
 //!   holds was deleted: all reach the channel's watchers too.
 //! - **A shared channel** (the read-write lock, the semaphore, a fair waiter's own
@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::redis::{Backend, Subscriber, SubscriberEvent};
-use crate::sync::release::{BackgroundReleases, ReleaseJob, HAND_OFF_RESERVATION};
+use crate::sync::release::{BackgroundReleases, ReleaseJob};
 use crate::sync::retry::backoff;
 
 /// The longest pause between two attempts to reconnect the subscriber. Waiters do not
@@ -170,15 +170,19 @@ impl Channel {
             }
             return None;
         };
-        let (owner, lapse) = match payload.split_once(':') {
-            Some(("pass" | "wake", owner)) => (owner, None),
-            Some(("next", owner)) => (owner, Some(Instant::now() + HAND_OFF_RESERVATION)),
+        let named = match payload.split_once(':') {
+            Some(("pass" | "wake", owner)) => Some((owner, None)),
+            Some(("next", rest)) => rest.split_once(':').and_then(|(lapse_in, owner)| {
+                let lapse_in = Duration::from_millis(lapse_in.parse().ok()?);
+                Some((owner, Some(Instant::now() + lapse_in)))
+            }),
             // Only the watchers care: the holder's client learns its hold is gone.
             Some(("lost", _)) => return None,
-            _ => {
-                self.wake.notify_one();
-                return None;
-            }
+            _ => None,
+        };
+        let Some((owner, lapse)) = named else {
+            self.wake.notify_one();
+            return None;
         };
         match (self.owners.get(owner), lapse) {
             (Some(waiter), None) => waiter.now(),

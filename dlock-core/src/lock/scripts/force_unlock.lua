@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's waiter registry (see handoff.lua)
+-- KEYS[3]  what the lock's waiters were told (see naps.lua)
 -- ARGV[1]  publish command: 'publish' or 'spublish'
 -- ARGV[2]  how long the lock stays reserved for the waiter it is passed to, in ms
 --
@@ -16,7 +17,7 @@
 -- wait for a recheck to find the lock free.
 local found = redis.call('type', KEYS[1]).ok
 if found == 'none' then
-  hand_off(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+  hand_off(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
   return 0
 end
 if found ~= 'hash' then
@@ -32,5 +33,5 @@ for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
   end
 end
 redis.call('del', KEYS[1])
-hand_off(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+hand_off(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
 return 1

@@ -10,16 +10,18 @@
 --
 -- Messages go to the waiting owner's client on its own wake channel (the registry's name
 -- with '#<client-id>' after the hash tag, so it stays in the lock's slot), and name the
--- owner they are for: 'pass:<owner>' (the lock is reserved for it), 'next:<owner>' (the
--- lock is reserved for another: try when the reservation lapses), 'wake:<owner>' (the
--- lock's expiry moved closer than it was told: try again) or 'lost:<owner>' (its hold
--- was deleted). PUBLISH answers how many connections received the message: none means
+-- owner they are for: 'pass:<owner>' (the lock is reserved for it), 'next:<ms>:<owner>'
+-- (the lock is reserved for another: try when that reservation lapses, in <ms> ms),
+-- 'wake:<owner>' (the lock's expiry moved closer than it was told: try again) or
+-- 'lost:<owner>' (its hold was deleted). PUBLISH answers how many connections received the message: none means
 -- the client is gone (or not listening), so its waiter cannot take a hand-off and is
 -- passed over.
 --
 -- A reservation heals itself: the waiter next in line is told when it lapses, so that an
 -- owner it was made for that never takes the lock (its process froze or died after it
--- was told) holds the others up for the reservation only.
+-- was told) holds the others up for the reservation only. A waiter already told to try
+-- by then (see naps.lua) is not told again: a client that keeps passing the lock to its
+-- own tasks makes a reservation per release, and one message per lapse is enough.
 
 -- The most registry entries one call passes over as gone before it gives up: bounds the
 -- work of one call; what is left is passed over by the next hand-off.
@@ -52,38 +54,55 @@ local function wake_channel(registry, owner)
   return string.sub(registry, 1, close) .. '#' .. client .. string.sub(registry, close + 1)
 end
 
--- Tells `owner` `what` ('pass', 'next', 'wake' or 'lost'); whether its client received it.
+-- Tells `owner` `what` ('pass', 'next:<ms>', 'wake' or 'lost'); whether its client
+-- received it.
 local function tell(publish, registry, owner, what)
   return redis.call(publish, wake_channel(registry, owner), what .. ':' .. owner) > 0
 end
 
--- Reserves the free lock `key` for `owner` ('!next'; '<client-id>:*' for any task of a
--- client) for `reservation` ms, and tells the longest-waiting owner whose client still
--- listens to try when the reservation lapses (the ones whose client is gone leave the
--- registry).
-local function reserve(key, registry, publish, reservation, owner)
-  redis.call('hset', key, '!next', owner)
-  redis.call('pexpire', key, reservation)
+-- Tells the longest-waiting owner of `registry` whose client still listens to try when
+-- a reservation lapses, `lapse_in` ms after `now` (server ms), unless it was told to try
+-- by then already (`naps`); the ones whose client is gone leave the registry.
+local function tell_runner_up(registry, naps, publish, now, lapse_in)
+  local lapse = now + lapse_in
+  local message = 'next:' .. lapse_in
   for _ = 1, MAX_PASSED_OVER do
     local runner_up = redis.call('zrange', registry, 0, 0)[1]
-    if runner_up == nil or tell(publish, registry, runner_up, 'next') then
+    if runner_up == nil then
+      return
+    end
+    local told = redis.call('zscore', naps, runner_up)
+    if told and tonumber(told) <= lapse then
+      return
+    end
+    if tell(publish, registry, runner_up, message) then
+      -- What it was told, if it waits (XX: never a promise for an owner that left).
+      redis.call('zadd', naps, 'xx', lapse, runner_up)
       return
     end
     redis.call('zrem', registry, runner_up)
   end
 end
 
+-- Reserves the free lock `key` for `owner` ('!next'; '<client-id>:*' for any task of a
+-- client) for `reservation` ms, and tells the next waiter to try when it lapses.
+local function reserve(key, registry, naps, publish, reservation, owner)
+  redis.call('hset', key, '!next', owner)
+  redis.call('pexpire', key, reservation)
+  tell_runner_up(registry, naps, publish, now_ms(), tonumber(reservation))
+end
+
 -- Passes the free lock `key` to the longest-waiting owner whose client still listens:
 -- reserves the lock for it and tells it. Returns the owner, or nil when nobody (alive)
 -- waits.
-local function hand_off(key, registry, publish, reservation)
+local function hand_off(key, registry, naps, publish, reservation)
   for _ = 1, MAX_PASSED_OVER do
     local oldest = redis.call('zpopmin', registry)[1]
     if oldest == nil then
       return nil
     end
     if tell(publish, registry, oldest, 'pass') then
-      reserve(key, registry, publish, reservation, oldest)
+      reserve(key, registry, naps, publish, reservation, oldest)
       return oldest
     end
   end

@@ -113,10 +113,15 @@ if abandon then
     if found[2] == owner then
       -- (For a pass-on, `owner` is '<client-id>:*': the reservation a release kept.)
       redis.call('del', KEYS[1])
+    elseif found[2] then
+      -- Reserved for another, and the owner may have been the one told to try when
+      -- that reservation lapses: the next waiter is told instead.
+      tell_runner_up(KEYS[2], KEYS[4], ARGV[4], now_ms(), math.max(redis.call('pttl', KEYS[1]), 0))
+      return -1
     elseif redis.call('exists', KEYS[1]) == 1 then
       return -1
     end
-    hand_off(KEYS[1], KEYS[2], ARGV[4], ARGV[7])
+    hand_off(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[7])
     return -1
   end
   -- Every hold of an owner whose acquisition ended without a guard goes.
@@ -130,10 +135,10 @@ if ARGV[5] == '1' and ARGV[6] == '1' then
   -- Kept for the client's next task: reserved for any task of the client, so that no
   -- other client takes it meanwhile with a shorter lease than the waiters were told; if
   -- that task does not take it, the client passes it on ('leave' for '<client-id>:*').
-  reserve(KEYS[1], KEYS[2], ARGV[4], ARGV[7], string.match(owner, '^[^:]*') .. ':*')
+  reserve(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[7], string.match(owner, '^[^:]*') .. ':*')
   return {0, 'kept'}
 end
-if hand_off(KEYS[1], KEYS[2], ARGV[4], ARGV[7]) then
+if hand_off(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[7]) then
   return {0, 'passed'}
 end
 return 0

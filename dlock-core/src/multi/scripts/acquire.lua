@@ -119,7 +119,7 @@ if blocker ~= nil then
       end
       if reserved[i] then
         redis.call('del', KEYS[i])
-        hand_off(KEYS[i], registry, ARGV[6], ARGV[7])
+        hand_off(KEYS[i], registry, KEYS[3 * n + i], ARGV[6], ARGV[7])
       end
     end
   end
