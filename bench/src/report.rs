@@ -215,15 +215,17 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
         Job::Churn => (
             format!("{} acquisitions/s", num(g("acquisitions_per_s"), 0)),
             format!(
-                "wait p50 {} ms, p99 {} ms, p99.9 {} ms, max {} ms; longest a lock was free while a task waited {} ms, {} such intervals over 150 ms; {} kills ({} while waiting or holding), {} cancelled acquisitions, {} try_lock_for timeouts",
+                "wait p50 {} ms, p99 {} ms, p99.9 {} ms ({} ms for the waits no killed holder's lease held up), max {} ms; longest a lock was free while a task waited {} ms, {} such intervals over 150 ms; {} kills ({} while waiting or holding, {} holding), {} cancelled acquisitions, {} try_lock_for timeouts",
                 num(g("wait_p50_ms"), 2),
                 num(g("wait_p99_ms"), 2),
                 num(g("wait_p999_ms"), 2),
+                num(g("wait_clear_p999_ms"), 2),
                 num(g("wait_max_ms"), 2),
                 num(g("takeable_max_ms"), 1),
                 num(g("takeable_over_150ms"), 0),
                 num(g("kills"), 0),
                 num(g("kills_busy"), 0),
+                num(g("kills_holding"), 0),
                 num(g("cancelled"), 0),
                 num(g("timed_out"), 0),
             ),

@@ -164,6 +164,12 @@ fn figures(t: &Timeline, duration: Duration) -> Metrics {
         m.add(key, label, ms(percentile(&t.waits, p)), 3);
     }
     m.add(
+        "wait_clear_p999_ms",
+        "wait p99.9 of the acquisitions no killed holder's lease held up (ms)",
+        ms(percentile(&t.waits_clear, 99.9)),
+        3,
+    );
+    m.add(
         "takeable_max_ms",
         "longest interval a lock was free while a task waited (ms)",
         ms(longest),
@@ -198,6 +204,12 @@ fn figures(t: &Timeline, duration: Duration) -> Metrics {
         "kills_busy",
         "processes killed while waiting or holding",
         t.kills_busy as f64,
+        0,
+    );
+    m.add(
+        "kills_holding",
+        "processes killed while their client held a lock in Redis",
+        t.kills_holding as f64,
         0,
     );
     m

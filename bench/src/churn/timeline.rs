@@ -64,6 +64,9 @@ pub struct Death {
 pub struct Timeline {
     /// The wait of every successful acquisition (ns), sorted.
     pub waits: Vec<u64>,
+    /// The waits among them that no killed holder's lease overlapped (ns), sorted: what
+    /// the hand-off costs, without the time a dead process' lock took to expire.
+    pub waits_clear: Vec<u64>,
     /// The length (ns) of every interval in which a lock had no holder while a task waited
     /// for it, longest first.
     pub takeable: Vec<u64>,
@@ -75,6 +78,8 @@ pub struct Timeline {
     pub kills: u64,
     /// Killed processes that were waiting for or holding a lock when they died.
     pub kills_busy: u64,
+    /// Killed processes whose client still held a lock in Redis when they died.
+    pub kills_holding: u64,
 }
 
 /// Merges the `lives` of all worker processes over the run `start..end`: events after
@@ -85,7 +90,19 @@ pub fn analyze(lives: &[Life], end: u64) -> Timeline {
     for life in lives {
         spans.add(life, end, &mut out);
     }
+    out.waits_clear = spans
+        .acquired
+        .iter()
+        .filter(|&&(key, from, to)| {
+            !spans
+                .dead_leases
+                .iter()
+                .any(|&(k, since, until)| k == key && since < to && from < until)
+        })
+        .map(|&(_, from, to)| to - from)
+        .collect();
     out.waits.sort_unstable();
+    out.waits_clear.sort_unstable();
     out.takeable = spans
         .by_key
         .values()
@@ -105,6 +122,10 @@ struct KeySpans {
 #[derive(Default)]
 struct Spans {
     by_key: BTreeMap<u8, KeySpans>,
+    /// Every successful acquisition's wait: `(key, from, to)`.
+    acquired: Vec<(u8, u64, u64)>,
+    /// What killed processes still held: `(key, death, end of lease)`.
+    dead_leases: Vec<(u8, u64, u64)>,
 }
 
 impl Spans {
@@ -140,6 +161,7 @@ impl Spans {
                     if let Some((key, since)) = waiting.remove(&e.n) {
                         self.wait(key, since, e.at);
                         out.waits.push(e.at.saturating_sub(since));
+                        self.acquired.push((key, since, e.at.max(since)));
                         holding.insert(e.n, (key, e.at));
                     }
                 }
@@ -166,8 +188,12 @@ impl Spans {
             if !(waiting.is_empty() && holding.is_empty()) {
                 out.kills_busy += 1;
             }
+            if !death.leases.is_empty() {
+                out.kills_holding += 1;
+            }
             for &(key, until) in &death.leases {
                 self.hold(key, death.at, until.min(end));
+                self.dead_leases.push((key, death.at, until.min(end)));
             }
         }
         // Still waiting or holding at the end of the run, or when the process died.
@@ -313,7 +339,34 @@ mod tests {
         let t = analyze(&[victim, survivor], 1_000);
         // Key 0: free 400..1,000; key 1: nobody ever held it, 20..1,000.
         assert_eq!(t.takeable, [980, 600]);
-        assert_eq!((t.kills, t.kills_busy), (1, 1));
+        assert_eq!((t.kills, t.kills_busy, t.kills_holding), (1, 1, 1));
+    }
+
+    #[test]
+    fn a_wait_behind_a_killed_holder_s_lease_is_not_clear() {
+        // The victim holds key 0 and dies at 100, leased until 400. One survivor's call
+        // waits 50..420 (behind the lease), another's 500..510 (after it).
+        let victim = Life {
+            events: vec![ev(10, 1, What::Asked), ev(10, 1, What::Acquired)],
+            death: Some(Death {
+                at: 100,
+                leases: vec![(0, 400)],
+            }),
+        };
+        let survivor = Life {
+            events: vec![
+                ev(50, 1, What::Asked),
+                ev(420, 1, What::Acquired),
+                ev(430, 1, What::Released),
+                ev(500, 2, What::Asked),
+                ev(510, 2, What::Acquired),
+                ev(520, 2, What::Released),
+            ],
+            death: None,
+        };
+        let t = analyze(&[victim, survivor], 1_000);
+        assert_eq!(t.waits, [0, 10, 370]);
+        assert_eq!(t.waits_clear, [10]);
     }
 
     #[test]
