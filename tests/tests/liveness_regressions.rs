@@ -363,34 +363,64 @@ async fn three_waiters_killed_while_registered_do_not_hold_up_a_live_one() {
 /// was told and before it tried.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_off_to_a_frozen_waiter_moves_on_when_its_reservation_lapses() {
-    const NAME: &str = "{frozen}";
-    let server = RedisServer::start();
-    let url = server.url();
-    let holder = LockClient::connect(&url).await.unwrap();
-    let guard = holder.lock(NAME).lock().await.unwrap();
-    let (frozen, frozen_id) = a_registered_waiter(&server, NAME).await;
-    tokio::time::sleep(SETTLE).await;
-    frozen.stop();
-    let live = slow_recheck(&url).await;
-    let lock = live.lock(NAME);
-    let task = acquiring(async move { lock.try_lock_for(WAIT).await });
-    waiting(&server, NAME, &live).await;
+    let setup = BehindAFrozenWaiter::start("{frozen}").await;
     eprintln!(
-        "item 2c: registry {:?} (frozen {frozen_id}, live {})",
-        registered(&server, NAME),
-        live.id()
+        "item 2c: registry {:?} (frozen {}, live {})",
+        registered(&setup.server, setup.name),
+        setup.frozen_id,
+        setup.live.id()
     );
+    setup
+        .release_within_bound("item 2c: live waiter behind a frozen one, from the release")
+        .await;
+}
 
-    let released = Instant::now();
-    guard.unlock().await.unwrap();
-    let acquired = acquired_within_bound(
-        "item 2c: live waiter behind a frozen one, from the release",
-        released,
-        task,
-    )
-    .await;
-    acquired.unlock().await.unwrap();
-    drop(frozen);
+/// A lock held by one client, a `dlock-waiter` process registered as waiting for it and
+/// then frozen (SIGSTOP), and a live client's task waiting behind it.
+struct BehindAFrozenWaiter {
+    name: &'static str,
+    server: RedisServer,
+    guard: LockGuard,
+    frozen: WaiterProcess,
+    frozen_id: String,
+    live: LockClient,
+    task: JoinHandle<dlock_core::Result<(LockGuard, Instant)>>,
+}
+
+impl BehindAFrozenWaiter {
+    async fn start(name: &'static str) -> Self {
+        let server = RedisServer::start();
+        let url = server.url();
+        let holder = LockClient::connect(&url).await.unwrap();
+        let guard = holder.lock(name).lock().await.unwrap();
+        let (frozen, frozen_id) = a_registered_waiter(&server, name).await;
+        tokio::time::sleep(SETTLE).await;
+        frozen.stop();
+        let live = slow_recheck(&url).await;
+        let lock = live.lock(name);
+        let task = acquiring(async move { lock.try_lock_for(WAIT).await });
+        waiting(&server, name, &live).await;
+        BehindAFrozenWaiter {
+            name,
+            server,
+            guard,
+            frozen,
+            frozen_id,
+            live,
+            task,
+        }
+    }
+
+    /// Releases the held lock: the live task must get it within [`BOUND`]. Returns the
+    /// server, for a look at what is left.
+    async fn release_within_bound(self, label: &str) -> RedisServer {
+        let released = Instant::now();
+        self.guard.unlock().await.unwrap();
+        let acquired = acquired_within_bound(label, released, self.task).await;
+        acquired.unlock().await.unwrap();
+        drop(self.frozen);
+        self.server
+    }
 }
 
 /// As above, but the waiter told to try when the frozen one's reservation lapses (the
@@ -401,23 +431,13 @@ async fn a_hand_off_to_a_frozen_waiter_moves_on_when_its_reservation_lapses() {
 /// the live task sleeps until its recheck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_up_that_waits_no_more_has_the_next_waiter_told() {
-    const NAME: &str = "{runner-up}";
-    let server = RedisServer::start();
-    let url = server.url();
-    let holder = LockClient::connect(&url).await.unwrap();
-    let guard = holder.lock(NAME).lock().await.unwrap();
-    let (frozen, frozen_id) = a_registered_waiter(&server, NAME).await;
-    tokio::time::sleep(SETTLE).await;
-    frozen.stop();
-    let live = slow_recheck(&url).await;
-    let lock = live.lock(NAME);
-    let task = acquiring(async move { lock.try_lock_for(WAIT).await });
-    waiting(&server, NAME, &live).await;
+    let setup = BehindAFrozenWaiter::start("{runner-up}").await;
+    let (server, name) = (&setup.server, setup.name);
     // A task of the live client that stopped waiting, its leave not yet applied: an
     // entry between the frozen waiter's and the live task's.
     let mut redis = server.connection();
     let scores: Vec<(String, u64)> = redis::cmd("ZRANGE")
-        .arg(registry(NAME))
+        .arg(registry(name))
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES")
@@ -427,32 +447,26 @@ async fn a_runner_up_that_waits_no_more_has_the_next_waiter_told() {
         panic!("expected the frozen and the live waiter registered: {scores:?}");
     };
     assert!(live_since > frozen_since + 1, "registered {scores:?}");
-    let gone = format!("{}:gone", live.id());
+    let gone = format!("{}:gone", setup.live.id());
     let _: () = redis::cmd("ZADD")
-        .arg(registry(NAME))
+        .arg(registry(name))
         .arg(frozen_since + 1)
         .arg(&gone)
         .query(&mut redis)
         .unwrap();
     eprintln!(
-        "runner-up: registry {:?} (frozen {frozen_id}, gone {gone})",
-        registered(&server, NAME)
+        "runner-up: registry {:?} (frozen {}, gone {gone})",
+        registered(server, name),
+        setup.frozen_id
     );
-
-    let released = Instant::now();
-    guard.unlock().await.unwrap();
-    let acquired = acquired_within_bound(
-        "runner-up gone: the live waiter after it, from the release",
-        released,
-        task,
-    )
-    .await;
+    let server = setup
+        .release_within_bound("runner-up gone: the live waiter after it, from the release")
+        .await;
+    let left = registered(&server, name);
     assert!(
-        !registered(&server, NAME).contains(&gone),
-        "the entry whose owner waits no more is left in the registry"
+        !left.contains(&gone),
+        "the entry whose owner waits no more is left in the registry: {left:?}"
     );
-    acquired.unlock().await.unwrap();
-    drop(frozen);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -365,8 +365,9 @@ mod tests {
             death: None,
         };
         let t = analyze(&[victim, survivor], 1_000);
+        // The victim's own acquisition (no wait) came before its death.
         assert_eq!(t.waits, [0, 10, 370]);
-        assert_eq!(t.waits_clear, [10]);
+        assert_eq!(t.waits_clear, [0, 10]);
     }
 
     #[test]
