@@ -819,6 +819,21 @@ async fn redlock_inspect_list_and_force_unlock_on_every_server() {
         .await
         .unwrap();
     let guard = redlock.lock("invoice:7").lock().await.unwrap();
+    // The acquisition returns once a majority granted it; the third server's grant was
+    // sent in the same round and lands a moment later.
+    let started = Instant::now();
+    while !servers.iter().all(|server| {
+        redis::cmd("EXISTS")
+            .arg("shop:invoice:7")
+            .query::<bool>(&mut server.connection())
+            .unwrap()
+    }) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the RedLock is not held on every server 5 s after it was acquired"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 
     let doc = json(&dlock(&config, &["--json", "inspect", "invoice:7"], "").await);
     assert_eq!(
