@@ -378,8 +378,9 @@ pub enum LossReason {
     /// A check found the lock no longer held by this owner: after an unlock message (it was
     /// force-unlocked, or expired and was taken over), or when a re-entry found it gone.
     NotHeldOnCheck,
-    /// The local deadline (last confirmed acquire or renewal + lease) passed without a
-    /// newer confirmation, e.g. because Redis was unreachable.
+    /// The local deadline (last confirmed acquire or renewal + lease) passed: an explicit
+    /// lease, which is never renewed, ended while its guard was still held, or a watchdog
+    /// renewal was not confirmed in time (Redis unreachable or too slow).
     LeaseExpired,
     /// The lock's key now holds another type of value (`found`): something overwrote it.
     WrongType {
@@ -398,7 +399,7 @@ impl std::fmt::Display for LossReason {
                 "a check found it no longer held by this owner (force-unlocked, or expired and taken over)",
             ),
             LossReason::LeaseExpired => f.write_str(
-                "its lease ran out before a renewal was confirmed (Redis unreachable or too slow)",
+                "its lease ran out while it was held (an explicit lease ended, or no renewal was confirmed in time)",
             ),
             LossReason::WrongType { found } => write!(
                 f,
