@@ -1,7 +1,8 @@
 //! The README's axum handler, compiled from the README's own text (`build.rs` copies the
 //! block) and served through a `Router` with the global client: a buy with the lock free
-//! sells, and one while another client holds the lock is a 409 after the handler's 2 s
-//! wait, as the README's comment promises.
+//! sells, one while another client holds the lock is a 409 after the handler's 2 s wait,
+//! one while Redis does not answer a 503, and any other failure a 500, as the README's
+//! comment promises.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -52,9 +53,13 @@ async fn buy_seven(app: Router) -> (StatusCode, String, Duration) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_handler_sells_when_free_and_answers_409_when_busy() {
+async fn the_readme_handler_sells_when_free_and_answers_409_when_busy_503_when_redis_is_down() {
     let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let client = LockClient::builder()
+        .command_timeout(Duration::from_millis(500))
+        .connect(&server.url())
+        .await
+        .unwrap();
     assert!(
         dlock_core::set_global(client).is_ok(),
         "the only global client of this test binary"
@@ -72,7 +77,7 @@ async fn the_readme_handler_sells_when_free_and_answers_409_when_busy() {
 
     let other = LockClient::connect(&server.url()).await.unwrap();
     let held = other.lock("goods:7").lock().await.unwrap();
-    let (status, body, took) = buy_seven(app).await;
+    let (status, body, took) = buy_seven(app.clone()).await;
     held.unlock().await.unwrap();
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(body.contains("goods:7"), "the 409 names the lock: {body}");
@@ -85,4 +90,22 @@ async fn the_readme_handler_sells_when_free_and_answers_409_when_busy() {
         4,
         "nothing sold while busy"
     );
+
+    server.pause();
+    let (status, body, took) = buy_seven(app).await;
+    server.resume();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        took < Duration::from_secs(5),
+        "Redis down answered within the wait and a command timeout: {took:?}"
+    );
+    assert_eq!(shop.stock.load(Ordering::SeqCst), 4, "nothing sold");
+}
+
+#[test]
+fn the_readme_handler_answers_500_for_other_failures() {
+    let response = lock_failed(LockError::NotHeld {
+        name: "goods:7".to_owned(),
+    });
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
 }
