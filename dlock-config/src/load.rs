@@ -269,8 +269,59 @@ fn explain(message: &str) -> String {
         format!("[redis] names no topology: add exactly one of {TOPOLOGIES}")
     } else if message.starts_with("unknown variant") && message.contains("`single`") {
         format!("unknown Redis topology: {message}")
+    } else if let Some(table) = home_of_misplaced_field(message) {
+        format!("{message}; this setting belongs in the {table} table, which applies to every topology (see the annotated dlock.toml in the README)")
     } else {
         message.to_owned()
+    }
+}
+
+/// The table a field reported unknown belongs in, when it is a `[connection]` or `[lock]`
+/// setting written at the top of the file or under a topology or `[redlock]` table (the
+/// usual slip: a `password` under `[redis.single]`). Sub-tables of `[lock]` are left
+/// alone: their own field list is the answer there.
+fn home_of_misplaced_field(message: &str) -> Option<&'static str> {
+    const HOSTS: &[&str] = &[
+        "`address`",
+        "`master`",
+        "`master_name`",
+        "`nodes`",
+        "`servers`",
+        "`connection`",
+    ];
+    const CONNECTION: &[&str] = &[
+        "username",
+        "password",
+        "database",
+        "tls_ca_file",
+        "tls_cert_file",
+        "tls_key_file",
+        "connect_timeout",
+        "command_timeout",
+        "retry_attempts",
+        "retry_delay",
+        "client_name",
+    ];
+    const LOCK: &[&str] = &[
+        "watchdog_timeout",
+        "key_prefix",
+        "wait",
+        "max_wait_recheck",
+        "failover_wait",
+        "replica_acks",
+        "scripts",
+    ];
+    let field = message.strip_prefix("unknown field `")?.split('`').next()?;
+    let (_, expected) = message.split_once("expected")?;
+    if !HOSTS.iter().any(|host| expected.contains(host)) {
+        return None;
+    }
+    if CONNECTION.contains(&field) {
+        Some("[connection]")
+    } else if LOCK.contains(&field) {
+        Some("[lock]")
+    } else {
+        None
     }
 }
 
