@@ -80,7 +80,9 @@ pub struct FencedWrites {
 
 impl LockClient {
     /// The fenced writes of this client: Redis writes that refuse stale fencing tokens.
-    /// See [`FencedWrites`].
+    /// They land in the Redis this client locks on, which need not be where the
+    /// application keeps its data; data elsewhere needs its store to check the token (see
+    /// [`Fence`]). See [`FencedWrites`].
     pub fn fenced(&self) -> FencedWrites {
         FencedWrites {
             client: self.clone(),

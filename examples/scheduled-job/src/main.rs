@@ -30,8 +30,9 @@ struct Args {
     /// This process' name in the output.
     #[arg(long, default_value = "node")]
     node: String,
-    /// How many ticks to fire before exiting.
-    #[arg(long, default_value_t = 6)]
+    /// How many ticks to fire before exiting: 40 by default (20 s), time enough to start
+    /// more nodes in other terminals.
+    #[arg(long, default_value_t = 40)]
     ticks: u64,
     /// How late this node's ticks fire after the shared boundary, e.g. "150ms".
     #[arg(long, default_value = "0ms", value_parser = parse_skew)]
