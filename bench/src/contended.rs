@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use dlock_core::{LockClient, LockGuard};
+use dlock::{LockClient, LockGuard};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use rslock::LockManager;
@@ -61,7 +61,7 @@ impl Primitive {
             }
             Primitive::Multi => {
                 let names = [format!("{{{name}}}:a"), format!("{{{name}}}:b")];
-                match dlock_core::MultiLock::same_slot(client, &names) {
+                match dlock::MultiLock::same_slot(client, &names) {
                     Ok(multi) => Contender::Multi(multi),
                     // Names built above always share a slot; an invalid name surfaces
                     // on the first acquisition instead.
@@ -117,11 +117,11 @@ pub struct Acquisition {
 /// An exclusive dlock primitive's handle.
 pub enum Exclusive {
     /// The reentrant lock.
-    Lock(dlock_core::Lock),
+    Lock(dlock::Lock),
     /// The fair lock.
-    Fair(dlock_core::FairLock),
+    Fair(dlock::FairLock),
     /// A semaphore of one permit.
-    Semaphore(dlock_core::Semaphore),
+    Semaphore(dlock::Semaphore),
 }
 
 /// One contender's handle on the lock.
@@ -129,9 +129,9 @@ pub enum Contender {
     /// dlock: `lock()` waits by pub/sub, with the watchdog lease.
     Dlock(Exclusive),
     /// dlock's read-write lock: reads, and a write every [`Primitive::WRITE_EVERY`].
-    Rw(dlock_core::ReadWriteLock),
+    Rw(dlock::ReadWriteLock),
     /// dlock's multi-lock: both keys or none.
-    Multi(dlock_core::MultiLock),
+    Multi(dlock::MultiLock),
     /// rslock: `acquire_no_guard` retries `lock` (3 tries, up to 200 ms random pause
     /// between tries) until it succeeds.
     Rslock {
@@ -144,7 +144,7 @@ pub enum Contender {
 
 enum Holding {
     Dlock(LockGuard),
-    Multi(dlock_core::MultiGuard),
+    Multi(dlock::MultiGuard),
     Rslock(rslock::Lock),
 }
 

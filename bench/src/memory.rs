@@ -47,7 +47,7 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
                     lock.lock().await?.unlock().await?;
                     cycles += 1;
                 }
-                Ok::<u64, dlock_core::LockError>(cycles)
+                Ok::<u64, dlock::LockError>(cycles)
             })
         })
         .collect();

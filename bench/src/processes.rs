@@ -160,7 +160,7 @@ fn read_line(reader: &mut impl BufRead) -> Result<String> {
 
 /// The hidden `worker` subcommand: one S5 contender.
 pub async fn worker(args: WorkerArgs) -> Result<()> {
-    let client = dlock_core::LockClient::builder()
+    let client = dlock::LockClient::builder()
         .key_prefix(args.prefix.clone())
         .connect(&args.redis_url)
         .await?;

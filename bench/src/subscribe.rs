@@ -68,7 +68,7 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
     let n = cfg.locks;
     let names: Vec<String> = (0..n).map(|i| format!("sub:{i}")).collect();
     let rival = target.lock_client(None).await?;
-    let guards: Vec<dlock_core::LockGuard> = stream::iter(names.iter())
+    let guards: Vec<dlock::LockGuard> = stream::iter(names.iter())
         .map(|name| {
             let lock = rival.lock(name);
             async move { lock.lock_with_lease(RIVAL_LEASE).await }

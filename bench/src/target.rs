@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::RedisServer;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, ConnectionAddr};
@@ -61,7 +61,7 @@ impl Target {
 
     /// The address with any password hidden, for messages.
     pub fn redacted_url(&self) -> String {
-        dlock_core::redact_url(&self.url)
+        dlock::redact_url(&self.url)
     }
 
     /// Prefix of every key this run writes (also the lock clients' key prefix).
@@ -135,7 +135,7 @@ impl Target {
 
 /// A new multiplexed connection to the server at `url`.
 pub async fn connect(url: &str) -> Result<MultiplexedConnection> {
-    let shown = dlock_core::redact_url(url);
+    let shown = dlock::redact_url(url);
     let client =
         redis::Client::open(url).map_err(|e| error(format!("bad Redis URL {shown}: {e}")))?;
     client

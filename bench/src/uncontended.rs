@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use dlock_core::{
+use dlock::{
     distributed_lock, Lock, LockClient, LockError, MultiLock, RedLock, RedLockClient, Semaphore,
 };
 use dlock_tests::RedisServer;

@@ -13,7 +13,7 @@
 //! the watchdog's bookkeeping and the allocator's slack. Memory freed by an earlier run in
 //! the same process may be reused, which can only make the figure smaller.
 
-use dlock_core::{LockError, LockGuard};
+use dlock::{LockError, LockGuard};
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;

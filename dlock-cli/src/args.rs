@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use dlock_config::Config;
-use dlock_core::{LockClient, RedLockClient};
+use dlock::config::Config;
+use dlock::{LockClient, RedLockClient};
 
 use crate::error::CliError;
 

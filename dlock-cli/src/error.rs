@@ -5,10 +5,10 @@
 pub enum CliError {
     /// The config file: missing, unreadable or invalid (with file, line and column).
     #[error(transparent)]
-    Config(#[from] dlock_config::ConfigError),
+    Config(#[from] dlock::config::ConfigError),
     /// Redis or a lock operation.
     #[error(transparent)]
-    Lock(#[from] dlock_core::LockError),
+    Lock(#[from] dlock::LockError),
     /// Writing the output or reading the confirmation.
     #[error("{what}: {source}")]
     Io {

@@ -1,6 +1,6 @@
 //! `dlock list [--prefix P]`.
 
-use dlock_core::{LockClient, LockError};
+use dlock::{LockClient, LockError};
 use serde::Serialize;
 
 use crate::args::{RedLockServers, Target};

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use dlock_core::{
+use dlock::{
     ClientDescription, LockClientRef, LockHolder, LockInfo, OwnerHold, ReadWriteInfo, SemaphoreInfo,
 };
 use serde::Serialize;

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use dlock_core::{Lock, LockTracker};
+use dlock::{Lock, LockTracker};
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;

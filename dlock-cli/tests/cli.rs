@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockGuard};
+use dlock::{LockClient, LockGuard};
 use dlock_tests::{RedisCluster, RedisReplicaSet, RedisSentinelGroup, RedisServer};
 use serde_json::Value;
 
@@ -56,7 +56,7 @@ impl ConfigFile {
     async fn client(&self, name: &str) -> LockClient {
         let text = std::fs::read_to_string(&self.path).unwrap();
         let text = format!("{text}\n[connection]\nclient_name = \"{name}\"\n");
-        dlock_config::Config::from_toml_str(&text)
+        dlock::config::Config::from_toml_str(&text)
             .unwrap()
             .build()
             .await
@@ -813,7 +813,7 @@ async fn redlock_inspect_list_and_force_unlock_on_every_server() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let config = redlock_config(&servers);
     let text = std::fs::read_to_string(&config.path).unwrap();
-    let redlock = dlock_config::Config::from_toml_str(&text)
+    let redlock = dlock::config::Config::from_toml_str(&text)
         .unwrap()
         .build_redlock()
         .await

@@ -1,4 +1,4 @@
-//! One TOML file chooses the Redis deployment behind a [`dlock_core::LockClient`]: a single
+//! One TOML file chooses the Redis deployment behind a [`dlock::LockClient`]: a single
 //! server, a master with replicas, a Sentinel group or a Redis Cluster. Application code
 //! does not change between them.
 //!
@@ -178,7 +178,7 @@ impl Config {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Lock`] with the [`dlock_core::LockError`]: an invalid setting (e.g.
+    /// [`ConfigError::Lock`] with the [`dlock::LockError`]: an invalid setting (e.g.
     /// a watchdog timeout under 100 ms) or Redis unreachable; [`ConfigError::NoRedis`] for
     /// a file with only a `[redlock]` table (use [`build_redlock`](Config::build_redlock)).
     pub async fn build(&self) -> Result<LockClient> {

@@ -134,7 +134,7 @@ pub struct Connection {
     #[serde(default, deserialize_with = "retry_delay")]
     pub retry_delay: Option<Duration>,
     /// The service's name on its connections (`CLIENT SETNAME`) and in the description
-    /// operators see next to its locks; see `dlock_core::LockClientBuilder::client_name`.
+    /// operators see next to its locks; see `dlock::LockClientBuilder::client_name`.
     /// Default `dlock-` and the first 8 characters of the client id.
     pub client_name: Option<String>,
 }
@@ -167,19 +167,19 @@ pub struct LockSection {
     /// How dlock's scripts run: `"auto"` (default: dlock's function library when an
     /// administrator loaded it, scripts otherwise), `"eval"` (scripts the client loads) or
     /// `"functions"` (the library only; the client refuses to connect without it). See
-    /// `dlock_core::ScriptMode`.
+    /// `dlock::ScriptMode`.
     pub scripts: Option<ScriptsSetting>,
 }
 
-/// `[lock] scripts`: see `dlock_core::ScriptMode`.
+/// `[lock] scripts`: see `dlock::ScriptMode`.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum ScriptsSetting {
-    /// `"auto"`: [`dlock_core::ScriptMode::Auto`].
+    /// `"auto"`: [`dlock::ScriptMode::Auto`].
     Auto,
-    /// `"eval"`: [`dlock_core::ScriptMode::Eval`].
+    /// `"eval"`: [`dlock::ScriptMode::Eval`].
     Eval,
-    /// `"functions"`: [`dlock_core::ScriptMode::Functions`].
+    /// `"functions"`: [`dlock::ScriptMode::Functions`].
     Functions,
 }
 

@@ -179,7 +179,7 @@ pub enum LockError {
     /// A `#[distributed_lock]` function without `client = ...` ran before a process-wide
     /// client was registered (or [`global_client`](crate::global_client) was asked for
     /// one). Found at the first call, so check at start-up with `global_client()`.
-    #[error("no LockClient registered for #[distributed_lock]{}: call dlock_core::set_global(client) at start-up (and check it there with dlock_core::global_client()), or pass `client = ...` to the attribute", needed_by(*.function))]
+    #[error("no LockClient registered for #[distributed_lock]{}: call dlock::set_global(client) at start-up (and check it there with dlock::global_client()), or pass `client = ...` to the attribute", needed_by(*.function))]
     NoClient {
         /// The annotated function that needed the client (`module::function`), `None`
         /// when [`global_client`](crate::global_client) was called directly.

@@ -23,10 +23,10 @@ pub use crate::client::global::global_client_for;
 /// has no `From<LockError>` (a foreign type such as axum's `StatusCode` cannot get one: the
 /// orphan rule).
 #[diagnostic::on_unimplemented(
-    message = "#[distributed_lock] cannot turn a `dlock_core::LockError` into `{Self}`, this function's error type",
-    label = "`{Self}` has no `From<dlock_core::LockError>`",
+    message = "#[distributed_lock] cannot turn a `dlock::LockError` into `{Self}`, this function's error type",
+    label = "`{Self}` has no `From<dlock::LockError>`",
     note = "add `on_fail = handler` to the attribute: a fn taking the `LockError` and returning this function's type (e.g. `fn busy(e: LockError) -> Result<T, {Self}>`)",
-    note = "or return an error type of your own that implements `From<dlock_core::LockError>`"
+    note = "or return an error type of your own that implements `From<dlock::LockError>`"
 )]
 pub trait FromLockError {
     /// The error to return for `error`.
@@ -245,7 +245,7 @@ macro_rules! acquire_with {
             (None, None) => handle.lock().await,
             (None, Some(lease)) => handle.lock_with_lease(lease).await,
             (Some(wait), None) => handle.try_lock_for(wait).await,
-            (Some(wait), Some(lease)) => handle.try_lock_with(wait, lease).await,
+            (Some(wait), Some(lease)) => handle.try_lock_with_lease(wait, lease).await,
         }
     }};
 }
@@ -288,7 +288,9 @@ impl Source for LockClient {
                     (None, None) => semaphore.acquire(1).await,
                     (None, Some(lease)) => semaphore.acquire_with_lease(1, lease).await,
                     (Some(wait), None) => semaphore.try_acquire_for(1, wait).await,
-                    (Some(wait), Some(lease)) => semaphore.try_acquire_with(1, wait, lease).await,
+                    (Some(wait), Some(lease)) => {
+                        semaphore.try_acquire_with_lease(1, wait, lease).await
+                    }
                 }
             }
         }

@@ -42,7 +42,7 @@ pub(crate) struct Args {
     pub(crate) on_fail: Option<Path>,
     /// `on_lost = "..."`: what a lock lost while the body runs does to the call.
     pub(crate) on_lost: OnLost,
-    /// `crate = path`: where dlock-core is, for a dependency renamed in Cargo.toml.
+    /// `crate = path`: where the `dlock` crate is, for a dependency renamed in Cargo.toml.
     pub(crate) krate: Option<Path>,
 }
 
@@ -164,7 +164,7 @@ impl Kind {
             })
     }
 
-    /// The variant of `dlock_core::__private::Kind` it expands to.
+    /// The variant of `dlock::__private::Kind` it expands to.
     pub(crate) fn variant(self) -> &'static str {
         match self {
             Kind::Reentrant => "Reentrant",
@@ -175,7 +175,7 @@ impl Kind {
     }
 }
 
-/// A `lease` and where it was written. Its upper bound is `dlock_core::MAX_LEASE`, which
+/// A `lease` and where it was written. Its upper bound is `dlock::MAX_LEASE`, which
 /// this crate cannot name at expansion time: the expansion checks it at compile time.
 pub(crate) struct Lease {
     pub(crate) duration: Duration,
@@ -267,7 +267,7 @@ impl Args {
                     args.krate = errors.keep(literal.parse::<Path>().map_err(|_| {
                         syn::Error::new_spanned(
                             &literal,
-                            "`crate` is the path of dlock-core as this crate names it: write e.g. crate = dlock",
+                            "`crate` is the path of the dlock crate as this crate names it: write e.g. crate = dlock",
                         )
                     }));
                 }

@@ -93,7 +93,7 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
         };
         errors.push(syn::Error::new_spanned(
             culprit,
-            "#[distributed_lock] cannot report a lock failure from this function: return `Result<_, E>` with `E: From<dlock_core::LockError>`, or add `on_fail = handler` (a fn taking the `LockError` and returning this function's type)",
+            "#[distributed_lock] cannot report a lock failure from this function: return `Result<_, E>` with `E: From<dlock::LockError>`, or add `on_fail = handler` (a fn taking the `LockError` and returning this function's type)",
         ));
     }
     errors.finish()?;
@@ -152,9 +152,12 @@ fn rewrite(
     let ItemFn {
         attrs,
         vis,
+        modifiers,
         sig,
         block,
     } = function;
+    // `default fn` (unstable specialization) is the only modifier syn knows of.
+    let defaultness = &modifiers.defaultness;
     let (outer, inner): (Vec<_>, Vec<_>) = attrs
         .iter()
         .partition(|attr| matches!(attr.style, AttrStyle::Outer));
@@ -194,12 +197,12 @@ fn rewrite(
         OnBusy::Wait | OnBusy::Skip => optional_duration(args.wait),
     };
     let lease = optional_duration(args.lease.as_ref().map(|lease| lease.duration));
-    // Checked against dlock-core's limit when the expansion compiles, pointing at the lease.
+    // Checked against dlock's limit when the expansion compiles, pointing at the lease.
     let lease_check = args.lease.as_ref().map(|lease| {
         let (secs, nanos) = (lease.duration.as_secs(), lease.duration.subsec_nanos());
         quote_spanned!(lease.span=> const _: () = ::core::assert!(
             #private::lease_fits(#secs, #nanos),
-            "`lease` is longer than `dlock_core::MAX_LEASE`; leave `lease` out to use the watchdog"
+            "`lease` is longer than `dlock::MAX_LEASE`; leave `lease` out to use the watchdog"
         );)
     });
     let min_hold_check = args.min_hold.as_ref().map(|min_hold| {
@@ -209,7 +212,7 @@ fn rewrite(
         );
         quote_spanned!(min_hold.span=> const _: () = ::core::assert!(
             #private::lease_fits(#secs, #nanos),
-            "`min_hold` is longer than `dlock_core::MAX_LEASE`, the longest a lock can be kept"
+            "`min_hold` is longer than `dlock::MAX_LEASE`, the longest a lock can be kept"
         );)
     });
     // Counted from the acquisition, which the expansion sees complete just before it.
@@ -276,7 +279,7 @@ fn rewrite(
 
     quote! {
         #(#outer)*
-        #vis #sig {
+        #vis #defaultness #sig {
             #(#inner)*
             #lease_check
             #min_hold_check
@@ -341,11 +344,11 @@ fn run_body(
     }
 }
 
-/// `dlock_core::__private`, through `crate = path` when the dependency is renamed.
+/// `dlock::__private`, through `crate = path` when the dependency is renamed.
 fn private_path(args: &Args) -> TokenStream {
     match &args.krate {
         Some(krate) => quote!(#krate::__private),
-        None => quote!(::dlock_core::__private),
+        None => quote!(::dlock::__private),
     }
 }
 
@@ -543,7 +546,7 @@ mod snapshots {
         let args: proc_macro2::TokenStream = args.parse().expect("args tokenize");
         let item: proc_macro2::TokenStream = item.parse().expect("item tokenizes");
         let output = distributed_lock(args, item);
-        let file: syn::File = syn::parse2(output).expect("expansion parses as a file");
+        let file: syn2::File = syn2::parse2(output).expect("expansion parses as a file");
         let pretty = prettyplease::unparse(&file);
         let path = format!("{}/tests/expand/{name}.rs", env!("CARGO_MANIFEST_DIR"));
         if std::env::var_os("DLOCK_BLESS").is_some() {

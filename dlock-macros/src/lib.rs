@@ -1,6 +1,7 @@
-//! The `#[distributed_lock]` attribute of dlock. Use it through `dlock_core`, which
-//! re-exports it; the documentation with examples lives there
-//! (`dlock_core::distributed_lock`).
+//! The `#[distributed_lock]` attribute of dlock: an implementation crate. Use it through
+//! the [`dlock`](https://docs.rs/dlock) crate, which re-exports it
+//! (`dlock::distributed_lock`) and documents its options with examples; the code it
+//! generates calls `::dlock`.
 
 mod args;
 mod expand;
@@ -9,7 +10,7 @@ mod key;
 use proc_macro::TokenStream;
 
 /// Runs an async function's body while holding a distributed lock. See
-/// `dlock_core::distributed_lock` for the options and examples.
+/// `dlock::distributed_lock` for the options and examples.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(args.into(), item.into()).into()

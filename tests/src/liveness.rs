@@ -2,7 +2,7 @@
 //! (`dlock-liveness`) share: the seeded generator that draws every actor's schedule, the
 //! names of one case's keys, and the guard either takes.
 
-use dlock_core::{LockError, LockGuard, MultiGuard};
+use dlock::{LockError, LockGuard, MultiGuard};
 
 /// A small seeded generator (SplitMix64): the same seed draws the same schedule in the
 /// test process and in a worker, whatever crates are in the tree.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use redis::AsyncCommands;
 
 /// How the increments are protected.

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::{distributed_lock, LockClient, LockError};
+use dlock::{distributed_lock, LockClient, LockError};
 use dlock_tests::RedisServer;
 use redis::Commands;
 

@@ -8,7 +8,7 @@ use axum::http::{Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use dlock_core::{distributed_lock, LockClient, LockError};
+use dlock::{distributed_lock, LockClient, LockError};
 use dlock_tests::RedisServer;
 use redis::AsyncCommands;
 use tower::ServiceExt;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{distributed_lock, LockClient, LockError, RedLockClient};
+use dlock::{distributed_lock, LockClient, LockError, RedLockClient};
 use dlock_tests::RedisServer;
 use redis::AsyncCommands;
 

@@ -1,9 +1,9 @@
 //! `#[distributed_lock]` without `client = ...` uses the client registered with
-//! `dlock_core::set_global`. Its own test binary: the registration is process-wide.
+//! `dlock::set_global`. Its own test binary: the registration is process-wide.
 
 use std::time::Duration;
 
-use dlock_core::{distributed_lock, LockClient, LockError};
+use dlock::{distributed_lock, LockClient, LockError};
 use dlock_tests::RedisServer;
 use redis::Commands;
 
@@ -24,16 +24,13 @@ async fn the_registered_global_client_is_used() {
         .connect(&server.url())
         .await
         .unwrap();
-    assert!(
-        dlock_core::global_client().is_err(),
-        "nothing registered yet"
-    );
-    assert!(dlock_core::set_global(client.clone()).is_ok());
+    assert!(dlock::global_client().is_err(), "nothing registered yet");
+    assert!(dlock::set_global(client.clone()).is_ok());
     // The start-up check passes once a client is registered.
-    dlock_core::global_client().expect("the registered client");
+    dlock::global_client().expect("the registered client");
     let again = LockClient::connect(&server.url()).await.unwrap();
     assert!(
-        dlock_core::set_global(again).is_err(),
+        dlock::set_global(again).is_err(),
         "the first registration stays"
     );
 

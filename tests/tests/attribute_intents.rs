@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use dlock_core::{distributed_lock, LockClient, LockError};
+use dlock::{distributed_lock, LockClient, LockError};
 use dlock_tests::logs::{capture_logs, captured};
 use dlock_tests::RedisServer;
 use redis::Commands;
@@ -267,7 +267,7 @@ async fn job_taken_over(
     locks: &LockClient,
     name: &str,
     other: &LockClient,
-) -> Result<dlock_core::LockGuard, LockError> {
+) -> Result<dlock::LockGuard, LockError> {
     // Our lock is force-unlocked and another owner takes it while the body runs.
     assert!(other.lock("job:taken").force_unlock().await?);
     other

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{distributed_lock, LockClient, LockError};
+use dlock::{distributed_lock, LockClient, LockError};
 use dlock_tests::RedisServer;
 
 /// Who is inside the bodies of one key: readers may share, a writer (or an exclusive

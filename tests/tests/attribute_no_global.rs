@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use dlock_core::{distributed_lock, LockError};
+use dlock::{distributed_lock, LockError};
 
 static RAN: AtomicBool = AtomicBool::new(false);
 
@@ -25,7 +25,7 @@ async fn a_missing_global_client_is_an_error_not_a_panic() {
         ),
         "{err:?}"
     );
-    assert!(err.to_string().contains("dlock_core::set_global"), "{err}");
+    assert!(err.to_string().contains("dlock::set_global"), "{err}");
     assert!(
         err.to_string()
             .contains("(needed by `attribute_no_global::orphan`)"),
@@ -42,10 +42,10 @@ async fn a_missing_global_client_is_an_error_not_a_panic() {
 /// passing after `set_global`).
 #[test]
 fn the_start_up_check_finds_the_missing_client() {
-    let err = dlock_core::global_client().unwrap_err();
+    let err = dlock::global_client().unwrap_err();
     assert!(
         matches!(err, LockError::NoClient { function: None }),
         "{err:?}"
     );
-    assert!(err.to_string().contains("dlock_core::set_global"), "{err}");
+    assert!(err.to_string().contains("dlock::set_global"), "{err}");
 }

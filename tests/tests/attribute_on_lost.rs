@@ -16,7 +16,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use dlock_core::{distributed_lock, LockClient, LockError};
+use dlock::{distributed_lock, LockClient, LockError};
 use dlock_tests::logs::{capture_logs, captured};
 use dlock_tests::RedisServer;
 use tokio::time::Instant;

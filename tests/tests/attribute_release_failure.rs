@@ -10,7 +10,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use dlock_core::{distributed_lock, LockClient, LockError, LockGuard};
+use dlock::{distributed_lock, LockClient, LockError, LockGuard};
 use dlock_tests::logs::{capture_logs, captured};
 use dlock_tests::{RedisServer, TcpProxy};
 use tokio::time::Instant;

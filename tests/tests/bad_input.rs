@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockError, MAX_LEASE, MAX_NAME_LEN};
+use dlock::{LockClient, LockError, MAX_LEASE, MAX_NAME_LEN};
 use dlock_tests::RedisServer;
 use redis::Commands;
 
@@ -34,8 +34,8 @@ async fn errors_of_every_operation(
         ("try_lock", lock.try_lock().await.unwrap_err()),
         ("try_lock_for", lock.try_lock_for(second).await.unwrap_err()),
         (
-            "try_lock_with",
-            lock.try_lock_with(second, second).await.unwrap_err(),
+            "try_lock_with_lease",
+            lock.try_lock_with_lease(second, second).await.unwrap_err(),
         ),
         ("is_locked", lock.is_locked().await.unwrap_err()),
         ("is_held", lock.is_held().await.unwrap_err()),
@@ -245,7 +245,7 @@ async fn braces_in_odd_places_lock_exclude_and_release() {
 async fn acquires_free_and_after_release<F, Fut>(server: &RedisServer, name: &str, acquire: F)
 where
     F: Fn() -> Fut,
-    Fut: Future<Output = dlock_core::Result<dlock_core::LockGuard>> + Send + 'static,
+    Fut: Future<Output = dlock::Result<dlock::LockGuard>> + Send + 'static,
 {
     let started = Instant::now();
     let guard = acquire()
@@ -291,7 +291,7 @@ async fn a_wait_too_long_for_a_deadline_means_no_deadline() {
         let lock = client.lock(name);
         acquires_free_and_after_release(&server, name, || {
             let lock = lock.clone();
-            async move { lock.try_lock_with(wait, Duration::from_secs(5)).await }
+            async move { lock.try_lock_with_lease(wait, Duration::from_secs(5)).await }
         })
         .await;
     }
@@ -309,7 +309,7 @@ async fn a_wait_too_long_for_a_deadline_means_no_deadline() {
     .await;
 
     // The longest wait a config file can write.
-    let config = dlock_config::Config::from_toml_str(&format!(
+    let config = dlock::config::Config::from_toml_str(&format!(
         "[redis.single]\naddress = \"{}\"\n[lock]\nwait = \"18446744073709551615s\"\n",
         server.url()
     ))
@@ -323,7 +323,7 @@ async fn a_wait_too_long_for_a_deadline_means_no_deadline() {
     .await;
 }
 
-#[dlock_core::distributed_lock(key = "macro-wait:<id>", wait = "18446744073709551615ns", client = client)]
+#[dlock::distributed_lock(key = "macro-wait:<id>", wait = "18446744073709551615ns", client = client)]
 async fn with_the_longest_macro_wait(client: &LockClient, id: u32) -> Result<u32, LockError> {
     Ok(id)
 }
@@ -376,8 +376,10 @@ async fn zero_and_over_a_year_leases_are_refused_before_redis() {
     ] {
         for err in [
             lock.lock_with_lease(lease).await.unwrap_err(),
-            lock.try_lock_with(Duration::ZERO, lease).await.unwrap_err(),
-            lock.try_lock_with(Duration::from_millis(u64::MAX), lease)
+            lock.try_lock_with_lease(Duration::ZERO, lease)
+                .await
+                .unwrap_err(),
+            lock.try_lock_with_lease(Duration::from_millis(u64::MAX), lease)
                 .await
                 .unwrap_err(),
         ] {
@@ -432,7 +434,7 @@ async fn absurd_client_settings_are_refused_or_work() {
     // Timeouts and waits beyond any deadline, the longest command timeout and retry pause:
     // usable, no overflow.
     let client = LockClient::builder()
-        .command_timeout(dlock_core::MAX_COMMAND_TIMEOUT)
+        .command_timeout(dlock::MAX_COMMAND_TIMEOUT)
         .connect_timeout(Duration::MAX)
         .max_wait_recheck(Duration::MAX)
         .failover_wait(Duration::MAX)

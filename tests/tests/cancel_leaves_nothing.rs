@@ -13,7 +13,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use dlock_core::{LockClient, LockGuard};
+use dlock::{LockClient, LockGuard};
 use dlock_tests::{RedisServer, TcpProxy};
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, Topology};
+use dlock::{LockClient, Topology};
 use dlock_tests::{RedisSentinelGroup, RedisServer};
 
 /// How many connections `server` has now.

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, Topology, REGISTRATION_TTL};
+use dlock::{LockClient, Topology, REGISTRATION_TTL};
 use dlock_tests::{RedisCluster, RedisReplicaSet, RedisServer};
 
 /// The names of `server`'s connections (`CLIENT LIST`).

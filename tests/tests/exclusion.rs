@@ -1,6 +1,6 @@
 //! Mutual exclusion: a non-atomic counter increment stays exact only under the lock.
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::workload::{increment_counter, Guarding};
 use dlock_tests::RedisServer;
 use redis::Commands;

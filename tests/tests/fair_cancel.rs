@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{FairLock, LockClient};
+use dlock::{FairLock, LockClient};
 use dlock_tests::RedisServer;
 use redis::Commands;
 

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, Topology};
+use dlock::{LockClient, Topology};
 use dlock_tests::RedisCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::RedisServer;
 use redis::Commands;
 

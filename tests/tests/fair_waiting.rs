@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dlock_core::{FairLock, LockClient};
+use dlock::{FairLock, LockClient};
 use dlock_tests::RedisServer;
 use redis::AsyncCommands;
 
@@ -190,14 +190,14 @@ async fn control_without_the_lock_the_counter_loses_updates() {
 /// Bad names and durations are refused before anything reaches Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_names_and_durations_are_refused_before_redis() {
-    use dlock_core::LockError;
+    use dlock::LockError;
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
     let lock = client.fair_lock("bad");
     for timeout in [
         Duration::ZERO,
         Duration::from_millis(29),
-        dlock_core::MAX_LEASE + Duration::from_millis(1),
+        dlock::MAX_LEASE + Duration::from_millis(1),
     ] {
         let err = lock
             .clone()
@@ -217,7 +217,7 @@ async fn bad_names_and_durations_are_refused_before_redis() {
         );
     }
     let err = lock
-        .try_lock_with(Duration::ZERO, Duration::from_micros(500))
+        .try_lock_with_lease(Duration::ZERO, Duration::from_micros(500))
         .await
         .unwrap_err();
     assert!(

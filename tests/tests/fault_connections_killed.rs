@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::RedisServer;
 
 /// The wake-up bound of the issue.

@@ -28,7 +28,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockError, Topology};
+use dlock::{LockClient, LockError, Topology};
 use dlock_tests::RedisSentinelGroup;
 
 /// Attempts per measurement: `DLOCK_FAILOVER_ATTEMPTS`, else `default`.

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::RedisServer;
 
 /// Slack for the rival's own round trips after the key expired.

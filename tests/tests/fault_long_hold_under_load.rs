@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockError};
+use dlock::{LockClient, LockError};
 use dlock_tests::RedisServer;
 
 /// Spinning threads: twice the machine's cores (at least 4).

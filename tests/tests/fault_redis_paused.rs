@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockError};
+use dlock::{LockClient, LockError};
 use dlock_tests::RedisServer;
 
 /// The two ways Redis goes silent.

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

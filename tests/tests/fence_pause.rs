@@ -6,7 +6,7 @@
 //! With plain writes — the control — the woken holder's stale write lands and one of two
 //! increments is lost: a lock alone cannot stop a writer that does not know it lost the
 //! lock. Three ways to lose it:
-//! - manual: `try_lock_with(wait, 500 ms lease)`, holder SIGSTOPped for longer;
+//! - manual: `try_lock_with_lease(wait, 500 ms lease)`, holder SIGSTOPped for longer;
 //! - attribute: `#[distributed_lock(lease = "1s")]`, holder SIGSTOPped for longer;
 //! - watchdog: no lease, 1 s watchdog timeout; the holder keeps running but its lock
 //!   client reaches Redis through a `TcpProxy` whose connections are cut and held, so its

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::RedisServer;
 use rusqlite::{params, Connection};
 
@@ -58,7 +58,7 @@ fn a_stale_token_changes_no_row_and_a_holder_may_write_twice() {
 }
 
 /// The guard's fencing token as the database stores it.
-fn token(guard: &dlock_core::LockGuard) -> i64 {
+fn token(guard: &dlock::LockGuard) -> i64 {
     let fence = guard
         .fencing_token()
         .expect("a lock hands out a fencing token");

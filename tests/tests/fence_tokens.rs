@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use dlock_core::{current_fence, Fence, LockClient, LockError, MultiLock, Topology};
+use dlock::{current_fence, Fence, LockClient, LockError, MultiLock, Topology};
 use dlock_tests::commandstats::command_calls;
 use dlock_tests::{RedisCluster, RedisReplicaSet, RedisServer, TcpProxy};
 

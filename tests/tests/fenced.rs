@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{Fence, LockClient, LockError, Topology};
+use dlock::{Fence, LockClient, LockError, Topology};
 use dlock_tests::{RedisCluster, RedisServer, TcpProxy};
 use redis::Commands;
 

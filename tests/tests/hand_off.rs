@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::commandstats::command_calls;
 use dlock_tests::RedisServer;
 use redis::Commands;

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use dlock_core::{LockClient, LockError, MAX_LEASE};
+use dlock::{LockClient, LockError, MAX_LEASE};
 use dlock_tests::RedisServer;
 use redis::Commands;
 
@@ -67,7 +67,7 @@ async fn leases_redis_would_misread_are_rejected_before_anything_is_written() {
     ] {
         for result in [
             lock.lock_with_lease(lease).await,
-            lock.try_lock_with(Duration::ZERO, lease).await,
+            lock.try_lock_with_lease(Duration::ZERO, lease).await,
         ] {
             let err = result.unwrap_err();
             assert!(
@@ -95,7 +95,7 @@ async fn the_acquire_script_itself_refuses_a_bad_lease_without_writing() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let script = redis::Script::new(
-        dlock_core::FunctionLibrary::current()
+        dlock::FunctionLibrary::current()
             .script("lock_acquire")
             .expect("dlock has the lock's acquire script"),
     );

@@ -34,7 +34,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use dlock_core::{
+use dlock::{
     distributed_lock, LockClient, LockError, LockGuard, MultiGuard, MultiLock, RedLockClient,
 };
 use dlock_tests::RedisServer;
@@ -142,10 +142,10 @@ fn stall(server: &RedisServer, seconds: f64) -> JoinHandle<Instant> {
 
 /// Runs `acquisition` in a task of its own; the task gives the guard with the moment it
 /// was acquired.
-fn acquiring<G, F>(acquisition: F) -> JoinHandle<dlock_core::Result<(G, Instant)>>
+fn acquiring<G, F>(acquisition: F) -> JoinHandle<dlock::Result<(G, Instant)>>
 where
     G: Send + 'static,
-    F: std::future::Future<Output = dlock_core::Result<G>> + Send + 'static,
+    F: std::future::Future<Output = dlock::Result<G>> + Send + 'static,
 {
     tokio::spawn(async move {
         let guard = acquisition.await?;
@@ -158,7 +158,7 @@ where
 async fn acquired_within_bound<G>(
     label: &str,
     from: Instant,
-    task: JoinHandle<dlock_core::Result<(G, Instant)>>,
+    task: JoinHandle<dlock::Result<(G, Instant)>>,
 ) -> G {
     let Ok(joined) = tokio::time::timeout(GIVE_UP, task).await else {
         eprintln!("{label}: still waiting {GIVE_UP:?} later (bound {BOUND:?})");
@@ -197,7 +197,7 @@ async fn a_release_does_not_reserve_the_lock_for_the_releasing_client() {
 
     let expiring = holder
         .lock(NAME)
-        .try_lock_with(Duration::ZERO, Duration::from_millis(200))
+        .try_lock_with_lease(Duration::ZERO, Duration::from_millis(200))
         .await
         .unwrap();
     let lock = c.lock(NAME);
@@ -384,7 +384,7 @@ struct BehindAFrozenWaiter {
     frozen: WaiterProcess,
     frozen_id: String,
     live: LockClient,
-    task: JoinHandle<dlock_core::Result<(LockGuard, Instant)>>,
+    task: JoinHandle<dlock::Result<(LockGuard, Instant)>>,
 }
 
 impl BehindAFrozenWaiter {
@@ -821,8 +821,8 @@ async fn release_kept_for_a_task_cancelled_meanwhile(
     server: &RedisServer,
     label: &str,
     t1: LockGuard,
-    t2: JoinHandle<dlock_core::Result<()>>,
-    d_task: JoinHandle<dlock_core::Result<(LockGuard, Instant)>>,
+    t2: JoinHandle<dlock::Result<()>>,
+    d_task: JoinHandle<dlock::Result<(LockGuard, Instant)>>,
 ) -> LockGuard {
     let stalled = stall(server, 0.3);
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -895,7 +895,7 @@ async fn a_release_kept_for_a_cancelled_local_task_of_a_registered_client_reache
     let (a, d) = (slow_recheck(&url).await, slow_recheck(&url).await);
     let expiring = holder
         .lock(NAME)
-        .try_lock_with(Duration::ZERO, Duration::from_millis(400))
+        .try_lock_with_lease(Duration::ZERO, Duration::from_millis(400))
         .await
         .unwrap();
     let lock = a.lock(NAME);
@@ -947,7 +947,7 @@ async fn a_read_write_lock_does_not_take_a_name_held_as_a_plain_lock() {
     let short = Duration::from_millis(200);
     let read = b.rw_lock("x").read().try_lock_for(short).await;
     let write = b.rw_lock("x").write().try_lock_for(short).await;
-    let describe = |outcome: &dlock_core::Result<LockGuard>| match outcome {
+    let describe = |outcome: &dlock::Result<LockGuard>| match outcome {
         Ok(_) => "acquired".to_owned(),
         Err(e) => format!("refused: {e}"),
     };
@@ -1007,7 +1007,7 @@ enum Holding {
 }
 
 impl Holding {
-    async fn unlock(self) -> dlock_core::Result<()> {
+    async fn unlock(self) -> dlock::Result<()> {
         match self {
             Holding::One(guard) => guard.unlock().await,
             Holding::Set(guard) => guard.unlock().await,
@@ -1023,7 +1023,7 @@ async fn take(
     name: &str,
     other: &str,
     wait: Duration,
-) -> dlock_core::Result<Holding> {
+) -> dlock::Result<Holding> {
     Ok(match kind {
         Kind::Lock => Holding::One(client.lock(name).try_lock_for(wait).await?),
         Kind::Fair => Holding::One(client.fair_lock(name).try_lock_for(wait).await?),
@@ -1063,9 +1063,8 @@ async fn every_pair_of_kinds_on_one_name_excludes_as_the_table_says() {
         LockClient::connect(&url).await.unwrap(),
         LockClient::connect(&url).await.unwrap(),
     );
-    let text = |outcome: &dlock_core::Result<()>| {
-        outcome.as_ref().map(|_| ()).map_err(ToString::to_string)
-    };
+    let text =
+        |outcome: &dlock::Result<()>| outcome.as_ref().map(|_| ()).map_err(ToString::to_string);
     // The pairs run concurrently, each on names of its own.
     let mut pairs = Vec::new();
     for (i, &first) in KINDS.iter().enumerate() {
@@ -1248,7 +1247,7 @@ async fn a_writer_gets_the_lock_when_the_reader_left_holding_runs_out() {
     let r1 = rw.read().lock().await.unwrap();
     let r2 = rw
         .read()
-        .try_lock_with(Duration::ZERO, Duration::from_millis(400))
+        .try_lock_with_lease(Duration::ZERO, Duration::from_millis(400))
         .await
         .unwrap();
     let lock = w.rw_lock(NAME);

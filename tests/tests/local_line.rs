@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{Lock, LockClient, LockError, LockGuard};
+use dlock::{Lock, LockClient, LockError, LockGuard};
 use dlock_tests::RedisServer;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

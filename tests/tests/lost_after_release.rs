@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use dlock_core::{LockClient, LockError, LockGuard};
+use dlock::{LockClient, LockError, LockGuard};
 use dlock_tests::RedisServer;
 
 /// Longer than several watchdog periods and than every lease below.

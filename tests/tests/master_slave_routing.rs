@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use dlock_core::{LockClient, Topology};
+use dlock::{LockClient, Topology};
 use dlock_tests::commandstats::parse_command_calls;
 use dlock_tests::RedisReplicaSet;
 use redis::aio::MultiplexedConnection;
@@ -155,7 +155,7 @@ async fn every_operation(client: &LockClient, rival: &LockClient) {
         .unwrap();
     assert!(client
         .lock("leased")
-        .try_lock_with(Duration::from_millis(50), Duration::from_secs(1))
+        .try_lock_with_lease(Duration::from_millis(50), Duration::from_secs(1))
         .await
         .unwrap_err()
         .is_timeout());

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{distributed_lock, LockClient, LockError};
+use dlock::{distributed_lock, LockClient, LockError};
 use dlock_tests::RedisServer;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::sync::Notify;

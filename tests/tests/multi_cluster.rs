@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockError, MultiLock, Topology};
+use dlock::{LockClient, LockError, MultiLock, Topology};
 use dlock_tests::RedisCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockError, MultiLock};
+use dlock::{LockClient, LockError, MultiLock};
 use dlock_tests::RedisServer;
 use redis::Commands;
 
@@ -233,7 +233,7 @@ async fn an_explicit_lease_counts_from_the_whole_set_not_from_the_first_lock() {
     let multi = MultiLock::sequential([ours.lock("e:b"), ours.lock("e:a")]).unwrap();
     let waiting = tokio::spawn(async move {
         multi
-            .try_lock_with(Duration::from_secs(5), lease)
+            .try_lock_with_lease(Duration::from_secs(5), lease)
             .await
             .unwrap()
     });

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use dlock_core::{LockClient, LockGuard};
+use dlock::{LockClient, LockGuard};
 use dlock_tests::{RedisServer, TcpProxy};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -80,7 +80,7 @@ struct World<'a> {
 }
 
 impl World<'_> {
-    fn lock(&self, client: usize) -> dlock_core::Lock {
+    fn lock(&self, client: usize) -> dlock::Lock {
         self.clients[client].lock(&self.name)
     }
 

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use dlock_core::{LockClient, LockGuard, LockInfo, LockKind, ReadWriteMode};
+use dlock::{LockClient, LockGuard, LockInfo, LockKind, ReadWriteMode};
 use dlock_tests::RedisServer;
 use proptest::prelude::*;
 use proptest::sample::Index;

@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{distributed_lock, Lock, LockClient, LockError, MultiLock};
+use dlock::{distributed_lock, Lock, LockClient, LockError, MultiLock};
 use dlock_tests::liveness::{Guard, Keys, Rng, SEMAPHORE_PERMITS};
 use dlock_tests::timeline::{
     instant_ns, monotonic_ns, read_file, Need, Record, Report, Timeline, What,
@@ -375,7 +375,7 @@ impl Actor {
             19..=25 => {
                 let wait = ms(&mut self.rng, 0, 3000);
                 let lease = ms(&mut self.rng, 50, 300);
-                let fut = async { lock.try_lock_with(wait, lease).await.map(Guard::One) };
+                let fut = async { lock.try_lock_with_lease(wait, lease).await.map(Guard::One) };
                 let guard = self
                     .acquire(who, wanted("lease", &[&plain], x, Some(lease)), None, fut)
                     .await;
@@ -445,7 +445,7 @@ impl Actor {
                 let what = |lease| wanted("multi", &refs, x, lease);
                 self.shaped(who, shape, what, false, |wait, lease| async move {
                     match lease {
-                        Some(lease) => multi.try_lock_with(wait, lease).await,
+                        Some(lease) => multi.try_lock_with_lease(wait, lease).await,
                         None => multi.try_lock_for(wait).await,
                     }
                     .map(Guard::Multi)
@@ -459,7 +459,7 @@ impl Actor {
                 let what = |lease| wanted("fair", &[&key], x, lease);
                 self.shaped(who, shape, what, true, |wait, lease| async move {
                     match lease {
-                        Some(lease) => fair.try_lock_with(wait, lease).await,
+                        Some(lease) => fair.try_lock_with_lease(wait, lease).await,
                         None => fair.try_lock_for(wait).await,
                     }
                     .map(Guard::One)
@@ -478,9 +478,11 @@ impl Actor {
                 let what = |lease| wanted(side, &[&key], need, lease);
                 self.shaped(who, shape, what, true, |wait, lease| async move {
                     match (need, lease) {
-                        (Need::Shared, Some(lease)) => rw.read().try_lock_with(wait, lease).await,
+                        (Need::Shared, Some(lease)) => {
+                            rw.read().try_lock_with_lease(wait, lease).await
+                        }
                         (Need::Shared, None) => rw.read().try_lock_for(wait).await,
-                        (_, Some(lease)) => rw.write().try_lock_with(wait, lease).await,
+                        (_, Some(lease)) => rw.write().try_lock_with_lease(wait, lease).await,
                         (_, None) => rw.write().try_lock_for(wait).await,
                     }
                     .map(Guard::One)
@@ -501,7 +503,7 @@ impl Actor {
                 let what = |lease| wanted("sem", &[&key], need, lease);
                 self.shaped(who, shape, what, true, |wait, lease| async move {
                     match lease {
-                        Some(lease) => semaphore.try_acquire_with(n, wait, lease).await,
+                        Some(lease) => semaphore.try_acquire_with_lease(n, wait, lease).await,
                         None => semaphore.try_acquire_for(n, wait).await,
                     }
                     .map(Guard::One)

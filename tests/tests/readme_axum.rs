@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::http::Request;
 use axum::routing::post;
 use axum::Router;
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::RedisServer;
 use tower::ServiceExt;
 
@@ -61,7 +61,7 @@ async fn the_readme_handler_sells_when_free_and_answers_409_when_busy_503_when_r
         .await
         .unwrap();
     assert!(
-        dlock_core::set_global(client).is_ok(),
+        dlock::set_global(client).is_ok(),
         "the only global client of this test binary"
     );
     let shop = Shop {

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockError, LossReason, RedLockClient};
+use dlock::{LockClient, LockError, LossReason, RedLockClient};
 use dlock_tests::{RedisServer, TcpProxy};
 
 fn servers(n: usize) -> Vec<RedisServer> {
@@ -109,7 +109,10 @@ async fn a_majority_answering_late_is_an_error_and_leaves_nothing() {
 
     let lease = Duration::from_millis(300);
     let started = Instant::now();
-    let error = lock.try_lock_with(Duration::ZERO, lease).await.unwrap_err();
+    let error = lock
+        .try_lock_with_lease(Duration::ZERO, lease)
+        .await
+        .unwrap_err();
     let failed_in = started.elapsed();
     assert!(
         matches!(
@@ -343,7 +346,7 @@ async fn bad_setups_are_refused() {
     let rl = RedLockClient::connect(builder, &all).await.unwrap();
     let short = rl
         .lock("x")
-        .try_lock_with(Duration::ZERO, Duration::from_millis(5))
+        .try_lock_with_lease(Duration::ZERO, Duration::from_millis(5))
         .await
         .unwrap_err();
     assert!(
@@ -360,7 +363,7 @@ async fn bad_setups_are_refused() {
 async fn a_cluster_client_is_no_redlock_node() {
     let servers = servers(2);
     let cluster = dlock_tests::RedisCluster::start();
-    let topology = dlock_core::Topology::cluster(cluster.node_urls());
+    let topology = dlock::Topology::cluster(cluster.node_urls());
     let mut nodes = vec![LockClient::builder().connect_to(&topology).await.unwrap()];
     for url in urls(&servers) {
         nodes.push(LockClient::connect(&url).await.unwrap());

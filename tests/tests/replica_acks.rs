@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockError, Topology};
+use dlock::{LockClient, LockError, Topology};
 use dlock_tests::commandstats::command_calls;
 use dlock_tests::RedisReplicaSet;
 
@@ -235,7 +235,7 @@ async fn a_same_slot_multi_lock_is_confirmed_by_replicas_too() {
     let set = RedisReplicaSet::start(1);
     let client = acked_client(&set, Duration::from_secs(5)).await;
     let names = ["{acked}:a", "{acked}:b"];
-    let multi = dlock_core::MultiLock::same_slot(&client, names).unwrap();
+    let multi = dlock::MultiLock::same_slot(&client, names).unwrap();
 
     let before = wait_calls(&set);
     multi.lock().await.unwrap().unlock().await.unwrap();

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockGuard};
+use dlock::{LockClient, LockGuard};
 use dlock_tests::RedisServer;
 use redis::Commands;
 
@@ -97,7 +97,7 @@ fn a_client_keeps_renewing_waking_and_releasing_on_the_next_runtime() {
 /// The first call on the new runtime must not pay for the old one: the connections the
 /// client opened died with their runtime, and a call that does not wait (`try_lock`,
 /// `is_locked`) has no second attempt to hide that behind.
-fn first_calls_on_a_new_runtime_succeed(topology: dlock_core::Topology) {
+fn first_calls_on_a_new_runtime_succeed(topology: dlock::Topology) {
     let first = runtime();
     let client = first.block_on(async {
         let client = LockClient::builder().connect_to(&topology).await.unwrap();
@@ -124,11 +124,11 @@ fn first_calls_on_a_new_runtime_succeed(topology: dlock_core::Topology) {
 #[test]
 fn first_calls_on_a_new_runtime_succeed_on_one_server() {
     let server = RedisServer::start();
-    first_calls_on_a_new_runtime_succeed(dlock_core::Topology::single(server.url()));
+    first_calls_on_a_new_runtime_succeed(dlock::Topology::single(server.url()));
 }
 
 #[test]
 fn first_calls_on_a_new_runtime_succeed_on_a_cluster() {
     let cluster = dlock_tests::RedisCluster::start();
-    first_calls_on_a_new_runtime_succeed(dlock_core::Topology::cluster(cluster.node_urls()));
+    first_calls_on_a_new_runtime_succeed(dlock::Topology::cluster(cluster.node_urls()));
 }

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::RedisServer;
 use redis::Commands;
 
@@ -248,7 +248,7 @@ async fn a_killed_readers_hold_ends_on_its_own_lease() {
     let write = client
         .rw_lock("rw-killed")
         .write()
-        .try_lock_with(Duration::from_secs(5), writer_lease)
+        .try_lock_with_lease(Duration::from_secs(5), writer_lease)
         .await
         .unwrap();
     let after = deadlines(&server, "rw-killed");

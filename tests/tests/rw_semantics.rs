@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockError};
+use dlock::{LockClient, LockError};
 use dlock_tests::RedisServer;
 use redis::Commands;
 

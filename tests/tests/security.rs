@@ -6,8 +6,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use dlock_config::{Config, ConfigError};
-use dlock_core::{FunctionLibrary, LockClient, LockError, MultiLock, ScriptMode, Topology};
+use dlock::config::{Config, ConfigError};
+use dlock::{FunctionLibrary, LockClient, LockError, MultiLock, ScriptMode, Topology};
 use dlock_tests::logs::{capture_logs, captured};
 use dlock_tests::{RedisCluster, RedisReplicaSet, RedisSentinelGroup, RedisServer};
 
@@ -446,7 +446,7 @@ async fn exercise_semaphore(a: &LockClient, b: &LockClient, name: &str) {
 async fn exercise_fenced(a: &LockClient, name: &str) {
     let key = format!("{}fenced:{name}", a.key_prefix());
     let fenced = a.fenced();
-    let fence = dlock_core::Fence::new;
+    let fence = dlock::Fence::new;
     fenced
         .set(&key, "5", fence(2))
         .await
@@ -544,11 +544,9 @@ async fn touch_everything(topology: &Topology) {
     }
     // The fenced writes: a set, an increment (INCRBY and its memo), the highest token.
     let fenced = a.fenced();
+    let _ = fenced.set("shop:fenced:1", "5", dlock::Fence::new(1)).await;
     let _ = fenced
-        .set("shop:fenced:1", "5", dlock_core::Fence::new(1))
-        .await;
-    let _ = fenced
-        .incr_by("shop:fenced:1", 1, dlock_core::Fence::new(1))
+        .incr_by("shop:fenced:1", 1, dlock::Fence::new(1))
         .await;
     let _ = fenced.highest_fence("shop:fenced:1").await;
     // Let the unsubscribe and background releases reach Redis.
@@ -1690,7 +1688,7 @@ async fn passwords_never_reach_logs_debug_output_or_errors() {
         Config::from_toml_str(&text.replace(&format!("password = \"{LEAK_PASSWORD}\"\n"), ""))
             .unwrap()
             .with_overrides(|name| {
-                (name == dlock_config::PASSWORD_ENV).then(|| LEAK_PASSWORD.to_owned())
+                (name == dlock::config::PASSWORD_ENV).then(|| LEAK_PASSWORD.to_owned())
             })
             .unwrap();
     let c = from_env.build().await.unwrap();
@@ -1753,7 +1751,7 @@ async fn passwords_never_reach_logs_debug_output_or_errors() {
         format!("{url_error:?}"),
         format!("{config_error}"),
         format!("{config_error:?}"),
-        dlock_core::redact_url(&url),
+        dlock::redact_url(&url),
     ];
     assert_no_password_in(&shown.iter().map(String::as_str).collect::<Vec<_>>());
     // Not vacuous: the places that could show a password show its mask.

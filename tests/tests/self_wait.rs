@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::logs::{capture_logs, captured};
 use dlock_tests::RedisServer;
 

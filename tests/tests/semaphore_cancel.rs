@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::RedisServer;
 use redis::AsyncCommands;
 use tokio::time::Instant;

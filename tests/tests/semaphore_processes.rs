@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::RedisServer;
 use redis::Commands;
 

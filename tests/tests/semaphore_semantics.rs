@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use dlock_core::{LockClient, LockError, Semaphore};
+use dlock::{LockClient, LockError, Semaphore};
 use dlock_tests::RedisServer;
 use redis::AsyncCommands;
 use tokio::time::Instant;
@@ -49,7 +49,7 @@ async fn release_again(
     memo: &str,
 ) -> i64 {
     let script = redis::Script::new(
-        dlock_core::FunctionLibrary::current()
+        dlock::FunctionLibrary::current()
             .script("sem_release")
             .expect("dlock has the semaphore's release script"),
     );
@@ -323,7 +323,7 @@ async fn the_stored_capacity_is_checked_and_changes_only_through_set_permits() {
 }
 
 /// `count` grants of one permit each.
-async fn futures_join(sem: &Semaphore, count: usize) -> Vec<dlock_core::LockGuard> {
+async fn futures_join(sem: &Semaphore, count: usize) -> Vec<dlock::LockGuard> {
     let mut guards = vec![];
     for _ in 0..count {
         guards.push(sem.acquire(1).await.unwrap());

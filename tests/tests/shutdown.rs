@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use dlock_core::{LockClient, LockError};
+use dlock::{LockClient, LockError};
 use dlock_tests::{RedisServer, TcpProxy};
 use redis::Commands;
 use tokio::time::Instant;

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use dlock_core::{distributed_lock, LockClient, LockError, MultiLock, RedLockClient};
+use dlock::{distributed_lock, LockClient, LockError, MultiLock, RedLockClient};
 use dlock_tests::spans::{capture_spans, closed_spans, ClosedSpan};
 use dlock_tests::RedisServer;
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use dlock_core::{LockClient, LATENCY_BOUNDS};
+use dlock::{LockClient, LATENCY_BOUNDS};
 use dlock_tests::RedisServer;
 use redis::Commands;
 

@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockError, LockGuard, Topology};
+use dlock::{LockClient, LockError, LockGuard, Topology};
 use dlock_tests::commandstats::parse_command_calls;
 use dlock_tests::{RedisCluster, RedisServer};
 use redis::aio::MultiplexedConnection;

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockGuard};
+use dlock::{LockClient, LockGuard};
 use dlock_tests::{RedisServer, TcpProxy};
 
 const RECHECK: Duration = Duration::from_secs(3);

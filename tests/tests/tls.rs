@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use dlock_config::{Config, ConfigError};
-use dlock_core::{Lock, LockClient, LockError, LockGuard};
+use dlock::config::{Config, ConfigError};
+use dlock::{Lock, LockClient, LockError, LockGuard};
 use dlock_tests::{RedisServer, TestCertificates, TlsCluster, TlsSentinelGroup};
 
 fn free_port() -> u16 {

@@ -35,7 +35,7 @@ async fn cluster_mode_from_its_sample_file_and_through_a_failover() {
 
 /// 1,000 names with and without hash tags, spread over the three masters: acquire and
 /// release each, with no CROSSSLOT (or any other) error.
-async fn many_names_over_every_master(cluster: &RedisCluster, config: &dlock_config::Config) {
+async fn many_names_over_every_master(cluster: &RedisCluster, config: &dlock::config::Config) {
     let client = config.build().await.unwrap();
     let mut owners = HashSet::new();
     let mut tasks = Vec::new();
@@ -73,7 +73,7 @@ async fn many_names_over_every_master(cluster: &RedisCluster, config: &dlock_con
 }
 
 /// For a lock on each master: a waiter on another client is woken by the release.
-async fn a_waiter_on_each_master_is_woken(cluster: &RedisCluster, config: &dlock_config::Config) {
+async fn a_waiter_on_each_master_is_woken(cluster: &RedisCluster, config: &dlock::config::Config) {
     let holder = config.build().await.unwrap();
     let waiter = config.build().await.unwrap();
     let mut covered = HashSet::new();
@@ -95,7 +95,7 @@ async fn a_waiter_on_each_master_is_woken(cluster: &RedisCluster, config: &dlock
     }
 }
 
-async fn failover_while_locking(cluster: &Arc<RedisCluster>, config: &dlock_config::Config) {
+async fn failover_while_locking(cluster: &Arc<RedisCluster>, config: &dlock::config::Config) {
     let client = config.build().await.unwrap();
     // One hash tag: the cycled lock and the held one live in the slot that fails over.
     let name = "{failover}:cycle";

@@ -31,7 +31,7 @@ async fn sentinel_mode_from_its_sample_file_and_through_a_failover() {
     failover_while_locking(&group, &config).await;
 }
 
-async fn failover_while_locking(group: &Arc<RedisSentinelGroup>, config: &dlock_config::Config) {
+async fn failover_while_locking(group: &Arc<RedisSentinelGroup>, config: &dlock::config::Config) {
     let client = config.build().await.unwrap();
 
     // Waiters blocked on a held lock across the failover.
@@ -209,7 +209,7 @@ async fn sentinels_and_data_nodes_take_separate_credentials() {
     };
 
     let config =
-        dlock_config::Config::from_toml_str(&toml(("watcher", SENTINEL_PW), ("app", DATA_PW)))
+        dlock::config::Config::from_toml_str(&toml(("watcher", SENTINEL_PW), ("app", DATA_PW)))
             .unwrap();
     assert!(!format!("{config:?}").contains(SENTINEL_PW), "{config:?}");
     let client = config.build().await.unwrap();
@@ -227,7 +227,7 @@ async fn sentinels_and_data_nodes_take_separate_credentials() {
         (("app", DATA_PW), ("watcher", SENTINEL_PW)),
         (("app", DATA_PW), ("app", DATA_PW)),
     ] {
-        let error = dlock_config::Config::from_toml_str(&toml(sentinel, data))
+        let error = dlock::config::Config::from_toml_str(&toml(sentinel, data))
             .unwrap()
             .build()
             .await
@@ -245,7 +245,7 @@ async fn sentinels_and_data_nodes_take_separate_credentials() {
         );
     }
     // The sentinels' credentials, but the wrong ones for the master: the master refuses.
-    let error = dlock_config::Config::from_toml_str(&toml(
+    let error = dlock::config::Config::from_toml_str(&toml(
         ("watcher", SENTINEL_PW),
         ("watcher", SENTINEL_PW),
     ))

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::commandstats::command_calls;
 use dlock_tests::RedisServer;
 use redis::Commands;

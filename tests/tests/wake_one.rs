@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use dlock_core::{LockClient, LockGuard};
+use dlock::{LockClient, LockGuard};
 use dlock_tests::RedisServer;
 use redis::aio::MultiplexedConnection;
 use redis::Value;

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{LockClient, LockError, LossReason};
+use dlock::{LockClient, LockError, LossReason};
 use dlock_tests::commandstats::command_calls;
 use dlock_tests::{RedisServer, TcpProxy};
 use redis::Commands;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use dlock_core::{LockClient, LockError, LossReason};
+use dlock::{LockClient, LockError, LossReason};
 use dlock_tests::RedisServer;
 use redis::Commands;
 
@@ -74,7 +74,7 @@ async fn acquiring_a_key_of_another_type_is_a_clear_error_that_writes_nothing() 
         client.lock("orders").lock().await,
         client
             .lock("orders")
-            .try_lock_with(Duration::from_secs(1), Duration::from_secs(5))
+            .try_lock_with_lease(Duration::from_secs(1), Duration::from_secs(5))
             .await,
     ] {
         let err = attempt.unwrap_err();

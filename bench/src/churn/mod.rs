@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 
 use crate::metrics::Metrics;
 use crate::plan::Config;

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{Lock, LockClient, LockGuard};
+use dlock::{Lock, LockClient, LockGuard};
 
 use super::timeline::{Event, What};
 use crate::cli::ChurnWorkerArgs;
@@ -26,7 +26,7 @@ use crate::stats::{error, instant_at, monotonic_ns, nanos, Result};
 /// The explicit lease of an expiring hold, and how long that hold keeps the guard: the
 /// lock expires halfway, with nobody releasing it.
 const SHORT_LEASE: Duration = Duration::from_millis(20);
-/// How long a `try_lock_with` for an expiring hold waits.
+/// How long a `try_lock_with_lease` for an expiring hold waits.
 const SHORT_LEASE_WAIT: Duration = Duration::from_millis(50);
 
 /// Runs one churn worker until the end the parent sends.
@@ -164,7 +164,10 @@ async fn aborted(lock: &Lock, log: &Arc<EventLog>, key: u8, dice: &mut Dice) -> 
 /// released, and the late `unlock` finds it gone.
 async fn expiring(lock: &Lock, log: &Arc<EventLog>, key: u8) -> Result<()> {
     let asking = log.ask(key);
-    match lock.try_lock_with(SHORT_LEASE_WAIT, SHORT_LEASE).await {
+    match lock
+        .try_lock_with_lease(SHORT_LEASE_WAIT, SHORT_LEASE)
+        .await
+    {
         Ok(guard) => {
             let held = asking.acquired(guard, true);
             tokio::time::sleep(SHORT_LEASE * 2).await;
@@ -302,7 +305,7 @@ struct Holding {
 }
 
 impl Holding {
-    async fn unlock(self) -> dlock_core::Result<()> {
+    async fn unlock(self) -> dlock::Result<()> {
         let Holding { end, guard } = self;
         let outcome = guard.unlock().await;
         drop(end);

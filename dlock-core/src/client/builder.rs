@@ -27,12 +27,12 @@ pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> dlock_core::Result<()> {
+/// # async fn main() -> dlock::Result<()> {
 /// # let server = dlock_tests::RedisServer::start();
 /// # let redis_url = server.url();
 /// use std::time::Duration;
 ///
-/// let client = dlock_core::LockClient::builder()
+/// let client = dlock::LockClient::builder()
 ///     .key_prefix("shop:")
 ///     .watchdog_timeout(Duration::from_secs(10))
 ///     .connect(&redis_url)
@@ -185,9 +185,9 @@ impl LockClientBuilder {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// let client = dlock_core::LockClient::builder()
+    /// let client = dlock::LockClient::builder()
     ///     .fencing_tokens(false)
     ///     .connect(&server.url())
     ///     .await?;
@@ -216,9 +216,9 @@ impl LockClientBuilder {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// let client = dlock_core::LockClient::builder()
+    /// let client = dlock::LockClient::builder()
     ///     .client_name("billing")
     ///     .connect(&server.url())
     ///     .await?;
@@ -284,10 +284,10 @@ impl LockClientBuilder {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
     /// # let (admin_url, app_url) = (server.url(), server.url());
-    /// use dlock_core::{LockClient, ScriptMode, Topology};
+    /// use dlock::{LockClient, ScriptMode, Topology};
     ///
     /// LockClient::builder()
     ///     .load_functions(&Topology::single(&admin_url))

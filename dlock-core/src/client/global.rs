@@ -25,14 +25,14 @@ pub fn set_global(client: LockClient) -> std::result::Result<(), LockClient> {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> dlock_core::Result<()> {
+/// # async fn main() -> dlock::Result<()> {
 /// # let server = dlock_tests::RedisServer::start();
 /// # let redis_url = server.url();
-/// use dlock_core::LockClient;
+/// use dlock::LockClient;
 ///
-/// dlock_core::set_global(LockClient::connect(&redis_url).await?).ok();
+/// dlock::set_global(LockClient::connect(&redis_url).await?).ok();
 /// // Start-up check: fails here, not at the first request, when nothing was registered.
-/// dlock_core::global_client()?;
+/// dlock::global_client()?;
 /// # Ok(())
 /// # }
 /// ```

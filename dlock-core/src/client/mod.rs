@@ -38,10 +38,10 @@ use crate::sync::watchdog::{self, Registry, Schedule};
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> dlock_core::Result<()> {
+/// # async fn main() -> dlock::Result<()> {
 /// # let server = dlock_tests::RedisServer::start();
 /// # let redis_url = server.url();
-/// let client = dlock_core::LockClient::connect(&redis_url).await?;
+/// let client = dlock::LockClient::connect(&redis_url).await?;
 /// let guard = client.lock("goods:42").lock().await?;
 /// // ... the critical section ...
 /// guard.unlock().await?;
@@ -156,9 +156,9 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// let client = dlock::LockClient::connect(&server.url()).await?;
     /// assert_eq!(client.client_name(), format!("dlock-{}", &client.id().to_string()[..8]));
     /// # Ok(())
     /// # }
@@ -178,9 +178,9 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// client.lock("report").lock().await?.unlock().await?;
     /// let stats = client.stats();
     /// assert_eq!((stats.acquired, stats.released), (1, 1));
@@ -211,9 +211,9 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// let client = dlock::LockClient::connect(&server.url()).await?;
     /// let guard = client.lock("nightly-report").lock().await?;
     /// drop(guard); // released in the background...
     /// client.shutdown().await?; // ...and done before the process exits

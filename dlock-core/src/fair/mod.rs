@@ -38,7 +38,7 @@ const MIN_ENTRY_TIMEOUT: Duration = Duration::from_millis(30);
 /// | [`lock_with_lease`](FairLock::lock_with_lease) | until acquired (or `default_wait`) | explicit |
 /// | [`try_lock`](FairLock::try_lock) | no, and never queues | watchdog |
 /// | [`try_lock_for`](FairLock::try_lock_for) | up to `wait` | watchdog |
-/// | [`try_lock_with`](FairLock::try_lock_with) | up to `wait` | explicit |
+/// | [`try_lock_with_lease`](FairLock::try_lock_with_lease) | up to `wait` | explicit |
 ///
 /// # Dead waiters
 ///
@@ -126,9 +126,9 @@ impl FairLock {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// use std::time::Duration;
     /// let lock = client.fair_lock("payouts").with_entry_timeout(Duration::from_secs(2));
     /// lock.lock().await?.unlock().await?;
@@ -146,9 +146,9 @@ impl FairLock {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// let lock = client.fair_lock("goods:42");
     /// let guard = lock.lock().await?;
     /// assert!(lock.is_locked().await?);
@@ -228,7 +228,7 @@ impl FairLock {
     /// # Cancel safety
     ///
     /// Cancel safe: see [the type-level notes](FairLock#cancel-safety).
-    pub async fn try_lock_with(&self, wait: Duration, lease: Duration) -> Result<LockGuard> {
+    pub async fn try_lock_with_lease(&self, wait: Duration, lease: Duration) -> Result<LockGuard> {
         self.acquire(Some(wait), Some(lease)).await
     }
 
@@ -256,9 +256,9 @@ impl FairLock {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// let lock = client.fair_lock("report");
     /// let guard = lock.lock().await?;
     /// let waiter = tokio::spawn({

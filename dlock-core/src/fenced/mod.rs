@@ -54,10 +54,10 @@ use crate::scripts::fenced_scripts;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> dlock_core::Result<()> {
+/// # async fn main() -> dlock::Result<()> {
 /// # let server = dlock_tests::RedisServer::start();
-/// # let client = dlock_core::LockClient::connect(&server.url()).await?;
-/// use dlock_core::{Fence, LockError};
+/// # let client = dlock::LockClient::connect(&server.url()).await?;
+/// use dlock::{Fence, LockError};
 ///
 /// let fenced = client.fenced();
 /// // Tokens come from the lock; `Fence::new` stands in for them here.
@@ -145,13 +145,13 @@ impl FencedWrites {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
-    /// let guard_token = dlock_core::Fence::new(3); // from the lock's guard
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
+    /// let guard_token = dlock::Fence::new(3); // from the lock's guard
     /// client.fenced().set("profile:9", b"{\"name\":\"Ada\"}", guard_token).await?;
-    /// let stale = client.fenced().set("profile:9", "older", dlock_core::Fence::new(2)).await;
-    /// assert!(matches!(stale, Err(dlock_core::LockError::StaleToken { .. })));
+    /// let stale = client.fenced().set("profile:9", "older", dlock::Fence::new(2)).await;
+    /// assert!(matches!(stale, Err(dlock::LockError::StaleToken { .. })));
     /// # Ok(())
     /// # }
     /// ```
@@ -188,11 +188,11 @@ impl FencedWrites {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// let fenced = client.fenced();
-    /// let token = dlock_core::Fence::new(1);
+    /// let token = dlock::Fence::new(1);
     /// assert_eq!(fenced.incr_by("seats:7", 10, token).await?, 10);
     /// assert_eq!(fenced.incr_by("seats:7", -3, token).await?, 7);
     /// # Ok(())
@@ -221,13 +221,13 @@ impl FencedWrites {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// let fenced = client.fenced();
     /// assert_eq!(fenced.highest_fence("report:1").await?, None);
-    /// fenced.set("report:1", "done", dlock_core::Fence::new(4)).await?;
-    /// assert_eq!(fenced.highest_fence("report:1").await?, Some(dlock_core::Fence::new(4)));
+    /// fenced.set("report:1", "done", dlock::Fence::new(4)).await?;
+    /// assert_eq!(fenced.highest_fence("report:1").await?, Some(dlock::Fence::new(4)));
     /// # Ok(())
     /// # }
     /// ```

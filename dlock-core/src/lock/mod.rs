@@ -41,7 +41,7 @@ use crate::sync::release::HAND_OFF_RESERVATION;
 /// | [`lock_with_lease`](Lock::lock_with_lease) | until acquired (or `default_wait`) | explicit |
 /// | [`try_lock`](Lock::try_lock) | no | watchdog |
 /// | [`try_lock_for`](Lock::try_lock_for) | up to `wait` | watchdog |
-/// | [`try_lock_with`](Lock::try_lock_with) | up to `wait` | explicit |
+/// | [`try_lock_with_lease`](Lock::try_lock_with_lease) | up to `wait` | explicit |
 ///
 /// # Waiting across processes
 ///
@@ -182,9 +182,9 @@ impl Lock {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// let lock = client.lock("goods:42");
     /// let guard = lock.lock().await?;
     /// assert!(lock.is_locked().await?);
@@ -261,7 +261,7 @@ impl Lock {
     /// # Cancel safety
     ///
     /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
-    pub async fn try_lock_with(&self, wait: Duration, lease: Duration) -> Result<LockGuard> {
+    pub async fn try_lock_with_lease(&self, wait: Duration, lease: Duration) -> Result<LockGuard> {
         self.acquire(Some(wait), Some(lease)).await
     }
 

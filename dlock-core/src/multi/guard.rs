@@ -65,10 +65,10 @@ impl MultiGuard {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
-    /// let pair = dlock_core::MultiLock::sequential([client.lock("x"), client.lock("y")])?;
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
+    /// let pair = dlock::MultiLock::sequential([client.lock("x"), client.lock("y")])?;
     /// let guard = pair.lock().await?;
     /// let tokens = guard.fencing_tokens();
     /// assert_eq!(tokens.iter().map(|(name, _)| *name).collect::<Vec<_>>(), ["x", "y"]);
@@ -87,14 +87,14 @@ impl MultiGuard {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
-    /// let pair = dlock_core::MultiLock::sequential([client.lock("x"), client.lock("y")])?;
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
+    /// let pair = dlock::MultiLock::sequential([client.lock("x"), client.lock("y")])?;
     /// let guard = pair.lock().await?;
     /// client.lock("y").force_unlock().await?;
     /// match guard.unlock().await {
-    ///     Err(dlock_core::LockError::PartialUnlock { failures }) => {
+    ///     Err(dlock::LockError::PartialUnlock { failures }) => {
     ///         assert_eq!(failures.len(), 1);
     ///         assert_eq!(failures[0].0, "y"); // and "x" was released
     ///     }

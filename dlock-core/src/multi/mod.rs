@@ -40,10 +40,10 @@ use crate::names::slot_of;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> dlock_core::Result<()> {
+/// # async fn main() -> dlock::Result<()> {
 /// # let server = dlock_tests::RedisServer::start();
-/// # let client = dlock_core::LockClient::connect(&server.url()).await?;
-/// use dlock_core::MultiLock;
+/// # let client = dlock::LockClient::connect(&server.url()).await?;
+/// use dlock::MultiLock;
 ///
 /// let transfer = MultiLock::same_slot(&client, ["account:{bank}:7", "account:{bank}:3"])?;
 /// assert_eq!(transfer.names(), ["account:{bank}:3", "account:{bank}:7"]);
@@ -62,7 +62,7 @@ use crate::names::slot_of;
 /// | [`lock_with_lease`](MultiLock::lock_with_lease) | until acquired (or `default_wait`) | explicit |
 /// | [`try_lock`](MultiLock::try_lock) | no | watchdog |
 /// | [`try_lock_for`](MultiLock::try_lock_for) | up to `wait`, for the whole set | watchdog |
-/// | [`try_lock_with`](MultiLock::try_lock_with) | up to `wait`, for the whole set | explicit |
+/// | [`try_lock_with_lease`](MultiLock::try_lock_with_lease) | up to `wait`, for the whole set | explicit |
 ///
 /// With the watchdog, every lock is renewed by its client's watchdog, in one batch per
 /// client and slot. With an explicit lease in sequential mode, the locks taken first are
@@ -101,10 +101,10 @@ impl MultiLock {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
-    /// use dlock_core::MultiLock;
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
+    /// use dlock::MultiLock;
     ///
     /// let both = MultiLock::sequential([client.lock("b"), client.lock("a"), client.lock("b")])?;
     /// assert_eq!(both.names(), ["a", "b"]);
@@ -259,7 +259,7 @@ impl MultiLock {
     /// # Cancel safety
     ///
     /// Cancel safe: see [the type-level notes](MultiLock#cancel-safety).
-    pub async fn try_lock_with(&self, wait: Duration, lease: Duration) -> Result<MultiGuard> {
+    pub async fn try_lock_with_lease(&self, wait: Duration, lease: Duration) -> Result<MultiGuard> {
         self.acquire(Some(wait), Some(lease)).await
     }
 

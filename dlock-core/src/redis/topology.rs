@@ -174,7 +174,7 @@ impl Topology {
     /// other deployments.
     ///
     /// ```
-    /// let topology = dlock_core::Topology::sentinel("mymaster", vec!["redis://127.0.0.1:26379".into()])
+    /// let topology = dlock::Topology::sentinel("mymaster", vec!["redis://127.0.0.1:26379".into()])
     ///     .sentinel_credentials(Some("watcher".into()), Some("s3cret".into()))
     ///     .credentials(Some("app".into()), Some("other".into()));
     /// assert!(!format!("{topology:?}").contains("s3cret"));

@@ -115,10 +115,10 @@ impl RedLockGuard {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let servers: Vec<_> = (0..3).map(|_| dlock_tests::RedisServer::start()).collect();
     /// # let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    /// # let redlock = dlock_core::RedLockClient::connect(dlock_core::LockClient::builder(), &urls).await?;
+    /// # let redlock = dlock::RedLockClient::connect(dlock::LockClient::builder(), &urls).await?;
     /// use std::time::Duration;
     ///
     /// let guard = redlock.lock("report").lock_with_lease(Duration::from_millis(50)).await?;

@@ -32,10 +32,10 @@ use crate::sync::observe;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> dlock_core::Result<()> {
+/// # async fn main() -> dlock::Result<()> {
 /// # let servers: Vec<_> = (0..3).map(|_| dlock_tests::RedisServer::start()).collect();
 /// # let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-/// use dlock_core::{LockClient, RedLockClient};
+/// use dlock::{LockClient, RedLockClient};
 ///
 /// // Three or five servers that share nothing (no replication, no cluster).
 /// let redlock = RedLockClient::connect(LockClient::builder(), &urls).await?;
@@ -268,7 +268,7 @@ fn jitter() -> Duration {
 /// | [`lock_with_lease`](RedLock::lock_with_lease) | until acquired (or `default_wait`) | explicit |
 /// | [`try_lock`](RedLock::try_lock) | one round | renewed |
 /// | [`try_lock_for`](RedLock::try_lock_for) | up to `wait` | renewed |
-/// | [`try_lock_with`](RedLock::try_lock_with) | up to `wait` | explicit |
+/// | [`try_lock_with_lease`](RedLock::try_lock_with_lease) | up to `wait` | explicit |
 ///
 /// # Cancel safety
 ///
@@ -320,10 +320,10 @@ impl RedLock {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let servers: Vec<_> = (0..3).map(|_| dlock_tests::RedisServer::start()).collect();
     /// # let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    /// # let redlock = dlock_core::RedLockClient::connect(dlock_core::LockClient::builder(), &urls).await?;
+    /// # let redlock = dlock::RedLockClient::connect(dlock::LockClient::builder(), &urls).await?;
     /// let lock = redlock.lock("invoice:7");
     /// let guard = lock.lock().await?;
     /// assert!(lock.is_locked().await?);
@@ -400,7 +400,11 @@ impl RedLock {
     /// # Cancel safety
     ///
     /// Cancel safe: see [the type-level notes](RedLock#cancel-safety).
-    pub async fn try_lock_with(&self, wait: Duration, lease: Duration) -> Result<RedLockGuard> {
+    pub async fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<RedLockGuard> {
         self.acquire(Some(wait), Some(lease)).await
     }
 

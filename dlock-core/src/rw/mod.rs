@@ -48,9 +48,9 @@ use crate::names::{check_text, LockKeys};
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> dlock_core::Result<()> {
+/// # async fn main() -> dlock::Result<()> {
 /// # let server = dlock_tests::RedisServer::start();
-/// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+/// # let client = dlock::LockClient::connect(&server.url()).await?;
 /// let prices = client.rw_lock("prices");
 /// let first = prices.read().lock().await?;
 /// let second = prices.read().lock().await?; // readers share the lock
@@ -212,7 +212,7 @@ macro_rules! side {
         /// | `lock_with_lease` | until acquired (or `default_wait`) | explicit |
         /// | `try_lock` | no | watchdog |
         /// | `try_lock_for` | up to `wait` | watchdog |
-        /// | `try_lock_with` | up to `wait` | explicit |
+        /// | `try_lock_with_lease` | up to `wait` | explicit |
         ///
         /// Every method returns a [`LockGuard`]; its `hold_count` counts this owner's
         #[doc = concat!($what, " holds.")]
@@ -244,9 +244,9 @@ macro_rules! side {
             ///
             /// ```
             /// # #[tokio::main(flavor = "current_thread")]
-            /// # async fn main() -> dlock_core::Result<()> {
+            /// # async fn main() -> dlock::Result<()> {
             /// # let server = dlock_tests::RedisServer::start();
-            /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+            /// # let client = dlock::LockClient::connect(&server.url()).await?;
             /// let rw = client.rw_lock("catalog");
             #[doc = concat!("let guard = rw.", $method, "().lock().await?;")]
             /// assert!(rw.is_locked().await?);
@@ -330,7 +330,7 @@ macro_rules! side {
             /// # Cancel safety
             ///
             /// Cancel safe: see [the notes on `ReadWriteLock`](ReadWriteLock#cancel-safety).
-            pub async fn try_lock_with(&self, wait: Duration, lease: Duration) -> Result<LockGuard> {
+            pub async fn try_lock_with_lease(&self, wait: Duration, lease: Duration) -> Result<LockGuard> {
                 self.rw.acquire($kind, Some(wait), Some(lease)).await
             }
         }

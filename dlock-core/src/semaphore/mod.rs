@@ -68,9 +68,9 @@ use crate::scripts::sem_scripts;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> dlock_core::Result<()> {
+/// # async fn main() -> dlock::Result<()> {
 /// # let server = dlock_tests::RedisServer::start();
-/// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+/// # let client = dlock::LockClient::connect(&server.url()).await?;
 /// let uploads = client.semaphore("uploads", 3);
 /// let two = uploads.acquire(2).await?;
 /// let one = uploads.acquire(1).await?;
@@ -199,9 +199,9 @@ impl Semaphore {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// let pool = client.semaphore("db-connections", 4);
     /// let guard = pool.acquire(2).await?;
     /// assert_eq!(guard.hold_count().await?, 2);
@@ -285,7 +285,7 @@ impl Semaphore {
     /// # Cancel safety
     ///
     /// Cancel safe: see [the notes on `Semaphore`](Semaphore#cancel-safety).
-    pub async fn try_acquire_with(
+    pub async fn try_acquire_with_lease(
         &self,
         n: u32,
         wait: Duration,
@@ -334,16 +334,16 @@ impl Semaphore {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// let workers = client.semaphore("workers", 2);
     /// workers.set_permits(5).await?;
     /// assert_eq!(workers.capacity().await?, 5);
     /// let stale = client.semaphore("workers", 2);
     /// assert!(matches!(
     ///     stale.acquire(1).await,
-    ///     Err(dlock_core::LockError::CapacityMismatch { handle: 2, stored: 5, .. })
+    ///     Err(dlock::LockError::CapacityMismatch { handle: 2, stored: 5, .. })
     /// ));
     /// # Ok(())
     /// # }

@@ -76,13 +76,13 @@ pub(crate) fn find_hold(
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> dlock_core::Result<()> {
+/// # async fn main() -> dlock::Result<()> {
 /// # let server = dlock_tests::RedisServer::start();
-/// # let client = dlock_core::LockClient::connect(&server.url()).await?;
-/// assert_eq!(dlock_core::current_fence(), None);
+/// # let client = dlock::LockClient::connect(&server.url()).await?;
+/// assert_eq!(dlock::current_fence(), None);
 /// let guard = client.lock("ledger:7").lock().await?;
 /// let token = guard.fencing_token();
-/// let seen = guard.scope(async { dlock_core::current_fence() }).await;
+/// let seen = guard.scope(async { dlock::current_fence() }).await;
 /// assert_eq!(seen, token);
 /// guard.unlock().await?;
 /// # Ok(())

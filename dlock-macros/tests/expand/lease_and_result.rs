@@ -1,15 +1,15 @@
 /// Sells one.
 pub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> {
     const _: () = ::core::assert!(
-        ::dlock_core::__private::lease_fits(5u64, 0u32),
-        "`lease` is longer than `dlock_core::MAX_LEASE`; leave `lease` out to use the watchdog"
+        ::dlock::__private::lease_fits(5u64, 0u32),
+        "`lease` is longer than `dlock::MAX_LEASE`; leave `lease` out to use the watchdog"
     );
     let __dlock_key: ::std::string::String = ::std::format!("goods:{}", id);
-    let __dlock_acquired = ::dlock_core::__private::acquire(
-            ::dlock_core::__private::global_client_for(
+    let __dlock_acquired = ::dlock::__private::acquire(
+            ::dlock::__private::global_client_for(
                 ::core::concat!(::core::module_path!(), "::", "buy"),
             ),
-            ::dlock_core::__private::Kind::Reentrant,
+            ::dlock::__private::Kind::Reentrant,
             "goods:<id>",
             __dlock_key,
             ::core::option::Option::None,
@@ -19,22 +19,22 @@ pub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> {
     let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => {
-            return ::dlock_core::__private::lock_failure(__dlock_error);
+            return ::dlock::__private::lock_failure(__dlock_error);
         }
     };
-    let __dlock_run = ::dlock_core::__private::run_cancelling(
+    let __dlock_run = ::dlock::__private::run_cancelling(
             &__dlock_guard,
-            ::dlock_core::__private::typed_body::<
+            ::dlock::__private::typed_body::<
                 Result<u32, AppError>,
                 _,
             >(async move { Ok(qty) }),
         )
         .await;
-    ::dlock_core::__private::Guard::release(__dlock_guard).await;
+    ::dlock::__private::Guard::release(__dlock_guard).await;
     match __dlock_run {
         ::core::result::Result::Ok(__dlock_output) => __dlock_output,
         ::core::result::Result::Err(
-            ::dlock_core::__private::Lost {
+            ::dlock::__private::Lost {
                 output: ::core::option::Option::Some(
                     __dlock_output @ ::core::result::Result::Err(_),
                 ),
@@ -42,7 +42,7 @@ pub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> {
             },
         ) => __dlock_output,
         ::core::result::Result::Err(
-            ::dlock_core::__private::Lost { error: __dlock_error, .. },
-        ) => ::dlock_core::__private::lock_failure(__dlock_error),
+            ::dlock::__private::Lost { error: __dlock_error, .. },
+        ) => ::dlock::__private::lock_failure(__dlock_error),
     }
 }

@@ -1,14 +1,14 @@
 async fn tick(name: &str) {
     const _: () = ::core::assert!(
-        ::dlock_core::__private::lease_fits(50u64, 0u32),
-        "`min_hold` is longer than `dlock_core::MAX_LEASE`, the longest a lock can be kept"
+        ::dlock::__private::lease_fits(50u64, 0u32),
+        "`min_hold` is longer than `dlock::MAX_LEASE`, the longest a lock can be kept"
     );
     let __dlock_key: ::std::string::String = ::std::format!("job:{}", name);
-    let __dlock_acquired = ::dlock_core::__private::acquire_or_skip(
-            ::dlock_core::__private::global_client_for(
+    let __dlock_acquired = ::dlock::__private::acquire_or_skip(
+            ::dlock::__private::global_client_for(
                 ::core::concat!(::core::module_path!(), "::", "tick"),
             ),
-            ::dlock_core::__private::Kind::Reentrant,
+            ::dlock::__private::Kind::Reentrant,
             "job:<name>",
             __dlock_key,
             ::core::option::Option::None,
@@ -21,29 +21,28 @@ async fn tick(name: &str) {
         ::core::result::Result::Ok(::core::option::Option::None) => return,
         ::core::result::Result::Err(__dlock_error) => {
             return {
-                ::dlock_core::__private::skipped_on_failure(
+                ::dlock::__private::skipped_on_failure(
                     ::core::concat!(::core::module_path!(), "::", "tick"),
                     &__dlock_error,
                 );
             };
         }
     };
-    let __dlock_hold_end = ::dlock_core::__private::min_hold_end(
+    let __dlock_hold_end = ::dlock::__private::min_hold_end(
         ::core::time::Duration::new(50u64, 0u32),
     );
-    let __dlock_run = ::dlock_core::__private::run_cancelling(
+    let __dlock_run = ::dlock::__private::run_cancelling(
             &__dlock_guard,
-            ::dlock_core::__private::typed_body::<(), _>(async move {}),
+            ::dlock::__private::typed_body::<(), _>(async move {}),
         )
         .await;
-    ::dlock_core::__private::HoldAfterExit::release_at(__dlock_guard, __dlock_hold_end)
-        .await;
+    ::dlock::__private::HoldAfterExit::release_at(__dlock_guard, __dlock_hold_end).await;
     match __dlock_run {
         ::core::result::Result::Ok(__dlock_output) => __dlock_output,
         ::core::result::Result::Err(
-            ::dlock_core::__private::Lost { error: __dlock_error, .. },
+            ::dlock::__private::Lost { error: __dlock_error, .. },
         ) => {
-            ::dlock_core::__private::skipped_on_failure(
+            ::dlock::__private::skipped_on_failure(
                 ::core::concat!(::core::module_path!(), "::", "tick"),
                 &__dlock_error,
             );

@@ -1,10 +1,10 @@
 async fn run(job: &str) -> Result<Option<u64>, AppError> {
     let __dlock_key: ::std::string::String = ::std::format!("tick:{}", job);
-    let __dlock_acquired = ::dlock_core::__private::acquire_or_skip(
-            ::dlock_core::__private::global_client_for(
+    let __dlock_acquired = ::dlock::__private::acquire_or_skip(
+            ::dlock::__private::global_client_for(
                 ::core::concat!(::core::module_path!(), "::", "run"),
             ),
-            ::dlock_core::__private::Kind::Reentrant,
+            ::dlock::__private::Kind::Reentrant,
             "tick:<job>",
             __dlock_key,
             ::core::option::Option::None,
@@ -18,22 +18,22 @@ async fn run(job: &str) -> Result<Option<u64>, AppError> {
             return ::core::result::Result::Ok(::core::option::Option::None);
         }
         ::core::result::Result::Err(__dlock_error) => {
-            return ::dlock_core::__private::lock_failure(__dlock_error);
+            return ::dlock::__private::lock_failure(__dlock_error);
         }
     };
-    let __dlock_run = ::dlock_core::__private::run_cancelling(
+    let __dlock_run = ::dlock::__private::run_cancelling(
             &__dlock_guard,
-            ::dlock_core::__private::typed_body::<
+            ::dlock::__private::typed_body::<
                 Result<Option<u64>, AppError>,
                 _,
             >(async move { Ok(Some(1)) }),
         )
         .await;
-    ::dlock_core::__private::Guard::release(__dlock_guard).await;
+    ::dlock::__private::Guard::release(__dlock_guard).await;
     match __dlock_run {
         ::core::result::Result::Ok(__dlock_output) => __dlock_output,
         ::core::result::Result::Err(
-            ::dlock_core::__private::Lost {
+            ::dlock::__private::Lost {
                 output: ::core::option::Option::Some(
                     __dlock_output @ ::core::result::Result::Err(_),
                 ),
@@ -41,7 +41,7 @@ async fn run(job: &str) -> Result<Option<u64>, AppError> {
             },
         ) => __dlock_output,
         ::core::result::Result::Err(
-            ::dlock_core::__private::Lost { error: __dlock_error, .. },
-        ) => ::dlock_core::__private::lock_failure(__dlock_error),
+            ::dlock::__private::Lost { error: __dlock_error, .. },
+        ) => ::dlock::__private::lock_failure(__dlock_error),
     }
 }

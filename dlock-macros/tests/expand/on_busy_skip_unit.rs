@@ -2,8 +2,8 @@ async fn run(job: &str) {
     let __dlock_keys: ::std::vec::Vec<::std::string::String> = ::std::vec![
         ::std::format!("a:{}", job), ::std::format!("b:{}", job)
     ];
-    let __dlock_acquired = ::dlock_core::__private::acquire_all_or_skip(
-            ::dlock_core::__private::global_client_for(
+    let __dlock_acquired = ::dlock::__private::acquire_all_or_skip(
+            ::dlock::__private::global_client_for(
                 ::core::concat!(::core::module_path!(), "::", "run"),
             ),
             "a:<job>, b:<job>",
@@ -18,25 +18,25 @@ async fn run(job: &str) {
         ::core::result::Result::Ok(::core::option::Option::None) => return,
         ::core::result::Result::Err(__dlock_error) => {
             return {
-                ::dlock_core::__private::skipped_on_failure(
+                ::dlock::__private::skipped_on_failure(
                     ::core::concat!(::core::module_path!(), "::", "run"),
                     &__dlock_error,
                 );
             };
         }
     };
-    let __dlock_run = ::dlock_core::__private::run_cancelling(
+    let __dlock_run = ::dlock::__private::run_cancelling(
             &__dlock_guard,
-            ::dlock_core::__private::typed_body::<(), _>(async move {}),
+            ::dlock::__private::typed_body::<(), _>(async move {}),
         )
         .await;
-    ::dlock_core::__private::Guard::release(__dlock_guard).await;
+    ::dlock::__private::Guard::release(__dlock_guard).await;
     match __dlock_run {
         ::core::result::Result::Ok(__dlock_output) => __dlock_output,
         ::core::result::Result::Err(
-            ::dlock_core::__private::Lost { error: __dlock_error, .. },
+            ::dlock::__private::Lost { error: __dlock_error, .. },
         ) => {
-            ::dlock_core::__private::skipped_on_failure(
+            ::dlock::__private::skipped_on_failure(
                 ::core::concat!(::core::module_path!(), "::", "run"),
                 &__dlock_error,
             );

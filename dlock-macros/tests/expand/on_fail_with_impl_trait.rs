@@ -1,10 +1,10 @@
 async fn report(name: impl Display) -> impl Display {
     let __dlock_key: ::std::string::String = ::std::format!("report:{}", name);
-    let __dlock_acquired = ::dlock_core::__private::acquire(
-            ::dlock_core::__private::global_client_for(
+    let __dlock_acquired = ::dlock::__private::acquire(
+            ::dlock::__private::global_client_for(
                 ::core::concat!(::core::module_path!(), "::", "report"),
             ),
-            ::dlock_core::__private::Kind::Reentrant,
+            ::dlock::__private::Kind::Reentrant,
             "report:<name>",
             __dlock_key,
             ::core::option::Option::None,
@@ -15,16 +15,16 @@ async fn report(name: impl Display) -> impl Display {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => return busy(__dlock_error),
     };
-    let __dlock_run = ::dlock_core::__private::run_cancelling(
+    let __dlock_run = ::dlock::__private::run_cancelling(
             &__dlock_guard,
             async move { name.to_string() },
         )
         .await;
-    ::dlock_core::__private::Guard::release(__dlock_guard).await;
+    ::dlock::__private::Guard::release(__dlock_guard).await;
     match __dlock_run {
         ::core::result::Result::Ok(__dlock_output) => __dlock_output,
         ::core::result::Result::Err(
-            ::dlock_core::__private::Lost { error: __dlock_error, .. },
+            ::dlock::__private::Lost { error: __dlock_error, .. },
         ) => busy(__dlock_error),
     }
 }

@@ -1,10 +1,10 @@
 async fn report(day: u32) -> Result<u64, AppError> {
     let __dlock_key: ::std::string::String = ::std::format!("report:{}", day);
-    let __dlock_acquired = ::dlock_core::__private::acquire(
-            ::dlock_core::__private::global_client_for(
+    let __dlock_acquired = ::dlock::__private::acquire(
+            ::dlock::__private::global_client_for(
                 ::core::concat!(::core::module_path!(), "::", "report"),
             ),
-            ::dlock_core::__private::Kind::Reentrant,
+            ::dlock::__private::Kind::Reentrant,
             "report:<day>",
             __dlock_key,
             ::core::option::Option::None,
@@ -14,22 +14,22 @@ async fn report(day: u32) -> Result<u64, AppError> {
     let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => {
-            return ::dlock_core::__private::lock_failure(__dlock_error);
+            return ::dlock::__private::lock_failure(__dlock_error);
         }
     };
-    let __dlock_run = ::dlock_core::__private::run_to_end(
+    let __dlock_run = ::dlock::__private::run_to_end(
             &__dlock_guard,
-            ::dlock_core::__private::typed_body::<
+            ::dlock::__private::typed_body::<
                 Result<u64, AppError>,
                 _,
             >(async move { Ok(1) }),
         )
         .await;
-    ::dlock_core::__private::Guard::release(__dlock_guard).await;
+    ::dlock::__private::Guard::release(__dlock_guard).await;
     match __dlock_run {
         ::core::result::Result::Ok(__dlock_output) => __dlock_output,
         ::core::result::Result::Err(
-            ::dlock_core::__private::Lost {
+            ::dlock::__private::Lost {
                 output: ::core::option::Option::Some(
                     __dlock_output @ ::core::result::Result::Err(_),
                 ),
@@ -37,7 +37,7 @@ async fn report(day: u32) -> Result<u64, AppError> {
             },
         ) => __dlock_output,
         ::core::result::Result::Err(
-            ::dlock_core::__private::Lost { error: __dlock_error, .. },
-        ) => ::dlock_core::__private::lock_failure(__dlock_error),
+            ::dlock::__private::Lost { error: __dlock_error, .. },
+        ) => ::dlock::__private::lock_failure(__dlock_error),
     }
 }

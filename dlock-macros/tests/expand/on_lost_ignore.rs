@@ -1,14 +1,14 @@
 async fn report(day: u32) -> Result<u64, AppError> {
     const _: () = ::core::assert!(
-        ::dlock_core::__private::lease_fits(1u64, 0u32),
-        "`lease` is longer than `dlock_core::MAX_LEASE`; leave `lease` out to use the watchdog"
+        ::dlock::__private::lease_fits(1u64, 0u32),
+        "`lease` is longer than `dlock::MAX_LEASE`; leave `lease` out to use the watchdog"
     );
     let __dlock_key: ::std::string::String = ::std::format!("report:{}", day);
-    let __dlock_acquired = ::dlock_core::__private::acquire(
-            ::dlock_core::__private::global_client_for(
+    let __dlock_acquired = ::dlock::__private::acquire(
+            ::dlock::__private::global_client_for(
                 ::core::concat!(::core::module_path!(), "::", "report"),
             ),
-            ::dlock_core::__private::Kind::Reentrant,
+            ::dlock::__private::Kind::Reentrant,
             "report:<day>",
             __dlock_key,
             ::core::option::Option::None,
@@ -18,17 +18,17 @@ async fn report(day: u32) -> Result<u64, AppError> {
     let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => {
-            return ::dlock_core::__private::lock_failure(__dlock_error);
+            return ::dlock::__private::lock_failure(__dlock_error);
         }
     };
-    let __dlock_output = ::dlock_core::__private::run_ignoring_loss(
+    let __dlock_output = ::dlock::__private::run_ignoring_loss(
             &__dlock_guard,
-            ::dlock_core::__private::typed_body::<
+            ::dlock::__private::typed_body::<
                 Result<u64, AppError>,
                 _,
             >(async move { Ok(1) }),
         )
         .await;
-    ::dlock_core::__private::Guard::release(__dlock_guard).await;
+    ::dlock::__private::Guard::release(__dlock_guard).await;
     __dlock_output
 }

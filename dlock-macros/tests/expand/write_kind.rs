@@ -1,14 +1,14 @@
 async fn reprice(shop: u32, item: u64) -> Result<(), AppError> {
     const _: () = ::core::assert!(
-        ::dlock_core::__private::lease_fits(10u64, 0u32),
-        "`lease` is longer than `dlock_core::MAX_LEASE`; leave `lease` out to use the watchdog"
+        ::dlock::__private::lease_fits(10u64, 0u32),
+        "`lease` is longer than `dlock::MAX_LEASE`; leave `lease` out to use the watchdog"
     );
     let __dlock_key: ::std::string::String = ::std::format!("catalog:{}", shop);
-    let __dlock_acquired = ::dlock_core::__private::acquire(
-            ::dlock_core::__private::global_client_for(
+    let __dlock_acquired = ::dlock::__private::acquire(
+            ::dlock::__private::global_client_for(
                 ::core::concat!(::core::module_path!(), "::", "reprice"),
             ),
-            ::dlock_core::__private::Kind::Write,
+            ::dlock::__private::Kind::Write,
             "catalog:<shop>",
             __dlock_key,
             ::core::option::Option::None,
@@ -18,22 +18,22 @@ async fn reprice(shop: u32, item: u64) -> Result<(), AppError> {
     let __dlock_guard = match __dlock_acquired {
         ::core::result::Result::Ok(__dlock_guard) => __dlock_guard,
         ::core::result::Result::Err(__dlock_error) => {
-            return ::dlock_core::__private::lock_failure(__dlock_error);
+            return ::dlock::__private::lock_failure(__dlock_error);
         }
     };
-    let __dlock_run = ::dlock_core::__private::run_cancelling(
+    let __dlock_run = ::dlock::__private::run_cancelling(
             &__dlock_guard,
-            ::dlock_core::__private::typed_body::<
+            ::dlock::__private::typed_body::<
                 Result<(), AppError>,
                 _,
             >(async move { Ok(()) }),
         )
         .await;
-    ::dlock_core::__private::Guard::release(__dlock_guard).await;
+    ::dlock::__private::Guard::release(__dlock_guard).await;
     match __dlock_run {
         ::core::result::Result::Ok(__dlock_output) => __dlock_output,
         ::core::result::Result::Err(
-            ::dlock_core::__private::Lost {
+            ::dlock::__private::Lost {
                 output: ::core::option::Option::Some(
                     __dlock_output @ ::core::result::Result::Err(_),
                 ),
@@ -41,7 +41,7 @@ async fn reprice(shop: u32, item: u64) -> Result<(), AppError> {
             },
         ) => __dlock_output,
         ::core::result::Result::Err(
-            ::dlock_core::__private::Lost { error: __dlock_error, .. },
-        ) => ::dlock_core::__private::lock_failure(__dlock_error),
+            ::dlock::__private::Lost { error: __dlock_error, .. },
+        ) => ::dlock::__private::lock_failure(__dlock_error),
     }
 }

@@ -5,7 +5,7 @@
 use std::fmt::Display;
 use std::sync::Arc;
 
-use dlock_core::{distributed_lock, LockClient, LockError};
+use dlock::{distributed_lock, LockClient, LockError};
 
 #[derive(Debug)]
 pub struct AppError;
@@ -212,16 +212,16 @@ async fn foreign_error(id: u64) -> Result<u64, StatusCode> {
     Ok(id)
 }
 
-/// `crate = ...` names dlock-core by another name, as a path or (like serde and tokio) a
-/// string. The real rename in Cargo.toml is built by examples/scheduled-job.
-extern crate dlock_core as dlock;
+/// `crate = ...` names the dlock crate by another name (as a dependency renamed in
+/// Cargo.toml does), as a path or (like serde and tokio) a string.
+extern crate dlock as locks;
 
-#[distributed_lock(key = "goods:<id>", crate = dlock)]
+#[distributed_lock(key = "goods:<id>", crate = locks)]
 async fn renamed(id: u64) -> AppResult<u64> {
     Ok(id)
 }
 
-#[distributed_lock(key = "goods:<id>", crate = "::dlock")]
+#[distributed_lock(key = "goods:<id>", crate = "::locks")]
 async fn renamed_as_string(id: u64) -> AppResult<u64> {
     Ok(id)
 }

@@ -1,4 +1,4 @@
-use dlock_core::{distributed_lock, LockError};
+use dlock::{distributed_lock, LockError};
 
 #[distributed_lock(key = "account:<from>", keys = ["account:<from>", "account:<to>"])]
 async fn both(from: u64, to: u64) -> Result<(), LockError> {

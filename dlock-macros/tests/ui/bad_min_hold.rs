@@ -1,4 +1,4 @@
-use dlock_core::{distributed_lock, LockError};
+use dlock::{distributed_lock, LockError};
 
 #[distributed_lock(key = "a:<id>", lease = "5s", min_hold = "50s")]
 async fn longer_than_the_lease(id: u64) -> Result<u64, LockError> {

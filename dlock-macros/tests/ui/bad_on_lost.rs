@@ -1,4 +1,4 @@
-use dlock_core::{distributed_lock, LockError};
+use dlock::{distributed_lock, LockError};
 
 #[distributed_lock(key = "a:<id>", on_lost = "abort")]
 async fn unknown_value(id: u64) -> Result<(), LockError> {

@@ -1,4 +1,4 @@
-use dlock_core::{distributed_lock, LockError};
+use dlock::{distributed_lock, LockError};
 
 #[distributed_lock(key = "pool:<name>", permits = 0)]
 async fn zero(name: &str) -> Result<(), LockError> {

@@ -1,4 +1,4 @@
-use dlock_core::{distributed_lock, LockError};
+use dlock::{distributed_lock, LockError};
 
 // `{id}` is literal text (a Redis Cluster hash tag), not the parameter.
 #[distributed_lock(key = "order:{id}")]

@@ -1,4 +1,4 @@
-use dlock_core::distributed_lock;
+use dlock::distributed_lock;
 
 /// An error type of another crate: this crate cannot give it `From<LockError>`.
 pub struct StatusCode(pub u16);

@@ -1,4 +1,4 @@
-use dlock_core::{distributed_lock, LockError};
+use dlock::{distributed_lock, LockError};
 
 #[distributed_lock(key = "goods:<id>", lease = "367days")]
 async fn buy(id: u64) -> Result<u64, LockError> {

@@ -1,4 +1,4 @@
-use dlock_core::{distributed_lock, LockError};
+use dlock::{distributed_lock, LockError};
 
 #[distributed_lock(lease = "5s")]
 async fn buy(id: u64) -> Result<(), LockError> {

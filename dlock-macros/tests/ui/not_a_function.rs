@@ -1,4 +1,4 @@
-use dlock_core::distributed_lock;
+use dlock::distributed_lock;
 
 #[distributed_lock(key = "goods")]
 struct Goods;

@@ -1,4 +1,4 @@
-use dlock_core::distributed_lock;
+use dlock::distributed_lock;
 
 // Every mistake is reported in one compile.
 #[distributed_lock(key = "goods:<idd>", lease = "forever", colour = "blue")]

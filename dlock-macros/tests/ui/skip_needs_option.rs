@@ -1,4 +1,4 @@
-use dlock_core::{distributed_lock, LockError};
+use dlock::{distributed_lock, LockError};
 
 #[distributed_lock(key = "a:<id>", on_busy = "skip")]
 async fn plain_result(id: u64) -> Result<u64, LockError> {

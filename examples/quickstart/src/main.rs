@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use redis::AsyncCommands;
 
 const CLIENTS: usize = 2;
@@ -17,7 +17,7 @@ const INCREMENTS: usize = 100;
 /// `INCREMENTS` read-modify-write increments of `counter`: a `GET`, a pause where other
 /// tasks can interleave (as real work would), a `SET`. Only the lock keeps it exact.
 async fn increment(
-    lock: dlock_core::Lock,
+    lock: dlock::Lock,
     mut redis: redis::aio::MultiplexedConnection,
     counter: &'static str,
     locked: bool,
@@ -91,7 +91,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             let again = lock.lock().await?;
             let count = lock.hold_count().await?;
             again.unlock().await?;
-            Ok::<_, dlock_core::LockError>(count)
+            Ok::<_, dlock::LockError>(count)
         })
         .await?;
     println!("re-entered \"report\": hold count {count}");

@@ -57,7 +57,7 @@ fn parse_skew(text: &str) -> Result<Duration, String> {
 
 /// The job: one lock for every call, so no placeholder (a global lock on purpose). Held
 /// at least 400 ms from acquisition, less than [`PERIOD`], so the next tick finds it free.
-#[distributed_lock(key = "scheduled:report", on_busy = "skip", min_hold = "400ms", crate = dlock)]
+#[distributed_lock(key = "scheduled:report", on_busy = "skip", min_hold = "400ms")]
 async fn report(
     tick: u64,
     redis: &mut redis::aio::MultiplexedConnection,
@@ -66,7 +66,7 @@ async fn report(
 }
 
 /// The control: the same job without `min_hold`.
-#[distributed_lock(key = "scheduled:report", on_busy = "skip", crate = dlock)]
+#[distributed_lock(key = "scheduled:report", on_busy = "skip")]
 async fn report_without_min_hold(
     tick: u64,
     redis: &mut redis::aio::MultiplexedConnection,

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `POST /goods/{id}/buy` | `#[distributed_lock(key = "goods:<id>", lease = "5s")]` on the handler |
 //! | `POST /goods/{id}/buy-manual` | `lock_with_lease(5s)` … `unlock()` by hand |
-//! | `POST /goods/{id}/buy-try` | `try_lock_with(wait 3s, lease 5s)`; busy → 503 |
+//! | `POST /goods/{id}/buy-try` | `try_lock_with_lease(wait 3s, lease 5s)`; busy → 503 |
 //! | `GET /goods/{id}` | reads the stock |
 //! | `POST /goods/{id}/stock` | sets the stock (body: a number) |
 //! | `GET /metrics` | dlock's metrics, Prometheus text (added by `serve`, see `metrics.rs`) |
@@ -31,7 +31,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use dlock_core::{current_fence, distributed_lock, Fence, LockClient, LockError, LockGuard};
+use dlock::{current_fence, distributed_lock, Fence, LockClient, LockError, LockGuard};
 
 use crate::store::{self, StockStore};
 
@@ -209,7 +209,7 @@ async fn buy_try(State(state): State<AppState>, Path(id): Path<u64>) -> Result<S
     let guard = state
         .locks
         .lock(&format!("goods:{id}"))
-        .try_lock_with(TRY_WAIT, LEASE)
+        .try_lock_with_lease(TRY_WAIT, LEASE)
         .await?;
     let sale = decrement(&state, id, guard.fencing_token()).await;
     release(guard).await;

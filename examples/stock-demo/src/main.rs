@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use dlock_config::Config;
-use dlock_core::LockClient;
+use dlock::config::Config;
+use dlock::LockClient;
 
 use crate::app::AppState;
 use crate::load::Pause;
@@ -146,7 +146,7 @@ enum Route {
     Attribute,
     /// `lock_with_lease` … `unlock` by hand.
     Manual,
-    /// `try_lock_with(wait, lease)`.
+    /// `try_lock_with_lease(wait, lease)`.
     Try,
 }
 

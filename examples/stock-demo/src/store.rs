@@ -5,7 +5,7 @@ use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue};
 
-use dlock_config::{Config, Redis};
+use dlock::config::{Config, Redis};
 
 /// A connection to the stock keys, whatever the deployment.
 #[derive(Clone)]

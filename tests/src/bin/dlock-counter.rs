@@ -2,7 +2,7 @@
 //!
 //! Usage: `dlock-counter <redis-url> <lock-name> <counter-key> <tasks> <increments> [--no-lock]`
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use dlock_tests::workload::{increment_counter, Guarding};
 
 #[tokio::main]

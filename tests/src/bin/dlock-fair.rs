@@ -11,7 +11,7 @@
 use std::io::BufRead;
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 
 #[tokio::main]
 async fn main() {

@@ -7,7 +7,7 @@
 //! `--local-tokens` is the test's control: it prints a per-process count instead of the
 //! token Redis minted, which the cross-process check must reject.
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {

@@ -10,7 +10,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 
 const USAGE: &str =
     "usage: dlock-hold <redis-url> <lock-name> (--watchdog <duration> | --lease <duration>)";
@@ -47,7 +47,7 @@ async fn main() {
         Keep::Watchdog(timeout) => builder.watchdog_timeout(timeout),
         Keep::Lease(_) => builder,
     };
-    let fail = |e: dlock_core::LockError| -> ! {
+    let fail = |e: dlock::LockError| -> ! {
         eprintln!("dlock-hold: {e}");
         std::process::exit(1)
     };

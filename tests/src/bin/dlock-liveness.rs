@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use dlock_core::{LockClient, LockError, MultiLock};
+use dlock::{LockClient, LockError, MultiLock};
 use dlock_tests::liveness::{Guard, Keys, Rng, SEMAPHORE_PERMITS};
 use dlock_tests::timeline::{instant_ns, Need, Record, RecordFile, What};
 
@@ -84,7 +84,7 @@ impl Worker {
                         &who,
                         wait_record("lease", &[&plain], Need::Exclusive, lease_ms),
                     );
-                    lock.try_lock_with(wait, lease).await.map(Guard::One)
+                    lock.try_lock_with_lease(wait, lease).await.map(Guard::One)
                 }
                 40..=54 => {
                     // Tries back to back, as an application's retry loop does: one wait.
@@ -99,7 +99,7 @@ impl Worker {
                     });
                     for _ in 0..self.rng.between(1, 6) {
                         let wait = Duration::from_millis(self.rng.between(0, 50));
-                        outcome = lock.try_lock_with(wait, lease).await;
+                        outcome = lock.try_lock_with_lease(wait, lease).await;
                         if !matches!(&outcome, Err(e) if e.is_timeout()) {
                             break;
                         }
@@ -115,7 +115,10 @@ impl Worker {
                     self.out
                         .record(&who, wait_record("multi", &refs, Need::Exclusive, lease_ms));
                     match MultiLock::same_slot(&self.client, &names) {
-                        Ok(multi) => multi.try_lock_with(wait, lease).await.map(Guard::Multi),
+                        Ok(multi) => multi
+                            .try_lock_with_lease(wait, lease)
+                            .await
+                            .map(Guard::Multi),
                         Err(e) => Err(e),
                     }
                 }
@@ -130,7 +133,7 @@ impl Worker {
                         .record(&who, wait_record("sem", &[&name], need, lease_ms));
                     let semaphore = self.client.semaphore(&name, SEMAPHORE_PERMITS);
                     semaphore
-                        .try_acquire_with(n, wait, lease)
+                        .try_acquire_with_lease(n, wait, lease)
                         .await
                         .map(Guard::One)
                 }

@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use dlock_core::{LockClient, MultiLock};
+use dlock::{LockClient, MultiLock};
 use redis::AsyncCommands;
 
 #[derive(Clone, Copy, PartialEq)]

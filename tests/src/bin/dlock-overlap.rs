@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use dlock_core::{distributed_lock, LockClient, LockError, RedLockClient};
+use dlock::{distributed_lock, LockClient, LockError, RedLockClient};
 use dlock_tests::overlap::{read_files, Report, Section};
 
 #[derive(Parser)]
@@ -96,11 +96,11 @@ enum Locker {
 }
 
 impl Locker {
-    async fn build(api: Api, config: &Path) -> Result<Locker, dlock_config::ConfigError> {
+    async fn build(api: Api, config: &Path) -> Result<Locker, dlock::config::ConfigError> {
         if let Api::None = api {
             return Ok(Locker::Nothing);
         }
-        let config = dlock_config::Config::from_file(config)?;
+        let config = dlock::config::Config::from_file(config)?;
         Ok(match api {
             Api::Manual => Locker::Manual(config.build().await?),
             Api::Attribute => Locker::Attribute(config.build().await?),

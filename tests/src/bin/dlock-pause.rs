@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! dlock-pause <lock-url> <store-url> <lock-name> <counter-key> <path> <write> [--lease D] [--watchdog D]
-//!     path:  manual     `try_lock_with(10s, --lease)`
+//!     path:  manual     `try_lock_with_lease(10s, --lease)`
 //!            attribute  `#[distributed_lock(lease = "1s", wait = "10s")]`
 //!            watchdog   `try_lock_for(10s)` on a client whose watchdog timeout is --watchdog
 //!     write: plain      SET on <store-url> (no check: the control)
@@ -23,7 +23,7 @@ use std::io::{BufRead, Write};
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use dlock_core::{current_fence, distributed_lock, Fence, LockClient, LockError};
+use dlock::{current_fence, distributed_lock, Fence, LockClient, LockError};
 
 /// How long the worker waits for the lock: the rival must outwait the paused holder's lease.
 const WAIT: Duration = Duration::from_secs(10);
@@ -175,7 +175,7 @@ async fn main() {
                 .await
                 .unwrap_or_else(|e| fail(&format!("lock {}: {e}", args.lock_name)));
         }
-        LockPath::Manual => lock.try_lock_with(WAIT, args.lease).await,
+        LockPath::Manual => lock.try_lock_with_lease(WAIT, args.lease).await,
         LockPath::Watchdog => lock.try_lock_for(WAIT).await,
     }
     .unwrap_or_else(|e| fail(&format!("lock {}: {e}", args.lock_name)));

@@ -18,7 +18,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 use redis::AsyncCommands;
 
 /// Redis `TIME` in microseconds.

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 
 /// INCR the probe and raise the recorded maximum, atomically.
 const ENTER: &str = r"

@@ -12,7 +12,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 
 const USAGE: &str = "usage: dlock-waiter <redis-url> <lock-name> [<wait>]";
 
@@ -41,7 +41,7 @@ async fn main() {
         eprintln!("dlock-waiter: {e}\n{USAGE}");
         std::process::exit(2)
     });
-    let fail = |e: dlock_core::LockError| -> ! {
+    let fail = |e: dlock::LockError| -> ! {
         eprintln!("dlock-waiter: {e}");
         std::process::exit(1)
     };

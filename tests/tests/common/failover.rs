@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::LockClient;
+use dlock::LockClient;
 
 /// Tasks that take and release locks in a loop, recording when each cycle succeeded: the
 /// load kept up through a failover.

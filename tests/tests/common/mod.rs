@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_config::Config;
-use dlock_core::LockClient;
+use dlock::config::Config;
+use dlock::LockClient;
 use dlock_tests::workload::{increment_counter_on, Guarding};
 
 /// `examples/config/<mode>.toml` with the sample ports replaced by real ones and the

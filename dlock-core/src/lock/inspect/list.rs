@@ -20,9 +20,9 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// let guard = client.lock("invoice:7").lock().await?;
     /// let _other = client.lock("stock:1").lock().await?;
     /// let reader = client.rw_lock("invoice:8").read().lock().await?;

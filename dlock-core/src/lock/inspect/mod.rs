@@ -49,11 +49,11 @@ impl Lock {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock_core::Result<()> {
+    /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// use dlock_core::{LockKind, ReadWriteMode};
+    /// use dlock::{LockKind, ReadWriteMode};
     ///
-    /// let client = dlock_core::LockClient::builder()
+    /// let client = dlock::LockClient::builder()
     ///     .client_name("billing")
     ///     .connect(&server.url())
     ///     .await?;

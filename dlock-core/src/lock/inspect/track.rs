@@ -20,9 +20,9 @@ use crate::redis::Tracking;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> dlock_core::Result<()> {
+/// # async fn main() -> dlock::Result<()> {
 /// # let server = dlock_tests::RedisServer::start();
-/// # let client = dlock_core::LockClient::connect(&server.url()).await?;
+/// # let client = dlock::LockClient::connect(&server.url()).await?;
 /// let lock = client.lock("job");
 /// let mut tracker = lock.track().await?;
 /// assert!(tracker.holders().await?.is_empty()); // also arms the next report
