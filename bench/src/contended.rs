@@ -144,6 +144,7 @@ pub enum Contender {
 
 enum Holding {
     Dlock(LockGuard),
+    Permit(dlock::SemaphorePermit),
     Multi(dlock::MultiGuard),
     Rslock(rslock::Lock),
 }
@@ -164,7 +165,7 @@ impl Contender {
             Contender::Dlock(Exclusive::Lock(lock)) => Ok(Holding::Dlock(lock.lock().await?)),
             Contender::Dlock(Exclusive::Fair(lock)) => Ok(Holding::Dlock(lock.lock().await?)),
             Contender::Dlock(Exclusive::Semaphore(semaphore)) => {
-                Ok(Holding::Dlock(semaphore.acquire(1).await?))
+                Ok(Holding::Permit(semaphore.acquire(1).await?))
             }
             Contender::Multi(multi) => Ok(Holding::Multi(multi.lock().await?)),
             Contender::Rw(rw) => Ok(Holding::Dlock(match side {
@@ -180,6 +181,7 @@ impl Contender {
     async fn release(&self, holding: Holding) -> Result<()> {
         match (self, holding) {
             (_, Holding::Dlock(guard)) => guard.unlock().await?,
+            (_, Holding::Permit(permit)) => permit.unlock().await?,
             (_, Holding::Multi(guard)) => guard.unlock().await?,
             (Contender::Rslock { manager, .. }, Holding::Rslock(lock)) => {
                 manager.unlock(&lock).await

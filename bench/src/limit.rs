@@ -29,14 +29,14 @@ use crate::target::{self, Target};
 
 /// dlock's acquire script, byte for byte.
 fn acquire_script() -> &'static str {
-    dlock::FunctionLibrary::current()
+    dlock::admin::FunctionLibrary::current()
         .script("lock_acquire")
         .unwrap_or_default()
 }
 
 /// dlock's release script, byte for byte.
 fn release_script() -> &'static str {
-    dlock::FunctionLibrary::current()
+    dlock::admin::FunctionLibrary::current()
         .script("lock_release")
         .unwrap_or_default()
 }

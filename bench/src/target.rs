@@ -61,7 +61,7 @@ impl Target {
 
     /// The address with any password hidden, for messages.
     pub fn redacted_url(&self) -> String {
-        dlock::redact_url(&self.url)
+        dlock::admin::redact_url(&self.url)
     }
 
     /// Prefix of every key this run writes (also the lock clients' key prefix).
@@ -135,7 +135,7 @@ impl Target {
 
 /// A new multiplexed connection to the server at `url`.
 pub async fn connect(url: &str) -> Result<MultiplexedConnection> {
-    let shown = dlock::redact_url(url);
+    let shown = dlock::admin::redact_url(url);
     let client =
         redis::Client::open(url).map_err(|e| error(format!("bad Redis URL {shown}: {e}")))?;
     client

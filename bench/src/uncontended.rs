@@ -5,7 +5,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use dlock::{
-    distributed_lock, Lock, LockClient, LockError, MultiLock, RedLock, RedLockClient, Semaphore,
+    distributed_lock,
+    redlock::{RedLock, RedLockClient},
+    Lock, LockClient, LockError, MultiLock, Semaphore,
 };
 use dlock_tests::RedisServer;
 use rslock::LockManager;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use dlock::config::Config;
-use dlock::{LockClient, RedLockClient};
+use dlock::{redlock::RedLockClient, LockClient};
 
 use crate::error::CliError;
 

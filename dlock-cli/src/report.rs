@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use dlock::{
-    ClientDescription, LockClientRef, LockHolder, LockInfo, OwnerHold, ReadWriteInfo, SemaphoreInfo,
+use dlock::inspect::{
+    ClientDescription, LockHolder, LockInfo, OwnerHold, Participant, ReadWriteInfo, SemaphoreInfo,
 };
 use serde::Serialize;
 
@@ -154,8 +154,8 @@ impl From<&ClientDescription> for DescriptionView {
     }
 }
 
-impl From<&LockClientRef> for ClientView {
-    fn from(r: &LockClientRef) -> Self {
+impl From<&Participant> for ClientView {
+    fn from(r: &Participant) -> Self {
         ClientView {
             id: r.id.clone(),
             client_id: r.client_id.clone(),
@@ -176,7 +176,7 @@ impl From<&LockHolder> for HolderView {
 
 impl From<&LockInfo> for LockView {
     fn from(info: &LockInfo) -> Self {
-        let clients = |refs: &[LockClientRef]| refs.iter().map(ClientView::from).collect();
+        let clients = |refs: &[Participant]| refs.iter().map(ClientView::from).collect();
         LockView {
             name: info.name.clone(),
             kind: info.kind.as_str(),

@@ -6,7 +6,7 @@
 //! waiting writers or the semaphore's waiters (and `Lock::force_unlock` refuses a name
 //! held as another kind of lock).
 
-use dlock::{LockClient, LockKind};
+use dlock::{inspect::LockKind, LockClient};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use dlock::{Lock, LockTracker};
+use dlock::{inspect::LockTracker, Lock};
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;

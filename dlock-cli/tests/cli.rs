@@ -764,7 +764,11 @@ async fn inspect_and_list_show_read_write_locks_and_semaphores() {
         "{refused}"
     );
     assert_eq!(
-        billing.semaphore("uploads", 3).available().await.unwrap(),
+        billing
+            .semaphore("uploads", 3)
+            .available_permits()
+            .await
+            .unwrap(),
         1
     );
 
@@ -797,8 +801,11 @@ async fn inspect_and_list_show_read_write_locks_and_semaphores() {
         lines[2].starts_with("uploads  [semaphore, 2 of 3 permits taken] held by "),
         "{text}"
     );
-    for guard in [w, g1, g2, lock] {
+    for guard in [w, lock] {
         guard.unlock().await.unwrap();
+    }
+    for permit in [g1, g2] {
+        permit.unlock().await.unwrap();
     }
 }
 

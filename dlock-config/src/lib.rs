@@ -63,7 +63,7 @@ pub use model::{
     Redis, ReplicaAcksSection, ScriptsSetting, Secret, Sentinel, Single,
 };
 
-use dlock_core::{LockClient, LockClientBuilder, RedLockClient, Topology};
+use dlock_core::{redlock::RedLockClient, LockClient, LockClientBuilder, Topology};
 
 impl Config {
     /// The deployment this file describes, with its credentials and TLS trust.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use dlock_core::redact_url as redact;
+use dlock_core::admin::redact_url as redact;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
@@ -243,7 +243,7 @@ fn connect_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
 
 fn command_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let bounds = Bounds {
-        max: dlock_core::MAX_COMMAND_TIMEOUT,
+        max: dlock_core::limits::MAX_COMMAND_TIMEOUT,
         too_long: "; release memos live three command timeouts in Redis",
         ..AT_LEAST_1MS
     };
@@ -252,7 +252,7 @@ fn command_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
 
 fn retry_delay<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let bounds = Bounds {
-        max: dlock_core::MAX_LEASE,
+        max: dlock_core::limits::MAX_LEASE,
         ..ANY
     };
     duration(d, "retry_delay", &bounds)
@@ -263,7 +263,7 @@ fn watchdog_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>,
         min: Duration::from_millis(100),
         too_short:
             "shorter than 100ms; renewal runs every third of it and needs time for a round trip",
-        max: dlock_core::MAX_LEASE,
+        max: dlock_core::limits::MAX_LEASE,
         ..ANY
     };
     duration(d, "watchdog_timeout", &bounds)

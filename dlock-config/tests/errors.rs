@@ -254,7 +254,7 @@ fn a_command_timeout_over_a_minute_is_rejected() {
         Config::from_toml_str(&with_option("connection", "command_timeout", "\"60s\"")).unwrap();
     assert_eq!(
         config.connection.command_timeout,
-        Some(dlock_core::MAX_COMMAND_TIMEOUT)
+        Some(dlock_core::limits::MAX_COMMAND_TIMEOUT)
     );
 }
 
@@ -278,7 +278,10 @@ fn extreme_but_meaningful_durations_are_accepted() {
     let config = parse("lock", "failover_wait", "0s");
     assert_eq!(config.lock.failover_wait, Some(Duration::ZERO));
     let config = parse("lock", "watchdog_timeout", "366days");
-    assert_eq!(config.lock.watchdog_timeout, Some(dlock_core::MAX_LEASE));
+    assert_eq!(
+        config.lock.watchdog_timeout,
+        Some(dlock_core::limits::MAX_LEASE)
+    );
     let config = parse("lock", "watchdog_timeout", "100ms");
     assert_eq!(
         config.lock.watchdog_timeout,
@@ -314,7 +317,7 @@ async fn a_bad_key_prefix_is_reported_by_build_without_connecting() {
         err.to_string(),
         "invalid key prefix \"shop\\0:\": a key prefix must not contain ASCII control characters; found U+0000 at byte 4"
     );
-    let err = build(&"p".repeat(dlock_core::MAX_NAME_LEN + 1))
+    let err = build(&"p".repeat(dlock_core::limits::MAX_NAME_LEN + 1))
         .await
         .unwrap_err();
     assert_eq!(

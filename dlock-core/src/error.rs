@@ -117,7 +117,7 @@ pub enum LockError {
     },
 
     /// A lock name or key prefix is not usable: empty (names only), longer than
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or containing an ASCII control
+    /// [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes, or containing an ASCII control
     /// character.
     ///
     /// A rejected name may be huge, so `name` holds at most its first 64 characters
@@ -150,7 +150,7 @@ pub enum LockError {
     /// and an acquisition (or force unlock) of another kind is refused at once rather
     /// than waiting for a release it would not be told of, or taking the other kind's
     /// lock over. Nothing was written. Use one kind per name, or names that keep kinds
-    /// apart (see [`LockKind`](crate::LockKind)).
+    /// apart (see [`LockKind`](crate::inspect::LockKind)).
     #[error("lock \"{name}\" is held as a {found}; a {requested} of the same name cannot take it: locks, fair locks and read-write locks share names, so use one kind per name")]
     KindMismatch {
         /// The lock's name.
@@ -214,7 +214,7 @@ pub enum LockError {
         presented: u64,
     },
 
-    /// A fenced write ([`FencedWrites`](crate::FencedWrites)) found a value of another
+    /// A fenced write ([`FencedWrites`](crate::fencing::FencedWrites)) found a value of another
     /// type where it reads or writes: at the application key (a hash, a list... where a
     /// string or nothing is expected) or at its bookkeeping key. Nothing was written. The
     /// key is used by other data: write another key.
@@ -249,7 +249,7 @@ pub enum LockError {
         failures: Vec<(String, LockError)>,
     },
 
-    /// A [`RedLock`](crate::RedLock) acquisition ended without a majority of its servers
+    /// A [`RedLock`](crate::redlock::RedLock) acquisition ended without a majority of its servers
     /// granting the lock, and too many of them failed or did not answer in time (within
     /// the per-server timeout, 5 % of the lease) for the lock to be merely busy. Everything
     /// granted was released. Check that a majority of the servers is up and reachable.
@@ -269,7 +269,7 @@ pub enum LockError {
         waited: Duration,
     },
 
-    /// A majority of a [`RedLock`](crate::RedLock)'s servers granted the lock, but the
+    /// A majority of a [`RedLock`](crate::redlock::RedLock)'s servers granted the lock, but the
     /// round took so long that no validity was left (lease − elapsed − clock-drift
     /// allowance ≤ 0): the lock could already have expired on some servers. It was released
     /// on every server instead of handing out an expired guard. The lease is too short for

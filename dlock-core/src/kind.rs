@@ -10,7 +10,7 @@
 /// it would never hear of, or taking the hash over. A [`Semaphore`](crate::Semaphore) has
 /// a namespace of its own: `semaphore("z")` and `lock("z")` are two independent things.
 ///
-/// [`LockInfo::kind`]: crate::LockInfo::kind
+/// [`LockInfo::kind`]: crate::inspect::LockInfo::kind
 /// [`LockError::KindMismatch`]: crate::LockError::KindMismatch
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -22,7 +22,7 @@ mod multi;
 mod names;
 mod redact;
 mod redis;
-mod redlock;
+pub mod redlock;
 mod rw;
 mod scripts;
 mod semaphore;
@@ -30,50 +30,75 @@ mod sync;
 
 pub use crate::redis::{ScriptMode, Topology};
 pub use client::global::{global_client, set_global};
-pub use client::{
-    ClientDescription, LockClient, LockClientBuilder, MAX_COMMAND_TIMEOUT, REGISTRATION_TTL,
-};
+pub use client::{LockClient, LockClientBuilder};
 pub use error::{LockError, LossReason, Result};
 pub use fair::FairLock;
-pub use fence::Fence;
-pub use fenced::FencedWrites;
-pub use kind::LockKind;
-pub use lease::MAX_LEASE;
 pub use lock::guard::LockGuard;
-pub use lock::{
-    Lock, LockClientRef, LockHolder, LockInfo, LockTracker, OwnerHold, ReadWriteInfo,
-    ReadWriteMode, SemaphoreInfo,
-};
+pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock};
-pub use names::MAX_NAME_LEN;
-pub use redlock::{RedLock, RedLockClient, RedLockGuard};
 pub use rw::{ReadLock, ReadWriteLock, WriteLock};
-pub use scripts::FunctionLibrary;
-pub use semaphore::Semaphore;
-pub use sync::metrics::{Stats, LATENCY_BOUNDS};
-pub use sync::owner::current_fence;
+pub use semaphore::{Semaphore, SemaphorePermit};
 
-/// `url` with any password replaced by `***`, for logs and error messages: the userinfo
-/// password of every scheme, the `pass` parameter of Unix socket URLs (also written
-/// percent-encoded, and any parameter whose name says it is a password or token), and
-/// for a string that is no valid URL, everything that could be one. dlock shows every
-/// address it puts in an error, a log line or a `Debug` output this way.
-///
-/// ```
-/// assert_eq!(
-///     dlock::redact_url("redis://app:hunter2@127.0.0.1:6379"),
-///     "redis://app:***@127.0.0.1:6379"
-/// );
-/// assert_eq!(
-///     dlock::redact_url("redis+unix:///run/redis.sock?user=app&pa%73s=hunter2&db=1"),
-///     "redis+unix:///run/redis.sock?user=app&pa%73s=***&db=1"
-/// );
-/// // Not a URL (the port is not a number): all that could be secret is hidden.
-/// assert_eq!(
-///     dlock::redact_url("redis://app:hunter2@127.0.0.1:63a9?db=1"),
-///     "redis://app:***@127.0.0.1:63a9?db=***"
-/// );
-/// ```
-pub fn redact_url(url: &str) -> String {
-    redact::redact(url)
+pub mod inspect {
+    //! What operators and dashboards read: who holds a lock, who waits, which kind of lock
+    //! a name is, which client is which ([`Lock::inspect`](crate::Lock::inspect),
+    //! [`LockClient::list_locks`](crate::LockClient::list_locks),
+    //! [`Lock::track`](crate::Lock::track)), and a client's own counters
+    //! ([`LockClient::stats`](crate::LockClient::stats)).
+    pub use crate::client::ClientDescription;
+    pub use crate::kind::LockKind;
+    pub use crate::lock::{
+        LockHolder, LockInfo, LockTracker, OwnerHold, Participant, ReadWriteInfo, ReadWriteMode,
+        SemaphoreInfo,
+    };
+    pub use crate::sync::metrics::{Stats, LATENCY_BOUNDS};
+}
+
+pub mod fencing {
+    //! Fencing tokens: the number each exclusive acquisition mints
+    //! ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token), [`current_fence`]
+    //! inside a scope), and [`FencedWrites`], the Redis writes that refuse a token older
+    //! than one they have seen ([`LockClient::fenced`](crate::LockClient::fenced)).
+    pub use crate::fence::Fence;
+    pub use crate::fenced::FencedWrites;
+    pub use crate::sync::owner::current_fence;
+}
+
+pub mod limits {
+    //! The bounds dlock checks its inputs against, and the intervals operators see.
+    pub use crate::client::{MAX_COMMAND_TIMEOUT, REGISTRATION_TTL};
+    pub use crate::lease::MAX_LEASE;
+    pub use crate::names::MAX_NAME_LEN;
+}
+
+pub mod admin {
+    //! For the people who run Redis: dlock's scripts as a function library to load with
+    //! an administrator's credentials, and the redaction dlock applies to every address it
+    //! shows.
+    pub use crate::scripts::FunctionLibrary;
+
+    /// `url` with any password replaced by `***`, for logs and error messages: the userinfo
+    /// password of every scheme, the `pass` parameter of Unix socket URLs (also written
+    /// percent-encoded, and any parameter whose name says it is a password or token), and
+    /// for a string that is no valid URL, everything that could be one. dlock shows every
+    /// address it puts in an error, a log line or a `Debug` output this way.
+    ///
+    /// ```
+    /// assert_eq!(
+    ///     dlock::admin::redact_url("redis://app:hunter2@127.0.0.1:6379"),
+    ///     "redis://app:***@127.0.0.1:6379"
+    /// );
+    /// assert_eq!(
+    ///     dlock::admin::redact_url("redis+unix:///run/redis.sock?user=app&pa%73s=hunter2&db=1"),
+    ///     "redis+unix:///run/redis.sock?user=app&pa%73s=***&db=1"
+    /// );
+    /// // Not a URL (the port is not a number): all that could be secret is hidden.
+    /// assert_eq!(
+    ///     dlock::admin::redact_url("redis://app:hunter2@127.0.0.1:63a9?db=1"),
+    ///     "redis://app:***@127.0.0.1:63a9?db=***"
+    /// );
+    /// ```
+    pub fn redact_url(url: &str) -> String {
+        crate::redact::redact(url)
+    }
 }

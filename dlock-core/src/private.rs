@@ -12,8 +12,9 @@ use tracing::Instrument;
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::lock::guard::LockGuard;
-use crate::multi::{MultiGuard, MultiLock};
+use crate::multi::MultiGuard;
 use crate::redlock::{RedLockClient, RedLockGuard};
+use crate::semaphore::SemaphorePermit;
 use crate::sync::observe::{self, Label};
 
 pub use crate::client::global::global_client_for;
@@ -207,15 +208,15 @@ fn finished<G: Guard, T>(guard: &G, output: T) -> Result<T, Lost<T>> {
     }
 }
 
-/// Whether a `lease` of `secs` s + `nanos` ns is within [`MAX_LEASE`](crate::MAX_LEASE);
+/// Whether a `lease` of `secs` s + `nanos` ns is within [`MAX_LEASE`](crate::limits::MAX_LEASE);
 /// the attribute checks its `lease` with it at compile time.
 pub const fn lease_fits(secs: u64, nanos: u32) -> bool {
-    let max = crate::MAX_LEASE.as_secs();
+    let max = crate::limits::MAX_LEASE.as_secs();
     secs < max || (secs == max && nanos == 0)
 }
 
 /// When a `min_hold` that starts now ends (the attribute checks `min_hold` against
-/// [`MAX_LEASE`](crate::MAX_LEASE) at compile time, so this cannot overflow in practice).
+/// [`MAX_LEASE`](crate::limits::MAX_LEASE) at compile time, so this cannot overflow in practice).
 pub fn min_hold_end(min_hold: Duration) -> std::time::Instant {
     let now = std::time::Instant::now();
     now.checked_add(min_hold).unwrap_or(now)
@@ -284,14 +285,15 @@ impl Source for LockClient {
             Kind::Write => acquire_with!(self.rw_lock(&key).write(), wait, lease),
             Kind::Permits(permits) => {
                 let semaphore = self.semaphore(&key, permits);
-                match (wait, lease) {
+                let permit = match (wait, lease) {
                     (None, None) => semaphore.acquire(1).await,
                     (None, Some(lease)) => semaphore.acquire_with_lease(1, lease).await,
                     (Some(wait), None) => semaphore.try_acquire_for(1, wait).await,
                     (Some(wait), Some(lease)) => {
                         semaphore.try_acquire_with_lease(1, wait, lease).await
                     }
-                }
+                };
+                permit.map(SemaphorePermit::into_guard)
             }
         }
     }
@@ -352,7 +354,7 @@ fn record_skip(kind: &'static str, template: &'static str) {
 }
 
 /// `on_busy = "skip"`: tries once; `Ok(None)` when the lock is busy (counted in the
-/// client's [`Stats::skipped`](crate::Stats::skipped) and in `dlock_skips_total`, and
+/// client's [`Stats::skipped`](crate::inspect::Stats::skipped) and in `dlock_skips_total`, and
 /// traced at debug level). `template` as for [`acquire`].
 pub async fn acquire_or_skip<S: Source>(
     client: Result<S>,
@@ -434,13 +436,7 @@ async fn take_all(
     wait: Option<Duration>,
     lease: Option<Duration>,
 ) -> Result<MultiGuard> {
-    let multi = match MultiLock::same_slot(&client, &keys) {
-        Ok(multi) => multi,
-        Err(LockError::CrossSlot { .. }) => {
-            MultiLock::sequential(keys.iter().map(|key| client.lock(key)))?
-        }
-        Err(error) => return Err(error),
-    };
+    let multi = client.multi_lock(&keys)?;
     acquire_with!(&multi, wait, lease)
 }
 
@@ -533,7 +529,7 @@ impl HoldAfterExit for LockGuard {
 /// A RedLock is not reentrant: the body runs as it is.
 impl Guard for RedLockGuard {
     fn scope<F: Future>(&self, body: F) -> impl Future<Output = F::Output> {
-        body
+        RedLockGuard::scope(self, body)
     }
 
     fn lost(&self) -> impl Future<Output = LockError> + Send + 'static {

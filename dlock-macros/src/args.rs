@@ -175,7 +175,7 @@ impl Kind {
     }
 }
 
-/// A `lease` and where it was written. Its upper bound is `dlock::MAX_LEASE`, which
+/// A `lease` and where it was written. Its upper bound is `dlock::limits::MAX_LEASE`, which
 /// this crate cannot name at expansion time: the expansion checks it at compile time.
 pub(crate) struct Lease {
     pub(crate) duration: Duration,

@@ -202,7 +202,7 @@ fn rewrite(
         let (secs, nanos) = (lease.duration.as_secs(), lease.duration.subsec_nanos());
         quote_spanned!(lease.span=> const _: () = ::core::assert!(
             #private::lease_fits(#secs, #nanos),
-            "`lease` is longer than `dlock::MAX_LEASE`; leave `lease` out to use the watchdog"
+            "`lease` is longer than `dlock::limits::MAX_LEASE`; leave `lease` out to use the watchdog"
         );)
     });
     let min_hold_check = args.min_hold.as_ref().map(|min_hold| {
@@ -212,7 +212,7 @@ fn rewrite(
         );
         quote_spanned!(min_hold.span=> const _: () = ::core::assert!(
             #private::lease_fits(#secs, #nanos),
-            "`min_hold` is longer than `dlock::MAX_LEASE`, the longest a lock can be kept"
+            "`min_hold` is longer than `dlock::limits::MAX_LEASE`, the longest a lock can be kept"
         );)
     });
     // Counted from the acquisition, which the expansion sees complete just before it.

@@ -2,7 +2,7 @@
 //! (`dlock-liveness`) share: the seeded generator that draws every actor's schedule, the
 //! names of one case's keys, and the guard either takes.
 
-use dlock::{LockError, LockGuard, MultiGuard};
+use dlock::{LockError, LockGuard, MultiGuard, SemaphorePermit};
 
 /// A small seeded generator (SplitMix64): the same seed draws the same schedule in the
 /// test process and in a worker, whatever crates are in the tree.
@@ -78,11 +78,13 @@ impl Keys {
     }
 }
 
-/// Either kind of guard an actor of the liveness test takes.
+/// Any guard an actor of the liveness test takes.
 #[derive(Debug)]
 pub enum Guard {
-    /// A lock's, fair lock's, read or write lock's or semaphore's guard.
+    /// A lock's, fair lock's, read or write lock's guard.
     One(LockGuard),
+    /// A semaphore's permit.
+    Permit(SemaphorePermit),
     /// A multi-lock's guard.
     Multi(MultiGuard),
 }
@@ -92,6 +94,7 @@ impl Guard {
     pub fn deadline(&self) -> std::time::Instant {
         match self {
             Guard::One(g) => g.deadline(),
+            Guard::Permit(p) => p.deadline(),
             Guard::Multi(g) => g.deadline(),
         }
     }
@@ -100,6 +103,7 @@ impl Guard {
     pub async fn unlock(self) -> Result<(), LockError> {
         match self {
             Guard::One(g) => g.unlock().await,
+            Guard::Permit(p) => p.unlock().await,
             Guard::Multi(g) => g.unlock().await,
         }
     }

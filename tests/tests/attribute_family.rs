@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::{distributed_lock, LockClient, LockError, RedLockClient};
+use dlock::{distributed_lock, redlock::RedLockClient, LockClient, LockError};
 use dlock_tests::RedisServer;
 use redis::AsyncCommands;
 
@@ -195,7 +195,14 @@ async fn permits_let_that_many_bodies_in_at_once() {
     }
     // At most 2 (the semaphore), and 2 reached (not a mutex).
     assert_eq!(inside.most.load(Ordering::SeqCst), 2);
-    assert_eq!(client.semaphore("pool:db", 2).available().await.unwrap(), 2);
+    assert_eq!(
+        client
+            .semaphore("pool:db", 2)
+            .available_permits()
+            .await
+            .unwrap(),
+        2
+    );
 }
 
 #[distributed_lock(key = "invoice:<id>", client = redlock)]

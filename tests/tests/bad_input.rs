@@ -4,7 +4,10 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use dlock::{LockClient, LockError, MAX_LEASE, MAX_NAME_LEN};
+use dlock::{
+    limits::{MAX_LEASE, MAX_NAME_LEN},
+    LockClient, LockError,
+};
 use dlock_tests::RedisServer;
 use redis::Commands;
 
@@ -434,7 +437,7 @@ async fn absurd_client_settings_are_refused_or_work() {
     // Timeouts and waits beyond any deadline, the longest command timeout and retry pause:
     // usable, no overflow.
     let client = LockClient::builder()
-        .command_timeout(dlock::MAX_COMMAND_TIMEOUT)
+        .command_timeout(dlock::limits::MAX_COMMAND_TIMEOUT)
         .connect_timeout(Duration::MAX)
         .max_wait_recheck(Duration::MAX)
         .failover_wait(Duration::MAX)

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock::{LockClient, Topology, REGISTRATION_TTL};
+use dlock::{limits::REGISTRATION_TTL, LockClient, Topology};
 use dlock_tests::{RedisCluster, RedisReplicaSet, RedisServer};
 
 /// The names of `server`'s connections (`CLIENT LIST`).

@@ -12,7 +12,7 @@ const ENTRY_MS: i64 = 300;
 
 fn acquire_script() -> redis::Script {
     redis::Script::new(
-        dlock::FunctionLibrary::current()
+        dlock::admin::FunctionLibrary::current()
             .script("fair_acquire")
             .expect("dlock has the fair lock's acquire script"),
     )

@@ -197,7 +197,7 @@ async fn bad_names_and_durations_are_refused_before_redis() {
     for timeout in [
         Duration::ZERO,
         Duration::from_millis(29),
-        dlock::MAX_LEASE + Duration::from_millis(1),
+        dlock::limits::MAX_LEASE + Duration::from_millis(1),
     ] {
         let err = lock
             .clone()

@@ -7,7 +7,10 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use dlock::{current_fence, Fence, LockClient, LockError, MultiLock, Topology};
+use dlock::{
+    fencing::{current_fence, Fence},
+    LockClient, LockError, MultiLock, Topology,
+};
 use dlock_tests::commandstats::command_calls;
 use dlock_tests::{RedisCluster, RedisReplicaSet, RedisServer, TcpProxy};
 
@@ -262,8 +265,14 @@ async fn every_exclusive_kind_is_fenced_and_only_those() {
     assert!(w3.fencing_token() > Some(wt));
     w3.unlock().await.unwrap();
 
+    // A semaphore permit has no token: `SemaphorePermit` has no `fencing_token` (a
+    // compile_fail doc test on the type checks it), and no hold of the permit's call chain
+    // offers one to `current_fence`.
     let permit = client.semaphore("fence:sem", 2).acquire(1).await.unwrap();
-    assert_eq!(permit.fencing_token(), None, "a semaphore permit has none");
+    let seen = permit
+        .scope(async { dlock::fencing::current_fence() })
+        .await;
+    assert_eq!(seen, None, "a semaphore permit has none");
     permit.unlock().await.unwrap();
 
     // The multi-lock, both modes: one token per lock, each from that lock's counter.

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock::{Fence, LockClient, LockError, Topology};
+use dlock::{fencing::Fence, LockClient, LockError, Topology};
 use dlock_tests::{RedisCluster, RedisServer, TcpProxy};
 use redis::Commands;
 

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use dlock::{LockClient, LockError, MAX_LEASE};
+use dlock::{limits::MAX_LEASE, LockClient, LockError};
 use dlock_tests::RedisServer;
 use redis::Commands;
 
@@ -95,7 +95,7 @@ async fn the_acquire_script_itself_refuses_a_bad_lease_without_writing() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let script = redis::Script::new(
-        dlock::FunctionLibrary::current()
+        dlock::admin::FunctionLibrary::current()
             .script("lock_acquire")
             .expect("dlock has the lock's acquire script"),
     );

@@ -35,7 +35,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use dlock::{
-    distributed_lock, LockClient, LockError, LockGuard, MultiGuard, MultiLock, RedLockClient,
+    distributed_lock, redlock::RedLockClient, LockClient, LockError, LockGuard, MultiGuard,
+    MultiLock,
 };
 use dlock_tests::RedisServer;
 use tokio::task::JoinHandle;
@@ -1003,6 +1004,7 @@ const MAY_SHARE: [[bool; 6]; 6] = [
 /// A hold of one of the [`Kind`]s.
 enum Holding {
     One(LockGuard),
+    Permit(dlock::SemaphorePermit),
     Set(MultiGuard),
 }
 
@@ -1010,6 +1012,7 @@ impl Holding {
     async fn unlock(self) -> dlock::Result<()> {
         match self {
             Holding::One(guard) => guard.unlock().await,
+            Holding::Permit(permit) => permit.unlock().await,
             Holding::Set(guard) => guard.unlock().await,
         }
     }
@@ -1029,7 +1032,9 @@ async fn take(
         Kind::Fair => Holding::One(client.fair_lock(name).try_lock_for(wait).await?),
         Kind::Read => Holding::One(client.rw_lock(name).read().try_lock_for(wait).await?),
         Kind::Write => Holding::One(client.rw_lock(name).write().try_lock_for(wait).await?),
-        Kind::Semaphore => Holding::One(client.semaphore(name, 1).try_acquire_for(1, wait).await?),
+        Kind::Semaphore => {
+            Holding::Permit(client.semaphore(name, 1).try_acquire_for(1, wait).await?)
+        }
         Kind::Multi => Holding::Set(
             MultiLock::same_slot(client, [name, other])?
                 .try_lock_for(wait)

@@ -9,7 +9,11 @@
 
 use std::collections::BTreeMap;
 
-use dlock::{LockClient, LockGuard, LockInfo, LockKind, ReadWriteMode};
+use dlock::{
+    inspect::{LockInfo, LockKind, ReadWriteMode},
+    LockClient,
+};
+use dlock_tests::liveness::Guard;
 use dlock_tests::RedisServer;
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -58,7 +62,7 @@ struct World {
     clients: [LockClient; 2],
     case: String,
     /// Live guards: (client, what, guard), in acquisition order.
-    guards: Vec<(usize, Held, LockGuard)>,
+    guards: Vec<(usize, Held, Guard)>,
 }
 
 impl World {
@@ -77,7 +81,12 @@ impl World {
             Step::Lock { client } => {
                 let lock = self.clients[client].lock(&self.name("lock"));
                 let free = self.count(|h| h == Held::Lock) == 0;
-                (client, Held::Lock, free, lock.try_lock().await)
+                (
+                    client,
+                    Held::Lock,
+                    free,
+                    lock.try_lock().await.map(Guard::One),
+                )
             }
             Step::Reenter { guard } => {
                 let locks: Vec<usize> = (0..self.guards.len())
@@ -86,25 +95,38 @@ impl World {
                 if locks.is_empty() {
                     return Ok(());
                 }
-                let (client, _, outer) = &self.guards[locks[guard.index(locks.len())]];
+                let (client, _, Guard::One(outer)) = &self.guards[locks[guard.index(locks.len())]]
+                else {
+                    unreachable!("a lock's hold is a LockGuard");
+                };
                 let lock = self.clients[*client].lock(&self.name("lock"));
-                let attempt = outer.scope(lock.try_lock()).await;
+                let attempt = outer.scope(lock.try_lock()).await.map(Guard::One);
                 (*client, Held::Lock, true, attempt)
             }
             Step::Read { client } => {
                 let rw = self.clients[client].rw_lock(&self.name("rw"));
                 let free = self.count(|h| h == Held::Write) == 0;
-                (client, Held::Read, free, rw.read().try_lock().await)
+                (
+                    client,
+                    Held::Read,
+                    free,
+                    rw.read().try_lock().await.map(Guard::One),
+                )
             }
             Step::Write { client } => {
                 let rw = self.clients[client].rw_lock(&self.name("rw"));
                 let free = self.count(|h| matches!(h, Held::Read | Held::Write)) == 0;
-                (client, Held::Write, free, rw.write().try_lock().await)
+                (
+                    client,
+                    Held::Write,
+                    free,
+                    rw.write().try_lock().await.map(Guard::One),
+                )
             }
             Step::Acquire { client, permits } => {
                 let semaphore = self.clients[client].semaphore(&self.name("sem"), PERMITS);
                 let free = PERMITS - self.taken() >= permits;
-                let attempt = semaphore.try_acquire(permits).await;
+                let attempt = semaphore.try_acquire(permits).await.map(Guard::Permit);
                 (client, Held::Permits(permits), free, attempt)
             }
             Step::Release { guard } => {

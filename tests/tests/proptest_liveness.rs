@@ -506,7 +506,7 @@ impl Actor {
                         Some(lease) => semaphore.try_acquire_with_lease(n, wait, lease).await,
                         None => semaphore.try_acquire_for(n, wait).await,
                     }
-                    .map(Guard::One)
+                    .map(Guard::Permit)
                 })
                 .await;
             }

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock::{LockClient, LockError, LossReason, RedLockClient};
+use dlock::{redlock::RedLockClient, LockClient, LockError, LossReason};
 use dlock_tests::{RedisServer, TcpProxy};
 
 fn servers(n: usize) -> Vec<RedisServer> {
@@ -45,7 +45,7 @@ async fn two_paused_servers_still_grant_three_do_not() {
     let guard = lock.try_lock_for(Duration::from_secs(2)).await.unwrap();
     let granted_in = started.elapsed();
     assert!(lock.is_locked().await.unwrap());
-    assert!(guard.unlock().await.unwrap(), "held on the 3 live servers");
+    guard.unlock().await.expect("held on the 3 live servers");
 
     servers[2].pause();
     let wait = Duration::from_secs(1);
@@ -162,7 +162,10 @@ async fn release_after_expiry_is_not_held_and_no_error() {
     assert!(!guard.is_lost());
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert!(guard.is_lost());
-    assert!(!guard.unlock().await.unwrap());
+    assert!(matches!(
+        guard.unlock().await,
+        Err(LockError::NotHeld { .. })
+    ));
     // The expiry is reported through lost() too.
     let guard = rl
         .lock("expiring")
@@ -184,7 +187,10 @@ async fn release_after_expiry_is_not_held_and_no_error() {
     );
     // The guard's deadline (lease − drift) comes before the servers' expiry (lease).
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!guard.unlock().await.unwrap());
+    assert!(matches!(
+        guard.unlock().await,
+        Err(LockError::NotHeld { .. })
+    ));
 }
 
 /// Fails when the guard does not renew (lost after one 300 ms lease), or when a majority

@@ -304,3 +304,29 @@ async fn read_and_write_holds_are_confirmed_by_replicas_too() {
     );
     set.replicas[0].resume();
 }
+
+/// A semaphore's grant counts only once the replicas confirmed it, and one they never saw
+/// gives its permits back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_grants_are_confirmed_by_replicas_too() {
+    let set = RedisReplicaSet::start(1);
+    let client = acked_client(&set, Duration::from_secs(5)).await;
+    let pool = client.semaphore("acked:pool", 2);
+
+    let before = wait_calls(&set);
+    pool.acquire(1).await.unwrap().unlock().await.unwrap();
+    let waits = wait_calls(&set) - before;
+    assert!(waits >= 1, "{waits} WAITs for a grant");
+
+    cut_replica(&set);
+    match pool.try_acquire(2).await {
+        Err(LockError::NotReplicated { .. }) => {}
+        other => panic!("a grant the replica never saw was handed out: {other:?}"),
+    }
+    assert_eq!(
+        pool.available_permits().await.unwrap(),
+        2,
+        "a refused grant kept its permits"
+    );
+    set.replicas[0].resume();
+}

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use dlock::config::{Config, ConfigError};
-use dlock::{FunctionLibrary, LockClient, LockError, MultiLock, ScriptMode, Topology};
+use dlock::{admin::FunctionLibrary, LockClient, LockError, MultiLock, ScriptMode, Topology};
 use dlock_tests::logs::{capture_logs, captured};
 use dlock_tests::{RedisCluster, RedisReplicaSet, RedisSentinelGroup, RedisServer};
 
@@ -433,11 +433,12 @@ async fn exercise_semaphore(a: &LockClient, b: &LockClient, name: &str) {
         .await
         .unwrap()
         .unwrap_or_else(|e| panic!("{name}: {e}"));
-    assert_eq!(both.hold_count().await.unwrap(), 2, "{name}");
+    assert!(both.is_held().await.unwrap(), "{name}");
+    assert_eq!(both.permits(), 2, "{name}");
     both.unlock().await.unwrap();
-    assert_eq!(sem_a.capacity().await.unwrap(), 2, "{name}");
+    assert_eq!(sem_a.total_permits().await.unwrap(), 2, "{name}");
     sem_a.set_permits(3).await.unwrap();
-    assert_eq!(sem_a.available().await.unwrap(), 3, "{name}");
+    assert_eq!(sem_a.available_permits().await.unwrap(), 3, "{name}");
 }
 
 /// The fenced writes on the application key `fenced:<name>` (under the prefix, so the
@@ -446,7 +447,7 @@ async fn exercise_semaphore(a: &LockClient, b: &LockClient, name: &str) {
 async fn exercise_fenced(a: &LockClient, name: &str) {
     let key = format!("{}fenced:{name}", a.key_prefix());
     let fenced = a.fenced();
-    let fence = dlock::Fence::new;
+    let fence = dlock::fencing::Fence::new;
     fenced
         .set(&key, "5", fence(2))
         .await
@@ -537,16 +538,18 @@ async fn touch_everything(topology: &Topology) {
             .semaphore("slots:1", 1)
             .try_acquire_for(1, Duration::from_millis(200))
             .await;
-        let _ = sem.available().await;
-        let _ = sem.capacity().await;
+        let _ = sem.available_permits().await;
+        let _ = sem.total_permits().await;
         let _ = guard.unlock().await;
         let _ = sem.set_permits(2).await;
     }
     // The fenced writes: a set, an increment (INCRBY and its memo), the highest token.
     let fenced = a.fenced();
-    let _ = fenced.set("shop:fenced:1", "5", dlock::Fence::new(1)).await;
     let _ = fenced
-        .incr_by("shop:fenced:1", 1, dlock::Fence::new(1))
+        .set("shop:fenced:1", "5", dlock::fencing::Fence::new(1))
+        .await;
+    let _ = fenced
+        .incr_by("shop:fenced:1", 1, dlock::fencing::Fence::new(1))
         .await;
     let _ = fenced.highest_fence("shop:fenced:1").await;
     // Let the unsubscribe and background releases reach Redis.
@@ -1751,7 +1754,7 @@ async fn passwords_never_reach_logs_debug_output_or_errors() {
         format!("{url_error:?}"),
         format!("{config_error}"),
         format!("{config_error:?}"),
-        dlock::redact_url(&url),
+        dlock::admin::redact_url(&url),
     ];
     assert_no_password_in(&shown.iter().map(String::as_str).collect::<Vec<_>>());
     // Not vacuous: the places that could show a password show its mask.

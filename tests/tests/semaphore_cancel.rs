@@ -43,7 +43,7 @@ async fn cancelled_acquisitions_leave_no_permit_taken() {
     }
     // The background releases drain; then every permit is back and no grant is left.
     let until = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < until && sem.available().await.unwrap() != 3 {
+    while Instant::now() < until && sem.available_permits().await.unwrap() != 3 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     println!("{cancelled} cancelled, {finished} finished");
@@ -51,7 +51,7 @@ async fn cancelled_acquisitions_leave_no_permit_taken() {
         cancelled > 20 && finished > 5,
         "{cancelled} cancelled, {finished} finished"
     );
-    assert_eq!(sem.available().await.unwrap(), 3);
+    assert_eq!(sem.available_permits().await.unwrap(), 3);
     assert!(
         !redis.exists::<_, bool>(sem.key()).await.unwrap(),
         "a grant was left"

@@ -23,7 +23,7 @@ async fn the_semaphore_works_on_a_cluster() {
         let (sem_a, sem_b) = (a.semaphore(name, 2), b.semaphore(name, 2));
         let first = sem_a.acquire(1).await.unwrap();
         let second = sem_a.acquire(1).await.unwrap();
-        assert_eq!(sem_b.available().await.unwrap(), 0, "{name}");
+        assert_eq!(sem_b.available_permits().await.unwrap(), 0, "{name}");
         let waiter = tokio::spawn({
             let sem = sem_b.clone();
             async move { sem.try_acquire_for(2, Duration::from_secs(10)).await }
@@ -40,8 +40,8 @@ async fn the_semaphore_works_on_a_cluster() {
             latency < Duration::from_millis(500),
             "{name}: woke after {latency:?}"
         );
-        assert_eq!(both.hold_count().await.unwrap(), 2, "{name}");
+        assert_eq!(both.held_permits().await.unwrap(), 2, "{name}");
         both.unlock().await.unwrap();
-        assert_eq!(sem_a.available().await.unwrap(), 2, "{name}");
+        assert_eq!(sem_a.available_permits().await.unwrap(), 2, "{name}");
     }
 }

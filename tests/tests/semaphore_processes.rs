@@ -104,10 +104,10 @@ async fn four_permits_across_processes_hold_under_kill_9_and_dead_permits_return
     let client = LockClient::connect(&server.url()).await.unwrap();
     let sem = client.semaphore("dead", PERMITS);
     let holder = spawn(&server, "dead", PERMITS, 600_000, "sem");
-    assert_eq!(sem.available().await.unwrap(), 0);
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
     let killed_at = kill(&mut redis, "dead", holder);
     loop {
-        let free = sem.available().await.unwrap();
+        let free = sem.available_permits().await.unwrap();
         let since = server_ms(&mut redis) - killed_at;
         if free == PERMITS {
             println!("a killed holder's {PERMITS} permits returned {since} ms after the kill (lease {WATCHDOG_MS} ms)");

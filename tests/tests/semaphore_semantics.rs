@@ -49,7 +49,7 @@ async fn release_again(
     memo: &str,
 ) -> i64 {
     let script = redis::Script::new(
-        dlock::FunctionLibrary::current()
+        dlock::admin::FunctionLibrary::current()
             .script("sem_release")
             .expect("dlock has the semaphore's release script"),
     );
@@ -77,50 +77,50 @@ async fn a_second_release_of_a_grant_and_a_release_after_expiry_change_nothing()
     let two = sem.acquire(2).await.unwrap();
     assert_eq!(
         (
-            one.hold_count().await.unwrap(),
-            two.hold_count().await.unwrap()
+            one.held_permits().await.unwrap(),
+            two.held_permits().await.unwrap()
         ),
         (1, 2)
     );
-    assert_eq!(sem.available().await.unwrap(), 0);
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
     let before: Vec<String> = grants(&mut redis, &sem).await;
     one.unlock().await.unwrap();
     let after = grants(&mut redis, &sem).await;
     let released: Vec<&String> = before.iter().filter(|g| !after.contains(g)).collect();
     assert_eq!(released.len(), 1);
-    assert_eq!(sem.available().await.unwrap(), 1);
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
     // Released again, twice, under memos of their own: "not held", nothing changes.
     for memo in ["memo:a", "memo:b"] {
         assert_eq!(release_again(&mut redis, &sem, released[0], memo).await, -1);
-        assert_eq!(sem.available().await.unwrap(), 1);
+        assert_eq!(sem.available_permits().await.unwrap(), 1);
     }
-    assert_eq!(two.hold_count().await.unwrap(), 2);
+    assert_eq!(two.held_permits().await.unwrap(), 2);
     two.unlock().await.unwrap();
-    assert_eq!(sem.available().await.unwrap(), 3);
+    assert_eq!(sem.available_permits().await.unwrap(), 3);
 
     // A grant that expired is reclaimed; its late release is refused and changes nothing.
     let short = sem
         .acquire_with_lease(2, Duration::from_millis(300))
         .await
         .unwrap();
-    assert_eq!(sem.available().await.unwrap(), 1);
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(
-        sem.available().await.unwrap(),
+        sem.available_permits().await.unwrap(),
         3,
         "the expired grant came back"
     );
-    assert_eq!(short.hold_count().await.unwrap(), 0);
+    assert_eq!(short.held_permits().await.unwrap(), 0);
     let other = sem.acquire(2).await.unwrap();
-    assert_eq!(sem.available().await.unwrap(), 1);
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
     assert!(matches!(
         short.unlock().await,
         Err(LockError::NotHeld { .. })
     ));
-    assert_eq!(sem.available().await.unwrap(), 1);
-    assert_eq!(other.hold_count().await.unwrap(), 2);
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
+    assert_eq!(other.held_permits().await.unwrap(), 2);
     other.unlock().await.unwrap();
-    assert_eq!(sem.available().await.unwrap(), 3);
+    assert_eq!(sem.available_permits().await.unwrap(), 3);
     assert!(
         !redis.exists::<_, bool>(sem.key()).await.unwrap(),
         "idle: no grants hash left"
@@ -155,7 +155,7 @@ async fn a_two_permit_waiter_wakes_after_two_single_releases() {
         latency < Duration::from_millis(200),
         "woke after {latency:?}"
     );
-    assert_eq!(guard.hold_count().await.unwrap(), 2);
+    assert_eq!(guard.held_permits().await.unwrap(), 2);
     guard.unlock().await.unwrap();
 }
 
@@ -220,7 +220,7 @@ async fn bad_permit_counts_fail_at_once() {
         Err(LockError::InvalidPermits { .. })
     ));
     assert!(matches!(
-        empty.available().await,
+        empty.available_permits().await,
         Err(LockError::InvalidPermits { .. })
     ));
     assert!(matches!(
@@ -235,7 +235,11 @@ async fn bad_permit_counts_fail_at_once() {
         sem.acquire_with_lease(1, Duration::ZERO).await,
         Err(LockError::InvalidDuration { .. })
     ));
-    assert_eq!(sem.available().await.unwrap(), 3, "nothing was taken");
+    assert_eq!(
+        sem.available_permits().await.unwrap(),
+        3,
+        "nothing was taken"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -244,7 +248,7 @@ async fn the_stored_capacity_is_checked_and_changes_only_through_set_permits() {
     let client = patient_client(&server).await;
     let four = client.semaphore("capacity", 4);
     assert_eq!(
-        four.capacity().await.unwrap(),
+        four.total_permits().await.unwrap(),
         4,
         "nothing stored: the handle's"
     );
@@ -264,7 +268,7 @@ async fn the_stored_capacity_is_checked_and_changes_only_through_set_permits() {
     );
     let message = error.to_string();
     assert!(message.contains('5') && message.contains('4'), "{message}");
-    assert_eq!(five.capacity().await.unwrap(), 4);
+    assert_eq!(five.total_permits().await.unwrap(), 4);
 
     // Grow: a waiter short of permits is woken by the change, not by a timer.
     let held: Vec<_> = futures_join(&four, 4).await;
@@ -282,7 +286,7 @@ async fn the_stored_capacity_is_checked_and_changes_only_through_set_permits() {
         "{:?}",
         grown_at.elapsed()
     );
-    assert_eq!(four.capacity().await.unwrap(), 5);
+    assert_eq!(four.total_permits().await.unwrap(), 5);
     // The 5-permit handle agrees with Redis now: all 5 are held, so it is refused as busy.
     assert!(five.try_acquire(1).await.unwrap_err().is_timeout());
     assert!(matches!(
@@ -296,15 +300,15 @@ async fn the_stored_capacity_is_checked_and_changes_only_through_set_permits() {
 
     // Shrink below what is held: no grant is revoked, nothing new until held < capacity.
     four.set_permits(2).await.unwrap();
-    assert_eq!(four.available().await.unwrap(), 0);
-    assert_eq!(extra.hold_count().await.unwrap(), 1);
+    assert_eq!(four.available_permits().await.unwrap(), 0);
+    assert_eq!(extra.held_permits().await.unwrap(), 1);
     let mut held = held;
     held.push(extra);
     assert_eq!(held.len(), 5);
     // Held 5, 4, 3, 2 of 2: refused each time; then 1 of 2.
     for (guard, free) in held.into_iter().zip([0, 0, 0, 1, 2]) {
         assert_eq!(
-            guard.hold_count().await.unwrap(),
+            guard.held_permits().await.unwrap(),
             1,
             "a live grant was revoked"
         );
@@ -315,15 +319,15 @@ async fn the_stored_capacity_is_checked_and_changes_only_through_set_permits() {
             );
         }
         guard.unlock().await.unwrap();
-        assert_eq!(four.available().await.unwrap(), free);
+        assert_eq!(four.available_permits().await.unwrap(), free);
     }
     let last = four.try_acquire(2).await.unwrap();
-    assert_eq!(four.available().await.unwrap(), 0);
+    assert_eq!(four.available_permits().await.unwrap(), 0);
     last.unlock().await.unwrap();
 }
 
 /// `count` grants of one permit each.
-async fn futures_join(sem: &Semaphore, count: usize) -> Vec<dlock::LockGuard> {
+async fn futures_join(sem: &Semaphore, count: usize) -> Vec<dlock::SemaphorePermit> {
     let mut guards = vec![];
     for _ in 0..count {
         guards.push(sem.acquire(1).await.unwrap());

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use dlock::{distributed_lock, LockClient, LockError, MultiLock, RedLockClient};
+use dlock::{distributed_lock, redlock::RedLockClient, LockClient, LockError, MultiLock};
 use dlock_tests::spans::{capture_spans, closed_spans, ClosedSpan};
 use dlock_tests::RedisServer;
 
@@ -147,9 +147,10 @@ async fn manual_acquisitions_record_their_outcome_and_no_template() {
         .lock()
         .await
         .unwrap();
-    for guard in [fair, read, permit] {
+    for guard in [fair, read] {
         guard.unlock().await.unwrap();
     }
+    permit.unlock().await.unwrap();
     multi.unlock().await.unwrap();
     for (lock, kind) in kinds {
         assert_eq!(the_acquisition(lock).field("kind"), Some(kind), "{lock}");

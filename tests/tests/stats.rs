@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use dlock::{LockClient, LATENCY_BOUNDS};
+use dlock::{inspect::LATENCY_BOUNDS, LockClient};
 use dlock_tests::RedisServer;
 use redis::Commands;
 

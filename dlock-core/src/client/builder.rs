@@ -90,7 +90,7 @@ impl LockClientBuilder {
     }
 
     /// Prefix of every lock key, e.g. `"shop:"`. Default: none. Like a lock name, at most
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes without ASCII control characters, and
+    /// [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes without ASCII control characters, and
     /// without `{`: dlock's own names put the prefix before a cluster hash tag
     /// (`dlock:unlock:<prefix>{tag}:<name>`), so that an ACL pattern per prefix keeps
     /// applications apart (docs/SECURITY.md); put hash tags in lock names instead.
@@ -172,7 +172,7 @@ impl LockClientBuilder {
     }
 
     /// Whether every acquisition that excludes writers (the lock, the fair lock, the write
-    /// lock, each lock of a multi-lock) mints a fencing token: a [`Fence`](crate::Fence)
+    /// lock, each lock of a multi-lock) mints a fencing token: a [`Fence`](crate::fencing::Fence)
     /// from a counter in Redis, strictly increasing per lock name across all clients, that
     /// the guard reports ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token))
     /// and that storage can check to refuse a paused or cut-off holder's late write.
@@ -210,7 +210,7 @@ impl LockClientBuilder {
     /// to each holder. Default: `dlock-` and the first 8 characters of the client id.
     ///
     /// Printable ASCII without spaces (what Redis accepts), at most
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes. A user whose ACL lacks
+    /// [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes. A user whose ACL lacks
     /// `+client|setname` or the `~dlock:client:PREFIX*` pattern locks as well; only the
     /// name or the description is missing (logged at debug level).
     ///
@@ -236,7 +236,7 @@ impl LockClientBuilder {
     /// [`client_name`](Self::client_name)) in Redis. Default `true`. A short-lived tool
     /// (the `dlock` command line) turns it off: its process ends before the deletion at
     /// drop can be sent, and the description would outlive it by up to
-    /// [`REGISTRATION_TTL`](crate::REGISTRATION_TTL). Its connections are still named.
+    /// [`REGISTRATION_TTL`](crate::limits::REGISTRATION_TTL). Its connections are still named.
     #[must_use]
     pub fn describe_client(mut self, enabled: bool) -> Self {
         self.describe = enabled;
@@ -339,7 +339,7 @@ impl LockClientBuilder {
     /// zero timeout / recheck interval, a command timeout over 60 s or a retry delay over
     /// 366 days,
     /// [`LockError::InvalidName`] for a key prefix over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, with a control character or a `{`,
+    /// [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes, with a control character or a `{`,
     /// and for a client name Redis would refuse,
     /// [`LockError::Config`] for a malformed address,
     /// [`LockError::Connect`] when Redis cannot be reached.

@@ -94,7 +94,7 @@ fn host_name() -> String {
 }
 
 /// Checks a client name: what `CLIENT SETNAME` accepts (printable ASCII without spaces,
-/// not empty), at most [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes.
+/// not empty), at most [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes.
 pub(crate) fn check_client_name(name: &str) -> Result<()> {
     check_text("client name", name)?;
     if name.is_empty() {

@@ -51,7 +51,7 @@ const MIN_ENTRY_TIMEOUT: Duration = Duration::from_millis(30);
 ///
 /// A fair lock shares its name with the [`Lock`](crate::Lock) and the
 /// [`ReadWriteLock`](crate::ReadWriteLock) of the same name (see
-/// [`LockKind`](crate::LockKind)): an acquisition finding the name held as another kind
+/// [`LockKind`](crate::inspect::LockKind)): an acquisition finding the name held as another kind
 /// fails at once with [`LockError::KindMismatch`](crate::LockError::KindMismatch), and
 /// theirs fail finding it held as a fair lock.
 ///
@@ -78,7 +78,7 @@ impl LockClient {
     /// `name`).
     ///
     /// Creating a handle does not talk to Redis; an empty name, one over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or one with an ASCII control character
+    /// [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes or one with an ASCII control character
     /// is reported by the handle's operations as [`LockError::InvalidName`].
     pub fn fair_lock(&self, name: &str) -> FairLock {
         let prefix = &self.inner.settings.key_prefix;
@@ -121,7 +121,7 @@ impl FairLock {
     /// waiter holds up the ones behind it, and costs one call to Redis per third per
     /// waiting task.
     ///
-    /// Checked when used: under 30 ms or over [`MAX_LEASE`](crate::MAX_LEASE), every
+    /// Checked when used: under 30 ms or over [`MAX_LEASE`](crate::limits::MAX_LEASE), every
     /// acquisition reports [`LockError::InvalidDuration`].
     ///
     /// ```
@@ -178,7 +178,7 @@ impl FairLock {
     /// # Errors
     ///
     /// [`LockError::InvalidDuration`] for a lease under 1 ms or over
-    /// [`MAX_LEASE`](crate::MAX_LEASE) (nothing is sent to Redis); otherwise as for
+    /// [`MAX_LEASE`](crate::limits::MAX_LEASE) (nothing is sent to Redis); otherwise as for
     /// [`lock`](FairLock::lock).
     ///
     /// # Cancel safety

@@ -57,7 +57,7 @@ use crate::scripts::fenced_scripts;
 /// # async fn main() -> dlock::Result<()> {
 /// # let server = dlock_tests::RedisServer::start();
 /// # let client = dlock::LockClient::connect(&server.url()).await?;
-/// use dlock::{Fence, LockError};
+/// use dlock::{LockError, fencing::Fence};
 ///
 /// let fenced = client.fenced();
 /// // Tokens come from the lock; `Fence::new` stands in for them here.
@@ -148,9 +148,9 @@ impl FencedWrites {
     /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
     /// # let client = dlock::LockClient::connect(&server.url()).await?;
-    /// let guard_token = dlock::Fence::new(3); // from the lock's guard
+    /// let guard_token = dlock::fencing::Fence::new(3); // from the lock's guard
     /// client.fenced().set("profile:9", b"{\"name\":\"Ada\"}", guard_token).await?;
-    /// let stale = client.fenced().set("profile:9", "older", dlock::Fence::new(2)).await;
+    /// let stale = client.fenced().set("profile:9", "older", dlock::fencing::Fence::new(2)).await;
     /// assert!(matches!(stale, Err(dlock::LockError::StaleToken { .. })));
     /// # Ok(())
     /// # }
@@ -162,7 +162,7 @@ impl FencedWrites {
     /// do not retry with the same token); [`LockError::FencedWrongType`] when `key` holds
     /// a non-string (a hash, a list...) or its bookkeeping key is not a hash;
     /// [`LockError::InvalidName`] for an empty key, one over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or with ASCII control characters
+    /// [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes or with ASCII control characters
     /// (nothing sent); [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis
     /// fails. A call whose reply was lost is retried like any command: harmless, since the
     /// same value with the same token writes the same thing (unless another write of the
@@ -192,7 +192,7 @@ impl FencedWrites {
     /// # let server = dlock_tests::RedisServer::start();
     /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// let fenced = client.fenced();
-    /// let token = dlock::Fence::new(1);
+    /// let token = dlock::fencing::Fence::new(1);
     /// assert_eq!(fenced.incr_by("seats:7", 10, token).await?, 10);
     /// assert_eq!(fenced.incr_by("seats:7", -3, token).await?, 7);
     /// # Ok(())
@@ -226,8 +226,8 @@ impl FencedWrites {
     /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// let fenced = client.fenced();
     /// assert_eq!(fenced.highest_fence("report:1").await?, None);
-    /// fenced.set("report:1", "done", dlock::Fence::new(4)).await?;
-    /// assert_eq!(fenced.highest_fence("report:1").await?, Some(dlock::Fence::new(4)));
+    /// fenced.set("report:1", "done", dlock::fencing::Fence::new(4)).await?;
+    /// assert_eq!(fenced.highest_fence("report:1").await?, Some(dlock::fencing::Fence::new(4)));
     /// # Ok(())
     /// # }
     /// ```

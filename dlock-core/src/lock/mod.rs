@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use inspect::{
-    LockClientRef, LockHolder, LockInfo, LockTracker, OwnerHold, ReadWriteInfo, ReadWriteMode,
+    LockHolder, LockInfo, LockTracker, OwnerHold, Participant, ReadWriteInfo, ReadWriteMode,
     SemaphoreInfo,
 };
 
@@ -28,7 +28,7 @@ use crate::sync::pubsub::Abandon;
 use crate::sync::release::HAND_OFF_RESERVATION;
 
 /// A handle to one named lock, from [`LockClient::lock`]. Cheap to clone; creating it does
-/// not talk to Redis. A name that is empty, longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or contains
+/// not talk to Redis. A name that is empty, longer than [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes or contains
 /// an ASCII control character is reported as [`LockError::InvalidName`] by every
 /// operation.
 ///
@@ -66,7 +66,7 @@ use crate::sync::release::HAND_OFF_RESERVATION;
 ///
 /// A lock's name is shared with the [`FairLock`](crate::FairLock) and the
 /// [`ReadWriteLock`](crate::ReadWriteLock) of the same name (see
-/// [`LockKind`](crate::LockKind)): while one of them holds it, an acquisition of this lock
+/// [`LockKind`](crate::inspect::LockKind)): while one of them holds it, an acquisition of this lock
 /// fails at once with [`LockError::KindMismatch`] rather than wait for a release it would
 /// never hear of.
 ///
@@ -94,7 +94,7 @@ impl LockClient {
     /// A handle to the lock called `name` (the key is the client's key prefix + `name`).
     ///
     /// Creating a handle does not talk to Redis; an empty name, one over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes or one with an ASCII control character
+    /// [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes or one with an ASCII control character
     /// is reported by the handle's operations as [`LockError::InvalidName`].
     pub fn lock(&self, name: &str) -> Lock {
         Lock::new(self.clone(), name)
@@ -214,7 +214,7 @@ impl Lock {
     /// # Errors
     ///
     /// [`LockError::InvalidDuration`] for a lease under 1 ms or over
-    /// [`MAX_LEASE`](crate::MAX_LEASE) (nothing is sent to Redis); Redis errors as for
+    /// [`MAX_LEASE`](crate::limits::MAX_LEASE) (nothing is sent to Redis); Redis errors as for
     /// [`lock`](Lock::lock).
     ///
     /// # Cancel safety

@@ -107,14 +107,17 @@ impl MultiGuard {
     ///
     /// # Errors
     ///
-    /// [`LockError::PartialUnlock`] listing every lock whose release failed, with what its
-    /// own [`LockGuard::unlock`] reported (every other lock was released).
+    /// The contract of every guard's `unlock`: [`LockError::NotHeld`] (naming every lock,
+    /// joined by `", "`) when no lock of the set was held any more. When some were
+    /// released and others failed, [`LockError::PartialUnlock`] lists every lock whose
+    /// release failed, with what its own [`LockGuard::unlock`] reported.
     ///
     /// # Cancel safety
     ///
     /// Cancelling the returned future hands every release not yet confirmed to the
     /// background task; a release that already reached Redis is not applied twice.
     pub async fn unlock(self) -> Result<()> {
+        let count = self.guards.len();
         let outcomes = futures_util::future::join_all(self.guards.into_iter().map(|guard| {
             let name = guard.name().to_owned();
             async move { (name, guard.unlock().await) }
@@ -124,8 +127,18 @@ impl MultiGuard {
             .into_iter()
             .filter_map(|(name, outcome)| outcome.err().map(|error| (name, error)))
             .collect();
+        let none_held = failures.len() == count
+            && failures
+                .iter()
+                .all(|(_, error)| matches!(error, LockError::NotHeld { .. }));
         if failures.is_empty() {
             Ok(())
+        } else if none_held {
+            // Nothing was released: the verdict every guard gives for a hold already gone.
+            let names: Vec<String> = failures.into_iter().map(|(name, _)| name).collect();
+            Err(LockError::NotHeld {
+                name: names.join(", "),
+            })
         } else {
             Err(LockError::PartialUnlock { failures })
         }

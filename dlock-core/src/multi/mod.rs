@@ -15,8 +15,9 @@ use crate::names::slot_of;
 
 /// Several locks held together: all or none of them, as one guard.
 ///
-/// The locks may live on different Redis deployments (different [`LockClient`]s). Two
-/// modes, chosen explicitly at construction:
+/// [`LockClient::multi_lock`] builds one over names of one client and picks the mode;
+/// the two modes can also be chosen explicitly, and the sequential one takes locks of
+/// different Redis deployments (different [`LockClient`]s):
 ///
 /// - **Same-slot** ([`MultiLock::same_slot`]): every name on one client and every key in
 ///   one cluster slot (give them a common hash tag: `order:{42}:items`,
@@ -43,9 +44,7 @@ use crate::names::slot_of;
 /// # async fn main() -> dlock::Result<()> {
 /// # let server = dlock_tests::RedisServer::start();
 /// # let client = dlock::LockClient::connect(&server.url()).await?;
-/// use dlock::MultiLock;
-///
-/// let transfer = MultiLock::same_slot(&client, ["account:{bank}:7", "account:{bank}:3"])?;
+/// let transfer = client.multi_lock(["account:{bank}:7", "account:{bank}:3"])?;
 /// assert_eq!(transfer.names(), ["account:{bank}:3", "account:{bank}:7"]);
 /// let guard = transfer.lock().await?;
 /// assert!(client.lock("account:{bank}:7").is_locked().await?);
@@ -90,6 +89,47 @@ enum Mode {
     Sequential,
     /// All at once by one script: every lock on one client, one cluster slot.
     SameSlot,
+}
+
+impl LockClient {
+    /// A multi-lock over the locks `names` of this client: taken by one script, all at
+    /// once, when every key is in one cluster slot (names with a common hash tag:
+    /// `order:{42}:items`, `order:{42}:payment`), else one after another in the canonical
+    /// order. Duplicates are merged.
+    ///
+    /// The choice follows the keys' cluster slots on every topology, so that a set behaves
+    /// the same on a single server as on a cluster: [`MultiLock::same_slot`] for a set in
+    /// one slot, [`MultiLock::sequential`] otherwise. Both exclude a single lock of
+    /// one of the names and never deadlock against a multi-lock over an overlapping set.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// # let server = dlock_tests::RedisServer::start();
+    /// # let client = dlock::LockClient::connect(&server.url()).await?;
+    /// let transfer = client.multi_lock(["account:7", "account:3"])?;
+    /// assert_eq!(transfer.names(), ["account:3", "account:7"]);
+    /// let guard = transfer.lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidName`] for an empty set or an invalid name.
+    pub fn multi_lock<S: AsRef<str>>(
+        &self,
+        names: impl IntoIterator<Item = S>,
+    ) -> Result<MultiLock> {
+        let names: Vec<S> = names.into_iter().collect();
+        match MultiLock::same_slot(self, &names) {
+            Err(LockError::CrossSlot { .. }) => {
+                MultiLock::sequential(names.iter().map(|name| self.lock(name.as_ref())))
+            }
+            chosen => chosen,
+        }
+    }
 }
 
 impl MultiLock {
@@ -210,7 +250,7 @@ impl MultiLock {
     /// # Errors
     ///
     /// [`LockError::InvalidDuration`] for a lease under 1 ms or over
-    /// [`MAX_LEASE`](crate::MAX_LEASE) (nothing is sent to Redis); otherwise as for
+    /// [`MAX_LEASE`](crate::limits::MAX_LEASE) (nothing is sent to Redis); otherwise as for
     /// [`lock`](MultiLock::lock).
     ///
     /// # Cancel safety

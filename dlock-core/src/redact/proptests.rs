@@ -22,7 +22,7 @@ proptest! {
         case in case(any_scheme(), &["://", "://", "://", ":"], any_host(), any_port(), any_path())
     ) {
         check(&case, "redact", &redact(&case.url))?;
-        check(&case, "redact_url", &crate::redact_url(&case.url))?;
+        check(&case, "redact_url", &crate::admin::redact_url(&case.url))?;
     }
 
     #[test]

@@ -105,39 +105,49 @@ impl RedLockGuard {
         &self.hold.lock.name
     }
 
+    /// Runs `future` as it is. Every guard has a `scope` (the attribute runs its body in
+    /// it), but a RedLock is not reentrant: an acquisition of the same RedLock inside waits
+    /// for this guard like any other. There is no `fencing_token` either: a RedLock's
+    /// servers keep no common counter to mint one from.
+    pub fn scope<F: Future>(&self, future: F) -> F {
+        future
+    }
+
     /// Releases the lock on every server, the ones that did not answer during the
     /// acquisition included.
     ///
-    /// Returns `Ok(true)` when a majority still held it, `Ok(false)` when it had already
-    /// expired or was gone ("already gone" is no error: the lock is free of this owner
-    /// either way). A server that cannot be reached gets the release again in the
-    /// background.
+    /// The same contract as every guard's `unlock` ([`LockGuard::unlock`](crate::LockGuard::unlock)):
+    /// `Ok(())` when a majority still held it and gave it back, [`LockError::NotHeld`]
+    /// when it had already expired or was gone on too many servers. A server that cannot
+    /// be reached gets the release again in the background.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> dlock::Result<()> {
     /// # let servers: Vec<_> = (0..3).map(|_| dlock_tests::RedisServer::start()).collect();
     /// # let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    /// # let redlock = dlock::RedLockClient::connect(dlock::LockClient::builder(), &urls).await?;
+    /// # let redlock = dlock::redlock::RedLockClient::connect(dlock::LockClient::builder(), &urls).await?;
     /// use std::time::Duration;
     ///
     /// let guard = redlock.lock("report").lock_with_lease(Duration::from_millis(50)).await?;
     /// tokio::time::sleep(Duration::from_millis(100)).await;
-    /// assert!(!guard.unlock().await?); // expired meanwhile: not held, no error
+    /// let expired = guard.unlock().await; // expired meanwhile: not held
+    /// assert!(matches!(expired, Err(dlock::LockError::NotHeld { .. })));
     /// # Ok(())
     /// # }
     /// ```
     ///
     /// # Errors
     ///
-    /// Only when too many servers could not be reached for the answer to be known (the
-    /// error of one of them); the releases are retried in the background.
+    /// [`LockError::NotHeld`] as above; a Redis error when too many servers could not be
+    /// reached for the answer to be known (the error of one of them), the releases being
+    /// retried in the background.
     ///
     /// # Cancel safety
     ///
     /// If cancelled, the servers whose release was not confirmed get it in the
     /// background (the guard's drop).
-    pub async fn unlock(mut self) -> Result<bool> {
+    pub async fn unlock(mut self) -> Result<()> {
         self.task.abort();
         let lock = self.hold.lock.clone();
         let field = Arc::clone(&self.hold.field);
@@ -192,9 +202,12 @@ impl RedLockGuard {
             Some(error) if held < quorum && held + failed >= quorum => {
                 Err(error.into_lock_error(&lock.name, "release"))
             }
-            _ => Ok(held >= quorum),
+            _ if held >= quorum => Ok(()),
+            _ => Err(LockError::NotHeld {
+                name: lock.name.to_string(),
+            }),
         };
-        if let (Ok(false) | Err(_), Some(label)) = (&outcome, self.hold.label.get()) {
+        if let (Err(_), Some(label)) = (&outcome, self.hold.label.get()) {
             observe::release_failed(*label);
         }
         outcome
@@ -230,7 +243,7 @@ impl RedLockGuard {
     /// The end of validity on the monotonic clock: the start of the last round a majority
     /// confirmed (acquisition or renewal) + lease − clock-drift allowance. Until then no
     /// other owner can hold a majority, under the clock assumptions in
-    /// [`RedLockClient`](crate::RedLockClient#what-it-guarantees-and-what-it-does-not).
+    /// [`RedLockClient`](crate::redlock::RedLockClient#what-it-guarantees-and-what-it-does-not).
     pub fn deadline(&self) -> std::time::Instant {
         self.hold.deadline().into_std()
     }

@@ -35,7 +35,7 @@ use crate::sync::observe;
 /// # async fn main() -> dlock::Result<()> {
 /// # let servers: Vec<_> = (0..3).map(|_| dlock_tests::RedisServer::start()).collect();
 /// # let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-/// use dlock::{LockClient, RedLockClient};
+/// use dlock::{LockClient, redlock::RedLockClient};
 ///
 /// // Three or five servers that share nothing (no replication, no cluster).
 /// let redlock = RedLockClient::connect(LockClient::builder(), &urls).await?;
@@ -323,7 +323,7 @@ impl RedLock {
     /// # async fn main() -> dlock::Result<()> {
     /// # let servers: Vec<_> = (0..3).map(|_| dlock_tests::RedisServer::start()).collect();
     /// # let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    /// # let redlock = dlock::RedLockClient::connect(dlock::LockClient::builder(), &urls).await?;
+    /// # let redlock = dlock::redlock::RedLockClient::connect(dlock::LockClient::builder(), &urls).await?;
     /// let lock = redlock.lock("invoice:7");
     /// let guard = lock.lock().await?;
     /// assert!(lock.is_locked().await?);
@@ -354,7 +354,7 @@ impl RedLock {
     /// # Errors
     ///
     /// [`LockError::InvalidDuration`] for a lease under 10 ms (no validity could be left
-    /// after the clock-drift allowance) or over [`MAX_LEASE`](crate::MAX_LEASE); otherwise
+    /// after the clock-drift allowance) or over [`MAX_LEASE`](crate::limits::MAX_LEASE); otherwise
     /// as [`lock`](RedLock::lock).
     ///
     /// # Cancel safety

@@ -120,7 +120,7 @@ impl LockClient {
     /// operations as [`LockError::InvalidName`]. The name is shared with the
     /// [`Lock`](crate::Lock) and the [`FairLock`](crate::FairLock) of the same name: an
     /// acquisition that finds it held as another kind fails with
-    /// [`LockError::KindMismatch`] (see [`LockKind`](crate::LockKind)).
+    /// [`LockError::KindMismatch`] (see [`LockKind`](crate::inspect::LockKind)).
     pub fn rw_lock(&self, name: &str) -> ReadWriteLock {
         let keys = LockKeys::new(&self.inner.settings.key_prefix, name);
         ReadWriteLock {
@@ -277,7 +277,7 @@ macro_rules! side {
             /// # Errors
             ///
             /// [`LockError::InvalidDuration`] for a lease under 1 ms or over
-            /// [`MAX_LEASE`](crate::MAX_LEASE) (nothing is sent to Redis); otherwise as
+            /// [`MAX_LEASE`](crate::limits::MAX_LEASE) (nothing is sent to Redis); otherwise as
             #[doc = concat!("[`lock`](", stringify!($side), "::lock).")]
             ///
             /// # Cancel safety

@@ -22,7 +22,7 @@ use super::{every_script, Oom, Script};
 /// [`ScriptMode::Functions`]: crate::ScriptMode::Functions
 ///
 /// ```
-/// let library = dlock::FunctionLibrary::current();
+/// let library = dlock::admin::FunctionLibrary::current();
 /// assert!(library.name().starts_with("dlock_"));
 /// assert!(library.code().starts_with(&format!("#!lua name={}\n", library.name())));
 /// ```
@@ -58,9 +58,9 @@ impl FunctionLibrary {
     /// (benchmarks, tests of a script).
     ///
     /// ```
-    /// let acquire = dlock::FunctionLibrary::current().script("lock_acquire").unwrap();
+    /// let acquire = dlock::admin::FunctionLibrary::current().script("lock_acquire").unwrap();
     /// assert!(acquire.contains("KEYS[1]"));
-    /// assert!(dlock::FunctionLibrary::current().script("nope").is_none());
+    /// assert!(dlock::admin::FunctionLibrary::current().script("nope").is_none());
     /// ```
     pub fn script(&self, name: &str) -> Option<&'static str> {
         every_script()

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::release_ops::release_job;
-use super::Semaphore;
+use super::{Semaphore, SemaphorePermit};
 use crate::error::{LockError, Result};
 use crate::kind::LockKind;
 use crate::lease::lease_millis;
@@ -28,9 +28,11 @@ impl Semaphore {
         n: u32,
         wait: Option<Duration>,
         lease: Option<Duration>,
-    ) -> Result<LockGuard> {
+    ) -> Result<SemaphorePermit> {
         let acquisition = self.acquire_unobserved(n, wait, lease);
-        observe::acquisition("semaphore", &self.shared.name, wait, acquisition).await
+        observe::acquisition("semaphore", &self.shared.name, wait, acquisition)
+            .await
+            .map(|guard| SemaphorePermit::new(guard, n))
     }
 
     /// A grant of `n` permits. `wait: None` waits forever; `lease: None` uses the

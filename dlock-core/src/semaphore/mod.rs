@@ -24,7 +24,10 @@
 //! needs two.
 
 mod acquire;
+mod permit;
 mod release_ops;
+
+pub use permit::SemaphorePermit;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -32,7 +35,6 @@ use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
-use crate::lock::guard::LockGuard;
 use crate::names::{check_text, SemKeys};
 use crate::scripts::sem_scripts;
 
@@ -45,7 +47,7 @@ use crate::scripts::sem_scripts;
 ///
 /// - **Leased grants.** Each acquisition of `n` permits is one grant with its own id and a
 ///   deadline computed by the Redis server (never a client clock). The watchdog renews it
-///   while its [`LockGuard`] lives; dropping or unlocking the guard gives the permits
+///   while its [`SemaphorePermit`] lives; dropping or unlocking the permit gives them
 ///   back, and a grant whose process died returns to the pool once its lease (the
 ///   watchdog timeout, or the explicit lease) runs out.
 /// - **Exact accounting.** A release counts once per grant: releasing twice, or after the
@@ -59,12 +61,12 @@ use crate::scripts::sem_scripts;
 /// - **Waiting.** Every release, reclaim and capacity change publishes; every waiter
 ///   re-checks on each message, and at the earliest grant deadline at the latest (a holder
 ///   that died sends no message). No busy polling: between those, waiters sleep.
-/// - **The guard.** [`LockGuard::hold_count`] is the grant's permits while it is held,
-///   0 after. There is no re-entry: acquiring inside a guard's
-///   [`scope`](LockGuard::scope) takes new permits like any other acquisition.
+/// - **The permit.** [`SemaphorePermit::permits`] is how many the grant holds. There is
+///   no re-entry: acquiring inside a permit's [`scope`](SemaphorePermit::scope) takes new
+///   permits like any other acquisition.
 ///
-/// Not yet covered by [`replica_acks`](crate::LockClientBuilder::replica_acks): a grant
-/// counts once the master has it.
+/// With [`replica_acks`](crate::LockClientBuilder::replica_acks) a grant counts once the
+/// replicas confirmed it, as a lock does.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -74,11 +76,11 @@ use crate::scripts::sem_scripts;
 /// let uploads = client.semaphore("uploads", 3);
 /// let two = uploads.acquire(2).await?;
 /// let one = uploads.acquire(1).await?;
-/// assert_eq!(uploads.available().await?, 0);
+/// assert_eq!(uploads.available_permits().await?, 0);
 /// assert!(uploads.try_acquire(1).await.unwrap_err().is_timeout()); // all 3 are taken
 /// two.unlock().await?;
 /// one.unlock().await?;
-/// assert_eq!(uploads.available().await?, 3);
+/// assert_eq!(uploads.available_permits().await?, 3);
 /// # Ok(())
 /// # }
 /// ```
@@ -195,7 +197,7 @@ impl Semaphore {
     }
 
     /// Takes `n` permits, waiting as long as it takes (or the client's `default_wait`);
-    /// the watchdog keeps the grant alive while the guard lives.
+    /// the watchdog keeps the grant alive while the permit lives.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -203,11 +205,11 @@ impl Semaphore {
     /// # let server = dlock_tests::RedisServer::start();
     /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// let pool = client.semaphore("db-connections", 4);
-    /// let guard = pool.acquire(2).await?;
-    /// assert_eq!(guard.hold_count().await?, 2);
-    /// assert_eq!(pool.available().await?, 2);
-    /// guard.unlock().await?;
-    /// assert_eq!(pool.available().await?, 4);
+    /// let permit = pool.acquire(2).await?;
+    /// assert_eq!(permit.permits(), 2);
+    /// assert_eq!(pool.available_permits().await?, 2);
+    /// permit.unlock().await?;
+    /// assert_eq!(pool.available_permits().await?, 4);
     /// # Ok(())
     /// # }
     /// ```
@@ -224,7 +226,7 @@ impl Semaphore {
     /// # Cancel safety
     ///
     /// Cancel safe: see [the notes on `Semaphore`](Semaphore#cancel-safety).
-    pub async fn acquire(&self, n: u32) -> Result<LockGuard> {
+    pub async fn acquire(&self, n: u32) -> Result<SemaphorePermit> {
         let wait = self.shared.client.inner.settings.default_wait;
         self.acquire_permits(n, wait, None).await
     }
@@ -235,13 +237,13 @@ impl Semaphore {
     /// # Errors
     ///
     /// [`LockError::InvalidDuration`] for a lease under 1 ms or over
-    /// [`MAX_LEASE`](crate::MAX_LEASE) (nothing is sent to Redis); otherwise as
+    /// [`MAX_LEASE`](crate::limits::MAX_LEASE) (nothing is sent to Redis); otherwise as
     /// [`acquire`](Semaphore::acquire).
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: see [the notes on `Semaphore`](Semaphore#cancel-safety).
-    pub async fn acquire_with_lease(&self, n: u32, lease: Duration) -> Result<LockGuard> {
+    pub async fn acquire_with_lease(&self, n: u32, lease: Duration) -> Result<SemaphorePermit> {
         let wait = self.shared.client.inner.settings.default_wait;
         self.acquire_permits(n, wait, Some(lease)).await
     }
@@ -256,7 +258,7 @@ impl Semaphore {
     /// # Cancel safety
     ///
     /// Cancel safe: see [the notes on `Semaphore`](Semaphore#cancel-safety).
-    pub async fn try_acquire(&self, n: u32) -> Result<LockGuard> {
+    pub async fn try_acquire(&self, n: u32) -> Result<SemaphorePermit> {
         self.acquire_permits(n, Some(Duration::ZERO), None).await
     }
 
@@ -270,7 +272,7 @@ impl Semaphore {
     /// # Cancel safety
     ///
     /// Cancel safe: see [the notes on `Semaphore`](Semaphore#cancel-safety).
-    pub async fn try_acquire_for(&self, n: u32, wait: Duration) -> Result<LockGuard> {
+    pub async fn try_acquire_for(&self, n: u32, wait: Duration) -> Result<SemaphorePermit> {
         self.acquire_permits(n, Some(wait), None).await
     }
 
@@ -290,7 +292,7 @@ impl Semaphore {
         n: u32,
         wait: Duration,
         lease: Duration,
-    ) -> Result<LockGuard> {
+    ) -> Result<SemaphorePermit> {
         self.acquire_permits(n, Some(wait), Some(lease)).await
     }
 
@@ -306,7 +308,7 @@ impl Semaphore {
     /// # Cancel safety
     ///
     /// Cancel safe: a dropped call at most reclaims expired grants, which any call does.
-    pub async fn available(&self) -> Result<u32> {
+    pub async fn available_permits(&self) -> Result<u32> {
         let (capacity, held) = self.state().await?;
         Ok(capacity.saturating_sub(held))
     }
@@ -316,12 +318,12 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// As [`available`](Semaphore::available).
+    /// As [`available_permits`](Semaphore::available_permits).
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: see [`available`](Semaphore::available).
-    pub async fn capacity(&self) -> Result<u32> {
+    /// Cancel safe: see [`available_permits`](Semaphore::available_permits).
+    pub async fn total_permits(&self) -> Result<u32> {
         Ok(self.state().await?.0)
     }
 
@@ -339,7 +341,7 @@ impl Semaphore {
     /// # let client = dlock::LockClient::connect(&server.url()).await?;
     /// let workers = client.semaphore("workers", 2);
     /// workers.set_permits(5).await?;
-    /// assert_eq!(workers.capacity().await?, 5);
+    /// assert_eq!(workers.total_permits().await?, 5);
     /// let stale = client.semaphore("workers", 2);
     /// assert!(matches!(
     ///     stale.acquire(1).await,

@@ -79,10 +79,10 @@ pub(crate) fn find_hold(
 /// # async fn main() -> dlock::Result<()> {
 /// # let server = dlock_tests::RedisServer::start();
 /// # let client = dlock::LockClient::connect(&server.url()).await?;
-/// assert_eq!(dlock::current_fence(), None);
+/// assert_eq!(dlock::fencing::current_fence(), None);
 /// let guard = client.lock("ledger:7").lock().await?;
 /// let token = guard.fencing_token();
-/// let seen = guard.scope(async { dlock::current_fence() }).await;
+/// let seen = guard.scope(async { dlock::fencing::current_fence() }).await;
 /// assert_eq!(seen, token);
 /// guard.unlock().await?;
 /// # Ok(())

@@ -2,7 +2,7 @@
 pub async fn buy(id: u64, qty: u32) -> Result<u32, AppError> {
     const _: () = ::core::assert!(
         ::dlock::__private::lease_fits(5u64, 0u32),
-        "`lease` is longer than `dlock::MAX_LEASE`; leave `lease` out to use the watchdog"
+        "`lease` is longer than `dlock::limits::MAX_LEASE`; leave `lease` out to use the watchdog"
     );
     let __dlock_key: ::std::string::String = ::std::format!("goods:{}", id);
     let __dlock_acquired = ::dlock::__private::acquire(

@@ -1,7 +1,7 @@
 async fn tick(name: &str) {
     const _: () = ::core::assert!(
         ::dlock::__private::lease_fits(50u64, 0u32),
-        "`min_hold` is longer than `dlock::MAX_LEASE`, the longest a lock can be kept"
+        "`min_hold` is longer than `dlock::limits::MAX_LEASE`, the longest a lock can be kept"
     );
     let __dlock_key: ::std::string::String = ::std::format!("job:{}", name);
     let __dlock_acquired = ::dlock::__private::acquire_or_skip(

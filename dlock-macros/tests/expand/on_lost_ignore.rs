@@ -1,7 +1,7 @@
 async fn report(day: u32) -> Result<u64, AppError> {
     const _: () = ::core::assert!(
         ::dlock::__private::lease_fits(1u64, 0u32),
-        "`lease` is longer than `dlock::MAX_LEASE`; leave `lease` out to use the watchdog"
+        "`lease` is longer than `dlock::limits::MAX_LEASE`; leave `lease` out to use the watchdog"
     );
     let __dlock_key: ::std::string::String = ::std::format!("report:{}", day);
     let __dlock_acquired = ::dlock::__private::acquire(

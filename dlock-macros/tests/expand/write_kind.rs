@@ -1,7 +1,7 @@
 async fn reprice(shop: u32, item: u64) -> Result<(), AppError> {
     const _: () = ::core::assert!(
         ::dlock::__private::lease_fits(10u64, 0u32),
-        "`lease` is longer than `dlock::MAX_LEASE`; leave `lease` out to use the watchdog"
+        "`lease` is longer than `dlock::limits::MAX_LEASE`; leave `lease` out to use the watchdog"
     );
     let __dlock_key: ::std::string::String = ::std::format!("catalog:{}", shop);
     let __dlock_acquired = ::dlock::__private::acquire(

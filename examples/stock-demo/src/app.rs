@@ -31,7 +31,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use dlock::{current_fence, distributed_lock, Fence, LockClient, LockError, LockGuard};
+use dlock::{
+    distributed_lock,
+    fencing::{current_fence, Fence},
+    LockClient, LockError, LockGuard,
+};
 
 use crate::store::{self, StockStore};
 

@@ -135,7 +135,7 @@ impl Worker {
                     semaphore
                         .try_acquire_with_lease(n, wait, lease)
                         .await
-                        .map(Guard::One)
+                        .map(Guard::Permit)
                 }
                 _ => {
                     tokio::time::sleep(Duration::from_millis(self.rng.between(0, 100))).await;

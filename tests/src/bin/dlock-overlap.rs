@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use dlock::{distributed_lock, LockClient, LockError, RedLockClient};
+use dlock::{distributed_lock, redlock::RedLockClient, LockClient, LockError};
 use dlock_tests::overlap::{read_files, Report, Section};
 
 #[derive(Parser)]

@@ -23,7 +23,11 @@ use std::io::{BufRead, Write};
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use dlock::{current_fence, distributed_lock, Fence, LockClient, LockError};
+use dlock::{
+    distributed_lock,
+    fencing::{current_fence, Fence},
+    LockClient, LockError,
+};
 
 /// How long the worker waits for the lock: the rival must outwait the paused holder's lease.
 const WAIT: Duration = Duration::from_secs(10);

@@ -29,15 +29,15 @@ pub struct LockInfo {
     pub remaining_lease: Option<Duration>,
     /// The waiting owner (and its client) a release reserved the free lock for (for
     /// 100 ms), if any.
-    pub reserved_for: Option<LockClientRef>,
+    pub reserved_for: Option<Participant>,
     /// The finished holder whose `min_hold` (of `#[distributed_lock]`) keeps the lock
     /// taken until it expires, if any: the lock is busy though nobody holds it.
-    pub kept_for_min_hold: Option<LockClientRef>,
+    pub kept_for_min_hold: Option<Participant>,
     /// The waiters registered for the lock, longest-waiting first: each waiting task's
     /// owner field and its client (a client with two waiting tasks shows twice). Locks
     /// only: a fair lock's waiters are its [`fair_queue`](LockInfo::fair_queue), and
     /// read-write locks and semaphores keep no registry.
-    pub waiting_clients: Vec<LockClientRef>,
+    pub waiting_clients: Vec<Participant>,
     /// How many connections listen for the lock's messages: for a lock, on the wake
     /// channel of each client that waits for it or holds it (one per client: its waiters
     /// share its subscription) and on its unlock channel; for the other kinds, on their
@@ -45,7 +45,7 @@ pub struct LockInfo {
     pub subscribers: u64,
     /// A fair lock's queue of waiting tasks, in order: each entry's owner field and
     /// client. Empty for other locks.
-    pub fair_queue: Vec<LockClientRef>,
+    pub fair_queue: Vec<Participant>,
     /// The last fencing token minted for this lock's counter, which every lock name with
     /// the same cluster slot anchor shares; `None` before the first one.
     pub fencing_counter: Option<u64>,
@@ -60,7 +60,7 @@ pub struct LockInfo {
 #[non_exhaustive]
 pub struct LockHolder {
     /// The owner field (`<client id>:<n>`) and its client.
-    pub owner: LockClientRef,
+    pub owner: Participant,
     /// How many holds the owner has (re-entries count).
     pub holds: u64,
     /// The fencing token of the owner's hold, when its client minted one.
@@ -110,7 +110,7 @@ pub struct ReadWriteInfo {
 #[non_exhaustive]
 pub struct OwnerHold {
     /// The owner field (a semaphore's grant id) and its client.
-    pub owner: LockClientRef,
+    pub owner: Participant,
     /// Read holds, write holds or permits, as the containing field says (0 for a waiting
     /// writer).
     pub holds: u64,
@@ -142,7 +142,7 @@ pub struct SemaphoreInfo {
 /// registered, when it is still there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct LockClientRef {
+pub struct Participant {
     /// The id as Redis holds it.
     pub id: String,
     /// The client id in it (the part before the first `:`).

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::layout::Layout;
-use super::LockClientRef;
+use super::Participant;
 use crate::client::{ClientDescription, LockClient};
 use crate::error::Result;
 use crate::names::{check_text, client_key, glob_escape, SemKeys};
@@ -40,7 +40,7 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`LockError::InvalidName`](crate::LockError::InvalidName) for a prefix over [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)
+    /// [`LockError::InvalidName`](crate::LockError::InvalidName) for a prefix over [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN)
     /// bytes or with a control character; Redis errors.
     ///
     /// # Cancel safety
@@ -84,7 +84,7 @@ impl LockClient {
     }
 
     /// `id` (an owner field or a client id) with the description its client registered.
-    pub(crate) async fn describe(&self, id: String) -> Result<LockClientRef> {
+    pub(crate) async fn describe(&self, id: String) -> Result<Participant> {
         let client_id = id
             .split_once(':')
             .map_or(id.as_str(), |(c, _)| c)
@@ -96,7 +96,7 @@ impl LockClient {
             .query(redis::cmd("GET").arg(&key))
             .await
             .map_err(|e| e.into_lock_error(&key, "inspect"))?;
-        Ok(LockClientRef {
+        Ok(Participant {
             client: text.as_deref().and_then(ClientDescription::decode),
             id,
             client_id,

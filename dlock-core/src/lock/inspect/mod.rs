@@ -34,7 +34,7 @@ mod track;
 use layout::{parse_grants, until, Fields, Layout, RwFields, RwOwner};
 
 pub use info::{
-    LockClientRef, LockHolder, LockInfo, OwnerHold, ReadWriteInfo, ReadWriteMode, SemaphoreInfo,
+    LockHolder, LockInfo, OwnerHold, Participant, ReadWriteInfo, ReadWriteMode, SemaphoreInfo,
 };
 pub use track::LockTracker;
 
@@ -51,7 +51,7 @@ impl Lock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> dlock::Result<()> {
     /// # let server = dlock_tests::RedisServer::start();
-    /// use dlock::{LockKind, ReadWriteMode};
+    /// use dlock::{inspect::{LockKind, ReadWriteMode}};
     ///
     /// let client = dlock::LockClient::builder()
     ///     .client_name("billing")
