@@ -420,18 +420,128 @@ impl LockError {
         matches!(self, LockError::NotHeld { .. })
     }
 
-    /// `true` when Redis failed or did not answer: [`LockError::Redis`],
-    /// [`LockError::CommandTimeout`], [`LockError::Connect`], [`LockError::NotReplicated`]
-    /// or [`LockError::NoQuorum`].
+    /// `true` when a Redis deployment failed or did not answer: [`ErrorKind::Unavailable`]
+    /// and [`ErrorKind::NotReplicated`]. A RedLock without a majority
+    /// ([`ErrorKind::NoQuorum`]) is not counted: it says which servers answered, and may
+    /// be merely contended.
     pub fn is_redis(&self) -> bool {
         matches!(
-            self,
-            LockError::Redis { .. }
-                | LockError::CommandTimeout { .. }
-                | LockError::Connect { .. }
-                | LockError::NotReplicated { .. }
-                | LockError::NoQuorum { .. }
+            self.kind(),
+            ErrorKind::Unavailable | ErrorKind::NotReplicated
         )
+    }
+
+    /// What kind of failure this is, to match on or to label a metric with
+    /// ([`ErrorKind::as_str`]) without reading the variant's fields.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dlock::{ErrorKind, LockError};
+    ///
+    /// fn outcome(result: &dlock::Result<()>) -> &'static str {
+    ///     match result {
+    ///         Ok(()) => "ok",
+    ///         Err(error) => error.kind().as_str(),
+    ///     }
+    /// }
+    /// let busy = LockError::Timeout { name: "goods:42".into(), waited: Duration::from_secs(2) };
+    /// assert_eq!(busy.kind(), ErrorKind::Timeout);
+    /// assert_eq!(outcome(&Err(busy)), "timeout");
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            LockError::Timeout { .. } => ErrorKind::Timeout,
+            LockError::NotHeld { .. } => ErrorKind::NotHeld,
+            LockError::Lost { .. } => ErrorKind::Lost,
+            LockError::Redis { .. }
+            | LockError::Connect { .. }
+            | LockError::CommandTimeout { .. }
+            | LockError::ShutdownIncomplete { .. } => ErrorKind::Unavailable,
+            LockError::NotReplicated { .. } => ErrorKind::NotReplicated,
+            LockError::NoQuorum { .. } | LockError::ValidityExpired { .. } => ErrorKind::NoQuorum,
+            LockError::InvalidDuration { .. }
+            | LockError::InvalidName { .. }
+            | LockError::InvalidPermits { .. }
+            | LockError::CrossSlot { .. }
+            | LockError::UpgradeNotSupported { .. }
+            | LockError::Config(_) => ErrorKind::InvalidInput,
+            LockError::WrongType { .. }
+            | LockError::KindMismatch { .. }
+            | LockError::FencedWrongType { .. }
+            | LockError::CapacityMismatch { .. } => ErrorKind::Conflict,
+            LockError::StaleToken { .. } => ErrorKind::StaleToken,
+            LockError::PartialUnlock { .. } => ErrorKind::PartialUnlock,
+            LockError::FunctionLibraryMissing { .. } | LockError::NoClient { .. } => {
+                ErrorKind::Setup
+            }
+        }
+    }
+}
+
+/// The kind of a [`LockError`] ([`LockError::kind`]): what a caller decides on. Each
+/// kind groups variants that call for the same reaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The lock stayed busy for the whole wait ([`LockError::Timeout`]): try later.
+    Timeout,
+    /// This owner no longer holds the lock it tried to give back or check
+    /// ([`LockError::NotHeld`]).
+    NotHeld,
+    /// A held lock was lost while its guard lived ([`LockError::Lost`]): stop the critical
+    /// section.
+    Lost,
+    /// Redis failed, did not answer, or could not be reached ([`LockError::Redis`],
+    /// [`LockError::Connect`], [`LockError::CommandTimeout`],
+    /// [`LockError::ShutdownIncomplete`]).
+    Unavailable,
+    /// The master took the lock but too few replicas confirmed it
+    /// ([`LockError::NotReplicated`]).
+    NotReplicated,
+    /// A RedLock got no usable majority ([`LockError::NoQuorum`],
+    /// [`LockError::ValidityExpired`]).
+    NoQuorum,
+    /// The call was refused before anything was written: a bad name, duration, permit
+    /// count, key set or configuration, or an upgrade from read to write.
+    InvalidInput,
+    /// The name is in use by something else: application data of another type, another
+    /// kind of lock, a semaphore of another capacity.
+    Conflict,
+    /// A fenced write presented a token older than one the record has seen
+    /// ([`LockError::StaleToken`]): this holder lost its lock.
+    StaleToken,
+    /// A multi-lock's unlock released some locks and not others
+    /// ([`LockError::PartialUnlock`]).
+    PartialUnlock,
+    /// The application or the server is not set up for the call: no global client
+    /// registered ([`LockError::NoClient`]), or dlock's function library missing
+    /// ([`LockError::FunctionLibraryMissing`]).
+    Setup,
+}
+
+impl ErrorKind {
+    /// A stable snake_case name (`"timeout"`, `"not_held"`, `"unavailable"`...), for logs
+    /// and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::NotHeld => "not_held",
+            ErrorKind::Lost => "lost",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::NotReplicated => "not_replicated",
+            ErrorKind::NoQuorum => "no_quorum",
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::StaleToken => "stale_token",
+            ErrorKind::PartialUnlock => "partial_unlock",
+            ErrorKind::Setup => "setup",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -465,6 +575,48 @@ pub type Result<T, E = LockError> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_redlock_without_a_majority_is_no_redis_failure() {
+        let no_quorum = LockError::NoQuorum {
+            name: "invoice:7".into(),
+            granted: 1,
+            unreachable: 2,
+            nodes: 5,
+            quorum: 3,
+            waited: Duration::from_secs(1),
+        };
+        assert_eq!(no_quorum.kind(), ErrorKind::NoQuorum);
+        assert!(!no_quorum.is_redis());
+        let unanswered = LockError::CommandTimeout {
+            name: "invoice:7".into(),
+            action: "acquire",
+            timeout: Duration::from_secs(1),
+        };
+        assert_eq!(unanswered.kind(), ErrorKind::Unavailable);
+        assert!(unanswered.is_redis());
+    }
+
+    #[test]
+    fn kinds_have_distinct_stable_names() {
+        let kinds = [
+            ErrorKind::Timeout,
+            ErrorKind::NotHeld,
+            ErrorKind::Lost,
+            ErrorKind::Unavailable,
+            ErrorKind::NotReplicated,
+            ErrorKind::NoQuorum,
+            ErrorKind::InvalidInput,
+            ErrorKind::Conflict,
+            ErrorKind::StaleToken,
+            ErrorKind::PartialUnlock,
+            ErrorKind::Setup,
+        ];
+        let names: std::collections::BTreeSet<&str> =
+            kinds.iter().map(|kind| kind.as_str()).collect();
+        assert_eq!(names.len(), kinds.len());
+        assert_eq!(ErrorKind::NotHeld.to_string(), "not_held");
+    }
 
     fn shown(name: &str) -> String {
         LockError::invalid_name("lock name", name, "why".to_owned()).to_string()
