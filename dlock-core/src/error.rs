@@ -79,6 +79,24 @@ pub enum LockError {
         detail: String,
     },
 
+    /// The Redis deployment records another layout version for this key prefix: clients
+    /// of another dlock version, which name or fill their keys differently, use (or
+    /// used) it, and the two would not see each other's locks. The client refused to
+    /// start; nothing was written.
+    #[error("{address} records dlock layout version {recorded:?} for key prefix {key_prefix:?} (in {key:?}), but this client lays out locks as version {ours}: two layouts must never lock the same names, so it refuses to start. Stop every client of the other version first (a rolling deploy cannot mix them), then delete {key:?}; or give this version its own key_prefix")]
+    LayoutMismatch {
+        /// The deployment, with any password replaced by `***`.
+        address: String,
+        /// The client's key prefix.
+        key_prefix: String,
+        /// Where the version is recorded: `dlock:layout:<key prefix>`.
+        key: String,
+        /// The layout version of this client.
+        ours: u32,
+        /// The version recorded in Redis.
+        recorded: String,
+    },
+
     /// The acquire script took the lock on the master, but fewer replicas than the client's
     /// [`replica_acks`](crate::LockClientBuilder::replica_acks) confirmed it in time: a
     /// failover could have lost it. dlock released it again.
@@ -471,9 +489,9 @@ impl LockError {
             | LockError::CapacityMismatch { .. } => ErrorKind::Conflict,
             LockError::StaleToken { .. } => ErrorKind::StaleToken,
             LockError::PartialUnlock { .. } => ErrorKind::PartialUnlock,
-            LockError::FunctionLibraryMissing { .. } | LockError::NoClient { .. } => {
-                ErrorKind::Setup
-            }
+            LockError::FunctionLibraryMissing { .. }
+            | LockError::NoClient { .. }
+            | LockError::LayoutMismatch { .. } => ErrorKind::Setup,
         }
     }
 }
@@ -514,8 +532,9 @@ pub enum ErrorKind {
     /// ([`LockError::PartialUnlock`]).
     PartialUnlock,
     /// The application or the server is not set up for the call: no global client
-    /// registered ([`LockError::NoClient`]), or dlock's function library missing
-    /// ([`LockError::FunctionLibraryMissing`]).
+    /// registered ([`LockError::NoClient`]), dlock's function library missing
+    /// ([`LockError::FunctionLibraryMissing`]), or another dlock version's layout in use
+    /// ([`LockError::LayoutMismatch`]).
     Setup,
 }
 

@@ -271,6 +271,13 @@ pub(crate) fn client_key(prefix: &str, client_id: &str) -> String {
     )
 }
 
+/// Where the layout version of the clients of `prefix` is recorded
+/// (`client::layout`): `dlock:layout:<key prefix>`, nothing after it, so that the ACL
+/// pattern for it can be the exact name.
+pub(crate) fn layout_key(prefix: &str) -> String {
+    format!("dlock:layout:{prefix}")
+}
+
 /// A hash tag body that hashes to the same cluster slot as `key`.
 fn slot_anchor(key: &[u8]) -> String {
     // A tag ends at the first `}` after its `{`, so `{tag}` re-parses as the same tag.

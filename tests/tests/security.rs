@@ -120,6 +120,9 @@ fn acl_rule(mode: Mode, prefix: &str) -> Vec<String> {
         format!("~dlock:fence:{prefix}*"),
         // Each client's expiring description: `dlock:client:<prefix>{tag}:<client id>`.
         format!("~dlock:client:{prefix}*"),
+        // The layout version of the prefix, checked on connect: exactly
+        // `dlock:layout:<prefix>`.
+        format!("~dlock:layout:{prefix}"),
     ];
     rule.extend(
         COMMON_COMMANDS

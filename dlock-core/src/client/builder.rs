@@ -57,6 +57,8 @@ pub struct LockClientBuilder {
     script_mode: ScriptMode,
     client_name: Option<String>,
     describe: bool,
+    /// The layout version this client claims; only tests change it.
+    layout_version: u32,
 }
 
 impl Default for LockClientBuilder {
@@ -76,6 +78,7 @@ impl Default for LockClientBuilder {
             script_mode: ScriptMode::Auto,
             client_name: None,
             describe: true,
+            layout_version: super::layout::LAYOUT_VERSION,
         }
     }
 }
@@ -265,6 +268,16 @@ impl LockClientBuilder {
     /// [`load_functions`](LockClientBuilder::load_functions)). Default
     /// [`ScriptMode::Auto`]: the library when it is loaded, scripts otherwise.
     ///
+    /// Claims another Redis layout version than this code's: for tests that start a client
+    /// standing for another dlock version. Not for applications: a client claiming a
+    /// version it does not lay out defeats the check it exists for.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn __layout_version(mut self, version: u32) -> Self {
+        self.layout_version = version;
+        self
+    }
+
     /// [`ScriptMode::Functions`] is for an application user that may call dlock's
     /// functions and nothing else (docs/SECURITY.md has the ACL rule): such a user cannot
     /// load a script of its own, so it cannot stall the server with one.
@@ -342,7 +355,10 @@ impl LockClientBuilder {
     /// [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes, with a control character or a `{`,
     /// and for a client name Redis would refuse,
     /// [`LockError::Config`] for a malformed address,
-    /// [`LockError::Connect`] when Redis cannot be reached.
+    /// [`LockError::Connect`] when Redis cannot be reached,
+    /// [`LockError::LayoutMismatch`] when clients of another dlock version use the key
+    /// prefix (the first client of a prefix records its layout version in
+    /// `dlock:layout:<key prefix>`; every later one checks it).
     ///
     /// # Panics
     ///
@@ -384,6 +400,7 @@ impl LockClientBuilder {
         }
         let background = Background::default();
         let backend = Backend::connect(topology, options, &background, self.script_mode).await?;
+        super::layout::check(&backend, &settings.key_prefix, self.layout_version).await?;
         tracing::debug!(mode = topology.mode(), "dlock: connected");
         Ok(LockClient::start(
             backend,

@@ -2,6 +2,7 @@
 
 pub(crate) mod builder;
 pub(crate) mod global;
+pub(crate) mod layout;
 pub(crate) mod registration;
 pub(crate) mod settings;
 

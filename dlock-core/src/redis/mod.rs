@@ -87,6 +87,8 @@ struct Shared {
     scripting: OnceLock<Scripting>,
     /// The client's name, given to the connections opened for one call (`WAIT`).
     name: OnceLock<Arc<str>>,
+    /// How the deployment is named in errors (passwords redacted).
+    shown: String,
 }
 
 enum Route {
@@ -280,6 +282,7 @@ impl Backend {
                 reopening: tokio::sync::Mutex::new(()),
                 scripting: OnceLock::new(),
                 name: OnceLock::new(),
+                shown: shown.clone(),
             }),
         };
         Ok((backend, shown))
@@ -291,6 +294,11 @@ impl Backend {
             .get()
             .copied()
             .unwrap_or(Scripting::Eval)
+    }
+
+    /// How the deployment is named in errors: its addresses, passwords redacted.
+    pub(crate) fn shown(&self) -> &str {
+        &self.shared.shown
     }
 
     /// The command that announces a release on a lock's channel: sharded in a cluster, so

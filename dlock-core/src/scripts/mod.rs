@@ -27,6 +27,12 @@ pub(crate) struct Scripts {
     pub(crate) hold_until: Script,
 }
 
+/// The client's own script (`client/scripts/`): the layout version of its key prefix,
+/// checked on connect.
+pub(crate) struct ClientScripts {
+    pub(crate) layout: Script,
+}
+
 /// The fair lock's scripts (`fair/scripts/`), each with `scripts/clock.lua` and the fair
 /// lock's `queue.lua` (the acquisition also with `scripts/naps.lua`).
 pub(crate) struct FairScripts {
@@ -82,6 +88,7 @@ pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> + Clone {
         &lock.renew,
         &lock.force_unlock,
         &lock.hold_until,
+        &client_scripts().layout,
         &fair.acquire,
         &fair.release,
         &fair.force_unlock,
@@ -128,6 +135,13 @@ fn splice(body: &str, shared: &[&str]) -> String {
         Some((above, below)) => format!("{above}{shared}{below}"),
         None => format!("{shared}{body}"),
     }
+}
+
+pub(crate) fn client_scripts() -> &'static ClientScripts {
+    static SCRIPTS: OnceLock<ClientScripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| ClientScripts {
+        layout: script!(creating, "client_layout", "client/scripts/layout.lua"),
+    })
 }
 
 pub(crate) fn scripts() -> &'static Scripts {

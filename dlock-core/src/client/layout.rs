@@ -1,0 +1,36 @@
+//! The version of the Redis layout: how dlock names its keys and what it keeps in them.
+//! Recorded under each key prefix by the first client that connects with it; every later
+//! client of that prefix checks that it lays out locks the same way, and refuses to
+//! start if not (fail closed), so that two versions never lock the same names and miss
+//! each other's holds during a rolling deploy.
+
+use crate::error::{LockError, Result};
+use crate::names::layout_key;
+use crate::redis::Backend;
+use crate::scripts::client_scripts;
+
+/// The layout this code reads and writes. Bump it with every change to a key's name, a
+/// field or a value format, a channel or a message (`docs/LAYOUT.md` describes version 1).
+pub(crate) const LAYOUT_VERSION: u32 = 1;
+
+/// Records `version` for `key_prefix` if no version is recorded yet, else checks that the
+/// recorded one is `version`.
+pub(crate) async fn check(backend: &Backend, key_prefix: &str, version: u32) -> Result<()> {
+    let key = layout_key(key_prefix);
+    let mut call = client_scripts().layout.prepare_invoke();
+    call.key(&key).arg(version);
+    let recorded: String = backend
+        .invoke(&call)
+        .await
+        .map_err(|e| e.into_lock_error("", "check the layout version of"))?;
+    if recorded == version.to_string() {
+        return Ok(());
+    }
+    Err(LockError::LayoutMismatch {
+        address: backend.shown().to_owned(),
+        key_prefix: key_prefix.to_owned(),
+        key,
+        ours: version,
+        recorded,
+    })
+}
