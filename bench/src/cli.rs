@@ -56,7 +56,7 @@ pub struct Cli {
     pub write_docs: Option<PathBuf>,
 
     /// Write the sweeps' pictures (SVG) into this directory [default with --write-docs:
-    /// `perf/` beside the docs file].
+    /// the docs file's directory].
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
 

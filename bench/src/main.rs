@@ -4,13 +4,14 @@
 //! ```text
 //! cargo run --release -p dlock-bench -- [--scenarios limit,s1,s2,s3,s4,s5,churn,peers,
 //!     family,memory,subscribe,demo,sweeps] [--runs 3] [--duration 10s] [--json]
-//!     [--write-docs docs/PERFORMANCE.md] [--plots DIR] [--redis-url URL] [--quick]
+//!     [--write-docs docs/perf/RESULTS.md] [--plots DIR] [--redis-url URL] [--quick]
 //! ```
 //!
 //! Everything, tables and scaling sweeps with their pictures:
-//! `cargo run --release -p dlock-bench -- --scenarios all,sweeps --write-docs docs/PERFORMANCE.md`.
+//! `cargo run --release -p dlock-bench -- --scenarios all,sweeps --write-docs docs/perf/RESULTS.md`.
 //!
-//! See `docs/PERFORMANCE.md` for what each scenario measures and the latest results.
+//! See `docs/perf/RESULTS.md` for what each scenario measures and the latest results, and
+//! `docs/PERFORMANCE.md` for their summary.
 
 mod churn;
 mod cli;
@@ -144,17 +145,14 @@ async fn bench(cli: &Cli) -> Result<bool> {
             .flat_map(|s| &s.points)
             .all(|p| p.outcome.is_ok());
 
-    // Pictures: into --plots, or perf/ beside the docs file; linked from the docs by a
-    // path relative to the docs file when they are under its directory.
+    // Pictures: into --plots, or beside the docs file; linked from the docs by a path
+    // relative to the docs file when they are under its directory.
     let docs_dir = cli.write_docs.as_ref().map(|path| {
         path.parent()
             .unwrap_or(std::path::Path::new(""))
             .to_path_buf()
     });
-    let plots = cli
-        .plots
-        .clone()
-        .or_else(|| docs_dir.as_ref().map(|dir| dir.join("perf")));
+    let plots = cli.plots.clone().or_else(|| docs_dir.clone());
     let mut pictures: Option<String> = None;
     if let (Some(dir), false) = (&plots, sweeps.is_empty()) {
         for path in plot::write_all(&sweeps, dir)? {

@@ -1,5 +1,5 @@
-//! Presenting results: table rows, target checks, JSON, and the Markdown section of
-//! `docs/PERFORMANCE.md`.
+//! Presenting results: table rows, target checks, JSON, and the Markdown sections of
+//! `docs/perf/RESULTS.md`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -285,7 +285,7 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
 }
 
 /// S5's throughput (lock) in the report before the fairness work (docs/PERFORMANCE.md of
-/// 2026-11-22): the S5 throughput target is 0.8 × this.
+/// 2026-11-22, now bench/HISTORY.md): the S5 throughput target is 0.8 × this.
 const S5_EARLIER_PER_S: f64 = 2_802.0;
 
 /// "dlock S1 = 1.23 × rslock", from dlock's rate (if measured) and rslock's.

@@ -515,7 +515,13 @@ pub fn markdown(sweeps: &[Sweep], pictures: Option<&str>) -> String {
     for sweep in sweeps {
         let _ = writeln!(md, "\n### {}\n", sweep.title);
         if let Some(dir) = pictures {
-            let _ = writeln!(md, "![{}]({dir}/{}.svg)\n", sweep.title, sweep.id);
+            let file = format!("{}.svg", sweep.id);
+            let link = if dir.is_empty() {
+                file
+            } else {
+                format!("{dir}/{file}")
+            };
+            let _ = writeln!(md, "![{}]({link})\n", sweep.title);
         }
         let _ = writeln!(md, "Each point: {}.\n", sweep.setup);
         let _ = write!(md, "| series | {} |", sweep.x_label);

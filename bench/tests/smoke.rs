@@ -68,7 +68,7 @@ fn quick_limit_s1_s2() {
 fn quick_sweeps() {
     let started = Instant::now();
     let dir = std::env::temp_dir().join(format!("dlock-bench-sweeps-{}", std::process::id()));
-    let docs = dir.join("PERFORMANCE.md");
+    let docs = dir.join("RESULTS.md");
     let output = Command::new(env!("CARGO_BIN_EXE_dlock-bench"))
         .args(["--quick", "--scenarios", "sweeps", "--json", "--write-docs"])
         .arg(&docs)
@@ -104,7 +104,7 @@ fn quick_sweeps() {
             }
         }
         let id = sweep["id"].as_str().unwrap_or_default();
-        let svg = std::fs::read_to_string(dir.join("perf").join(format!("{id}.svg")))
+        let svg = std::fs::read_to_string(dir.join(format!("{id}.svg")))
             .unwrap_or_else(|e| panic!("no picture of {id}: {e}"));
         assert!(
             svg.starts_with("<svg") && svg.contains("(log scale)"),
@@ -112,7 +112,7 @@ fn quick_sweeps() {
         );
         assert!(std::fs::read_to_string(&docs)
             .expect("docs written")
-            .contains(&format!("](perf/{id}.svg)")));
+            .contains(&format!("]({id}.svg)")));
     }
     // The contended points are still exact, in 1 and in 4 processes.
     for series in sweeps[2]["series"].as_array().expect("series") {

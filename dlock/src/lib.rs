@@ -146,7 +146,7 @@ pub use dlock_core::__private;
 /// A [`LockClient`] built from one TOML file: which Redis deployment (single,
 /// master-slave, Sentinel or cluster), the connection, the lock settings.
 ///
-/// This is the `dlock-config` crate; see its [`load`](config::load) for the format.
+/// This is the `dlock-config` crate; [`Config`](config::Config) reads the file.
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 #[doc(inline)]

@@ -279,8 +279,11 @@ async fn plain_releases_leave_no_key_behind() {
         let keys: Vec<String> = server.connection().keys("*").unwrap();
         let left: Vec<String> = keys
             .into_iter()
-            // Fencing counters never expire; the client's description lives as it does.
-            .filter(|key| !key.starts_with("dlock:fence:") && !key.starts_with("dlock:client:"))
+            // Fencing counters never expire; what the client wrote by connecting lives as
+            // it does.
+            .filter(|key| {
+                !key.starts_with("dlock:fence:") && !dlock_tests::written_by_connecting(key)
+            })
             .collect();
         if left.is_empty() || started.elapsed() > Duration::from_secs(2) {
             break left;

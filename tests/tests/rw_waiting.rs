@@ -144,7 +144,7 @@ async fn leftovers(admin: &mut MultiplexedConnection, allowed: &[&str]) -> Vec<S
                 // Release memos expire on their own; fencing counters never do, by design.
                 !k.starts_with("dlock:release:")
                     && !k.starts_with("dlock:fence:")
-                    && !k.starts_with("dlock:client:")
+                    && !dlock_tests::written_by_connecting(k)
                     && !allowed.contains(&k.as_str())
             })
             .collect();

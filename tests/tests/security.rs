@@ -962,13 +962,37 @@ async fn the_single_rule_refuses_everything_else() {
         assert_eq!(err.code(), Some("NOPERM"), "{what}: {err}");
     }
 
-    // A client whose lock keys fall outside the prefix gets a clear error at once.
+    // A client whose key prefix is not the rule's cannot start: the layout version of its
+    // prefix is out of reach, and it says so at once.
     for prefix in ["", "other:"] {
+        let started = Instant::now();
+        let err = LockClient::builder()
+            .key_prefix(prefix)
+            .connect(&url)
+            .await
+            .unwrap_err();
+        assert!(is_noperm(&err), "prefix {prefix:?}: {err:?}");
+        assert!(
+            err.to_string().contains(&format!("dlock:layout:{prefix}")),
+            "prefix {prefix:?}: {err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    // Given the layout key alone, such a client starts, and each of its lock operations
+    // gets a clear error at once.
+    for prefix in ["", "other:"] {
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("dlock")
+            .arg(format!("~dlock:layout:{prefix}"))
+            .query::<()>(&mut admin)
+            .unwrap();
         let outsider = LockClient::builder()
             .key_prefix(prefix)
             .connect(&url)
             .await
-            .expect("connecting needs no key permission");
+            .expect("connecting needs only the layout key");
         let lock = outsider.lock("goods:1");
         let started = Instant::now();
         let err = tokio::time::timeout(Duration::from_secs(5), lock.lock())
@@ -1853,6 +1877,11 @@ async fn key_prefixes_keep_two_applications_apart() {
         (2, 1),
         "{descriptions:?}"
     );
+    // Each application's layout version is recorded under its own prefix.
+    let (layouts, keys): (Vec<String>, Vec<String>) = keys
+        .into_iter()
+        .partition(|key| key.starts_with("dlock:layout:"));
+    assert_eq!(layouts, ["dlock:layout:app-a:", "dlock:layout:app-b:"]);
     let (counters, locks): (Vec<String>, Vec<String>) = keys
         .into_iter()
         .partition(|key| key.starts_with("dlock:fence:"));
@@ -1928,7 +1957,25 @@ async fn key_prefixes_keep_two_applications_apart() {
     assert!(!b1.lock("goods:1").is_locked().await.unwrap());
 
     // And with per-application ACL users, app-b cannot reach app-a's keys even when it
-    // tries: a client of app-b configured with app-a's prefix is refused.
+    // tries: a client of app-b configured with app-a's prefix cannot start (the layout
+    // version under app-a's prefix is out of its reach) ...
+    let err = LockClient::builder()
+        .key_prefix("app-a:")
+        .connect(&b_url)
+        .await
+        .unwrap_err();
+    assert!(is_noperm(&err), "{err:?}");
+    // ... and given that one key, its every lock operation is refused.
+    set_user(
+        &mut admin,
+        "app-b",
+        B_PASSWORD,
+        &[
+            acl_rule(Mode::Single, "app-b:"),
+            vec!["~dlock:layout:app-a:".to_owned()],
+        ]
+        .concat(),
+    );
     let intruder = connect_as(&b_url, "app-a:").await;
     let err = intruder.lock("goods:1").force_unlock().await.unwrap_err();
     assert!(is_noperm(&err), "{err:?}");
@@ -1937,15 +1984,22 @@ async fn key_prefixes_keep_two_applications_apart() {
     assert_eq!(hash(&mut admin), a_hash);
 
     held_by_a.unlock().await.unwrap();
-    // The only denials: app-b's attempts on app-a's key, and the intruder's description
-    // under app-a's prefix.
+    // The only denials: app-b's attempts on app-a's key, the intruder's description under
+    // app-a's prefix, and its first start on app-a's layout version.
     let denials = acl_denials(&mut admin);
     assert!(
         !denials.is_empty()
             && denials.iter().all(|d| {
                 d.starts_with("app-b key app-a:goods:1 ")
                     || d.starts_with("app-b key dlock:client:app-a:{")
+                    || d.starts_with("app-b key dlock:layout:app-a: ")
             }),
+        "{denials:#?}"
+    );
+    assert!(
+        denials
+            .iter()
+            .any(|d| d.starts_with("app-b key dlock:layout:app-a: ")),
         "{denials:#?}"
     );
 }

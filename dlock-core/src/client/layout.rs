@@ -22,7 +22,7 @@ pub(crate) async fn check(backend: &Backend, key_prefix: &str, version: u32) -> 
     let recorded: String = backend
         .invoke(&call)
         .await
-        .map_err(|e| e.into_lock_error("", "check the layout version of"))?;
+        .map_err(|e| e.into_lock_error(&key, "check the layout version kept in"))?;
     if recorded == version.to_string() {
         return Ok(());
     }
