@@ -27,6 +27,41 @@ cargo fmt --all -- --check
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+# What a publish would meet, before the tests: each check was seen failing on a real
+# mistake (a broken intra-doc link, code behind `cfg(not(feature = "tls"))` that only a
+# build without the feature compiles, a dev-dependency that made packaging resolve
+# another crate named `dlock` on crates.io).
+step "cargo doc --workspace --no-deps, warnings denied"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+
+step "the published crates without default features and with each feature alone"
+for args in \
+    "-p dlock --no-default-features" \
+    "-p dlock --no-default-features --features macros" \
+    "-p dlock --no-default-features --features tls" \
+    "-p dlock --no-default-features --features config" \
+    "-p dlock --no-default-features --features metrics" \
+    "-p dlock-core --no-default-features" \
+    "-p dlock-core --no-default-features --features tls" \
+    "-p dlock-core --no-default-features --features metrics" \
+    "-p dlock-config --no-default-features"; do
+    echo "cargo check $args"
+    # shellcheck disable=SC2086 # the arguments are words on purpose
+    cargo check --quiet $args
+done
+
+# Without verification: the contents, metadata and dependency resolution of each package
+# are what is checked here; a verifying build would compile every crate once more (3 min),
+# and the crate below compiles the facade from outside the workspace.
+step "cargo package of the published crates"
+cargo package --workspace --no-verify --allow-dirty \
+    --exclude dlock-tests --exclude dlock-bench \
+    --exclude quickstart --exclude stock-demo --exclude scheduled-job
+
+step "an application outside the workspace that depends on dlock alone (outside/)"
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
+    cargo check --locked --manifest-path outside/Cargo.toml
+
 # --show-output: the fault, overlap and failover tests print what they measured
 # (docs/RELIABILITY.md quotes those figures), so the CI log keeps them.
 step "cargo test --workspace -- --test-threads=2 --show-output"

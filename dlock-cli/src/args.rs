@@ -18,7 +18,7 @@ const CLI_CLIENT_NAME: &str = "dlock-cli";
 /// application's own dlock config.
 #[derive(Debug, Parser)]
 #[command(name = "dlock", version, propagate_version = true)]
-pub struct Args {
+pub(crate) struct Args {
     /// The application's dlock TOML file. Default: the file named by `DLOCK_CONFIG`.
     /// `DLOCK_PASSWORD`, `DLOCK_USERNAME` and `DLOCK_ADDRESS` apply as for the
     /// application.
@@ -33,7 +33,7 @@ pub struct Args {
 
 /// What to do.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Holders with hold counts and fencing tokens, the remaining lease, the waiting
     /// clients, the subscribers of the unlock channel, a fair lock's queue and the fencing
     /// counter, each id with its client's name, host, pid and version; a read-write lock's
@@ -93,7 +93,7 @@ fn interval(text: &str) -> Result<Duration, String> {
 
 /// What the application's config describes: one deployment, or the independent servers
 /// of a RedLock (a `[redlock]` table and no `[redis]` table).
-pub enum Target {
+pub(crate) enum Target {
     /// One deployment: a single server, master and replicas, Sentinel or a cluster.
     Client(LockClient),
     /// A RedLock: one client per server, each read on its own.
@@ -101,14 +101,14 @@ pub enum Target {
 }
 
 /// The servers of a RedLock, each with its address as shown (password hidden).
-pub struct RedLockServers {
+pub(crate) struct RedLockServers {
     pub servers: Vec<(String, LockClient)>,
     /// How many servers must hold a lock for it to be held (a majority).
     pub quorum: usize,
 }
 
 /// The client(s) the application's config describes, named as the tool.
-pub async fn connect(config: Option<&Path>) -> Result<Target, CliError> {
+pub(crate) async fn connect(config: Option<&Path>) -> Result<Target, CliError> {
     let config = match config {
         Some(path) => Config::from_file(path)?.with_env_overrides()?,
         None => Config::from_env()?,

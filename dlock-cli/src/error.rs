@@ -2,7 +2,7 @@
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
-pub enum CliError {
+pub(crate) enum CliError {
     /// The config file: missing, unreadable or invalid (with file, line and column).
     #[error(transparent)]
     Config(#[from] dlock::config::ConfigError),

@@ -4,7 +4,7 @@ use crate::args::{RedLockServers, Target};
 use crate::error::CliError;
 use crate::report::{print_json, LockView, RedLockView, ServerView};
 
-pub async fn run(target: &Target, name: &str, json: bool) -> Result<(), CliError> {
+pub(crate) async fn run(target: &Target, name: &str, json: bool) -> Result<(), CliError> {
     match target {
         Target::Client(client) => {
             let view = LockView::from(&client.lock(name).inspect().await?);
@@ -29,7 +29,10 @@ pub async fn run(target: &Target, name: &str, json: bool) -> Result<(), CliError
 
 /// `name` inspected on every RedLock server; a server that fails shows its error (a
 /// RedLock works without a minority), unless every server fails.
-pub async fn redlock_view(redlock: &RedLockServers, name: &str) -> Result<RedLockView, CliError> {
+pub(crate) async fn redlock_view(
+    redlock: &RedLockServers,
+    name: &str,
+) -> Result<RedLockView, CliError> {
     let mut servers = Vec::new();
     let mut first_error = None;
     for (shown, client) in &redlock.servers {

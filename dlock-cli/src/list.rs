@@ -15,7 +15,7 @@ struct Listing<T> {
     locks: Vec<T>,
 }
 
-pub async fn run(target: &Target, prefix: &str, json: bool) -> Result<(), CliError> {
+pub(crate) async fn run(target: &Target, prefix: &str, json: bool) -> Result<(), CliError> {
     let lines = match target {
         Target::Client(client) => {
             let locks = locks(client, prefix).await?;

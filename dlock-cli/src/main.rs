@@ -23,6 +23,7 @@
 //! confirmed changes nothing and exits with status 3, so a script can tell it from one
 //! that ran.
 
+#![warn(missing_debug_implementations, unreachable_pub)]
 mod args;
 mod error;
 mod inspect;

@@ -14,7 +14,7 @@ use crate::error::CliError;
 /// One lock, as `inspect` and `list` print it. Fields are only ever added, never
 /// renamed: scripts read this JSON.
 #[derive(Debug, Serialize)]
-pub struct LockView {
+pub(crate) struct LockView {
     pub name: String,
     /// `lock`, `fair`, `read_write` or `semaphore`.
     pub kind: &'static str,
@@ -37,7 +37,7 @@ pub struct LockView {
 
 /// A read-write lock's mode, readers, writer and waiting writers.
 #[derive(Debug, Serialize)]
-pub struct ReadWriteView {
+pub(crate) struct ReadWriteView {
     /// `read` or `write`.
     pub mode: &'static str,
     pub readers: Vec<OwnerHoldView>,
@@ -47,7 +47,7 @@ pub struct ReadWriteView {
 
 /// A semaphore's capacity and grants.
 #[derive(Debug, Serialize)]
-pub struct SemaphoreView {
+pub(crate) struct SemaphoreView {
     pub capacity_key: String,
     pub capacity: Option<u64>,
     pub taken: u64,
@@ -58,7 +58,7 @@ pub struct SemaphoreView {
 /// One owner's part of a read-write lock, or one grant of a semaphore (`holds`: read
 /// holds, write holds or permits).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct OwnerHoldView {
+pub(crate) struct OwnerHoldView {
     #[serde(flatten)]
     pub owner: ClientView,
     pub holds: u64,
@@ -119,7 +119,7 @@ impl OwnerHoldView {
 
 /// One owner of a lock.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HolderView {
+pub(crate) struct HolderView {
     #[serde(flatten)]
     pub owner: ClientView,
     pub holds: u64,
@@ -128,7 +128,7 @@ pub struct HolderView {
 
 /// An id found in a lock and its client's description.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ClientView {
+pub(crate) struct ClientView {
     pub id: String,
     pub client_id: String,
     pub client: Option<DescriptionView>,
@@ -136,7 +136,7 @@ pub struct ClientView {
 
 /// What a client registered about itself.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DescriptionView {
+pub(crate) struct DescriptionView {
     pub name: String,
     pub host: String,
     pub pid: u32,
@@ -196,13 +196,13 @@ impl From<&LockInfo> for LockView {
 }
 
 /// `duration` in whole milliseconds (saturating).
-pub fn millis(duration: Duration) -> u64 {
+pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl ClientView {
     /// `<id> (billing on host-1, pid 42, dlock 0.1.0)`.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         match &self.client {
             Some(c) => format!(
                 "{} ({} on {}, pid {}, dlock {})",
@@ -218,7 +218,7 @@ impl ClientView {
 
 impl HolderView {
     /// `<owner> (...), 2 holds, fence 17`.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut text = format!(
             "{}, {} hold{}",
             self.owner.text(),
@@ -242,7 +242,7 @@ fn plural(n: u64) -> &'static str {
 
 impl LockView {
     /// The multi-line text of `inspect`.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut out = format!("{} {} (key {})\n", self.label(), self.name, self.key);
         if let Some(rw) = &self.read_write {
             self.read_write_text(rw, &mut out);
@@ -359,7 +359,7 @@ impl LockView {
     }
 
     /// The one line of `list`.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let holders = if self.holders.is_empty() {
             "free".to_owned()
         } else {
@@ -389,7 +389,7 @@ impl LockView {
 /// One lock name over the servers of a RedLock: what each holds, and on how many the
 /// lock is held and by whom.
 #[derive(Debug, Serialize)]
-pub struct RedLockView {
+pub(crate) struct RedLockView {
     pub name: String,
     /// How many servers the RedLock has.
     pub nodes: usize,
@@ -405,14 +405,14 @@ pub struct RedLockView {
 
 /// An owner of a RedLock and on how many servers it holds the lock.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct OwnerCount {
+pub(crate) struct OwnerCount {
     pub id: String,
     pub servers: usize,
 }
 
 /// One RedLock server's part: its lock, or why it could not be read.
 #[derive(Debug, Serialize)]
-pub struct ServerView {
+pub(crate) struct ServerView {
     /// The address, password hidden.
     pub server: String,
     pub lock: Option<LockView>,
@@ -421,7 +421,7 @@ pub struct ServerView {
 
 impl RedLockView {
     /// The view of `name` from each server's inspection.
-    pub fn new(name: &str, quorum: usize, servers: Vec<ServerView>) -> RedLockView {
+    pub(crate) fn new(name: &str, quorum: usize, servers: Vec<ServerView>) -> RedLockView {
         let mut owners: Vec<OwnerCount> = Vec::new();
         for lock in servers.iter().filter_map(|s| s.lock.as_ref()) {
             for holder in &lock.holders {
@@ -449,7 +449,7 @@ impl RedLockView {
     }
 
     /// `held on 3 of 3 servers (quorum 2) by <owner>`, or why it is not held.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let (n, q) = (self.nodes, self.quorum);
         match self.owners.first() {
             None => format!("held on no server of {n} (quorum {q}): free"),
@@ -467,7 +467,7 @@ impl RedLockView {
     }
 
     /// The multi-line text of `inspect`: each server's part, then the summary.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut out = format!(
             "redlock {} over {} servers (quorum {})\n",
             self.name, self.nodes, self.quorum
@@ -491,13 +491,13 @@ impl RedLockView {
     }
 
     /// The one line of `list`.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         format!("{}  {}", self.name, self.summary())
     }
 }
 
 /// Milliseconds as humans read them: `1.234s`, `250ms`.
-pub fn shown(ms: u64) -> String {
+pub(crate) fn shown(ms: u64) -> String {
     if ms >= 1000 {
         format!("{}.{:03}s", ms / 1000, ms % 1000)
     } else {
@@ -506,7 +506,7 @@ pub fn shown(ms: u64) -> String {
 }
 
 /// Prints `value` as one JSON document on stdout.
-pub fn print_json(value: &impl Serialize) -> Result<(), CliError> {
+pub(crate) fn print_json(value: &impl Serialize) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(value).map_err(|e| CliError::Io {
         what: "writing the JSON output",
         source: e.into(),

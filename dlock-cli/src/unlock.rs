@@ -29,7 +29,12 @@ struct Outcome<T> {
 }
 
 /// Asks (unless `yes`) and force-unlocks; returns whether the operator confirmed.
-pub async fn run(target: &Target, name: &str, yes: bool, json: bool) -> Result<bool, CliError> {
+pub(crate) async fn run(
+    target: &Target,
+    name: &str,
+    yes: bool,
+    json: bool,
+) -> Result<bool, CliError> {
     match target {
         Target::Client(client) => one(client, name, yes, json).await,
         Target::RedLock(redlock) => every_server(redlock, name, yes, json).await,

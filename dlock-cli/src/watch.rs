@@ -46,7 +46,7 @@ struct Watched {
 /// What a source reports: its index and its holders, or why it stopped.
 type Report = Result<(usize, Vec<HolderView>), CliError>;
 
-pub async fn run(
+pub(crate) async fn run(
     target: &Target,
     name: &str,
     duration: Option<Duration>,

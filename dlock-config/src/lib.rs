@@ -1,4 +1,4 @@
-//! One TOML file chooses the Redis deployment behind a [`dlock::LockClient`]: a single
+//! One TOML file chooses the Redis deployment behind a [`dlock::LockClient`](dlock_core::LockClient): a single
 //! server, a master with replicas, a Sentinel group or a Redis Cluster. Application code
 //! does not change between them.
 //!
@@ -51,6 +51,7 @@
 //! `DLOCK_PASSWORD`, `DLOCK_USERNAME` and `DLOCK_ADDRESS` (see
 //! [`Config::with_env_overrides`]).
 
+#![warn(missing_debug_implementations, unreachable_pub)]
 mod error;
 mod interpolate;
 mod load;
@@ -178,7 +179,7 @@ impl Config {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Lock`] with the [`dlock::LockError`]: an invalid setting (e.g.
+    /// [`ConfigError::Lock`] with the [`dlock::LockError`](dlock_core::LockError): an invalid setting (e.g.
     /// a watchdog timeout under 100 ms) or Redis unreachable; [`ConfigError::NoRedis`] for
     /// a file with only a `[redlock]` table (use [`build_redlock`](Config::build_redlock)).
     pub async fn build(&self) -> Result<LockClient> {

@@ -175,11 +175,11 @@ pub struct LockSection {
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum ScriptsSetting {
-    /// `"auto"`: [`dlock::ScriptMode::Auto`].
+    /// `"auto"`: [`dlock::ScriptMode::Auto`](dlock_core::ScriptMode::Auto).
     Auto,
-    /// `"eval"`: [`dlock::ScriptMode::Eval`].
+    /// `"eval"`: [`dlock::ScriptMode::Eval`](dlock_core::ScriptMode::Eval).
     Eval,
-    /// `"functions"`: [`dlock::ScriptMode::Functions`].
+    /// `"functions"`: [`dlock::ScriptMode::Functions`](dlock_core::ScriptMode::Functions).
     Functions,
 }
 

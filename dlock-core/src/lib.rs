@@ -6,6 +6,7 @@
 //! crate is published so that `dlock` can be assembled from it, and its API is `dlock`'s.
 //! The repository's `docs/ARCHITECTURE.md` maps its modules.
 
+#![warn(missing_debug_implementations, unreachable_pub)]
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;

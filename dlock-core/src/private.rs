@@ -132,6 +132,7 @@ pub trait Guard {
 }
 
 /// The lock was lost while the body ran (`on_lost = "cancel"` or `"error"`).
+#[derive(Debug)]
 pub struct Lost<T> {
     /// What the body returned, if it ran to its end; `None` when it was cancelled.
     pub output: Option<T>,

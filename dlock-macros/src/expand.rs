@@ -13,7 +13,7 @@ use crate::args::{Args, Errors, OnBusy, OnLost};
 use crate::key::{key_expression, parse_template, Piece};
 
 /// Entry point on `proc_macro2` streams, so it can be tested and snapshotted.
-pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let function: ItemFn = match syn::parse2(item.clone()) {
         Ok(function) => function,
         Err(_) => {

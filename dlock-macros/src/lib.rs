@@ -3,6 +3,7 @@
 //! (`dlock::distributed_lock`) and documents its options with examples; the code it
 //! generates calls `::dlock`.
 
+#![warn(missing_debug_implementations, unreachable_pub)]
 mod args;
 mod expand;
 mod key;

@@ -135,6 +135,7 @@
 //!
 //! The repository's stock demo serves them on `/metrics` (`examples/stock-demo`).
 
+#![warn(missing_debug_implementations, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[doc(inline)]
@@ -246,7 +247,7 @@ mod readme {}
 /// | `wait` | duration string; `"0s"` tries once | the client's `default_wait` (until acquired unless set) |
 /// | `on_busy` | `"wait"`, `"skip"` or `"fail"`: what a call does when another owner holds the lock | `"wait"` |
 /// | `min_hold` | duration string: the lock stays taken at least this long after acquisition | released at the body's end |
-/// | `client` | expression giving a [`LockClient`] or a [`RedLockClient`] (or a reference or `Arc` of one) | the client registered with [`set_global`] |
+/// | `client` | expression giving a [`LockClient`] or a [`RedLockClient`](redlock::RedLockClient) (or a reference or `Arc` of one) | the client registered with [`set_global`] |
 /// | `on_fail` | path of a fn taking the [`LockError`] and returning the function's type | `return Err(error.into())` |
 /// | `on_lost` | `"cancel"`, `"error"` or `"ignore"`: what a lock lost while the body runs does | `"cancel"` |
 /// | `crate` | path of the `dlock` crate as this crate names it, e.g. `crate = locks` (or `"locks"`) | `::dlock` |
@@ -289,7 +290,7 @@ mod readme {}
 ///   - `"skip"`: try once; when busy, run nothing and return at once `None` (for an
 ///     `Option<T>` function), `Ok(None)` (for `Result<Option<T>, E>`) or `()` (no return
 ///     type); any other return type is a compile error. A skip is counted in
-///     [`Stats::skipped`] of the client ([`LockClient::stats`]; a [`RedLockClient`] keeps
+///     [`Stats::skipped`](inspect::Stats::skipped) of the client ([`LockClient::stats`]; a [`RedLockClient`](redlock::RedLockClient) keeps
 ///     no statistics) and traced as a `tracing` debug event naming the lock. Other failures
 ///     (Redis down, a lost lock) are not skips: they go to `on_fail` or the `Result`'s
 ///     error as usual; an `Option<T>` or `()` function without `on_fail` has nowhere to put
@@ -310,11 +311,11 @@ mod readme {}
 ///   node whose tick comes a little late finds the lock still taken and skips); the
 ///   repository's `examples/scheduled-job` runs it in three processes. Only on the
 ///   reentrant lock of one `key` of a [`LockClient`] (not with `keys`, `permits`, another
-///   `kind` or a [`RedLockClient`]: compile errors), at most `lease` when a `lease` is
+///   `kind` or a [`RedLockClient`](redlock::RedLockClient): compile errors), at most `lease` when a `lease` is
 ///   given (checked at compile time). If Redis fails at that moment the lock is left to
 ///   its lease rather than freed early.
 /// - **`client`**: e.g. `client = state.locks` or `client = self.locks`. With a
-///   [`RedLockClient`] the body runs under a RedLock (not reentrant; `kind` and `permits`
+///   [`RedLockClient`](redlock::RedLockClient) the body runs under a RedLock (not reentrant; `kind` and `permits`
 ///   are then refused with [`LockError::Config`] at the call).
 /// - **`on_fail`**: `on_fail = busy` calls `busy(error)` and returns what it returns. This
 ///   is the way for an error type that cannot have `From<LockError>` (one of another
@@ -390,7 +391,7 @@ mod readme {}
 /// `on_busy` that is not `"wait"`, `"skip"` or `"fail"`, `"skip"` or `"fail"` with `wait`,
 /// `"skip"` on a function returning neither `Option<T>`, `Result<Option<T>, E>` nor `()`, a
 /// `min_hold` longer than `lease` or with `keys`, `permits`, another `kind` or a
-/// [`RedLockClient`], a
+/// [`RedLockClient`](redlock::RedLockClient), a
 /// non-async function, a function that cannot report failure, and an error type without
 /// `From<LockError>` (pointing to `on_fail`).
 #[cfg(feature = "macros")]

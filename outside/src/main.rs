@@ -2,6 +2,8 @@
 //! application writes them against `dlock` alone. Run it with `DLOCK_CONFIG` naming a
 //! dlock TOML file; scripts/test.sh only compiles it.
 
+#![deny(warnings)]
+
 use std::time::Duration;
 
 use dlock::config::Config;
@@ -103,7 +105,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     dlock::global_client()?;
 
     let mut stock = 1;
-    println!("left: {:?}", buy(42, &mut stock).await);
+    match buy(42, &mut stock).await {
+        Ok(left) => println!("left: {left}"),
+        Err(AppError::SoldOut) => println!("sold out"),
+        Err(AppError::Lock(error)) => println!("not sold: {error} ({})", error.kind()),
+    }
     println!("transfer: {:?}", transfer(1, 2).await);
     println!("query: {:?}", query("db").await);
     every_primitive(&client).await?;

@@ -92,7 +92,7 @@ fn cluster_tls(
 fn no_tls() -> redis::RedisError {
     redis::RedisError::from((
         redis::ErrorKind::InvalidClientConfig,
-        "TLS needs dlock-core's `tls` feature",
+        "TLS needs dlock's `tls` feature",
     ))
 }
 
