@@ -21,6 +21,8 @@ mod lease;
 mod lock;
 mod multi;
 mod names;
+#[cfg(test)]
+mod naming_tests;
 mod redact;
 mod redis;
 pub mod redlock;
@@ -40,20 +42,7 @@ pub use multi::{MultiGuard, MultiLock};
 pub use rw::{ReadLock, ReadWriteLock, WriteLock};
 pub use semaphore::{Semaphore, SemaphorePermit};
 
-pub mod inspect {
-    //! What operators and dashboards read: who holds a lock, who waits, which kind of lock
-    //! a name is, which client is which ([`Lock::inspect`](crate::Lock::inspect),
-    //! [`LockClient::list_locks`](crate::LockClient::list_locks),
-    //! [`Lock::track`](crate::Lock::track)), and a client's own counters
-    //! ([`LockClient::stats`](crate::LockClient::stats)).
-    pub use crate::client::ClientDescription;
-    pub use crate::kind::LockKind;
-    pub use crate::lock::{
-        LockHolder, LockInfo, LockTracker, OwnerHold, Participant, ReadWriteInfo, ReadWriteMode,
-        SemaphoreInfo,
-    };
-    pub use crate::sync::metrics::{Stats, LATENCY_BOUNDS};
-}
+pub mod inspect;
 
 pub mod fencing {
     //! Fencing tokens: the number each exclusive acquisition mints

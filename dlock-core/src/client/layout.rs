@@ -4,10 +4,9 @@
 //! start if not (fail closed), so that two versions never lock the same names and miss
 //! each other's holds during a rolling deploy.
 
+use crate::client::scripts::client_scripts;
 use crate::error::{LockError, Result};
-use crate::names::layout_key;
 use crate::redis::Backend;
-use crate::scripts::client_scripts;
 
 /// The layout this code reads and writes. Bump it with every change to a key's name, a
 /// field or a value format, a channel or a message (`docs/LAYOUT.md` describes version 1).
@@ -33,4 +32,11 @@ pub(crate) async fn check(backend: &Backend, key_prefix: &str, version: u32) -> 
         ours: version,
         recorded,
     })
+}
+
+/// Where the layout version of the clients of `prefix` is recorded
+/// (`client::layout`): `dlock:layout:<key prefix>`, nothing after it, so that the ACL
+/// pattern for it can be the exact name.
+pub(crate) fn layout_key(prefix: &str) -> String {
+    format!("dlock:layout:{prefix}")
 }

@@ -4,6 +4,7 @@ pub(crate) mod builder;
 pub(crate) mod global;
 pub(crate) mod layout;
 pub(crate) mod registration;
+pub(crate) mod scripts;
 pub(crate) mod settings;
 
 pub use builder::{LockClientBuilder, MAX_COMMAND_TIMEOUT};
@@ -17,8 +18,8 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::background::Background;
+use crate::client::registration::client_key;
 use crate::error::{LockError, Result};
-use crate::names::client_key;
 use crate::redact::redact;
 use crate::redis::{Backend, Topology, TopologyKind};
 use crate::sync::attempt::Host;

@@ -163,6 +163,17 @@ pub(crate) fn unregister(backend: &Backend, key: &str) {
     });
 }
 
+/// The key under which client `client_id` describes itself (see
+/// `client::registration`): `dlock:client:<key prefix>{<anchor>}:<client id>`, the anchor
+/// being the client id's, so that the clients of one deployment spread over the slots and
+/// anyone who knows an owner field (`<client id>:<n>`) can find its client.
+pub(crate) fn client_key(prefix: &str, client_id: &str) -> String {
+    format!(
+        "dlock:client:{prefix}{{{}}}:{client_id}",
+        crate::names::slot_anchor(client_id.as_bytes())
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

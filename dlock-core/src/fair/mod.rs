@@ -1,18 +1,22 @@
 //! [`FairLock`]: a lock granted in the order its waiters asked for it, across processes.
 
 mod acquire;
+pub(crate) mod keys;
 mod release_ops;
+pub(crate) mod scripts;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
+use crate::fair::keys::FairKeys;
+use crate::fair::scripts::fair_scripts;
 use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
-use crate::names::{check_text, FairKeys, LockKeys};
-use crate::scripts::fair_scripts;
+use crate::lock::keys::LockKeys;
+use crate::names::check_text;
 use crate::sync::attempt::Reply;
 
 /// How long a queue entry lives without its waiter's heartbeat unless

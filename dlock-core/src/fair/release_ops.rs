@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
-use crate::names::{FairKeys, LockKeys};
-use crate::scripts::fair_scripts;
+use crate::fair::keys::FairKeys;
+use crate::fair::scripts::fair_scripts;
+use crate::lock::keys::LockKeys;
 use crate::sync::release::{ReleaseJob, ReleaseOp};
 
 /// What a fair release gives back, with the operation id that makes it count once.

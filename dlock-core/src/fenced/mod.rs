@@ -4,7 +4,7 @@
 //! the same atomic step. A holder that paused past its lease (or lost its lock in a
 //! failover) and writes after a later holder is refused instead of overwriting.
 //!
-//! Redis layout (all in the application key's cluster slot, see `names::FencedKeys`):
+//! Redis layout (all in the application key's cluster slot, see `fenced::keys::FencedKeys`):
 //! - `<key>`: the application key, as the application names it (no key prefix): a string.
 //! - `dlock:fenced:<prefix>{tag}:<key>`: hash, field `fence` = the highest token that has
 //!   written `<key>`, in decimal. No TTL: it must outlive every holder that could still
@@ -21,12 +21,16 @@
 //! `scripts/highest.lua` (reads the highest token). Both check the types they find
 //! first and write nothing when a key holds something else.
 
+pub(crate) mod keys;
+pub(crate) mod scripts;
+
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
-use crate::names::{check_text, FencedKeys};
+use crate::fenced::keys::FencedKeys;
+use crate::fenced::scripts::fenced_scripts;
+use crate::names::check_text;
 use crate::redis::CallError;
-use crate::scripts::fenced_scripts;
 
 /// Writes to application keys in Redis that refuse stale fencing tokens; from
 /// [`LockClient::fenced`].

@@ -2,25 +2,22 @@
 
 mod acquire;
 pub(crate) mod guard;
-mod inspect;
+pub(crate) mod keys;
+pub(crate) mod layout;
 pub(crate) mod release_ops;
+pub(crate) mod scripts;
 
 use std::sync::Arc;
 use std::time::Duration;
-
-pub use inspect::{
-    LockHolder, LockInfo, LockTracker, OwnerHold, Participant, ReadWriteInfo, ReadWriteMode,
-    SemaphoreInfo,
-};
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::kind::LockKind;
 use crate::lock::guard::LockGuard;
+use crate::lock::keys::LockKeys;
 use crate::lock::release_ops::{release_job, ReleaseKind};
+use crate::lock::scripts::scripts;
 use crate::names::check_text;
-use crate::names::LockKeys;
-use crate::scripts::scripts;
 use crate::sync::attempt::Reply;
 use crate::sync::local::PassOn;
 use crate::sync::owner;
@@ -386,7 +383,8 @@ impl Lock {
         }
     }
 
-    async fn query<T: redis::FromRedisValue>(
+    /// One command about this lock, its errors named after it (also for `inspect`).
+    pub(crate) async fn query<T: redis::FromRedisValue>(
         &self,
         action: &'static str,
         cmd: &redis::Cmd,
@@ -399,7 +397,8 @@ impl Lock {
             .map_err(|e| e.into_lock_error(&self.name, action))
     }
 
-    fn wrong_type(&self, found: String) -> LockError {
+    /// The error for this lock's key holding another type of value.
+    pub(crate) fn wrong_type(&self, found: String) -> LockError {
         LockError::WrongType {
             name: self.name.to_string(),
             found,

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::names::LockKeys;
-use crate::scripts::scripts;
+use crate::lock::keys::LockKeys;
+use crate::lock::scripts::scripts;
 use crate::sync::release::{ReleaseJob, ReleaseOp};
 
 /// Which hold a release gives back, with the operation id that makes it count once.

@@ -11,7 +11,7 @@ use crate::error::{LockError, LossReason, Result};
 use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
-use crate::scripts::multi_scripts;
+use crate::multi::scripts::multi_scripts;
 use crate::sync::attempt::{RegisteredFlag, Reply, TryStep};
 use crate::sync::observe;
 use crate::sync::owner;

@@ -2,6 +2,7 @@
 
 mod acquire;
 mod guard;
+pub(crate) mod scripts;
 
 pub use guard::MultiGuard;
 

@@ -22,7 +22,8 @@ use crate::client::{LockClient, LockClientBuilder};
 use crate::error::{LockError, Result};
 use crate::kind::LockKind;
 use crate::lease::lease_millis;
-use crate::names::{check_text, LockKeys};
+use crate::lock::keys::LockKeys;
+use crate::names::check_text;
 use crate::sync::attempt::Reply;
 use crate::sync::observe;
 

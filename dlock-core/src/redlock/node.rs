@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::LockClient;
+use crate::lock::keys::LockKeys;
 use crate::lock::release_ops::{release_job, ReleaseKind};
-use crate::names::LockKeys;
+use crate::lock::scripts::scripts;
 use crate::redis::CallError;
-use crate::scripts::scripts;
 use crate::sync::attempt::Reply;
 use crate::sync::release::{self, HandOff, ReleaseJob, Released};
 

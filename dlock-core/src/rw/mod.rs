@@ -8,7 +8,9 @@
 //! new readers wait behind it.
 
 mod acquire;
+pub(crate) mod layout;
 mod release_ops;
+pub(crate) mod scripts;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +18,8 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::lock::guard::LockGuard;
-use crate::names::{check_text, LockKeys};
+use crate::lock::keys::LockKeys;
+use crate::names::check_text;
 
 /// A handle to one named read-write lock, from [`LockClient::rw_lock`]: many readers or
 /// one writer. Cheap to clone; creating it does not talk to Redis. A bad name is reported

@@ -14,7 +14,7 @@ use crate::error::{LockError, Result};
 use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
-use crate::scripts::sem_scripts;
+use crate::semaphore::scripts::sem_scripts;
 use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::observe;

@@ -4,7 +4,7 @@
 //! by itself once its deadline passes.
 //!
 //! Redis layout (all in the slot a lock of the same name would have, each name in a
-//! namespace of its own, see `names::SemKeys`):
+//! namespace of its own, see `semaphore::keys::SemKeys`):
 //! - `dlock:sem:<prefix>{tag}:<name>`: hash of the live grants, `<grant>` → permits and
 //!   `<grant>:t` → server-time deadline (ms); it expires with its latest deadline. Its
 //!   name is also the channel on which releases and reclaims publish the permits free.
@@ -24,8 +24,11 @@
 //! needs two.
 
 mod acquire;
+pub(crate) mod keys;
+pub(crate) mod layout;
 mod permit;
 mod release_ops;
+pub(crate) mod scripts;
 
 pub use permit::SemaphorePermit;
 
@@ -35,8 +38,9 @@ use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
-use crate::names::{check_text, SemKeys};
-use crate::scripts::sem_scripts;
+use crate::names::check_text;
+use crate::semaphore::keys::SemKeys;
+use crate::semaphore::scripts::sem_scripts;
 
 /// A handle to one named semaphore, from [`LockClient::semaphore`]: at most `permits`
 /// permits are granted at once, across every process that uses the name.

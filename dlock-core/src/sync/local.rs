@@ -289,7 +289,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    use crate::scripts::scripts;
+    use crate::lock::scripts::scripts;
     use crate::sync::release::{ReleaseOp, ReleaseQueue};
 
     /// Lines whose pass-on releases land in the returned queue.

@@ -30,12 +30,12 @@
 -- lock is granted again (its expiry restarts, as the client counts its lease from the
 -- retry), and a queued waiter keeps its place.
 local lease = tonumber(ARGV[1])
-if lease == nil or lease < 1 or lease > 31622400000 then
-  return redis.error_reply('ERR dlock fair acquire: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[1]))
+if lease == nil or lease < 1 or lease > MAX_LEASE_MS then
+  return redis.error_reply('ERR dlock fair acquire: lease must be 1..' .. MAX_LEASE_MS .. ' ms, got ' .. tostring(ARGV[1]))
 end
 local entry = tonumber(ARGV[4])
-if entry == nil or entry < 1 or entry > 31622400000 then
-  return redis.error_reply('ERR dlock fair acquire: entry timeout must be 1..31622400000 ms, got ' .. tostring(ARGV[4]))
+if entry == nil or entry < 1 or entry > MAX_LEASE_MS then
+  return redis.error_reply('ERR dlock fair acquire: entry timeout must be 1..' .. MAX_LEASE_MS .. ' ms, got ' .. tostring(ARGV[4]))
 end
 local me = ARGV[2]
 

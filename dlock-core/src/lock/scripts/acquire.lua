@@ -40,8 +40,8 @@ local lowest = 1
 if reenter then
   lowest = 0
 end
-if lease == nil or lease < lowest or lease > 31622400000 then
-  return redis.error_reply('ERR dlock acquire: lease must be ' .. lowest .. '..31622400000 ms, got ' .. tostring(ARGV[1]))
+if lease == nil or lease < lowest or lease > MAX_LEASE_MS then
+  return redis.error_reply('ERR dlock acquire: lease must be ' .. lowest .. '..' .. MAX_LEASE_MS .. ' ms, got ' .. tostring(ARGV[1]))
 end
 
 -- The hold of a fresh owner: its count, its fencing token and its lease. A token is the

@@ -9,8 +9,8 @@
 -- holds another type of value. A key of another type affects only its own entry: the
 -- other locks of the batch are renewed all the same.
 local lease = tonumber(ARGV[1])
-if lease == nil or lease < 1 or lease > 31622400000 then
-  return redis.error_reply('ERR dlock renew: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[1]))
+if lease == nil or lease < 1 or lease > MAX_LEASE_MS then
+  return redis.error_reply('ERR dlock renew: lease must be 1..' .. MAX_LEASE_MS .. ' ms, got ' .. tostring(ARGV[1]))
 end
 
 local renewed = {}

@@ -8,7 +8,7 @@
 -- KEYS[2n+1..3n]  the waiter registry of each lock (see lock/scripts/handoff.lua), same
 --             slot
 -- KEYS[3n+1..4n]  what each lock's waiters were told (see scripts/naps.lua), same slot
--- ARGV[1]     lease in milliseconds (1..31622400000; checked before any write)
+-- ARGV[1]     lease in milliseconds (1..MAX_LEASE_MS; checked before any write)
 -- ARGV[2]     owner field "<client-id>:<owner-id>", a fresh owner used by this acquisition
 --             only
 -- ARGV[3]     '1': mint a fencing token for each lock; '0': no tokens (no INCR)
@@ -33,8 +33,8 @@
 -- expiry again from now, as the client counts the lease from the retry, and keeps the
 -- tokens the first attempt minted.
 local lease = tonumber(ARGV[1])
-if lease == nil or lease < 1 or lease > 31622400000 then
-  return redis.error_reply('ERR dlock multi acquire: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[1]))
+if lease == nil or lease < 1 or lease > MAX_LEASE_MS then
+  return redis.error_reply('ERR dlock multi acquire: lease must be 1..' .. MAX_LEASE_MS .. ' ms, got ' .. tostring(ARGV[1]))
 end
 
 local n = #KEYS / 4

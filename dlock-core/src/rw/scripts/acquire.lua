@@ -6,7 +6,7 @@
 -- KEYS[4]  the fencing-token counter of the lock's slot anchor (never expires)
 -- KEYS[5]  what the waiters were told (see scripts/naps.lua)
 -- KEYS[6]  the lock's unlock channel
--- ARGV[1]  lease in ms (1..31622400000; a re-entry may pass 0: the deadline stays)
+-- ARGV[1]  lease in ms (1..MAX_LEASE_MS; a re-entry may pass 0: the deadline stays)
 -- ARGV[2]  owner "<client-id>:<owner-id>"
 -- ARGV[3]  'read' or 'write'
 -- ARGV[4]  'fresh' (a new owner id, used by this acquisition only) or 'reenter' (an owner
@@ -41,8 +41,8 @@ local lowest = 1
 if reenter then
   lowest = 0
 end
-if lease == nil or lease < lowest or lease > 31622400000 then
-  return redis.error_reply('ERR dlock rw acquire: lease must be ' .. lowest .. '..31622400000 ms, got ' .. tostring(ARGV[1]))
+if lease == nil or lease < lowest or lease > MAX_LEASE_MS then
+  return redis.error_reply('ERR dlock rw acquire: lease must be ' .. lowest .. '..' .. MAX_LEASE_MS .. ' ms, got ' .. tostring(ARGV[1]))
 end
 
 -- The common case first, before the shared functions are defined below (each definition

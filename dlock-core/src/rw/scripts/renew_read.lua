@@ -7,8 +7,8 @@
 -- Moves each owner's deadline to at least now + lease. An owner whose deadline passed is
 -- never revived (0): its hold may already have let a writer in.
 local lease = tonumber(ARGV[1])
-if lease == nil or lease < 1 or lease > 31622400000 then
-  return redis.error_reply('ERR dlock rw renew: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[1]))
+if lease == nil or lease < 1 or lease > MAX_LEASE_MS then
+  return redis.error_reply('ERR dlock rw renew: lease must be 1..' .. MAX_LEASE_MS .. ' ms, got ' .. tostring(ARGV[1]))
 end
 local now = now_ms()
 local renewed = {}

@@ -6,8 +6,8 @@
 --
 -- As renew_read.lua, for the owner of the write field.
 local lease = tonumber(ARGV[1])
-if lease == nil or lease < 1 or lease > 31622400000 then
-  return redis.error_reply('ERR dlock rw renew: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[1]))
+if lease == nil or lease < 1 or lease > MAX_LEASE_MS then
+  return redis.error_reply('ERR dlock rw renew: lease must be 1..' .. MAX_LEASE_MS .. ' ms, got ' .. tostring(ARGV[1]))
 end
 local now = now_ms()
 local renewed = {}

@@ -4,7 +4,7 @@
 -- KEYS[2]  the capacity
 -- ARGV[1]  grant id "<client-id>:<owner-id>", one per acquisition (retries reuse it)
 -- ARGV[2]  n: permits wanted (1..capacity, checked by the client)
--- ARGV[3]  lease in ms (1..31622400000)
+-- ARGV[3]  lease in ms (1..MAX_LEASE_MS)
 -- ARGV[4]  the capacity the caller's handle was created with
 -- ARGV[5]  publish command: 'publish' or 'spublish'
 --
@@ -19,8 +19,8 @@
 local n = tonumber(ARGV[2])
 local lease = tonumber(ARGV[3])
 local permits = tonumber(ARGV[4])
-if lease == nil or lease < 1 or lease > 31622400000 then
-  return redis.error_reply('ERR dlock semaphore acquire: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[3]))
+if lease == nil or lease < 1 or lease > MAX_LEASE_MS then
+  return redis.error_reply('ERR dlock semaphore acquire: lease must be 1..' .. MAX_LEASE_MS .. ' ms, got ' .. tostring(ARGV[3]))
 end
 if n == nil or permits == nil or n < 1 or permits < 1 or n > permits then
   return redis.error_reply('ERR dlock semaphore acquire: need 1 <= n <= permits, got ' .. tostring(ARGV[2]) .. ' of ' .. tostring(ARGV[4]))

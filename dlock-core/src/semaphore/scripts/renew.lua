@@ -8,8 +8,8 @@
 -- gone or its deadline passed (an expired grant is never revived: its permits may already
 -- be someone else's), the Redis type when the key holds another type of value.
 local lease = tonumber(ARGV[1])
-if lease == nil or lease < 1 or lease > 31622400000 then
-  return redis.error_reply('ERR dlock semaphore renew: lease must be 1..31622400000 ms, got ' .. tostring(ARGV[1]))
+if lease == nil or lease < 1 or lease > MAX_LEASE_MS then
+  return redis.error_reply('ERR dlock semaphore renew: lease must be 1..' .. MAX_LEASE_MS .. ' ms, got ' .. tostring(ARGV[1]))
 end
 local now = sem_now()
 local renewed = {}

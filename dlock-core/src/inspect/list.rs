@@ -5,9 +5,11 @@ use std::collections::HashMap;
 
 use super::layout::Layout;
 use super::Participant;
+use crate::client::registration::client_key;
 use crate::client::{ClientDescription, LockClient};
 use crate::error::Result;
-use crate::names::{check_text, client_key, glob_escape, SemKeys};
+use crate::names::{check_text, glob_escape};
+use crate::semaphore::keys::SemKeys;
 
 impl LockClient {
     /// The names (without the key prefix) of the locks whose name starts with

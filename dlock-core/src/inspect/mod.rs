@@ -1,8 +1,13 @@
-//! [`Lock::inspect`] and [`LockClient::list_locks`]: what Redis holds for a lock name,
-//! read with read-only commands, for operators (the `dlock` command-line tool) and tests.
+//! What operators and dashboards read: who holds a lock, who waits, which kind of lock
+//! a name is, which client is which ([`Lock::inspect`](crate::Lock::inspect),
+//! [`LockClient::list_locks`](crate::LockClient::list_locks),
+//! [`Lock::track`](crate::Lock::track)), and a client's own counters
+//! ([`LockClient::stats`](crate::LockClient::stats)).
 //!
-//! The names come from `names.rs`, so a tool built on this never spells dlock's layout
-//! itself. One name can stand for four kinds of primitive, told apart by what Redis holds:
+//! Everything here is read with read-only commands, for operators (the `dlock`
+//! command-line tool), dashboards and tests. The names come from each primitive's
+//! `keys`, and each layout from its primitive's parser, so this module never spells
+//! dlock's layout itself (docs/LAYOUT.md describes it). One name can stand for four kinds of primitive, told apart by what Redis holds:
 //! - a lock or a fair lock: the lock hash (owner field `<client id>:<n>` → hold count,
 //!   `<owner>:f` → fencing token, `!next` → the client a release reserved the lock for,
 //!   `!held` → the finished holder whose `min_hold` keeps it taken), the waiter registry
@@ -11,7 +16,7 @@
 //! - a read-write lock: the same key with the read-write layout (`mode`, `<owner>` → read
 //!   holds, `<owner>:w` → write holds, `<owner>:t` → server-time deadline, `<owner>:f` →
 //!   fencing token) and the waiting writers' sorted set;
-//! - a semaphore: keys of its own (the grants hash and the capacity, `names::SemKeys`).
+//! - a semaphore: keys of its own (the grants hash and the capacity, `semaphore::keys::SemKeys`).
 //!
 //! A field that fits no layout is an error, never a guess: the key is not dlock's, or
 //! dlock's layout changed and this reader must learn it.
@@ -21,21 +26,27 @@ use std::time::Duration;
 
 use futures_util::future::try_join_all;
 
-use super::Lock;
 use crate::error::{LockError, Result};
-use crate::kind::LockKind;
-use crate::names::{FairKeys, SemKeys};
+use crate::lock::Lock;
+
+use crate::fair::keys::FairKeys;
+use crate::semaphore::keys::SemKeys;
 
 mod info;
 mod layout;
 mod list;
 mod track;
 
-use layout::{parse_grants, until, Fields, Layout, RwFields, RwOwner};
+use crate::lock::layout::Fields;
+use crate::rw::layout::{RwFields, RwOwner};
+use crate::semaphore::layout::parse_grants;
+use layout::{until, Layout};
 
-pub use info::{
-    LockHolder, LockInfo, OwnerHold, Participant, ReadWriteInfo, ReadWriteMode, SemaphoreInfo,
-};
+pub use crate::client::ClientDescription;
+pub use crate::kind::LockKind;
+pub use crate::rw::layout::ReadWriteMode;
+pub use crate::sync::metrics::{Stats, LATENCY_BOUNDS};
+pub use info::{LockHolder, LockInfo, OwnerHold, Participant, ReadWriteInfo, SemaphoreInfo};
 pub use track::LockTracker;
 
 impl Lock {

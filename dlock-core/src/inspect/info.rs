@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::client::ClientDescription;
 use crate::kind::LockKind;
+use crate::rw::layout::ReadWriteMode;
 
 /// A snapshot of one lock name in Redis, from [`Lock::inspect`](crate::Lock::inspect). Each part is read by its
 /// own command, so a lock that changes meanwhile may show parts of two moments.
@@ -65,26 +66,6 @@ pub struct LockHolder {
     pub holds: u64,
     /// The fencing token of the owner's hold, when its client minted one.
     pub fence: Option<u64>,
-}
-
-/// The mode of a read-write lock, in [`ReadWriteInfo::mode`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ReadWriteMode {
-    /// Held by readers (a writer may be among them after a downgrade, as a reader).
-    Read,
-    /// Held by one writer.
-    Write,
-}
-
-impl ReadWriteMode {
-    /// `read` or `write`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReadWriteMode::Read => "read",
-            ReadWriteMode::Write => "write",
-        }
-    }
 }
 
 /// What only a read-write lock has, in [`LockInfo::read_write`]. Owners whose deadline
