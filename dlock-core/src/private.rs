@@ -212,7 +212,7 @@ fn finished<G: Guard, T>(guard: &G, output: T) -> Result<T, Lost<T>> {
 /// Whether a `lease` of `secs` s + `nanos` ns is within [`MAX_LEASE`](crate::limits::MAX_LEASE);
 /// the attribute checks its `lease` with it at compile time.
 pub const fn lease_fits(secs: u64, nanos: u32) -> bool {
-    let max = crate::limits::MAX_LEASE.as_secs();
+    let max = crate::lease::MAX_LEASE.as_secs();
     secs < max || (secs == max && nanos == 0)
 }
 

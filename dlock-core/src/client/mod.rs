@@ -1,4 +1,13 @@
 //! [`LockClient`]: the handle an application keeps.
+//!
+//! The files: `LockClient` (`mod.rs`, with the tasks it starts), its builder, its validated
+//! settings, the global client; `LockClient::shutdown`: waits, bounded, until every release
+//! nobody awaits (dropped guards, abandoned acquisitions, hand-offs handed back) has been
+//! answered, and reports those Redis never answered (`ShutdownIncomplete`);
+//! `registration.rs`: the client's name (`CLIENT SETNAME`) and its expiring description
+//! (`dlock:client:<prefix>{anchor}:<client id>`: name, host, pid, version), rewritten by a
+//! background task every 10 s and deleted on drop; `layout.rs` and `scripts/`: the layout
+//! version recorded per key prefix and checked on connect (`LayoutMismatch`).
 
 pub(crate) mod builder;
 pub(crate) mod global;

@@ -1,4 +1,15 @@
 //! [`FairLock`]: a lock granted in the order its waiters asked for it, across processes.
+//!
+//! The files: `mod.rs`: `FairLock` and `LockClient::fair_lock`; `keys.rs`: `FairKeys`;
+//! `acquire.rs`: a re-entry (the lock's acquire script, same hash layout), or a new waiter
+//! with its own queue entry in Redis whose every try is its heartbeat, waiting on its own
+//! wake-up channel (recheck ≤ entry timeout / 3), its `TryStep` leaving the queue when it
+//! ends without a guard; `release_ops.rs`: `one` / `leave` / `undo` releases;
+//! `scripts/*.lua`, each prefixed with `scripts/naps.lua` and `queue.lua` (purge of every
+//! dead entry, wake the head). No local line: one Redis entry per waiting task keeps the
+//! order across processes. The hash carries `'!fair'`, so the other kinds refuse it; the
+//! acquire script takes a free lock with an empty queue before it checks kinds (a key that
+//! exists is never free).
 
 mod acquire;
 pub(crate) mod keys;

@@ -1,4 +1,21 @@
 //! [`Lock`]: a named lock handle and the acquisition loop.
+//!
+//! The files: `mod.rs`: `Lock` and `LockClient::lock`; `keys.rs`: `LockKeys`, the names
+//! of a lock that every primitive built on its hash shares; `layout.rs`: the hash parsed
+//! for inspection; `acquire.rs`: re-entry or a new owner, the local line (its first waiter
+//! asks Redis at once about an old hold, and again once its subscription is confirmed), the
+//! acquire call run by a `TryStep` and the wait between tries on the client's wake channel;
+//! `guard.rs`: `LockGuard` (`unlock`, `scope`, `lost`; `hold_until` for the attribute's
+//! `min_hold`), the guard of every single-key primitive: a hold plus the release operation
+//! its primitive built; `release_ops.rs`: the lock's releases as operations for
+//! `sync::release`; `scripts/` (`mod.rs` builds them; `handoff.lua`, spliced into the
+//! others: the waiter registry, the hand-off to the longest-waiting owner whose client
+//! still listens, the kinds' markers; `acquire`, `release` — also `all` for an acquisition
+//! that ended without a guard and `leave` for a hand-off its owner no longer waits for —,
+//! `renew`, `force_unlock`, which tells the holders' clients, and `hold_until`, the
+//! attribute's `min_hold`). The Redis layout (the hash, the waiter registry, the naps set,
+//! each client's wake channel and its `pass:`, `next:`, `wake:` and `lost:` messages) is
+//! in docs/LAYOUT.md.
 
 mod acquire;
 pub(crate) mod guard;

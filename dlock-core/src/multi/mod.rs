@@ -1,4 +1,18 @@
-//! [`MultiLock`]: several locks taken all or nothing, in one of two explicit modes.
+//! [`MultiLock`]: several locks taken all or nothing, in one script or one after another.
+//!
+//! The files: `mod.rs`: `MultiLock`, `LockClient::multi_lock`, its two modes and the
+//! canonical order (the client's stable `deployment` identity — its configured addresses
+//! and database, not the random id — then the key); `acquire.rs`: sequential, each lock
+//! through `Lock::acquire` under one wait budget, giving back what it took on failure and
+//! keeping explicit-lease holds alive while later ones are awaited; same-slot, one script
+//! over N lock hashes in the lock's layout (prefixed with the lock's `handoff.lua`) that
+//! answers which lock blocks, registers the owner as that lock's waiter (the `Waiter`
+//! listens on its wake channel) and passes on a lock reserved for it that it cannot take
+//! yet, run by a `TryStep` whose cleanup is the lock's `all` release for each of the N
+//! locks; a same-slot set goes the sequential way inside a scope holding one of its locks;
+//! `guard.rs`: `MultiGuard`, one `LockGuard` per lock (`lost` = the first loss, `scope` =
+//! `sync::owner::scope_all`, `unlock` → `NotHeld` or `PartialUnlock`); `scripts/`. No keys of
+//! its own: renewed and released by the lock's scripts.
 
 mod acquire;
 mod guard;

@@ -4,6 +4,41 @@
 //! builds on these and plugs its own scripts in: a release is a `release::ReleaseOp`, a
 //! hold names its renew script, a try step hands its outcome to `wait::Waiter`, its
 //! acquisition runs in `observe::acquisition`.
+//!
+//! The files: what every primitive shares. `attempt.rs`: the one try step (`TryStep`): a
+//! primitive's acquire script run with retries, attempt counting and, with `replica_acks`,
+//! `WAIT`; the scripts' shared reply grammar (`Reply`, and `Reply::refusal` for the answers
+//! that end an acquisition); what a call may have left (a hold whose reply never came, a
+//! place among the waiters) and its cleanup, in the foreground when an acquisition gives up
+//! and Redis answers, else in the background when the step is dropped; `held.rs`: one
+//! hold's state (deadline, lost or released, its local turn, when it was acquired);
+//! `local.rs`: the per-process first-come-first-served line per key, generic over the
+//! holder, the cohort bound (`LOCAL_RUN_BOUND`: at most 8 local hand-offs in a row while
+//! other clients wait, then the lock goes to them), and the line's `PassOn` when a release
+//! kept the lock for it and none of its tasks tried for it; `owner.rs`: which hold a call
+//! chain (`scope`) re-enters, and the innermost hold of a kind (a read-write lock's write
+//! hold, say) up the chain; `pubsub.rs`: channel subscriptions shared by a client's
+//! waiters, changes sent in batches (one `SUBSCRIBE` / `UNSUBSCRIBE` for every change
+//! queued, one `SSUBSCRIBE` per slot in a cluster), a channel kept subscribed 50 ms after
+//! its last waiter (`LINGER`); a lock's wake channel routes each message to the waiting
+//! owner it names (`OwnerWake`: try now, or when a reservation lapses) and hands a message
+//! for an owner that no longer waits back (`Abandon`: the lock's `leave`), a shared channel
+//! wakes one waiter per message (or every waiter that asks); `wait.rs`: the wait between
+//! tries (subscribe — an owner to every channel a hand-off to it can come by, before its
+//! first try when they are subscribed already —, nap until a message, the time the busy
+//! answer gave or the recheck, ride out an outage, stop at the deadline); `watchdog.rs`:
+//! batched renewals; `release.rs`: running, retrying, logging and replaying a release, with
+//! the releasing client's `HandOff` (a local task waits next; it may keep the lock) and the
+//! script's `NextHolder` answer, and `BackgroundReleases`, the queue of releases nobody
+//! awaits, counted until Redis answered each (`LockClient::shutdown`); `retry.rs`: when a
+//! failed call is tried again; `metrics.rs`: the client's counters and latency histogram
+//! (`LockClient::stats`); `observe.rs`: what acquisitions and holds tell the outside: every
+//! primitive's acquisition runs in `observe::acquisition` (the `dlock.acquire` span, the
+//! waiter gauge, the outcome), its guard keeps a `HoldRecord` (held gauge, hold time) and
+//! labels its `Held` for losses and release failures; the attribute's template reaches it
+//! through a task-local set by `private::acquire` (`with_template`); with the `metrics`
+//! feature it records `dlock_*` through the `metrics` facade, labelled by `kind` and
+//! `key_template` (`*` for the manual API), never by name
 
 pub(crate) mod attempt;
 pub(crate) mod held;
