@@ -16,6 +16,7 @@ use crate::multi::MultiGuard;
 use crate::redlock::{RedLockClient, RedLockGuard};
 use crate::semaphore::SemaphorePermit;
 use crate::sync::observe::{self, Label};
+use crate::sync::verbs::Acquire;
 
 pub use crate::client::global::global_client_for;
 
@@ -100,11 +101,13 @@ pub trait Source: Clone {
     /// The `kind` label of the metrics of an acquisition of `kind` from this client.
     fn kind_label(kind: Kind) -> &'static str;
     /// Acquires the lock of `kind` called `key` the way the attribute's `wait` / `lease`
-    /// options say.
+    /// options say (`wait: None`: the client's `default_wait`); `template` labels the
+    /// acquisition's span and metrics.
     fn acquire(
         self,
         kind: Kind,
         key: String,
+        template: &'static str,
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> impl Future<Output = Result<Self::Guard>> + Send;
@@ -238,18 +241,16 @@ pub enum Kind {
     Permits(u32),
 }
 
-/// One acquisition the way the attribute's `wait` / `lease` options say, on any handle
-/// with the lock's four acquisition methods.
-macro_rules! acquire_with {
-    ($handle:expr, $wait:expr, $lease:expr) => {{
-        let handle = $handle;
-        match ($wait, $lease) {
-            (None, None) => handle.lock().await,
-            (None, Some(lease)) => handle.lock_with_lease(lease).await,
-            (Some(wait), None) => handle.try_lock_for(wait).await,
-            (Some(wait), Some(lease)) => handle.try_lock_with_lease(wait, lease).await,
-        }
-    }};
+/// One acquisition of `handle` the way the attribute's `wait` / `lease` options say: the
+/// handle's one acquisition, with the client's `default_wait` when `wait` is absent.
+async fn acquire_with<H: Acquire>(
+    handle: &H,
+    template: &'static str,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+) -> Result<H::Guard> {
+    let wait = wait.or_else(|| handle.default_wait());
+    handle.acquire(wait, lease, Some(template)).await
 }
 
 impl Kind {
@@ -276,25 +277,22 @@ impl Source for LockClient {
         self,
         kind: Kind,
         key: String,
+        template: &'static str,
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<LockGuard> {
         match kind {
-            Kind::Reentrant => acquire_with!(self.lock(&key), wait, lease),
-            Kind::Fair => acquire_with!(self.fair_lock(&key), wait, lease),
-            Kind::Read => acquire_with!(self.rw_lock(&key).read(), wait, lease),
-            Kind::Write => acquire_with!(self.rw_lock(&key).write(), wait, lease),
+            Kind::Reentrant => acquire_with(&self.lock(&key), template, wait, lease).await,
+            Kind::Fair => acquire_with(&self.fair_lock(&key), template, wait, lease).await,
+            Kind::Read => acquire_with(&self.rw_lock(&key).read(), template, wait, lease).await,
+            Kind::Write => acquire_with(&self.rw_lock(&key).write(), template, wait, lease).await,
             Kind::Permits(permits) => {
                 let semaphore = self.semaphore(&key, permits);
-                let permit = match (wait, lease) {
-                    (None, None) => semaphore.acquire(1).await,
-                    (None, Some(lease)) => semaphore.acquire_with_lease(1, lease).await,
-                    (Some(wait), None) => semaphore.try_acquire_for(1, wait).await,
-                    (Some(wait), Some(lease)) => {
-                        semaphore.try_acquire_with_lease(1, wait, lease).await
-                    }
-                };
-                permit.map(SemaphorePermit::into_guard)
+                let wait = wait.or_else(|| semaphore.default_wait());
+                semaphore
+                    .acquire_permits(1, wait, lease, Some(template))
+                    .await
+                    .map(SemaphorePermit::into_guard)
             }
         }
     }
@@ -315,6 +313,7 @@ impl Source for RedLockClient {
         self,
         kind: Kind,
         key: String,
+        template: &'static str,
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<RedLockGuard> {
@@ -324,7 +323,7 @@ impl Source for RedLockClient {
                  remove `kind` / `permits`, or pass a LockClient as `client`"
             )));
         }
-        acquire_with!(self.lock(&key), wait, lease)
+        acquire_with(&self.lock(&key), template, wait, lease).await
     }
 
     /// A RedLockClient keeps no statistics of its own; the skip is still traced.
@@ -341,7 +340,7 @@ pub async fn acquire<S: Source>(
     wait: Option<Duration>,
     lease: Option<Duration>,
 ) -> Result<S::Guard> {
-    observe::with_template(template, client?.acquire(kind, key, wait, lease)).await
+    client?.acquire(kind, key, template, wait, lease).await
 }
 
 /// Counts a body the attribute did not run because its lock was busy
@@ -365,13 +364,10 @@ pub async fn acquire_or_skip<S: Source>(
     lease: Option<Duration>,
 ) -> Result<Option<S::Guard>> {
     let client = client?;
-    let acquired = observe::with_template(
-        template,
-        client
-            .clone()
-            .acquire(kind, key.clone(), Some(Duration::ZERO), lease),
-    )
-    .await;
+    let acquired = client
+        .clone()
+        .acquire(kind, key.clone(), template, Some(Duration::ZERO), lease)
+        .await;
     skip_if_busy(acquired, &key, || {
         client.count_skip();
         record_skip(S::kind_label(kind), template);
@@ -427,18 +423,8 @@ pub async fn acquire_all(
     wait: Option<Duration>,
     lease: Option<Duration>,
 ) -> Result<MultiGuard> {
-    observe::with_template(template, take_all(client?, keys, wait, lease)).await
-}
-
-/// The multi-lock of `acquire_all`.
-async fn take_all(
-    client: LockClient,
-    keys: Vec<String>,
-    wait: Option<Duration>,
-    lease: Option<Duration>,
-) -> Result<MultiGuard> {
-    let multi = client.multi_lock(&keys)?;
-    acquire_with!(&multi, wait, lease)
+    let multi = client?.multi_lock(&keys)?;
+    acquire_with(&multi, template, wait, lease).await
 }
 
 /// Logs a release that failed after the body ran. After a loss the guard already

@@ -16,22 +16,36 @@ use crate::lock::guard::LockGuard;
 use crate::lock::scripts::scripts;
 use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
-use crate::sync::observe;
+use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::release::ReleaseJob;
+use crate::sync::verbs::Acquire;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
-impl FairLock {
-    /// The acquisition, traced and measured (`sync::observe`).
-    pub(super) async fn acquire(
+/// The acquisition, traced and measured (`sync::observe`).
+impl Acquire for FairLock {
+    type Guard = LockGuard;
+
+    fn default_wait(&self) -> Option<Duration> {
+        self.client.inner.settings.default_wait
+    }
+
+    async fn acquire(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,
+        template: Option<&'static str>,
     ) -> Result<LockGuard> {
+        let label = Label {
+            kind: "fair_lock",
+            template,
+        };
         let acquisition = self.acquire_unobserved(wait, lease);
-        observe::acquisition("fair_lock", &self.name, wait, acquisition).await
+        observe::acquisition(label, &self.name, wait, acquisition).await
     }
+}
 
+impl FairLock {
     /// The acquisition: a re-entry inside a live scope of this lock, otherwise a new
     /// waiter. `wait: None` waits forever; `lease: None` uses the watchdog.
     async fn acquire_unobserved(

@@ -29,6 +29,7 @@ use crate::lock::guard::LockGuard;
 use crate::lock::keys::LockKeys;
 use crate::names::check_text;
 use crate::sync::attempt::Reply;
+use crate::sync::verbs::acquisition_verbs;
 
 /// How long a queue entry lives without its waiter's heartbeat unless
 /// [`FairLock::with_entry_timeout`] says otherwise.
@@ -155,97 +156,7 @@ impl FairLock {
         self
     }
 
-    /// Acquires the lock once every earlier waiter had it, waiting as long as it takes (or
-    /// the client's `default_wait`); the watchdog keeps the lease alive while the guard
-    /// lives.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock::Result<()> {
-    /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock::LockClient::connect(&server.url()).await?;
-    /// let lock = client.fair_lock("goods:42");
-    /// let guard = lock.lock().await?;
-    /// assert!(lock.is_locked().await?);
-    /// guard.unlock().await?;
-    /// assert!(!lock.is_locked().await?);
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::InvalidDuration`] for a bad [entry timeout](FairLock::with_entry_timeout);
-    /// [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis fails (after
-    /// waiting through a failover for up to the client's `failover_wait`);
-    /// [`LockError::Timeout`] only when the client has a `default_wait`.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](FairLock#cancel-safety).
-    pub async fn lock(&self) -> Result<LockGuard> {
-        self.acquire(self.client.inner.settings.default_wait, None)
-            .await
-    }
-
-    /// Like [`lock`](FairLock::lock), but the key expires after `lease` and is not renewed.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::InvalidDuration`] for a lease under 1 ms or over
-    /// [`MAX_LEASE`](crate::limits::MAX_LEASE) (nothing is sent to Redis); otherwise as for
-    /// [`lock`](FairLock::lock).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](FairLock#cancel-safety).
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.acquire(self.client.inner.settings.default_wait, Some(lease))
-            .await
-    }
-
-    /// One attempt, no waiting: acquires only when the lock is free and nobody is queued
-    /// for it (a free lock with live waiters is theirs). Never joins the queue. The
-    /// watchdog keeps the lease alive.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Timeout`] when another owner holds the lock or others wait for it.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](FairLock#cancel-safety).
-    pub async fn try_lock(&self) -> Result<LockGuard> {
-        self.acquire(Some(Duration::ZERO), None).await
-    }
-
-    /// Waits up to `wait` for the lock, in the queue; the watchdog keeps the lease alive.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Timeout`] when `wait` passes first (the queue entry is gone by then).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](FairLock#cancel-safety).
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<LockGuard> {
-        self.acquire(Some(wait), None).await
-    }
-
-    /// Waits up to `wait` for the lock, in the queue; the key expires after `lease` and is
-    /// not renewed.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Timeout`] when `wait` passes first; [`LockError::InvalidDuration`] for
-    /// a bad lease.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](FairLock#cancel-safety).
-    pub async fn try_lock_with_lease(&self, wait: Duration, lease: Duration) -> Result<LockGuard> {
-        self.acquire(Some(wait), Some(lease)).await
-    }
+    acquisition_verbs!("FairLock", LockGuard, "FairLock#cancel-safety");
 
     /// Whether anyone holds the lock.
     ///

@@ -19,29 +19,38 @@ use crate::scripts::ScriptCall;
 use crate::sync::attempt::{RegisteredFlag, Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::local::{Place, Ticket, Turn};
-use crate::sync::observe;
+use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::pubsub::Subscription;
 use crate::sync::release::ReleaseJob;
+use crate::sync::verbs::Acquire;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
-impl Lock {
-    /// The acquisition, traced and measured (`sync::observe`): every public way to take
-    /// the lock comes here.
-    pub(crate) async fn acquire(
+/// The acquisition, traced and measured (`sync::observe`): every public way to take the
+/// lock comes here.
+impl Acquire for Lock {
+    type Guard = LockGuard;
+
+    fn default_wait(&self) -> Option<Duration> {
+        self.client.inner.settings.default_wait
+    }
+
+    async fn acquire(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,
+        template: Option<&'static str>,
     ) -> Result<LockGuard> {
-        observe::acquisition(
-            "lock",
-            &self.name,
-            wait,
-            self.acquire_unobserved(wait, lease),
-        )
-        .await
+        let label = Label {
+            kind: "lock",
+            template,
+        };
+        let acquisition = self.acquire_unobserved(wait, lease);
+        observe::acquisition(label, &self.name, wait, acquisition).await
     }
+}
 
+impl Lock {
     /// The acquisition: a re-entry inside a live scope of this lock, otherwise a new owner
     /// that lines up locally and then waits in Redis. `wait: None` waits forever;
     /// `lease: None` uses the watchdog. Unobserved: a multi-lock taking its locks one by

@@ -40,6 +40,7 @@ use crate::sync::local::PassOn;
 use crate::sync::owner;
 use crate::sync::pubsub::Abandon;
 use crate::sync::release::HAND_OFF_RESERVATION;
+use crate::sync::verbs::acquisition_verbs;
 
 /// A handle to one named lock, from [`LockClient::lock`]. Cheap to clone; creating it does
 /// not talk to Redis. A name that is empty, longer than [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes or contains
@@ -191,93 +192,7 @@ impl Lock {
         &self.keys.key
     }
 
-    /// Acquires the lock, waiting as long as it takes (or the client's `default_wait`);
-    /// the watchdog keeps the lease alive while the guard lives.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock::Result<()> {
-    /// # let server = dlock_tests::RedisServer::start();
-    /// # let client = dlock::LockClient::connect(&server.url()).await?;
-    /// let lock = client.lock("goods:42");
-    /// let guard = lock.lock().await?;
-    /// assert!(lock.is_locked().await?);
-    /// guard.unlock().await?;
-    /// assert!(!lock.is_locked().await?);
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis fails (after
-    /// waiting through a failover for up to the client's `failover_wait`);
-    /// [`LockError::Timeout`] only when the client has a `default_wait`.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
-    pub async fn lock(&self) -> Result<LockGuard> {
-        self.acquire(self.client.inner.settings.default_wait, None)
-            .await
-    }
-
-    /// Acquires the lock, waiting as long as it takes (or the client's `default_wait`); the key
-    /// expires after `lease` and is not renewed.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::InvalidDuration`] for a lease under 1 ms or over
-    /// [`MAX_LEASE`](crate::limits::MAX_LEASE) (nothing is sent to Redis); Redis errors as for
-    /// [`lock`](Lock::lock).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.acquire(self.client.inner.settings.default_wait, Some(lease))
-            .await
-    }
-
-    /// One attempt, no waiting; the watchdog keeps the lease alive.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Timeout`] when another owner holds the lock.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
-    pub async fn try_lock(&self) -> Result<LockGuard> {
-        self.acquire(Some(Duration::ZERO), None).await
-    }
-
-    /// Waits up to `wait` for the lock; the watchdog keeps the lease alive.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Timeout`] when `wait` passes before the lock is free.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<LockGuard> {
-        self.acquire(Some(wait), None).await
-    }
-
-    /// Waits up to `wait` for the lock; the key expires after `lease` and is not renewed.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Timeout`] when `wait` passes first; [`LockError::InvalidDuration`] for
-    /// a bad lease.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](Lock#cancel-safety).
-    pub async fn try_lock_with_lease(&self, wait: Duration, lease: Duration) -> Result<LockGuard> {
-        self.acquire(Some(wait), Some(lease)).await
-    }
+    acquisition_verbs!("Lock", LockGuard, "Lock#cancel-safety");
 
     /// Whether anyone holds the lock.
     ///

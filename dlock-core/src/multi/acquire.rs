@@ -13,29 +13,38 @@ use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
 use crate::multi::scripts::multi_scripts;
 use crate::sync::attempt::{RegisteredFlag, Reply, TryStep};
-use crate::sync::observe;
+use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::pubsub::Abandon;
 use crate::sync::release::HAND_OFF_RESERVATION;
+use crate::sync::verbs::Acquire;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
-impl MultiLock {
-    /// The acquisition, traced and measured (`sync::observe`) under the set's names.
-    pub(super) async fn acquire(
+/// The acquisition, traced and measured (`sync::observe`) under the set's names.
+impl Acquire for MultiLock {
+    type Guard = MultiGuard;
+
+    fn default_wait(&self) -> Option<Duration> {
+        self.first_client().inner.settings.default_wait
+    }
+
+    async fn acquire(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,
+        template: Option<&'static str>,
     ) -> Result<MultiGuard> {
         let names = self.names().join(", ");
-        observe::acquisition(
-            "multi_lock",
-            &names,
-            wait,
-            self.acquire_unobserved(wait, lease),
-        )
-        .await
+        let label = Label {
+            kind: "multi_lock",
+            template,
+        };
+        let acquisition = self.acquire_unobserved(wait, lease);
+        observe::acquisition(label, &names, wait, acquisition).await
     }
+}
 
+impl MultiLock {
     /// The acquisition of the whole set within one wait budget (`None`: no end);
     /// `lease: None` uses the watchdog.
     async fn acquire_unobserved(

@@ -21,12 +21,12 @@ pub(crate) mod scripts;
 pub use guard::MultiGuard;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::lock::Lock;
 use crate::names::slot_of;
+use crate::sync::verbs::acquisition_verbs;
 
 /// Several locks held together: all or none of them, as one guard.
 ///
@@ -242,84 +242,11 @@ impl MultiLock {
         self.locks.iter().map(Lock::name).collect()
     }
 
-    /// Acquires every lock, waiting as long as it takes (or the first client's
-    /// `default_wait`, for the whole set); the watchdog keeps the leases alive while the
-    /// guard lives.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Timeout`] (naming a lock still busy) only with a `default_wait`;
-    /// Redis errors as for [`Lock::lock`]; [`LockError::WrongType`] when a key holds
-    /// application data. Nothing is held after an error.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](MultiLock#cancel-safety).
-    pub async fn lock(&self) -> Result<MultiGuard> {
-        self.acquire(self.default_wait(), None).await
-    }
+    acquisition_verbs!("MultiLock", MultiGuard, "MultiLock#cancel-safety");
 
-    /// Acquires every lock, waiting as long as it takes; each key expires `lease` after
-    /// the whole set was held and is not renewed.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::InvalidDuration`] for a lease under 1 ms or over
-    /// [`MAX_LEASE`](crate::limits::MAX_LEASE) (nothing is sent to Redis); otherwise as for
-    /// [`lock`](MultiLock::lock).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](MultiLock#cancel-safety).
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiGuard> {
-        self.acquire(self.default_wait(), Some(lease)).await
-    }
-
-    /// One attempt at each lock, no waiting; the watchdog keeps the leases alive.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Timeout`] when another owner holds one of them (every lock taken is
-    /// given back first).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](MultiLock#cancel-safety).
-    pub async fn try_lock(&self) -> Result<MultiGuard> {
-        self.acquire(Some(Duration::ZERO), None).await
-    }
-
-    /// Waits up to `wait` for the whole set (one budget, not one per lock); the watchdog
-    /// keeps the leases alive.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Timeout`] when `wait` passes before every lock is held.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](MultiLock#cancel-safety).
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<MultiGuard> {
-        self.acquire(Some(wait), None).await
-    }
-
-    /// Waits up to `wait` for the whole set; each key expires `lease` after the whole set
-    /// was held and is not renewed.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Timeout`] when `wait` passes first; [`LockError::InvalidDuration`] for
-    /// a bad lease.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](MultiLock#cancel-safety).
-    pub async fn try_lock_with_lease(&self, wait: Duration, lease: Duration) -> Result<MultiGuard> {
-        self.acquire(Some(wait), Some(lease)).await
-    }
-
-    fn default_wait(&self) -> Option<Duration> {
-        self.locks[0].client().inner.settings.default_wait
+    /// The first lock's client: its `default_wait` bounds the whole set's wait.
+    pub(super) fn first_client(&self) -> &LockClient {
+        self.locks[0].client()
     }
 }
 

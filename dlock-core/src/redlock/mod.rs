@@ -25,7 +25,8 @@ use crate::lease::lease_millis;
 use crate::lock::keys::LockKeys;
 use crate::names::check_text;
 use crate::sync::attempt::Reply;
-use crate::sync::observe;
+use crate::sync::observe::{self, Label};
+use crate::sync::verbs::{acquisition_verbs, Acquire};
 
 /// A lock over N independent Redis servers (the Redlock algorithm of the Redis
 /// documentation): an acquisition asks every server at once, each with a short timeout,
@@ -271,6 +272,28 @@ fn jitter() -> Duration {
 /// | [`try_lock_for`](RedLock::try_lock_for) | up to `wait` | renewed |
 /// | [`try_lock_with_lease`](RedLock::try_lock_with_lease) | up to `wait` | explicit |
 ///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// # let servers: Vec<_> = (0..3).map(|_| dlock_tests::RedisServer::start()).collect();
+/// # let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+/// # let redlock = dlock::redlock::RedLockClient::connect(dlock::LockClient::builder(), &urls).await?;
+/// let lock = redlock.lock("invoice:7");
+/// let guard = lock.lock().await?;
+/// assert!(lock.is_locked().await?);
+/// guard.unlock().await?;
+/// assert!(!lock.is_locked().await?);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// Besides a busy lock's [`LockError::Timeout`]: [`LockError::NoQuorum`] when too many
+/// servers failed (after the wait budget, or after the first node's `failover_wait`
+/// without one), [`LockError::ValidityExpired`] when the last round won too late,
+/// [`LockError::WrongType`] when a server's key holds other data.
+///
 /// # Cancel safety
 ///
 /// All acquisition methods are cancel safe: dropping the future while a round is in flight
@@ -299,6 +322,30 @@ struct Won {
     deadline: Instant,
 }
 
+/// The acquisition, traced and measured (`sync::observe`).
+impl Acquire for RedLock {
+    type Guard = RedLockGuard;
+
+    /// The first server's client's `default_wait`.
+    fn default_wait(&self) -> Option<Duration> {
+        self.client.first().inner.settings.default_wait
+    }
+
+    async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+        template: Option<&'static str>,
+    ) -> Result<RedLockGuard> {
+        let label = Label {
+            kind: "redlock",
+            template,
+        };
+        let acquisition = self.acquire_unobserved(wait, lease);
+        observe::acquisition(label, &self.name, wait, acquisition).await
+    }
+}
+
 /// Why a round did not win.
 enum Failure {
     /// Fewer than a majority granted, and enough servers answered for that to mean the
@@ -316,98 +363,7 @@ impl RedLock {
         &self.name
     }
 
-    /// Acquires the lock, waiting as long as it takes (or the first node's
-    /// `default_wait`); the guard renews it on every server while it lives.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock::Result<()> {
-    /// # let servers: Vec<_> = (0..3).map(|_| dlock_tests::RedisServer::start()).collect();
-    /// # let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    /// # let redlock = dlock::redlock::RedLockClient::connect(dlock::LockClient::builder(), &urls).await?;
-    /// let lock = redlock.lock("invoice:7");
-    /// let guard = lock.lock().await?;
-    /// assert!(lock.is_locked().await?);
-    /// guard.unlock().await?;
-    /// assert!(!lock.is_locked().await?);
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Timeout`] when the wait budget ran out with the lock held elsewhere,
-    /// [`LockError::NoQuorum`] when too many servers failed (after the budget, or after the
-    /// first node's `failover_wait` without one), [`LockError::ValidityExpired`] when the
-    /// last round won too late, [`LockError::WrongType`] when a server's key holds other
-    /// data.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](RedLock#cancel-safety).
-    pub async fn lock(&self) -> Result<RedLockGuard> {
-        self.acquire(self.default_wait(), None).await
-    }
-
-    /// Acquires the lock, waiting as long as it takes (or `default_wait`); it expires after
-    /// `lease` and is not renewed.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::InvalidDuration`] for a lease under 10 ms (no validity could be left
-    /// after the clock-drift allowance) or over [`MAX_LEASE`](crate::limits::MAX_LEASE); otherwise
-    /// as [`lock`](RedLock::lock).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](RedLock#cancel-safety).
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<RedLockGuard> {
-        self.acquire(self.default_wait(), Some(lease)).await
-    }
-
-    /// One round, no retry; the guard renews the lock.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](RedLock::lock); [`LockError::Timeout`] when the lock is held elsewhere.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](RedLock#cancel-safety).
-    pub async fn try_lock(&self) -> Result<RedLockGuard> {
-        self.acquire(Some(Duration::ZERO), None).await
-    }
-
-    /// Rounds until acquired or `wait` has passed; the guard renews the lock.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](RedLock::lock).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](RedLock#cancel-safety).
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<RedLockGuard> {
-        self.acquire(Some(wait), None).await
-    }
-
-    /// Rounds until acquired or `wait` has passed; the lock expires after `lease` and is
-    /// not renewed.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock_with_lease`](RedLock::lock_with_lease).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: see [the type-level notes](RedLock#cancel-safety).
-    pub async fn try_lock_with_lease(
-        &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<RedLockGuard> {
-        self.acquire(Some(wait), Some(lease)).await
-    }
+    acquisition_verbs!("RedLock", RedLockGuard, "RedLock#cancel-safety");
 
     /// Whether a majority of the servers has the lock key (held by anyone).
     ///
@@ -439,10 +395,6 @@ impl RedLock {
         }
     }
 
-    fn default_wait(&self) -> Option<Duration> {
-        self.client.first().inner.settings.default_wait
-    }
-
     /// Each server's client with the lock's keys there.
     fn nodes(&self) -> impl Iterator<Item = (&LockClient, &LockKeys)> {
         self.client.inner.nodes.iter().zip(self.keys.iter())
@@ -468,16 +420,6 @@ impl RedLock {
             quorum: self.client.quorum(),
             waited,
         }
-    }
-
-    /// The acquisition, traced and measured (`sync::observe`).
-    async fn acquire(
-        &self,
-        wait: Option<Duration>,
-        lease: Option<Duration>,
-    ) -> Result<RedLockGuard> {
-        let acquisition = self.acquire_unobserved(wait, lease);
-        observe::acquisition("redlock", &self.name, wait, acquisition).await
     }
 
     /// Rounds until one wins or the wait budget (`None`: none) is spent; `lease: None`

@@ -21,7 +21,7 @@ use crate::rw::scripts::rw_scripts;
 use crate::scripts::ScriptCall;
 use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
-use crate::sync::observe;
+use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
@@ -59,10 +59,14 @@ impl ReadWriteLock {
         kind: Kind,
         wait: Option<Duration>,
         lease: Option<Duration>,
+        template: Option<&'static str>,
     ) -> Result<LockGuard> {
-        let label = match kind {
-            Kind::Read => "read",
-            Kind::Write => "write",
+        let label = Label {
+            kind: match kind {
+                Kind::Read => "read",
+                Kind::Write => "write",
+            },
+            template,
         };
         let acquisition = self.acquire_unobserved(kind, wait, lease);
         observe::acquisition(label, &self.shared.name, wait, acquisition).await

@@ -20,6 +20,7 @@ use crate::error::{LockError, Result};
 use crate::lock::guard::LockGuard;
 use crate::lock::keys::LockKeys;
 use crate::names::check_text;
+use crate::sync::verbs::{acquisition_verbs, Acquire};
 
 /// A handle to one named read-write lock, from [`LockClient::rw_lock`]: many readers or
 /// one writer. Cheap to clone; creating it does not talk to Redis. A bad name is reported
@@ -206,7 +207,7 @@ impl ReadWriteLock {
 /// The acquisition methods of [`ReadLock`] and [`WriteLock`]: the same table as
 /// [`Lock`](crate::Lock)'s, for one kind of hold.
 macro_rules! side {
-    ($side:ident, $kind:expr, $what:literal, $method:literal, $summary:literal) => {
+    ($side:ident, $doc_name:literal, $kind:expr, $what:literal, $summary:literal) => {
         #[doc = $summary]
         ///
         /// | method | waits | lease |
@@ -242,99 +243,24 @@ macro_rules! side {
                 &self.rw.shared.name
             }
 
-            #[doc = concat!("Takes the ", $what, " lock, waiting as long as it takes (or the client's")]
-            /// `default_wait`); the watchdog keeps the lease alive while the guard lives.
-            ///
-            /// ```
-            /// # #[tokio::main(flavor = "current_thread")]
-            /// # async fn main() -> dlock::Result<()> {
-            /// # let server = dlock_tests::RedisServer::start();
-            /// # let client = dlock::LockClient::connect(&server.url()).await?;
-            /// let rw = client.rw_lock("catalog");
-            #[doc = concat!("let guard = rw.", $method, "().lock().await?;")]
-            /// assert!(rw.is_locked().await?);
-            /// guard.unlock().await?;
-            /// assert!(!rw.is_locked().await?);
-            /// # Ok(())
-            /// # }
-            /// ```
-            ///
-            /// # Errors
-            ///
-            /// [`LockError::UpgradeNotSupported`] for the write lock inside a read guard's
-            /// scope; [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis fails
-            /// (after riding out a failover for up to the client's `failover_wait`);
-            /// [`LockError::Timeout`] only when the client has a `default_wait`.
-            ///
-            /// # Cancel safety
-            ///
-            /// Cancel safe: see [the notes on `ReadWriteLock`](ReadWriteLock#cancel-safety).
-            pub async fn lock(&self) -> Result<LockGuard> {
-                let wait = self.rw.shared.client.inner.settings.default_wait;
-                self.rw.acquire($kind, wait, None).await
+            acquisition_verbs!($doc_name, LockGuard, "ReadWriteLock#cancel-safety");
+        }
+
+        /// The acquisition of this side, traced and measured (`sync::observe`).
+        impl Acquire for $side {
+            type Guard = LockGuard;
+
+            fn default_wait(&self) -> Option<Duration> {
+                self.rw.shared.client.inner.settings.default_wait
             }
 
-            #[doc = concat!("Takes the ", $what, " lock, waiting as long as it takes (or `default_wait`);")]
-            /// this hold ends after `lease` and is not renewed.
-            ///
-            /// # Errors
-            ///
-            /// [`LockError::InvalidDuration`] for a lease under 1 ms or over
-            /// [`MAX_LEASE`](crate::limits::MAX_LEASE) (nothing is sent to Redis); otherwise as
-            #[doc = concat!("[`lock`](", stringify!($side), "::lock).")]
-            ///
-            /// # Cancel safety
-            ///
-            /// Cancel safe: see [the notes on `ReadWriteLock`](ReadWriteLock#cancel-safety).
-            pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-                let wait = self.rw.shared.client.inner.settings.default_wait;
-                self.rw.acquire($kind, wait, Some(lease)).await
-            }
-
-            #[doc = concat!("One attempt at the ", $what, " lock, no waiting; the watchdog keeps the lease")]
-            /// alive. A writer that does not wait leaves no waiting entry, so it never holds
-            /// readers back.
-            ///
-            /// # Errors
-            ///
-            /// [`LockError::Timeout`] when the lock is not available now; otherwise as
-            #[doc = concat!("[`lock`](", stringify!($side), "::lock).")]
-            ///
-            /// # Cancel safety
-            ///
-            /// Cancel safe: see [the notes on `ReadWriteLock`](ReadWriteLock#cancel-safety).
-            pub async fn try_lock(&self) -> Result<LockGuard> {
-                self.rw.acquire($kind, Some(Duration::ZERO), None).await
-            }
-
-            #[doc = concat!("Waits up to `wait` for the ", $what, " lock; the watchdog keeps the lease alive.")]
-            ///
-            /// # Errors
-            ///
-            /// [`LockError::Timeout`] when `wait` passes first; otherwise as
-            #[doc = concat!("[`lock`](", stringify!($side), "::lock).")]
-            ///
-            /// # Cancel safety
-            ///
-            /// Cancel safe: see [the notes on `ReadWriteLock`](ReadWriteLock#cancel-safety).
-            pub async fn try_lock_for(&self, wait: Duration) -> Result<LockGuard> {
-                self.rw.acquire($kind, Some(wait), None).await
-            }
-
-            #[doc = concat!("Waits up to `wait` for the ", $what, " lock; this hold ends after `lease` and is")]
-            /// not renewed.
-            ///
-            /// # Errors
-            ///
-            /// [`LockError::Timeout`] when `wait` passes first; [`LockError::InvalidDuration`]
-            /// for a bad lease; otherwise as
-            #[doc = concat!("[`lock`](", stringify!($side), "::lock).")]
-            ///
-            /// # Cancel safety
-            ///
-            /// Cancel safe: see [the notes on `ReadWriteLock`](ReadWriteLock#cancel-safety).
-            pub async fn try_lock_with_lease(&self, wait: Duration, lease: Duration) -> Result<LockGuard> {
-                self.rw.acquire($kind, Some(wait), Some(lease)).await
+            async fn acquire(
+                &self,
+                wait: Option<Duration>,
+                lease: Option<Duration>,
+                template: Option<&'static str>,
+            ) -> Result<LockGuard> {
+                self.rw.acquire($kind, wait, lease, template).await
             }
         }
     };
@@ -342,15 +268,15 @@ macro_rules! side {
 
 side!(
     ReadLock,
+    "ReadLock",
     Kind::Read,
-    "read",
     "read",
     "The read side of a [`ReadWriteLock`], from [`ReadWriteLock::read`]: shared with other readers."
 );
 side!(
     WriteLock,
+    "WriteLock",
     Kind::Write,
-    "write",
     "write",
     "The write side of a [`ReadWriteLock`], from [`ReadWriteLock::write`]: excludes everyone else."
 );

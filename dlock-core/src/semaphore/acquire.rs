@@ -17,20 +17,26 @@ use crate::lock::guard::LockGuard;
 use crate::semaphore::scripts::sem_scripts;
 use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
-use crate::sync::observe;
+use crate::sync::observe::{self, Label};
 use crate::sync::release::ReleaseJob;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 impl Semaphore {
-    /// A grant of `n` permits, traced and measured (`sync::observe`).
-    pub(super) async fn acquire_permits(
+    /// A grant of `n` permits, traced and measured (`sync::observe`); every public way to
+    /// take permits comes here, and the attribute too (with its key `template`).
+    pub(crate) async fn acquire_permits(
         &self,
         n: u32,
         wait: Option<Duration>,
         lease: Option<Duration>,
+        template: Option<&'static str>,
     ) -> Result<SemaphorePermit> {
+        let label = Label {
+            kind: "semaphore",
+            template,
+        };
         let acquisition = self.acquire_unobserved(n, wait, lease);
-        observe::acquisition("semaphore", &self.shared.name, wait, acquisition)
+        observe::acquisition(label, &self.shared.name, wait, acquisition)
             .await
             .map(|guard| SemaphorePermit::new(guard, n))
     }

@@ -231,8 +231,8 @@ impl Semaphore {
     ///
     /// Cancel safe: see [the notes on `Semaphore`](Semaphore#cancel-safety).
     pub async fn acquire(&self, n: u32) -> Result<SemaphorePermit> {
-        let wait = self.shared.client.inner.settings.default_wait;
-        self.acquire_permits(n, wait, None).await
+        let wait = self.default_wait();
+        self.acquire_permits(n, wait, None, None).await
     }
 
     /// Takes `n` permits, waiting as long as it takes (or `default_wait`); the grant ends
@@ -248,8 +248,8 @@ impl Semaphore {
     ///
     /// Cancel safe: see [the notes on `Semaphore`](Semaphore#cancel-safety).
     pub async fn acquire_with_lease(&self, n: u32, lease: Duration) -> Result<SemaphorePermit> {
-        let wait = self.shared.client.inner.settings.default_wait;
-        self.acquire_permits(n, wait, Some(lease)).await
+        let wait = self.default_wait();
+        self.acquire_permits(n, wait, Some(lease), None).await
     }
 
     /// One attempt at `n` permits, no waiting; the watchdog keeps the grant alive.
@@ -263,7 +263,8 @@ impl Semaphore {
     ///
     /// Cancel safe: see [the notes on `Semaphore`](Semaphore#cancel-safety).
     pub async fn try_acquire(&self, n: u32) -> Result<SemaphorePermit> {
-        self.acquire_permits(n, Some(Duration::ZERO), None).await
+        self.acquire_permits(n, Some(Duration::ZERO), None, None)
+            .await
     }
 
     /// Waits up to `wait` for `n` permits; the watchdog keeps the grant alive.
@@ -277,7 +278,7 @@ impl Semaphore {
     ///
     /// Cancel safe: see [the notes on `Semaphore`](Semaphore#cancel-safety).
     pub async fn try_acquire_for(&self, n: u32, wait: Duration) -> Result<SemaphorePermit> {
-        self.acquire_permits(n, Some(wait), None).await
+        self.acquire_permits(n, Some(wait), None, None).await
     }
 
     /// Waits up to `wait` for `n` permits; the grant ends after `lease` and is not
@@ -297,7 +298,7 @@ impl Semaphore {
         wait: Duration,
         lease: Duration,
     ) -> Result<SemaphorePermit> {
-        self.acquire_permits(n, Some(wait), Some(lease)).await
+        self.acquire_permits(n, Some(wait), Some(lease), None).await
     }
 
     /// The permits free now: the capacity minus the permits of live grants (0 while a
@@ -421,6 +422,11 @@ impl Semaphore {
             0 => Err(self.invalid_permits(0, 0)),
             permits => Ok(permits),
         }
+    }
+
+    /// The wait of a call that names none: the client's `default_wait`.
+    pub(crate) fn default_wait(&self) -> Option<Duration> {
+        self.shared.client.inner.settings.default_wait
     }
 
     fn permits(&self) -> u32 {

@@ -49,5 +49,6 @@ pub(crate) mod owner;
 pub(crate) mod pubsub;
 pub(crate) mod release;
 pub(crate) mod retry;
+pub(crate) mod verbs;
 pub(crate) mod wait;
 pub(crate) mod watchdog;

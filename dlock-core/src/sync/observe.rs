@@ -5,8 +5,8 @@
 //! Every primitive's acquisition runs inside [`acquisition`], which opens the span, counts
 //! the waiter, and records the outcome; the guard it returns carries a [`HoldRecord`] that
 //! counts the lock as held until the guard is gone. Labels are bounded: the lock's kind and
-//! the attribute's key template (set around the attribute's acquisition by
-//! [`with_template`]), never the lock's name, which grows with the data.
+//! the attribute's key template (passed to the acquisition, see `verbs::Acquire`), never
+//! the lock's name, which grows with the data.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,11 +18,6 @@ use tracing::Instrument;
 
 use crate::error::Result;
 
-tokio::task_local! {
-    /// The attribute's key template, while the attribute's acquisition runs.
-    static TEMPLATE: &'static str;
-}
-
 /// The bounded labels of one acquisition and its hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Label {
@@ -33,26 +28,6 @@ pub(crate) struct Label {
     pub(crate) template: Option<&'static str>,
 }
 
-impl Label {
-    /// The label of an acquisition of `kind` starting in this task.
-    fn here(kind: &'static str) -> Label {
-        Label {
-            kind,
-            template: TEMPLATE.try_with(|template| *template).ok(),
-        }
-    }
-}
-
-/// Runs `acquisition` as an acquisition by the attribute whose key is `template`: the
-/// acquisition's span and metrics carry the template. Only the acquisition sees it, not
-/// the body that runs after.
-pub(crate) fn with_template<F: Future>(
-    template: &'static str,
-    acquisition: F,
-) -> impl Future<Output = F::Output> {
-    TEMPLATE.scope(template, acquisition)
-}
-
 /// A guard that carries the record of its hold.
 pub(crate) trait Observed {
     /// Keeps `hold` until the guard is released or dropped, and labels the guard's losses
@@ -60,7 +35,8 @@ pub(crate) trait Observed {
     fn observe(&mut self, hold: HoldRecord);
 }
 
-/// One acquisition of a `kind` lock called `name`, waiting up to `wait` (`None`: no end):
+/// One acquisition labelled `label` of a lock called `name`, waiting up to `wait` (`None`:
+/// no end):
 /// `acquire` inside the `dlock.acquire` span, counted as a waiter while it runs, its
 /// outcome recorded in the span and the metrics, and the guard it returns observed.
 ///
@@ -70,7 +46,7 @@ pub(crate) trait Observed {
 /// rustc's default recursion limit (a few async layers around an attribute's function
 /// did). One allocation per acquisition, next to at least one round trip to Redis.
 pub(crate) fn acquisition<'a, G, F>(
-    kind: &'static str,
+    label: Label,
     name: &str,
     wait: Option<Duration>,
     acquire: F,
@@ -79,11 +55,10 @@ where
     G: Observed + Send + 'a,
     F: Future<Output = Result<G>> + Send + 'a,
 {
-    let label = Label::here(kind);
     let span = tracing::info_span!(
         "dlock.acquire",
         lock = %name,
-        kind,
+        kind = label.kind,
         key_template = Empty,
         wait = %WaitBudget(wait),
         outcome = Empty,
