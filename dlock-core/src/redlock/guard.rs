@@ -109,6 +109,12 @@ impl RedLockGuard {
     /// it), but a RedLock is not reentrant: an acquisition of the same RedLock inside waits
     /// for this guard like any other. There is no `fencing_token` either: a RedLock's
     /// servers keep no common counter to mint one from.
+    ///
+    /// ```compile_fail
+    /// # fn f(guard: dlock::redlock::RedLockGuard) {
+    /// let token = guard.fencing_token(); // no such method: a RedLock mints no tokens
+    /// # }
+    /// ```
     pub fn scope<F: Future>(&self, future: F) -> F {
         future
     }
