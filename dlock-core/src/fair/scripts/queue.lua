@@ -27,7 +27,8 @@ end
 -- Tells `head` (if any) to try again now.
 local function wake(head, prefix, publish)
   if head then
-    redis.call(publish, prefix .. head, 'wake')
+    -- The command comes from dlock's two, whatever the caller passed.
+    redis.call(publish == 'spublish' and 'spublish' or 'publish', prefix .. head, 'wake')
   end
 end
 

@@ -57,7 +57,9 @@ end
 -- Tells `owner` `what` ('pass', 'next:<ms>', 'wake' or 'lost'); whether its client
 -- received it.
 local function tell(publish, registry, owner, what)
-  return redis.call(publish, wake_channel(registry, owner), what .. ':' .. owner) > 0
+  -- The command comes from dlock's two, whatever the caller passed.
+  local command = publish == 'spublish' and 'spublish' or 'publish'
+  return redis.call(command, wake_channel(registry, owner), what .. ':' .. owner) > 0
 end
 
 -- Tells the longest-waiting owner of `registry` whose client still listens to try when

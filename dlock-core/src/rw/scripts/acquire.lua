@@ -160,7 +160,7 @@ end
 local function taken(expires_in)
   redis.call('zrem', KEYS[5], owner)
   for _ in ipairs(overslept_at(KEYS[5], now + expires_in)) do
-    redis.call(ARGV[9], KEYS[6], 'unlocked')
+    redis.call(ARGV[9] == 'spublish' and 'spublish' or 'publish', KEYS[6], 'unlocked')
   end
 end
 

@@ -35,10 +35,12 @@ else
   end
 end
 
+-- The command comes from dlock's two, whatever the caller passed.
+local publish = ARGV[5] == 'spublish' and 'spublish' or 'publish'
 local published = false
 local function wake()
   if not published then
-    redis.call(ARGV[5], KEYS[3], 'unlocked')
+    redis.call(publish, KEYS[3], 'unlocked')
     published = true
   end
 end
@@ -99,7 +101,7 @@ else
     -- left): the waiters told they could sleep past their end try again, each woken by a
     -- message of its own (one message wakes one waiting writer per client).
     for _ in ipairs(overslept_at(KEYS[5], expiry)) do
-      redis.call(ARGV[5], KEYS[3], 'unlocked')
+      redis.call(publish, KEYS[3], 'unlocked')
     end
   end
 end

@@ -63,5 +63,7 @@ end
 
 -- Publishes the permits available now (capacity `cap` - `held`, at least 0).
 local function sem_publish(command, channel, cap, held)
+  -- The command comes from dlock's two, whatever the caller passed.
+  command = command == 'spublish' and 'spublish' or 'publish'
   redis.call(command, channel, math.max(0, (cap or 0) - held))
 end

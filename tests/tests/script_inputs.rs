@@ -1,0 +1,81 @@
+//! dlock's functions take no command name from their caller: the publish command an
+//! `FCALL` passes is one of `publish` / `spublish` or it is ignored, so a caller with
+//! `+fcall` cannot make dlock's function run `SET` (or anything else) for it. Each case
+//! calls a function the way an attacker would, with `set` as the publish command, and
+//! checks that no key was written by it (before the fix each one wrote a string key).
+
+use dlock::admin::FunctionLibrary;
+use dlock_tests::RedisServer;
+
+fn load_library(conn: &mut redis::Connection) -> &'static str {
+    let library = FunctionLibrary::current();
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library.code())
+        .query::<String>(conn)
+        .unwrap();
+    library.name()
+}
+
+fn string_keys(conn: &mut redis::Connection) -> Vec<String> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(conn).unwrap();
+    keys.into_iter()
+        .filter(|key| {
+            redis::cmd("TYPE")
+                .arg(key)
+                .query::<String>(conn)
+                .is_ok_and(|found| found == "string")
+        })
+        .collect()
+}
+
+#[test]
+fn a_caller_cannot_name_the_command_a_function_runs() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let library = load_library(&mut conn);
+
+    // The lock's force unlock tells each holder's client: with `set` as the publish
+    // command, that message would become a key.
+    redis::cmd("HSET")
+        .arg("shop:goods:1")
+        .arg("c:1")
+        .arg(1)
+        .query::<()>(&mut conn)
+        .unwrap();
+    // Whether the call then fails does not matter (a write inside a script is not rolled
+    // back); what it wrote does.
+    let _ = redis::cmd("FCALL")
+        .arg(format!("{library}_lock_force_unlock"))
+        .arg(3)
+        .arg("shop:goods:1")
+        .arg("dlock:unlock:shop:{x}:goods:1")
+        .arg("dlock:unlock:shop:{x}!goods:1")
+        .arg("set")
+        .arg(100)
+        .query::<redis::Value>(&mut conn);
+    assert_eq!(string_keys(&mut conn), Vec::<String>::new(), "force unlock");
+
+    // The semaphore's capacity change publishes the permits free on the grants hash's
+    // name: with `set`, the grants hash would become a string.
+    for (function, args) in [
+        ("sem_set_permits", vec!["5", "set"]),
+        ("sem_available", vec!["set"]),
+    ] {
+        let mut call = redis::cmd("FCALL");
+        call.arg(format!("{library}_{function}"))
+            .arg(2)
+            .arg("dlock:sem:shop:{x}:pool")
+            .arg("dlock:semcap:shop:{x}:pool");
+        for arg in args {
+            call.arg(arg);
+        }
+        let _ = call.query::<redis::Value>(&mut conn);
+        let written: Vec<String> = string_keys(&mut conn)
+            .into_iter()
+            .filter(|key| key != "dlock:semcap:shop:{x}:pool")
+            .collect();
+        assert_eq!(written, Vec::<String>::new(), "{function}");
+    }
+}
