@@ -18,6 +18,18 @@ pub enum ConfigError {
         source: std::io::Error,
     },
 
+    /// The file is larger than any dlock configuration ([`MAX_CONFIG_BYTES`]): most likely
+    /// the wrong file (a log, a dump, a device). Nothing past the limit was read.
+    ///
+    /// [`MAX_CONFIG_BYTES`]: crate::MAX_CONFIG_BYTES
+    #[error("dlock config {path} is larger than {limit} bytes; a dlock config is a few hundred bytes: is it the right file?")]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// The largest size accepted.
+        limit: u64,
+    },
+
     /// The file is not UTF-8 text.
     #[error(
         "dlock config {path} is not UTF-8 text (invalid byte at offset {offset}); save it as UTF-8"

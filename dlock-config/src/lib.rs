@@ -58,7 +58,7 @@ mod load;
 mod model;
 
 pub use error::{ConfigError, Result};
-pub use load::{ADDRESS_ENV, CONFIG_ENV, PASSWORD_ENV, USERNAME_ENV};
+pub use load::{ADDRESS_ENV, CONFIG_ENV, MAX_CONFIG_BYTES, PASSWORD_ENV, USERNAME_ENV};
 pub use model::{
     Address, Addresses, Cluster, Config, Connection, LockSection, MasterSlave, RedLockSection,
     Redis, ReplicaAcksSection, ScriptsSetting, Secret, Sentinel, Single,
@@ -128,10 +128,16 @@ impl Config {
             Some(base) => base.join(file),
             None => file.to_path_buf(),
         };
-        std::fs::read(&path).map_err(|source| ConfigError::Referenced {
+        let referenced = |source| ConfigError::Referenced {
             key,
             path: path.display().to_string(),
             source,
+        };
+        load::read_bounded(&path).map_err(referenced)?.ok_or_else(|| {
+            referenced(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("larger than {MAX_CONFIG_BYTES} bytes; a PEM file is a few KiB: is it the right file?"),
+            ))
         })
     }
 

@@ -17,6 +17,22 @@ pub const USERNAME_ENV: &str = "DLOCK_USERNAME";
 /// `sentinels` (sentinel) or `nodes` (cluster); a comma-separated list for the last two.
 pub const ADDRESS_ENV: &str = "DLOCK_ADDRESS";
 
+/// The largest configuration file, and file a configuration refers to (a PEM
+/// certificate or key), that is read: 1 MiB. A dlock configuration is a few hundred
+/// bytes and a certificate a few KiB, so a larger file is the wrong one, and reading
+/// stops there rather than filling memory (a device, a log, a dump).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The contents of `path`, at most [`MAX_CONFIG_BYTES`]; `Ok(None)` when it is larger.
+pub(crate) fn read_bounded(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= MAX_CONFIG_BYTES).then_some(bytes))
+}
+
 const TOPOLOGIES: &str =
     "[redis.single], [redis.master_slave], [redis.sentinel] or [redis.cluster]";
 
@@ -62,15 +78,21 @@ impl Config {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Read`] when the file cannot be read, [`ConfigError::NotUtf8`],
-    /// and everything [`from_toml_str`](Config::from_toml_str) reports.
+    /// [`ConfigError::Read`] when the file cannot be read, [`ConfigError::TooLarge`] over
+    /// [`MAX_CONFIG_BYTES`], [`ConfigError::NotUtf8`], and everything
+    /// [`from_toml_str`](Config::from_toml_str) reports.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Config> {
         let path = path.as_ref();
         let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
-            path: shown.clone(),
-            source,
-        })?;
+        let bytes = read_bounded(path)
+            .map_err(|source| ConfigError::Read {
+                path: shown.clone(),
+                source,
+            })?
+            .ok_or_else(|| ConfigError::TooLarge {
+                path: shown.clone(),
+                limit: MAX_CONFIG_BYTES,
+            })?;
         let text = String::from_utf8(bytes).map_err(|e| ConfigError::NotUtf8 {
             path: shown.clone(),
             offset: e.utf8_error().valid_up_to(),
@@ -85,7 +107,7 @@ impl Config {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Environment`] when `DLOCK_CONFIG` is not set, and everything
+    /// [`ConfigError::Environment`] when `DLOCK_CONFIG` is not set or empty, and everything
     /// [`from_file`](Config::from_file) reports.
     pub fn from_env() -> Result<Config> {
         // `var_os`: a file name need not be UTF-8, and such a file is still readable.
@@ -93,6 +115,12 @@ impl Config {
             variable: CONFIG_ENV,
             message: "not set; point it at a dlock TOML file".to_owned(),
         })?;
+        if path.is_empty() {
+            return Err(ConfigError::Environment {
+                variable: CONFIG_ENV,
+                message: "is set but empty; point it at a dlock TOML file".to_owned(),
+            });
+        }
         Config::from_file(path)?.with_env_overrides()
     }
 

@@ -74,4 +74,13 @@ fn a_variable_that_is_not_utf8_is_an_error_naming_it() {
     let loaded = Config::from_env();
     std::env::remove_var(CONFIG_ENV);
     assert_eq!(loaded.unwrap().to_string(), "single redis://127.0.0.1:6380");
+
+    // Set but empty (`DLOCK_CONFIG= dlock list`): said so, not a missing file "".
+    std::env::set_var(CONFIG_ENV, "");
+    let empty = Config::from_env();
+    std::env::remove_var(CONFIG_ENV);
+    assert_eq!(
+        empty.unwrap_err().to_string(),
+        "environment variable DLOCK_CONFIG: is set but empty; point it at a dlock TOML file"
+    );
 }

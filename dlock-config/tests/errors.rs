@@ -21,6 +21,43 @@ fn a_missing_file_names_the_file() {
 }
 
 #[test]
+fn a_file_larger_than_any_config_is_refused_without_reading_it_all() {
+    // A device that never ends is read up to the limit, then refused.
+    let err = Config::from_file("/dev/zero").unwrap_err();
+    assert!(
+        matches!(err, ConfigError::TooLarge { limit, .. } if limit == dlock_config::MAX_CONFIG_BYTES),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "dlock config /dev/zero is larger than 1048576 bytes; a dlock config is a few hundred bytes: is it the right file?"
+    );
+    // A file of exactly the limit is read (and then judged as TOML).
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    let mut text = b"[redis.single]\naddress = \"redis://127.0.0.1:6379\"\n".to_vec();
+    text.resize(dlock_config::MAX_CONFIG_BYTES as usize, b'\n');
+    file.write_all(&text).unwrap();
+    assert_eq!(
+        Config::from_file(file.path()).unwrap().to_string(),
+        "single redis://127.0.0.1:6379"
+    );
+    // A referenced file (a TLS certificate) is bounded the same way.
+    let mut config = tempfile::NamedTempFile::new().unwrap();
+    config
+        .write_all(b"[redis.single]\naddress = \"rediss://127.0.0.1:6379\"\n\n[connection]\ntls_ca_file = \"/dev/zero\"\n")
+        .unwrap();
+    let err = Config::from_file(config.path())
+        .unwrap()
+        .topology()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("cannot read tls_ca_file /dev/zero: larger than 1048576 bytes"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_file_that_is_not_utf8_names_the_file_and_offset() {
     let mut file = tempfile::NamedTempFile::new().unwrap();
     file.write_all(b"[redis.single]\naddress = \"\xff\"\n")
