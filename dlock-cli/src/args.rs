@@ -15,7 +15,9 @@ use crate::error::CliError;
 const CLI_CLIENT_NAME: &str = "dlock-cli";
 
 /// Who holds a dlock lock, who waits for it, and hand-offs live, read with the
-/// application's own dlock config.
+/// application's own dlock config. Text that applications wrote into Redis (owner ids,
+/// client descriptions, lock names) is shown with its control characters written as
+/// `\u{..}`; `--json` escapes by JSON's rules.
 #[derive(Debug, Parser)]
 #[command(name = "dlock", version, propagate_version = true)]
 pub(crate) struct Args {

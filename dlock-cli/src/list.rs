@@ -13,17 +13,24 @@ use crate::report::{print_json, LockView, RedLockView};
 struct Listing<T> {
     prefix: String,
     locks: Vec<T>,
+    /// Keys under the prefix that no lock name can have made (control characters, over
+    /// the length limit): counted, not shown, so that one of them cannot stop the listing.
+    skipped: usize,
 }
 
 pub(crate) async fn run(target: &Target, prefix: &str, json: bool) -> Result<(), CliError> {
     let lines = match target {
         Target::Client(client) => {
-            let locks = locks(client, prefix).await?;
+            let (locks, skipped) = locks(client, prefix).await?;
             if json {
                 return print_json(&Listing {
                     prefix: prefix.to_owned(),
                     locks,
+                    skipped,
                 });
+            }
+            if skipped > 0 {
+                eprintln!("dlock: skipped {skipped} key(s) under the prefix that are not valid lock names");
             }
             locks.iter().map(LockView::line).collect::<Vec<_>>()
         }
@@ -33,6 +40,7 @@ pub(crate) async fn run(target: &Target, prefix: &str, json: bool) -> Result<(),
                 return print_json(&Listing {
                     prefix: prefix.to_owned(),
                     locks,
+                    skipped: 0,
                 });
             }
             locks.iter().map(RedLockView::line).collect()
@@ -47,17 +55,20 @@ pub(crate) async fn run(target: &Target, prefix: &str, json: bool) -> Result<(),
     Ok(())
 }
 
-async fn locks(client: &LockClient, prefix: &str) -> Result<Vec<LockView>, CliError> {
-    let mut locks = Vec::new();
+/// The locks under `prefix`, and how many keys there could not be read as one.
+async fn locks(client: &LockClient, prefix: &str) -> Result<(Vec<LockView>, usize), CliError> {
+    let (mut locks, mut skipped) = (Vec::new(), 0);
     for name in client.list_locks(prefix).await? {
         match client.lock(&name).inspect().await {
             Ok(info) => locks.push(LockView::from(&info)),
             // Replaced by something else since the scan: not a lock any more.
             Err(LockError::WrongType { .. }) => {}
+            // A key no lock name can have made (written by something else).
+            Err(LockError::InvalidName { .. }) => skipped += 1,
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(locks)
+    Ok((locks, skipped))
 }
 
 /// The names found on any RedLock server, each inspected on every server.

@@ -26,6 +26,7 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 mod args;
 mod error;
+mod escape;
 mod inspect;
 mod list;
 mod report;
@@ -55,7 +56,7 @@ fn main() -> ExitCode {
         Ok(Done::Completed) => ExitCode::SUCCESS,
         Ok(Done::NotConfirmed) => ExitCode::from(NOT_CONFIRMED),
         Err(e) => {
-            eprintln!("dlock: {e}");
+            eprintln!("dlock: {}", escape::shown_text(&e.to_string()));
             ExitCode::FAILURE
         }
     }

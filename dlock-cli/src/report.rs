@@ -10,6 +10,7 @@ use dlock::inspect::{
 use serde::Serialize;
 
 use crate::error::CliError;
+use crate::escape::shown_text;
 
 /// One lock, as `inspect` and `list` print it. Fields are only ever added, never
 /// renamed: scripts read this JSON.
@@ -206,11 +207,15 @@ impl ClientView {
         match &self.client {
             Some(c) => format!(
                 "{} ({} on {}, pid {}, dlock {})",
-                self.id, c.name, c.host, c.pid, c.version
+                shown_text(&self.id),
+                shown_text(&c.name),
+                shown_text(&c.host),
+                c.pid,
+                shown_text(&c.version)
             ),
             None => format!(
                 "{} (no description: client gone or not registered)",
-                self.id
+                shown_text(&self.id)
             ),
         }
     }
@@ -243,7 +248,12 @@ fn plural(n: u64) -> &'static str {
 impl LockView {
     /// The multi-line text of `inspect`.
     pub(crate) fn text(&self) -> String {
-        let mut out = format!("{} {} (key {})\n", self.label(), self.name, self.key);
+        let mut out = format!(
+            "{} {} (key {})\n",
+            self.label(),
+            shown_text(&self.name),
+            shown_text(&self.key)
+        );
         if let Some(rw) = &self.read_write {
             self.read_write_text(rw, &mut out);
         } else if let Some(sem) = &self.semaphore {
@@ -367,14 +377,18 @@ impl LockView {
             format!("held by {}", names.join("; "))
         };
         let mut line = match (&self.read_write, &self.semaphore) {
-            (Some(rw), _) => format!("{}  [read-write, {}] {holders}", self.name, rw.mode),
+            (Some(rw), _) => format!(
+                "{}  [read-write, {}] {holders}",
+                shown_text(&self.name),
+                rw.mode
+            ),
             (None, Some(sem)) => format!(
                 "{}  [semaphore, {} of {} permits taken] {holders}",
-                self.name,
+                shown_text(&self.name),
                 sem.taken,
                 sem.capacity.map_or("?".to_owned(), |c| c.to_string())
             ),
-            (None, None) => format!("{}  {holders}", self.name),
+            (None, None) => format!("{}  {holders}", shown_text(&self.name)),
         };
         if let Some(ms) = self.remaining_lease_ms {
             let _ = write!(line, ", {} left", shown(ms));
@@ -456,12 +470,14 @@ impl RedLockView {
             Some(top) if top.servers >= q => {
                 format!(
                     "held on {} of {n} servers (quorum {q}) by {}",
-                    top.servers, top.id
+                    top.servers,
+                    shown_text(&top.id)
                 )
             }
             Some(top) => format!(
                 "held on at most {} of {n} servers (quorum {q}, by {}): not held",
-                top.servers, top.id
+                top.servers,
+                shown_text(&top.id)
             ),
         }
     }
@@ -470,7 +486,9 @@ impl RedLockView {
     pub(crate) fn text(&self) -> String {
         let mut out = format!(
             "redlock {} over {} servers (quorum {})\n",
-            self.name, self.nodes, self.quorum
+            shown_text(&self.name),
+            self.nodes,
+            self.quorum
         );
         for server in &self.servers {
             let _ = writeln!(out, "server {}:", server.server);
@@ -481,7 +499,7 @@ impl RedLockView {
                     }
                 }
                 (None, Some(error)) => {
-                    let _ = writeln!(out, "  error: {error}");
+                    let _ = writeln!(out, "  error: {}", shown_text(error));
                 }
                 (None, None) => {}
             }
@@ -492,7 +510,7 @@ impl RedLockView {
 
     /// The one line of `list`.
     pub(crate) fn line(&self) -> String {
-        format!("{}  {}", self.name, self.summary())
+        format!("{}  {}", shown_text(&self.name), self.summary())
     }
 }
 

@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::args::{RedLockServers, Target};
 use crate::error::CliError;
+use crate::escape::shown_text;
 use crate::inspect::redlock_view;
 use crate::report::{print_json, shown, LockView, RedLockView};
 
@@ -101,6 +102,7 @@ async fn every_server(
 }
 
 fn report(name: &str, confirmed: bool, unlocked: bool, on: &str) {
+    let name = shown_text(name);
     match (confirmed, unlocked) {
         (false, _) => println!("not confirmed: {name} left as it is"),
         (true, true) => println!("force-unlocked {name}{on}"),
@@ -126,7 +128,7 @@ fn refuse_other_kinds(view: &LockView) -> Result<(), CliError> {
 
 /// Shows the lock on stderr and asks; only `y` or `yes` confirms.
 async fn confirm(text: &str, name: &str) -> Result<bool, CliError> {
-    eprint!("{text}force-unlock {name}? [y/N] ");
+    eprint!("{text}force-unlock {}? [y/N] ", shown_text(name));
     let mut answer = String::new();
     BufReader::new(tokio::io::stdin())
         .read_line(&mut answer)

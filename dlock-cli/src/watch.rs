@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::args::Target;
 use crate::error::CliError;
+use crate::escape::shown_text;
 use crate::report::{millis, print_json, HolderView};
 
 /// One observed state of the lock.
@@ -244,5 +245,5 @@ fn line(name: &str, change: &Change, nodes: usize) -> String {
             state = format!("{state} (on {on} of {nodes} servers)");
         }
     }
-    format!("+{}ms {name}: {state}", change.at_ms)
+    format!("+{}ms {}: {state}", change.at_ms, shown_text(name))
 }

@@ -1034,3 +1034,60 @@ async fn watch_in_a_cluster_tracks_at_the_master_of_the_locks_slot() {
     assert_eq!(seen, 5, "{stderr}");
     assert_eq!(stderr, "");
 }
+
+/// Text an application wrote into Redis (a forged owner field, a lock name) reaches the
+/// operator's terminal with its control characters written out: no screen clearing, no
+/// window title, no faked line, no hidden `[y/N]` prompt. `--json` keeps the exact text.
+/// A key no lock name can have made is counted and skipped by `list`, not fatal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn application_text_is_shown_escaped() {
+    let server = RedisServer::start();
+    let config = ConfigFile::single(&server);
+    let hostile_owner = "\u{1b}]0;pwned\u{7}\u{1b}[2J:1";
+    // Valid lock names may hold C1 controls and bidi overrides; ASCII controls are not.
+    let c1_name = "goods:\u{9b}31mred\u{202e}";
+    let no_lock_name = "goods:\u{1b}[31mred\nholder: forged";
+    let mut admin = server.connection();
+    for name in ["plain", c1_name, no_lock_name] {
+        redis::cmd("HSET")
+            .arg(format!("shop:{name}"))
+            .arg(hostile_owner)
+            .arg(1)
+            .query::<()>(&mut admin)
+            .unwrap();
+    }
+    let list = dlock(&config, &["list"], "").await;
+    let outputs = [
+        stdout(&dlock(&config, &["inspect", "plain"], "").await),
+        stdout(&list),
+        String::from_utf8_lossy(
+            &dlock(&config, &["force-unlock", "plain"], "n\n")
+                .await
+                .stderr,
+        )
+        .into_owned(),
+    ];
+    for text in &outputs {
+        for raw in ['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}'] {
+            assert!(!text.contains(raw), "{raw:?} in {text:?}");
+        }
+        assert!(
+            text.contains("\\u{1b}]0;pwned\\u{7}\\u{1b}[2J:1"),
+            "{text:?}"
+        );
+    }
+    assert!(
+        outputs[1].contains("goods:\\u{9b}31mred\\u{202e}  held by "),
+        "{}",
+        outputs[1]
+    );
+    assert_eq!(outputs[1].lines().count(), 2, "{}", outputs[1]);
+    assert_eq!(
+        String::from_utf8_lossy(&list.stderr),
+        "dlock: skipped 1 key(s) under the prefix that are not valid lock names\n"
+    );
+    let doc = json(&dlock(&config, &["--json", "list"], "").await);
+    assert_eq!(doc["skipped"], 1);
+    let doc = json(&dlock(&config, &["--json", "inspect", "plain"], "").await);
+    assert_eq!(doc["holders"][0]["id"], hostile_owner);
+}

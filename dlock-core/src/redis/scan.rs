@@ -101,8 +101,17 @@ impl Backend {
 }
 
 /// One `SCAN` reply: the next cursor and the keys; a refusal (`NOPERM`) as the error it is.
+/// One `SCAN` reply: the next cursor and the keys found. A key that is not UTF-8 is left
+/// out: no lock name (a `&str`) can have made it, and one such key must not make the
+/// whole listing fail.
 fn page(reply: Value) -> Result<(u64, Vec<String>), CallError> {
-    decoded(reply.extract_error().map_err(CallError::Redis)?)
+    let (next, keys): (u64, Vec<Vec<u8>>) =
+        decoded(reply.extract_error().map_err(CallError::Redis)?)?;
+    let keys = keys
+        .into_iter()
+        .filter_map(|key| String::from_utf8(key).ok())
+        .collect();
+    Ok((next, keys))
 }
 
 /// `value` as a `T`, or the error saying why not.
