@@ -58,6 +58,21 @@ pub(crate) fn check_text(what: &'static str, text: &str) -> Result<()> {
 /// move them to another cluster slot than the lock's (see the module documentation).
 pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
     check_text("key prefix", prefix)?;
+    // The least-privilege rule gives an application `~<prefix>*`: from a prefix that starts
+    // like dlock's own names (`d`, `dlock`, `dlock:`...) or inside them (`dlock:unlock:`),
+    // that pattern would reach every application's waiter registries, fencing counters,
+    // memos and descriptions.
+    if !prefix.is_empty()
+        && (DLOCK_NAMESPACE.starts_with(prefix) || prefix.starts_with(DLOCK_NAMESPACE))
+    {
+        return Err(LockError::invalid_name(
+            "key prefix",
+            prefix,
+            format!(
+                "a key prefix must not start like dlock's own names (`{DLOCK_NAMESPACE}...`), nor be a start of them: an ACL pattern `{prefix}*` would match every application's dlock names; choose a prefix of the application's own, e.g. `shop:`"
+            ),
+        ));
+    }
     if let Some(at) = prefix.find('{') {
         return Err(LockError::invalid_name(
             "key prefix",
@@ -71,6 +86,9 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
 }
 
 const SLOTS: usize = 16_384;
+
+/// What every name dlock adds starts with.
+const DLOCK_NAMESPACE: &str = "dlock:";
 
 /// `<key prefix>{<tag>}`: what every helper name of the key `key` (prefix included)
 /// starts with after `dlock:<kind>:`, the tag putting it in `key`'s cluster slot.
@@ -197,6 +215,27 @@ mod tests {
     #[test]
     fn glob_characters_are_escaped() {
         assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+
+    #[test]
+    fn a_prefix_that_reaches_dlocks_own_names_is_refused() {
+        for prefix in [
+            "d",
+            "dl",
+            "dlock",
+            "dlock:",
+            "dlock:unlock:",
+            "dlock:fence:app:",
+        ] {
+            let error = check_prefix(prefix).unwrap_err().to_string();
+            assert!(
+                error.contains("must not start like dlock's own names"),
+                "{error}"
+            );
+        }
+        for prefix in ["", "shop:", "do", "dlocks:", "app:dlock:", "Dlock:"] {
+            check_prefix(prefix).unwrap();
+        }
     }
 
     #[test]
