@@ -79,3 +79,41 @@ fn a_caller_cannot_name_the_command_a_function_runs() {
         assert_eq!(written, Vec::<String>::new(), "{function}");
     }
 }
+
+/// A force unlock deletes only a hash in the lock's layout: an application's hash at the
+/// lock's name (no owner fields, or other fields beside them) is refused as `WrongType`
+/// and left as it was (before, it was deleted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_leaves_application_hashes_alone() {
+    let server = RedisServer::start();
+    let client = dlock::LockClient::builder()
+        .key_prefix("shop:")
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let mut conn = server.connection();
+    let holder = format!("{}:1", client.id());
+    for (name, fields) in [
+        ("profile:1", vec![("name", "alice"), ("plan", "gold")]),
+        ("profile:2", vec![(holder.as_str(), "1"), ("name", "bob")]),
+    ] {
+        let key = format!("shop:{name}");
+        let mut hset = redis::cmd("HSET");
+        hset.arg(&key);
+        for (field, value) in &fields {
+            hset.arg(*field).arg(*value);
+        }
+        hset.query::<()>(&mut conn).unwrap();
+        match client.lock(name).force_unlock().await {
+            Err(dlock::LockError::WrongType { found, .. }) => assert_eq!(found, "hash"),
+            other => panic!("{name}: an application hash was force-unlocked: {other:?}"),
+        }
+        let left: usize = redis::cmd("HLEN").arg(&key).query(&mut conn).unwrap();
+        assert_eq!(left, fields.len(), "{name} was changed");
+    }
+    // A lock in the lock's layout is still force-unlocked.
+    let guard = client.lock("goods:1").lock().await.unwrap();
+    assert!(client.lock("goods:1").force_unlock().await.unwrap());
+    assert!(guard.unlock().await.is_err());
+    client.shutdown().await.unwrap();
+}

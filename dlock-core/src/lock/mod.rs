@@ -278,8 +278,8 @@ impl Lock {
     ///
     /// [`LockError::KindMismatch`] when the name is held as a fair or read-write lock
     /// (use that kind's own force unlock, which tells its waiters);
-    /// [`LockError::WrongType`] when the key holds another type of value (application
-    /// data, which is left alone); Redis errors.
+    /// [`LockError::WrongType`] when the key holds another type of value, or a hash that
+    /// is not in the lock's layout (application data, which is left alone); Redis errors.
     ///
     /// # Cancel safety
     ///

@@ -9,8 +9,8 @@
 --
 -- Returns 1 when a lock was deleted, 0 when there was none, 'kind:<kind>' when the name
 -- is held as a fair or read-write lock (their own force unlock tells their waiters), and
--- 'wrongtype:<type>' when the key holds another type of value: that is application data,
--- not a lock, and is left alone.
+-- 'wrongtype:<type>' when the key holds another type of value, or a hash that is not in
+-- the lock's layout: that is application data, not a lock, and is left alone.
 --
 -- A holder's client learns at once that its hold is gone ('lost:<owner>' on its wake
 -- channel) when a task of it waits for the lock behind that hold, so that task need not
@@ -27,7 +27,16 @@ local kind = kind_of(KEYS[1])
 if kind ~= 'lock' then
   return 'kind:' .. kind
 end
-for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+-- Only a hash in the lock's layout is deleted: an application's hash at this name (no
+-- owner fields, or other fields beside them) is left alone, as any other type is.
+local fields = redis.call('hkeys', KEYS[1])
+for _, field in ipairs(fields) do
+  if field ~= '!next' and field ~= '!held' and not string.match(field, '^[^:]+:%d+$')
+      and not string.match(field, '^[^:]+:%d+:f$') then
+    return 'wrongtype:hash'
+  end
+end
+for _, field in ipairs(fields) do
   if string.sub(field, 1, 1) ~= '!' and string.sub(field, -2) ~= ':f' then
     tell(ARGV[1], KEYS[2], field, 'lost')
   end
