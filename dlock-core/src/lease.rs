@@ -15,6 +15,12 @@ use crate::error::{LockError, Result};
 /// unit mistake, and a bounded value keeps every expiry far from Redis's overflow limits.
 pub const MAX_LEASE: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
+/// Longest accepted command timeout: 60 s. Every release leaves a memo in Redis for three
+/// command timeouts (see `client::Settings::memo_ttl`), so an unbounded timeout would keep memos
+/// (and re-entry markers) for as long as it says; a Redis answer that takes a minute is an
+/// outage, not a slow command.
+pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The reason given for a duration over [`MAX_LEASE`], written once (a test checks that
 /// it names the same number of days).
 macro_rules! over_max_lease {

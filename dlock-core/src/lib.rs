@@ -56,8 +56,8 @@ pub mod fencing {
 
 pub mod limits {
     //! The bounds dlock checks its inputs against, and the intervals operators see.
-    pub use crate::client::{MAX_COMMAND_TIMEOUT, REGISTRATION_TTL};
-    pub use crate::lease::MAX_LEASE;
+    pub use crate::client::REGISTRATION_TTL;
+    pub use crate::lease::{MAX_COMMAND_TIMEOUT, MAX_LEASE};
     pub use crate::names::MAX_NAME_LEN;
 }
 

@@ -117,3 +117,96 @@ async fn force_unlock_leaves_application_hashes_alone() {
     assert!(guard.unlock().await.is_err());
     client.shutdown().await.unwrap();
 }
+
+fn memory_field(conn: &mut redis::Connection, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("memory").query(conn).unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in INFO memory"))
+}
+
+/// On a full server (`maxmemory` reached, `noeviction`), the release functions, which must
+/// run there (`allow-oom`), create no key beyond a release memo of bounded name and
+/// lifetime, and only for a hold that existed: callers passing 4 MiB memo names and
+/// three-year lifetimes (before: 20 MiB and more beyond maxmemory) get an error and the
+/// dataset stays as it was.
+#[test]
+fn release_functions_do_not_grow_a_full_server() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let mut conn = server.connection();
+    let library = load_library(&mut conn);
+    // A hold re-entered many times, taken before the server filled up.
+    redis::cmd("HSET")
+        .arg("shop:goods:1")
+        .arg("c:1")
+        .arg(1000)
+        .query::<()>(&mut conn)
+        .unwrap();
+    let used = memory_field(&mut conn, "used_memory");
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(used + 256 * 1024)
+        .query::<()>(&mut conn)
+        .unwrap();
+    let refused = redis::cmd("SET")
+        .arg("filler")
+        .arg(vec![b'x'; 1 << 20])
+        .query::<()>(&mut conn)
+        .unwrap_err();
+    assert_eq!(refused.code(), Some("OOM"), "{refused}");
+
+    let before = memory_field(&mut conn, "used_memory_dataset");
+    let huge = format!("dlock:release:shop:{{x}}:{}", "x".repeat(4 << 20));
+    let three_years = "100000000000";
+    for _ in 0..5 {
+        let sem = redis::cmd("FCALL")
+            .arg(format!("{library}_sem_release"))
+            .arg(3)
+            .arg("dlock:sem:shop:{x}:pool")
+            .arg("dlock:semcap:shop:{x}:pool")
+            .arg(&huge)
+            .arg("c:9")
+            .arg(three_years)
+            .arg("publish")
+            .query::<redis::Value>(&mut conn);
+        assert!(sem.is_err(), "a 4 MiB memo name was taken: {sem:?}");
+        let lock = redis::cmd("FCALL")
+            .arg(format!("{library}_lock_release"))
+            .arg(4)
+            .arg("shop:goods:1")
+            .arg("dlock:unlock:shop:{x}:goods:1")
+            .arg(&huge)
+            .arg("dlock:unlock:shop:{x}!goods:1")
+            .arg(&["c:1", "one", three_years, "publish", "0", "0", "100"][..])
+            .query::<redis::Value>(&mut conn);
+        assert!(lock.is_err(), "a 4 MiB memo name was taken: {lock:?}");
+    }
+    // A memo of a release's own shape is written, its lifetime capped at 181 s.
+    let memo = "dlock:release:shop:{x}:c:1:7";
+    let released: i64 = redis::cmd("FCALL")
+        .arg(format!("{library}_lock_release"))
+        .arg(4)
+        .arg("shop:goods:1")
+        .arg("dlock:unlock:shop:{x}:goods:1")
+        .arg(memo)
+        .arg("dlock:unlock:shop:{x}!goods:1")
+        .arg(&["c:1", "one", three_years, "publish", "0", "0", "100"][..])
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(released, 999);
+    let ttl: i64 = redis::cmd("PTTL").arg(memo).query(&mut conn).unwrap();
+    assert!(ttl > 0 && ttl <= 181_000, "memo lives {ttl} ms");
+    let after = memory_field(&mut conn, "used_memory_dataset");
+    assert!(
+        after < before + 64 * 1024,
+        "the dataset grew by {} bytes on a full server",
+        after.saturating_sub(before)
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("dlock:release:*")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(keys, [memo]);
+}

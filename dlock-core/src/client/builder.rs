@@ -7,7 +7,7 @@ use super::settings::{ReplicaAcks, Settings};
 use super::LockClient;
 use crate::background::Background;
 use crate::error::{LockError, Result};
-use crate::lease::{lease_millis, MAX_LEASE, OVER_MAX_LEASE};
+use crate::lease::{lease_millis, MAX_COMMAND_TIMEOUT, MAX_LEASE, OVER_MAX_LEASE};
 use crate::names::check_prefix;
 use crate::redis::Backend;
 use crate::redis::{ConnectOptions, ScriptMode, Topology, TopologyKind};
@@ -16,12 +16,6 @@ use crate::scripts::FunctionLibrary;
 /// Shortest accepted watchdog timeout: renewal runs every third of it and needs room for a
 /// round trip and a retry.
 const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(100);
-
-/// Longest accepted command timeout: 60 s. Every release leaves a memo in Redis for three
-/// command timeouts (see `Settings::memo_ttl`), so an unbounded timeout would keep memos
-/// (and re-entry markers) for as long as it says; a Redis answer that takes a minute is an
-/// outage, not a slow command.
-pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Settings for a [`LockClient`]; finish with [`connect`](LockClientBuilder::connect).
 ///

@@ -16,7 +16,7 @@ pub(crate) mod registration;
 pub(crate) mod scripts;
 pub(crate) mod settings;
 
-pub use builder::{LockClientBuilder, MAX_COMMAND_TIMEOUT};
+pub use builder::LockClientBuilder;
 pub use registration::{ClientDescription, REGISTRATION_TTL};
 pub(crate) use settings::Settings;
 

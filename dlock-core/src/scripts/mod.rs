@@ -16,8 +16,10 @@ pub use library::FunctionLibrary;
 pub(crate) use script::{Oom, Script, ScriptCall};
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
-use crate::lease::MAX_LEASE;
+use crate::lease::{MAX_COMMAND_TIMEOUT, MAX_LEASE};
+use crate::names::MAX_NAME_LEN;
 
 /// Every script of every primitive: what a client loads into each server, and what
 /// dlock's function library holds. One line per folder with scripts: the one place that
@@ -64,10 +66,23 @@ const SHARED_MARK: &str = "-- @shared\n";
 
 /// The generated Lua every script starts with: the limits the Rust side owns, written
 /// once. `MAX_LEASE_MS` is [`MAX_LEASE`] in milliseconds, the longest lease a script
-/// accepts. A constant costs a script nothing measurable, unlike a function definition.
+/// accepts; `MAX_MEMO_MS` and `MAX_MEMO_NAME` bound the one key a release may create. A constant costs a script nothing measurable, unlike a function definition.
 fn prelude() -> String {
-    format!("local MAX_LEASE_MS = {}\n", MAX_LEASE.as_millis())
+    format!(
+        "local MAX_LEASE_MS = {}\nlocal MAX_MEMO_MS = {}\nlocal MAX_MEMO_NAME = {}\n",
+        MAX_LEASE.as_millis(),
+        MAX_MEMO_LIFETIME.as_millis(),
+        MAX_MEMO_NAME,
+    )
 }
+
+/// The longest a release memo lives: the memo lifetime of a client with the longest
+/// command timeout (3 × [`MAX_COMMAND_TIMEOUT`] + 1 s, see `client::Settings::memo_ttl`).
+const MAX_MEMO_LIFETIME: Duration = Duration::from_secs(3 * MAX_COMMAND_TIMEOUT.as_secs() + 1);
+
+/// The longest release memo name: `dlock:release:`, a key prefix and a hash tag of at most
+/// [`MAX_NAME_LEN`] bytes each, an owner field and an operation number.
+const MAX_MEMO_NAME: usize = 2 * MAX_NAME_LEN + 256;
 
 /// `body` after the [`prelude`], with `shared` (concatenated) spliced in at its
 /// [`SHARED_MARK`], or before it.

@@ -22,6 +22,12 @@
 -- hold is gone, n > 0 when it still holds the lock n times.
 local mode = ARGV[2]
 local me = ARGV[1]
+-- A memo is the only key a release may create, also on a full server: its name must be a
+-- release memo's and its size and lifetime within dlock's bounds (MAX_MEMO_NAME,
+-- MAX_MEMO_MS), whatever the caller passed.
+if mode ~= 'undo' and (string.sub(KEYS[4], 1, 14) ~= 'dlock:release:' or #KEYS[4] > MAX_MEMO_NAME) then
+  return redis.error_reply('ERR dlock release: KEYS[4] is not a release memo name')
+end
 if mode == 'undo' then
   if redis.call('del', KEYS[4]) == 0 then
     return -1
@@ -47,7 +53,7 @@ if mode ~= 'leave' and redis.call('exists', KEYS[2]) == 0 then
     redis.call('del', KEYS[1])
   end
   if mode ~= 'undo' then
-    redis.call('set', KEYS[4], remaining, 'px', ARGV[4])
+    redis.call('set', KEYS[4], remaining, 'px', math.max(1, math.min(tonumber(ARGV[4]) or 1, MAX_MEMO_MS)))
   end
   return remaining
 end
@@ -86,6 +92,6 @@ if redis.call('exists', KEYS[1]) == 0 then
 end
 
 if mode ~= 'undo' and remaining >= 0 then
-  redis.call('set', KEYS[4], remaining, 'px', ARGV[4])
+  redis.call('set', KEYS[4], remaining, 'px', math.max(1, math.min(tonumber(ARGV[4]) or 1, MAX_MEMO_MS)))
 end
 return remaining

@@ -24,6 +24,12 @@
 local owner = ARGV[1]
 local write = ARGV[2] == 'write'
 local mode = ARGV[3]
+-- A memo is the only key a release may create, also on a full server: its name must be a
+-- release memo's and its size and lifetime within dlock's bounds (MAX_MEMO_NAME,
+-- MAX_MEMO_MS), whatever the caller passed.
+if mode ~= 'undo' and (string.sub(KEYS[4], 1, 14) ~= 'dlock:release:' or #KEYS[4] > MAX_MEMO_NAME) then
+  return redis.error_reply('ERR dlock release: KEYS[4] is not a release memo name')
+end
 if mode == 'undo' then
   if redis.call('del', KEYS[4]) == 0 then
     return -1
@@ -107,6 +113,6 @@ else
 end
 
 if mode ~= 'undo' then
-  redis.call('set', KEYS[4], remaining, 'px', ARGV[4])
+  redis.call('set', KEYS[4], remaining, 'px', math.max(1, math.min(tonumber(ARGV[4]) or 1, MAX_MEMO_MS)))
 end
 return remaining

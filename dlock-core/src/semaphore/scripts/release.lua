@@ -13,6 +13,12 @@
 -- changes, so a double release or a release after expiry cannot inflate the pool.
 -- Publishes the permits available whenever permits came back (this grant's or expired
 -- ones reclaimed on the way).
+-- A memo is the only key a release may create, also on a full server: its name must be a
+-- release memo's and its size and lifetime within dlock's bounds (MAX_MEMO_NAME,
+-- MAX_MEMO_MS), whatever the caller passed.
+if (string.sub(KEYS[3], 1, 14) ~= 'dlock:release:' or #KEYS[3] > MAX_MEMO_NAME) then
+  return redis.error_reply('ERR dlock release: KEYS[3] is not a release memo name')
+end
 local memo = redis.call('get', KEYS[3])
 if memo then
   return tonumber(memo)
@@ -36,5 +42,9 @@ if redis.call('type', KEYS[1]).ok == 'hash' then
     sem_publish(ARGV[3], KEYS[1], tonumber(cap), held)
   end
 end
-redis.call('set', KEYS[3], outcome, 'px', ARGV[2])
+-- Only a release that gave permits back is remembered: a retry of one that found nothing
+-- finds nothing again, and a caller cannot make memos without grants to give back.
+if outcome == 0 then
+  redis.call('set', KEYS[3], outcome, 'px', math.max(1, math.min(tonumber(ARGV[2]) or 1, MAX_MEMO_MS)))
+end
 return outcome
