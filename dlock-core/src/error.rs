@@ -246,6 +246,21 @@ pub enum LockError {
         found: String,
     },
 
+    /// A fenced write (or [`highest_fence`](crate::fencing::FencedWrites::highest_fence))
+    /// found no fencing token where the key's highest token is recorded: something other
+    /// than dlock wrote its bookkeeping hash. Nothing was written. Once no holder of an
+    /// older token can still write the key, delete the bookkeeping hash (the next fenced
+    /// write records its own token); until then, write the highest token issued back.
+    #[error("fenced write to {key:?} refused: its bookkeeping {at:?} records {found:?}, which is no fencing token (something else wrote it); nothing was written. Once no holder of an older token can still write {key:?}, delete {at:?}; until then, put the highest token issued back in its `fence` field")]
+    FencedRecordCorrupt {
+        /// The application key written to.
+        key: String,
+        /// The bookkeeping hash.
+        at: String,
+        /// What its `fence` field holds (its first 64 characters).
+        found: String,
+    },
+
     /// A same-slot [`MultiLock`](crate::MultiLock) was asked for over keys in more than
     /// one Redis Cluster slot: one script cannot take them atomically (the cluster refuses
     /// scripts across slots, and a single server would allow what a cluster would refuse
@@ -486,6 +501,7 @@ impl LockError {
             LockError::WrongType { .. }
             | LockError::KindMismatch { .. }
             | LockError::FencedWrongType { .. }
+            | LockError::FencedRecordCorrupt { .. }
             | LockError::CapacityMismatch { .. } => ErrorKind::Conflict,
             LockError::StaleToken { .. } => ErrorKind::StaleToken,
             LockError::PartialUnlock { .. } => ErrorKind::PartialUnlock,

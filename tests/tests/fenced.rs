@@ -310,3 +310,59 @@ async fn a_counter_that_went_back_refuses_writes_until_raised_as_documented() {
     assert_eq!(value, "back");
     guard.unlock().await.unwrap();
 }
+
+/// A bookkeeping hash someone else wrote: a `fence` that is no token is reported as
+/// `FencedRecordCorrupt`, naming the hash and the recovery, and nothing is written (before,
+/// a Redis "unexpected reply" error); a poisoned record (the largest token, written by
+/// anyone with the rights to write the hash) refuses every write as stale, which dlock
+/// cannot tell from a real later holder: the lock's token counter lives in another cluster
+/// slot, so no script can compare the two. The documented recovery, deleting the hash once
+/// no older holder can write, makes the key writable again.
+#[tokio::test]
+async fn corrupted_and_poisoned_bookkeeping_is_refused_with_its_recovery() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let fenced = client.fenced();
+    let mut admin = server.connection();
+    fenced.set("stock:9", "1", Fence::new(3)).await.unwrap();
+    let bookkeeping = format!(
+        "dlock:fenced:{{{}}}:stock:9",
+        anchor_of(&mut admin, "stock:9")
+    );
+
+    let _: () = admin.hset(&bookkeeping, "fence", "not-a-token").unwrap();
+    for error in [
+        fenced.set("stock:9", "2", Fence::new(4)).await.unwrap_err(),
+        fenced.highest_fence("stock:9").await.unwrap_err(),
+    ] {
+        match &error {
+            LockError::FencedRecordCorrupt { key, at, found } => {
+                assert_eq!(
+                    (key.as_str(), at, found.as_str()),
+                    ("stock:9", &bookkeeping, "not-a-token")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("delete {bookkeeping:?}")),
+            "{error}"
+        );
+    }
+    let value: String = admin.get("stock:9").unwrap();
+    assert_eq!(value, "1", "nothing was written");
+
+    let _: () = admin
+        .hset(&bookkeeping, "fence", u64::MAX.to_string())
+        .unwrap();
+    assert_eq!(
+        stale(fenced.set("stock:9", "2", Fence::new(4)).await),
+        (u64::MAX, 4)
+    );
+    let _: () = admin.del(&bookkeeping).unwrap();
+    fenced.set("stock:9", "2", Fence::new(4)).await.unwrap();
+    let value: String = admin.get("stock:9").unwrap();
+    assert_eq!(value, "2");
+}

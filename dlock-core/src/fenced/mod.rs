@@ -257,7 +257,7 @@ impl FencedWrites {
             .await
             .map_err(|e| e.into_lock_error(key, "read the fencing token of"))?;
         match reply {
-            Reply::Highest(seen) => Ok(Some(Fence::new(self.token(key, &seen)?))),
+            Reply::Highest(seen) => Ok(Some(Fence::new(token(key, &names, &seen)?))),
             Reply::NeverWritten => Ok(None),
             other => Err(self.refusal(key, &names, other)),
         }
@@ -302,7 +302,7 @@ impl FencedWrites {
             Reply::Applied(value) | Reply::AlreadyApplied(value) => Ok(value),
             Reply::Stale(seen) => Err(LockError::StaleToken {
                 key: key.to_owned(),
-                seen: self.token(key, &seen)?,
+                seen: token(key, &names, &seen)?,
                 presented: fence.get(),
             }),
             other => Err(self.refusal(key, &names, other)),
@@ -320,12 +320,6 @@ impl FencedWrites {
         }
         check_text("fenced key", key)?;
         Ok(FencedKeys::new(&self.client.inner.settings.key_prefix, key))
-    }
-
-    /// A token read back from the bookkeeping hash.
-    fn token(&self, key: &str, text: &str) -> Result<u64> {
-        text.parse()
-            .map_err(|_| self.parse_error(key, "read", format!("not a token: {text:?}")))
     }
 
     /// The error for a reply that refuses for another reason than a stale token.
@@ -353,4 +347,20 @@ impl FencedWrites {
             )),
         }
     }
+}
+
+/// The token recorded in `key`'s bookkeeping hash; [`LockError::FencedRecordCorrupt`]
+/// when what is recorded there is no token (something else wrote the hash).
+fn token(key: &str, names: &FencedKeys, text: &str) -> Result<u64> {
+    text.parse().map_err(|_| {
+        let shown = match text.char_indices().nth(64) {
+            Some((cut, _)) => format!("{}…", &text[..cut]),
+            None => text.to_owned(),
+        };
+        LockError::FencedRecordCorrupt {
+            key: key.to_owned(),
+            at: names.fence.clone(),
+            found: shown,
+        }
+    })
 }
