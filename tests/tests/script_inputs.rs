@@ -143,6 +143,17 @@ fn release_functions_do_not_grow_a_full_server() {
         .arg(1000)
         .query::<()>(&mut conn)
         .unwrap();
+    // And a semaphore grant, far from its deadline.
+    redis::cmd("HSET")
+        .arg("dlock:sem:shop:{x}:pool")
+        .arg(&["c:9", "1", "c:9:t", "99999999999999"][..])
+        .query::<()>(&mut conn)
+        .unwrap();
+    redis::cmd("SET")
+        .arg("dlock:semcap:shop:{x}:pool")
+        .arg(2)
+        .query::<()>(&mut conn)
+        .unwrap();
     let used = memory_field(&mut conn, "used_memory");
     redis::cmd("CONFIG")
         .arg("SET")

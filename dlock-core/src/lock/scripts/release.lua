@@ -55,12 +55,6 @@
 -- - an undo deletes its marker, which makes it count once.
 local mode = ARGV[2]
 local owner = ARGV[1]
--- A memo is the only key a release may create, also on a full server: its name must be a
--- release memo's and its size and lifetime within dlock's bounds (MAX_MEMO_NAME,
--- MAX_MEMO_MS), whatever the caller passed.
-if mode == 'one' and (string.sub(KEYS[3], 1, 14) ~= 'dlock:release:' or #KEYS[3] > MAX_MEMO_NAME) then
-  return redis.error_reply('ERR dlock release: KEYS[3] is not a release memo name')
-end
 local abandon = mode == 'all' or mode == 'leave'
 if mode == 'undo' then
   if redis.call('del', KEYS[3]) == 0 then
@@ -84,6 +78,13 @@ if not abandon then
   end
   local remaining = tonumber(count) - 1
   if remaining > 0 then
+    -- A memo is the only key a release may create, also on a full server: its name must
+    -- be a release memo's and its size and lifetime within dlock's bounds (MAX_MEMO_NAME,
+    -- MAX_MEMO_MS), whatever the caller passed. Checked here, before anything is written,
+    -- and only here: the common last release writes no memo and pays nothing for it.
+    if mode == 'one' and (string.sub(KEYS[3], 1, 14) ~= 'dlock:release:' or #KEYS[3] > MAX_MEMO_NAME) then
+      return redis.error_reply('ERR dlock release: KEYS[3] is not a release memo name')
+    end
     redis.call('hset', KEYS[1], owner, remaining)
     if mode == 'one' then
       redis.call('set', KEYS[3], remaining, 'px', math.max(1, math.min(tonumber(ARGV[3]) or 1, MAX_MEMO_MS)))

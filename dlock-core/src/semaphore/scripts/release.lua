@@ -13,12 +13,6 @@
 -- changes, so a double release or a release after expiry cannot inflate the pool.
 -- Publishes the permits available whenever permits came back (this grant's or expired
 -- ones reclaimed on the way).
--- A memo is the only key a release may create, also on a full server: its name must be a
--- release memo's and its size and lifetime within dlock's bounds (MAX_MEMO_NAME,
--- MAX_MEMO_MS), whatever the caller passed.
-if (string.sub(KEYS[3], 1, 14) ~= 'dlock:release:' or #KEYS[3] > MAX_MEMO_NAME) then
-  return redis.error_reply('ERR dlock release: KEYS[3] is not a release memo name')
-end
 local memo = redis.call('get', KEYS[3])
 if memo then
   return tonumber(memo)
@@ -30,6 +24,13 @@ if redis.call('type', KEYS[1]).ok == 'hash' then
   local grant = ARGV[1]
   local permits = tonumber(redis.call('hget', KEYS[1], grant))
   if permits then
+    -- The memo written below is the only key a release may create, also on a full
+    -- server: its name must be a release memo's and its size and lifetime within
+    -- dlock's bounds (MAX_MEMO_NAME, MAX_MEMO_MS), whatever the caller passed. Checked
+    -- before the grant goes, and only when there is one to give back.
+    if string.sub(KEYS[3], 1, 14) ~= 'dlock:release:' or #KEYS[3] > MAX_MEMO_NAME then
+      return redis.error_reply('ERR dlock release: KEYS[3] is not a release memo name')
+    end
     redis.call('hdel', KEYS[1], grant, grant .. ':t')
     held = held - permits
     if held <= 0 then
