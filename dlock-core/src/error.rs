@@ -344,6 +344,20 @@ pub enum LockError {
         /// The capacity stored in Redis.
         stored: u32,
     },
+
+    /// A [`Semaphore`](crate::Semaphore) or [`ReadWriteLock`](crate::ReadWriteLock)
+    /// already has [`MAX_HOLDERS`](crate::limits::MAX_HOLDERS) holders (grants, or
+    /// readers) and one more was refused at once, without waiting: each call counts
+    /// every holder, and the bound keeps it short for everyone sharing the server. Try
+    /// again when holders have left, or spread the holders over several names. Nothing
+    /// was written.
+    #[error("\"{name}\" has {limit} holders already, the most a semaphore or read-write lock takes; try again after some leave, or spread them over several names")]
+    TooManyHolders {
+        /// The semaphore's or read-write lock's name.
+        name: String,
+        /// The bound: [`MAX_HOLDERS`](crate::limits::MAX_HOLDERS).
+        limit: usize,
+    },
 }
 
 /// `a (slot 1), b (slot 2)` for [`LockError::CrossSlot`].
@@ -502,7 +516,8 @@ impl LockError {
             | LockError::KindMismatch { .. }
             | LockError::FencedWrongType { .. }
             | LockError::FencedRecordCorrupt { .. }
-            | LockError::CapacityMismatch { .. } => ErrorKind::Conflict,
+            | LockError::CapacityMismatch { .. }
+            | LockError::TooManyHolders { .. } => ErrorKind::Conflict,
             LockError::StaleToken { .. } => ErrorKind::StaleToken,
             LockError::PartialUnlock { .. } => ErrorKind::PartialUnlock,
             LockError::FunctionLibraryMissing { .. }
@@ -539,7 +554,7 @@ pub enum ErrorKind {
     /// count, key set or configuration, or an upgrade from read to write.
     InvalidInput,
     /// The name is in use by something else: application data of another type, another
-    /// kind of lock, a semaphore of another capacity.
+    /// kind of lock, a semaphore of another capacity, as many holders as it takes.
     Conflict,
     /// A fenced write presented a token older than one the record has seen
     /// ([`LockError::StaleToken`]): this holder lost its lock.

@@ -13,15 +13,27 @@ use crate::redis::Backend;
 pub(crate) const LAYOUT_VERSION: u32 = 1;
 
 /// Records `version` for `key_prefix` if no version is recorded yet, else checks that the
-/// recorded one is `version`.
+/// recorded one is `version`. A recorded version is read with `GET` first, so that a
+/// read-only user (an operator with read-only key rights, which a script call is refused)
+/// connects to a prefix whose applications have recorded theirs; the script records one
+/// atomically when none is.
 pub(crate) async fn check(backend: &Backend, key_prefix: &str, version: u32) -> Result<()> {
     let key = layout_key(key_prefix);
-    let mut call = client_scripts().layout.prepare_invoke();
-    call.key(&key).arg(version);
-    let recorded: String = backend
-        .invoke(&call)
+    let read: Option<String> = backend
+        .query(redis::cmd("GET").arg(&key))
         .await
-        .map_err(|e| e.into_lock_error(&key, "check the layout version kept in"))?;
+        .map_err(|e| e.into_lock_error(&key, "read the layout version kept in"))?;
+    let recorded = match read {
+        Some(recorded) => recorded,
+        None => {
+            let mut call = client_scripts().layout.prepare_invoke();
+            call.key(&key).arg(version);
+            backend
+                .invoke(&call)
+                .await
+                .map_err(|e| e.into_lock_error(&key, "record the layout version in"))?
+        }
+    };
     if recorded == version.to_string() {
         return Ok(());
     }

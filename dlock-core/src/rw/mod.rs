@@ -42,6 +42,9 @@ use crate::sync::verbs::{acquisition_verbs, Acquire};
 /// - **A lease per reader.** Each reader's hold ends on its own lease (server time): a
 ///   crashed reader blocks writers only until its lease runs out. The watchdog renews only
 ///   the holds of its own client.
+/// - **At most [`MAX_HOLDERS`](crate::limits::MAX_HOLDERS) owners.** One more reader is
+///   refused at once with [`LockError::TooManyHolders`]: every call counts the owners,
+///   and the bound keeps it short for everyone sharing the server.
 ///
 /// Outside any scope every acquisition is a new owner, exactly as with
 /// [`Lock`](crate::Lock): a task that takes the write lock twice without `scope` waits

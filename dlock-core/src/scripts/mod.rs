@@ -19,6 +19,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::lease::{MAX_COMMAND_TIMEOUT, MAX_LEASE};
+use crate::limits::MAX_HOLDERS;
 use crate::names::MAX_NAME_LEN;
 
 /// Every script of every primitive: what a client loads into each server, and what
@@ -66,15 +67,28 @@ const SHARED_MARK: &str = "-- @shared\n";
 
 /// The generated Lua every script starts with: the limits the Rust side owns, written
 /// once. `MAX_LEASE_MS` is [`MAX_LEASE`] in milliseconds, the longest lease a script
-/// accepts; `MAX_MEMO_MS` and `MAX_MEMO_NAME` bound the one key a release may create. A constant costs a script nothing measurable, unlike a function definition.
+/// accepts; `MAX_MEMO_MS` and `MAX_MEMO_NAME` bound the one key a release may create;
+/// `MAX_HOLDERS` and `MAX_BATCH` bound the work of one call (see [`MAX_BATCH`]). A
+/// constant costs a script nothing measurable, unlike a function definition.
 fn prelude() -> String {
     format!(
-        "local MAX_LEASE_MS = {}\nlocal MAX_MEMO_MS = {}\nlocal MAX_MEMO_NAME = {}\n",
+        "local MAX_LEASE_MS = {}\nlocal MAX_MEMO_MS = {}\nlocal MAX_MEMO_NAME = {}\n\
+         local MAX_HOLDERS = {}\nlocal MAX_BATCH = {}\n",
         MAX_LEASE.as_millis(),
         MAX_MEMO_LIFETIME.as_millis(),
         MAX_MEMO_NAME,
+        MAX_HOLDERS,
+        MAX_BATCH,
     )
 }
+
+/// The most entries one script call takes from a sorted set by score: dead queue entries
+/// and lapsed waiting writers purged, waiters told to try again. A script never reads a
+/// range without this bound, so no call's work grows with what a set holds; what is left
+/// is taken by the next call (a dead entry at a queue's head makes its waiters try again
+/// at once, so the purge goes on). A set written only by dlock holds one entry per
+/// waiting owner, far below it.
+const MAX_BATCH: usize = 1024;
 
 /// The longest a release memo lives: the memo lifetime of a client with the longest
 /// command timeout (3 × [`MAX_COMMAND_TIMEOUT`] + 1 s, see `client::Settings::memo_ttl`).

@@ -18,11 +18,13 @@ local function promise(naps, owner, until_ms, lifetime)
 end
 
 -- The owners told they may sleep past `expiry` (server ms: the lock's new expiry), taken
--- out of `naps`: the caller tells each of them to try again.
+-- out of `naps`: the caller tells each of them to try again. At most MAX_BATCH of them
+-- (the earliest promises): a set dlock wrote has one entry per waiting owner, and a
+-- larger one is not read whole in one call.
 local function overslept_at(naps, expiry)
-  local late = redis.call('zrangebyscore', naps, '(' .. expiry, '+inf')
+  local late = redis.call('zrangebyscore', naps, '(' .. expiry, '+inf', 'limit', 0, MAX_BATCH)
   if #late > 0 then
-    redis.call('zremrangebyscore', naps, '(' .. expiry, '+inf')
+    redis.call('zrem', naps, unpack(late))
   end
   return late
 end

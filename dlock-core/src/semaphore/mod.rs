@@ -222,7 +222,9 @@ impl Semaphore {
     ///
     /// [`LockError::InvalidPermits`] at once for `n == 0`, `n` over the capacity or a
     /// handle of 0 permits; [`LockError::CapacityMismatch`] when Redis stores another
-    /// capacity; [`LockError::WrongType`] when a key holds application data;
+    /// capacity; [`LockError::TooManyHolders`] at once when the semaphore has
+    /// [`MAX_HOLDERS`](crate::limits::MAX_HOLDERS) grants already (it does not wait for
+    /// one to leave); [`LockError::WrongType`] when a key holds application data;
     /// [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis fails (after riding
     /// out a failover for up to the client's `failover_wait`); [`LockError::Timeout`]
     /// only when the client has a `default_wait`.

@@ -76,6 +76,9 @@ pub(crate) enum Reply {
     WrongType { found: String, at: usize },
     /// `kind:[<i>:]<kind>`: the name of key `at` is held as another kind of lock.
     OtherKind { found: LockKind, at: usize },
+    /// `crowded:<n>`: the lock has `n` holders, the most it takes
+    /// ([`MAX_HOLDERS`](crate::limits::MAX_HOLDERS)).
+    Crowded(usize),
 }
 
 impl Reply {
@@ -104,6 +107,10 @@ impl Reply {
                 name: name.to_owned(),
                 requested,
                 found,
+            },
+            Reply::Crowded(limit) => LockError::TooManyHolders {
+                name: name.to_owned(),
+                limit,
             },
             other => LockError::Redis {
                 name: name.to_owned(),
@@ -171,6 +178,10 @@ impl redis::FromRedisValue for Reply {
                 match what {
                     "notheld" => Ok(Reply::NotHeld),
                     "upgrade" => Ok(Reply::Upgrade),
+                    "crowded" => detail
+                        .parse()
+                        .map(Reply::Crowded)
+                        .map_err(|_| unexpected(&text)),
                     "drift" => detail
                         .parse()
                         .map(Reply::Drift)

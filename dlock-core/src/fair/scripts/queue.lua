@@ -7,15 +7,15 @@
 -- A waiter is an owner field "<client-id>:<owner-id>" and is woken on the channel
 -- "<wake prefix><waiter>". Every deadline comes from redis.call('time'), never from a client.
 
--- Removes every entry whose deadline has passed (not only the head's); nobody else's
--- deadline is touched.
+-- Removes the entries whose deadline has passed (not only the head's), at most MAX_BATCH
+-- per call (the longest dead first); nobody else's deadline is touched. Dead entries
+-- left by the bound are taken by the next calls: a dead head makes its waiters try again
+-- at once (its deadline is their nap).
 local function purge(queue, deadlines, now)
-  local dead = redis.call('zrangebyscore', deadlines, '-inf', now)
-  for _, waiter in ipairs(dead) do
-    redis.call('zrem', queue, waiter)
-  end
+  local dead = redis.call('zrangebyscore', deadlines, '-inf', now, 'limit', 0, MAX_BATCH)
   if #dead > 0 then
-    redis.call('zremrangebyscore', deadlines, '-inf', now)
+    redis.call('zrem', queue, unpack(dead))
+    redis.call('zrem', deadlines, unpack(dead))
   end
 end
 

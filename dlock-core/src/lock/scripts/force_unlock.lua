@@ -28,7 +28,12 @@ if kind ~= 'lock' then
   return 'kind:' .. kind
 end
 -- Only a hash in the lock's layout is deleted: an application's hash at this name (no
--- owner fields, or other fields beside them) is left alone, as any other type is.
+-- owner fields, or other fields beside them) is left alone, as any other type is. A
+-- lock's hash has one owner and its token, or one mark: four fields cover every layout,
+-- and a larger hash is not a lock (nor read whole in one call).
+if redis.call('hlen', KEYS[1]) > 4 then
+  return 'wrongtype:hash'
+end
 local fields = redis.call('hkeys', KEYS[1])
 for _, field in ipairs(fields) do
   if field ~= '!next' and field ~= '!held' and not string.match(field, '^[^:]+:%d+$')

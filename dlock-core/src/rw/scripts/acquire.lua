@@ -23,8 +23,9 @@
 -- token of the first grant); nil when the hold is taken otherwise (reads, re-entries,
 -- tokens off); a busy hint in ms (how long before the next try is
 -- worth it at the latest) when it is not; 'notheld' when a re-entry finds its owner gone;
--- 'upgrade' when a write re-entry finds an owner that only reads; 'kind:<kind>' when the
--- name is held as a lock or a fair lock; 'wrongtype:<type>' when the key holds another
+-- 'upgrade' when a write re-entry finds an owner that only reads; 'crowded:<n>' when a
+-- fresh reader finds MAX_HOLDERS owners; 'kind:<kind>' when the name is held as a lock or
+-- a fair lock; 'wrongtype:<type>' when the key holds another
 -- type of value (nothing is written in these cases).
 --
 -- Writer preference: while a live writer waits, new readers are refused (re-entrant reads
@@ -82,8 +83,13 @@ if found == 'hash' then
 end
 
 local now = now_ms()
-local deadlines, writer = rw_purge(KEYS[1], now)
-redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+local deadlines, writer, holders = rw_purge(KEYS[1], now)
+-- Waiting writers whose entry lapsed, at most MAX_BATCH per call: one left at the head
+-- makes a reader's nap 1 ms, and the next try takes the next batch.
+local lapsed = redis.call('zrangebyscore', KEYS[2], '-inf', now, 'limit', 0, MAX_BATCH)
+if #lapsed > 0 then
+  redis.call('zrem', KEYS[2], unpack(lapsed))
+end
 local latest = rw_latest(deadlines)
 local field = owner
 if write then
@@ -192,6 +198,9 @@ if #first > 0 then
     return busy(latest)
   end
   return busy(tonumber(first[2]))
+end
+if holders >= MAX_HOLDERS then
+  return 'crowded:' .. MAX_HOLDERS
 end
 redis.call('hset', KEYS[1], 'mode', 'read', field, 1, owner .. ':t', now + lease)
 redis.call('pexpire', KEYS[1], math.max(latest, now + lease) - now)

@@ -28,36 +28,48 @@ local function rw_foreign(key)
 end
 
 -- Drops the owners of `key` whose deadline passed. Returns the live owners' deadlines
--- (owner -> ms) and whether one of them holds the write lock. Deletes the hash when no
--- owner is left.
+-- (owner -> ms), whether one of them holds the write lock, and how many they are.
+-- Deletes the hash when no owner is left. It reads the whole hash, so it first checks
+-- its size: a hash dlock wrote has 'mode' and at most four fields for each of at most
+-- MAX_HOLDERS owners; a larger one is refused (an error, before anything is written),
+-- never read in one call.
 local function rw_purge(key, now)
+  local size = redis.call('hlen', key)
+  if size > 4 * MAX_HOLDERS + 1 then
+    error({err = 'ERR dlock: the read-write lock hash ' .. key .. ' has ' .. size
+      .. ' fields, more than dlock writes for ' .. MAX_HOLDERS .. ' holders; it is not read in one call'})
+  end
   local fields = redis.call('hgetall', key)
   local deadlines = {}
-  local writer = false
-  local any = false
+  local writes = {}
+  local holders = 0
   for i = 1, #fields, 2 do
     local field = fields[i]
-    if string.sub(field, -2) == ':t' then
+    local suffix = string.sub(field, -2)
+    if suffix == ':t' then
       local owner = string.sub(field, 1, -3)
       local deadline = tonumber(fields[i + 1])
       if deadline <= now then
         redis.call('hdel', key, owner, owner .. ':w', owner .. ':f', field)
       else
         deadlines[owner] = deadline
-        any = true
+        holders = holders + 1
       end
+    elseif suffix == ':w' then
+      writes[#writes + 1] = string.sub(field, 1, -3)
     end
   end
-  if not any then
+  if holders == 0 then
     redis.call('del', key)
-    return deadlines, false
+    return deadlines, false, 0
   end
-  for owner in pairs(deadlines) do
-    if redis.call('hexists', key, owner .. ':w') == 1 then
+  local writer = false
+  for _, owner in ipairs(writes) do
+    if deadlines[owner] then
       writer = true
     end
   end
-  return deadlines, writer
+  return deadlines, writer, holders
 end
 
 -- The latest of `deadlines`, or 0 when there is none.

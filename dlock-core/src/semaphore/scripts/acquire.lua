@@ -12,6 +12,7 @@
 -- took it and its reply was lost: the deadline is then counted from now); a positive
 -- number of ms until the earliest live deadline when too few permits are free;
 -- 'drift:<stored>' when the stored capacity differs from ARGV[4] (nothing is granted);
+-- 'crowded:<n>' when a new grant would make more than n = MAX_HOLDERS;
 -- 'wrongtype:<type>' when a key holds another type of value (nothing is written).
 --
 -- Reclaims expired grants first, and publishes when it did: the permits it freed may let
@@ -51,12 +52,16 @@ if cap ~= permits then
 elseif redis.call('hexists', KEYS[1], grant) == 1 then
   -- An earlier try of this acquisition was applied (its reply was lost).
   take()
-elseif held + n <= cap then
-  take()
-  held = held + n
-else
+elseif held + n > cap then
   -- held > 0 here (n <= cap), so some grant is live and `earliest` is set.
   reply = math.max(1, earliest - now)
+elseif redis.call('hlen', KEYS[1]) >= 2 * MAX_HOLDERS then
+  -- A new grant beside MAX_HOLDERS live ones is refused: the reclaim reads every grant,
+  -- and this bound keeps each call short.
+  reply = 'crowded:' .. MAX_HOLDERS
+else
+  take()
+  held = held + n
 end
 if reclaimed > 0 then
   sem_publish(ARGV[5], KEYS[1], cap, held)

@@ -19,8 +19,16 @@ end
 
 -- Reclaims the grants of `key` whose deadline passed. Returns the permits held by the
 -- live grants, the earliest and the latest live deadline (nil and 0 when none is live),
--- and the permits reclaimed. Deletes the hash when no grant is left.
+-- and the permits reclaimed. Deletes the hash when no grant is left. It reads the whole
+-- hash, so it first checks its size: a hash dlock wrote has two fields for each of at
+-- most MAX_HOLDERS grants; a larger one is refused (an error, before anything is
+-- written), never read in one call.
 local function sem_reclaim(key, now)
+  local size = redis.call('hlen', key)
+  if size > 2 * MAX_HOLDERS then
+    error({err = 'ERR dlock: the semaphore hash ' .. key .. ' has ' .. size
+      .. ' fields, more than dlock writes for ' .. MAX_HOLDERS .. ' grants; it is not read in one call'})
+  end
   local fields = redis.call('hgetall', key)
   local values = {}
   for i = 1, #fields, 2 do
