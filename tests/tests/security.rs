@@ -29,6 +29,8 @@ const COMMON_COMMANDS: &[&str] = &[
     "+hmget",
     // A force unlock tells each holder's client: it lists the holders.
     "+hkeys",
+    // A whole-hash read is preceded by a size check.
+    "+hlen",
     "+hset",
     "+hincrby",
     "+hdel",
@@ -46,7 +48,6 @@ const COMMON_COMMANDS: &[&str] = &[
     "+zrangebyscore",
     "+zrem",
     "+zpopmin",
-    "+zremrangebyscore",
     "+zscore",
     // The fenced writes' `incr_by`.
     "+incrby",
@@ -148,6 +149,73 @@ fn operator_rule(mode: Mode, prefix: &str) -> Vec<String> {
         numsub.to_owned(),
     ]);
     rule
+}
+
+/// The read-only operator's rule, for `dlock inspect`, `list` and `watch` against
+/// applications in function mode: read-only rights (`%R~`) on the names a lock's state
+/// lives in, the reads those commands send, and `+fcall` only for the library probe a
+/// function-mode client sends on connect (a call of a function with keys needs write
+/// rights on them, so no dlock function can change anything for this user). No script
+/// loading, no write, no read of a release memo, a fenced write's records or anything
+/// outside the prefix. `force-unlock` needs the operator rule above.
+fn read_only_operator_rule(mode: Mode, prefix: &str) -> Vec<String> {
+    let prefix = glob_escape(prefix);
+    let mut rule: Vec<String> = [
+        format!("%R~{prefix}*"),
+        format!("%R~dlock:unlock:{prefix}*"),
+        format!("%R~dlock:fair:{prefix}*"),
+        format!("%R~dlock:rwwait:{prefix}*"),
+        format!("%R~dlock:sem:{prefix}*"),
+        format!("%R~dlock:semcap:{prefix}*"),
+        format!("%R~dlock:fence:{prefix}*"),
+        format!("%R~dlock:client:{prefix}*"),
+        format!("%R~dlock:layout:{prefix}"),
+    ]
+    .into();
+    rule.extend(
+        [
+            "+fcall",
+            "+get",
+            "+type",
+            "+hgetall",
+            "+zrange",
+            "+pttl",
+            "+time",
+            "+scan",
+            "+client|tracking",
+            "+client|setname",
+        ]
+        .map(str::to_owned),
+    );
+    rule.extend(match mode {
+        Mode::Single => vec!["+pubsub|numsub".to_owned()],
+        Mode::Cluster => vec![
+            "+pubsub|shardnumsub".to_owned(),
+            "+cluster|slots".to_owned(),
+            "+ping".to_owned(),
+        ],
+    });
+    rule
+}
+
+/// The rule for an application with the default (empty) key prefix, whose lock names
+/// start with one of `names` (e.g. `goods:`): its lock hashes are the names themselves,
+/// and its helper names are `dlock:<kind>:{tag}...`, the hash tag right after the kind,
+/// where a prefixed application's never have a `{` (a prefix may not contain one). It
+/// keeps the application apart from every prefixed one; two applications with the empty
+/// prefix share the helper patterns, so a server has at most one.
+fn default_prefix_rule(mode: Mode, names: &[&str]) -> Vec<String> {
+    acl_rule(mode, "{")
+        .into_iter()
+        .flat_map(|token| match token.as_str() {
+            "~{*" => names
+                .iter()
+                .map(|name| format!("~{}*", glob_escape(name)))
+                .collect(),
+            "~dlock:layout:{" => vec!["~dlock:layout:".to_owned()],
+            _ => vec![token],
+        })
+        .collect()
 }
 
 /// The function-mode rule: [`acl_rule`] with `+fcall` as the only way to run a script,
@@ -1584,6 +1652,172 @@ async fn the_operator_rule_is_enough_for_the_command_line() {
     operator_reads(&topology, &mut admins, Mode::Cluster).await;
 }
 
+/// The read-only operator rule is enough for what `dlock inspect`, `list` and `watch`
+/// do against an application in function mode (no `ACL LOG` entry), and refuses every
+/// write, every script of its own, every dlock function that writes, and every read
+/// outside the lock state of its prefix (each checked with `ACL DRYRUN`, and for the
+/// lock operations through dlock itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_only_operator_rule_reads_lock_state_and_nothing_else() {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    load_library(&Topology::single(server.url())).await;
+    set_user(
+        &mut admin,
+        "dlock",
+        ACL_PASSWORD,
+        &functions_rule(Mode::Single, "shop:"),
+    );
+    set_user(
+        &mut admin,
+        "dlock-reader",
+        ACL_PASSWORD,
+        &read_only_operator_rule(Mode::Single, "shop:"),
+    );
+    let as_user =
+        |user: &str| Topology::single(with_credentials(&server.url(), user, ACL_PASSWORD));
+    let app = LockClient::builder()
+        .key_prefix("shop:")
+        .client_name("billing")
+        .script_mode(ScriptMode::Functions)
+        .connect_to(&as_user("dlock"))
+        .await
+        .unwrap();
+    let held = app.lock("goods:1").lock().await.unwrap();
+    let permit = app.semaphore("pool", 2).acquire(1).await.unwrap();
+    let fenced_write = app.lock("goods:2").lock().await.unwrap();
+    let token = fenced_write.fencing_token().unwrap();
+    app.fenced().set("shop:stock:2", "7", token).await.unwrap();
+    fenced_write.unlock().await.unwrap();
+
+    let reader = LockClient::builder()
+        .key_prefix("shop:")
+        .client_name("dlock-cli")
+        .describe_client(false)
+        .script_mode(ScriptMode::Functions)
+        .connect_to(&as_user("dlock-reader"))
+        .await
+        .expect("the read-only operator connects");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = reader.lock("goods:1").inspect().await.unwrap();
+        let holder = info.holders[0]
+            .owner
+            .client
+            .as_ref()
+            .map(|c| c.name.clone());
+        if holder.as_deref() == Some("billing") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{info:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(reader.list_locks("goods:").await.unwrap(), ["goods:1"]);
+    reader
+        .lock("pool")
+        .inspect()
+        .await
+        .expect("a semaphore is inspected");
+    let mut tracker = reader.lock("goods:1").track().await.unwrap();
+    assert_eq!(tracker.holders().await.unwrap().len(), 1);
+    held.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), tracker.changed())
+        .await
+        .expect("the release is heard")
+        .unwrap();
+    assert_eq!(acl_denials(&mut admin), Vec::<String>::new());
+
+    // Through dlock: every operation that writes is refused.
+    let refused = reader.lock("goods:1").try_lock().await.unwrap_err();
+    assert!(is_noperm(&refused), "{refused:?}");
+    let refused = reader.lock("goods:1").force_unlock().await.unwrap_err();
+    assert!(is_noperm(&refused), "{refused:?}");
+    let refused = reader
+        .semaphore("pool", 2)
+        .available_permits()
+        .await
+        .unwrap_err();
+    assert!(is_noperm(&refused), "{refused:?}");
+    drop(permit);
+
+    // Command by command.
+    let library = FunctionLibrary::current().name();
+    let release_memo = "dlock:release:shop:{x}:c:1:1";
+    let attempts: Vec<Vec<String>> = [
+        vec!["SET", "shop:goods:1", "x"],
+        vec!["HSET", "shop:goods:1", "c:1", "1"],
+        vec!["DEL", "shop:goods:1"],
+        vec!["PEXPIRE", "shop:goods:1", "1"],
+        vec!["ZADD", "dlock:fair:shop:{x}:q:queue", "1", "c:1"],
+        vec!["INCR", "dlock:fence:shop:{x}"],
+        vec!["SET", "dlock:layout:shop:", "9"],
+        vec!["PUBLISH", "dlock:unlock:shop:{x}:goods:1", "pass:c:1"],
+        vec!["EVAL", "return 1", "0"],
+        vec!["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"],
+        vec!["SCRIPT", "LOAD", "return 1"],
+        vec![
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=mine\nredis.register_function('f', function() return 1 end)",
+        ],
+        vec!["FUNCTION", "DELETE", library],
+        vec!["GET", release_memo],
+        vec!["HGETALL", "dlock:fenced:shop:{x}:stock:2"],
+        vec!["GET", "shop-data:secret"],
+        vec!["HGETALL", "billing:customer:1"],
+        vec!["GET", "dlock:layout:other:"],
+        vec!["HGETALL", "other:goods:1"],
+        vec!["KEYS", "*"],
+        vec!["FLUSHALL"],
+        vec!["CONFIG", "SET", "maxmemory", "1"],
+        vec!["SUBSCRIBE", "dlock:unlock:shop:{x}:goods:1"],
+    ]
+    .into_iter()
+    .map(|words| words.into_iter().map(str::to_owned).collect())
+    .chain(
+        // dlock's own functions that write, on the reader's own prefix.
+        [
+            (
+                "lock_force_unlock",
+                [
+                    "shop:goods:1",
+                    "dlock:unlock:shop:{x}:goods:1",
+                    "dlock:unlock:shop:{x}!goods:1",
+                ],
+            ),
+            (
+                "lock_release",
+                [
+                    "shop:goods:1",
+                    "dlock:unlock:shop:{x}:goods:1",
+                    release_memo,
+                ],
+            ),
+        ]
+        .into_iter()
+        .map(|(function, keys)| {
+            let mut words = vec![
+                "FCALL".to_owned(),
+                format!("{library}_{function}"),
+                "3".to_owned(),
+            ];
+            words.extend(keys.map(str::to_owned));
+            words.extend(["publish", "100"].map(str::to_owned));
+            words
+        }),
+    )
+    .collect();
+    for words in attempts {
+        let answer: String = redis::cmd("ACL")
+            .arg("DRYRUN")
+            .arg("dlock-reader")
+            .arg(&words)
+            .query(&mut admin)
+            .unwrap_or_else(|e| e.to_string());
+        assert_ne!(answer, "OK", "the read-only operator may run {words:?}");
+    }
+}
+
 #[test]
 fn the_documented_rules_are_the_tested_ones() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/SECURITY.md");
@@ -1605,7 +1839,19 @@ fn the_documented_rules_are_the_tested_ones() {
             doc.contains(&line),
             "{path} lacks the {mode:?} operator rule:\n{line}"
         );
+        let reader = read_only_operator_rule(mode, "PREFIX").join(" ");
+        let line = format!("ACL SETUSER dlock-reader reset on >PASSWORD {reader}");
+        assert!(
+            doc.contains(&line),
+            "{path} lacks the {mode:?} read-only operator rule:\n{line}"
+        );
     }
+    let plain = default_prefix_rule(Mode::Single, &["NAMES"]).join(" ");
+    let line = format!("ACL SETUSER dlock reset on >PASSWORD {plain}");
+    assert!(
+        doc.contains(&line),
+        "{path} lacks the default-prefix rule:\n{line}"
+    );
     assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
 }
 
@@ -1819,6 +2065,102 @@ async fn passwords_never_reach_logs_debug_output_or_errors() {
 }
 
 // ---------- key prefixes
+
+/// The recipe for the default prefix: an application without a key prefix does every
+/// lock operation under it with no `ACL LOG` entry, beside a prefixed application, and
+/// neither can touch the other's names (`ACL DRYRUN`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_prefix_recipe_keeps_its_application_apart() {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    set_user(
+        &mut admin,
+        "plain",
+        A_PASSWORD,
+        &default_prefix_rule(Mode::Single, &["goods:", "fair:", "rw:", "fenced:", "{t}"]),
+    );
+    set_user(
+        &mut admin,
+        "shop",
+        B_PASSWORD,
+        &acl_rule(Mode::Single, "shop:"),
+    );
+    let plain = Topology::single(with_credentials(&server.url(), "plain", A_PASSWORD));
+    let shop = connect_as(
+        &with_credentials(&server.url(), "shop", B_PASSWORD),
+        "shop:",
+    )
+    .await;
+    let [a, b, fast] = app_clients(&plain, "").await;
+    let held_by_shop = shop.lock("goods:1").lock().await.unwrap();
+
+    exercise(&[a.clone(), b.clone(), fast], &["goods:1".to_owned()]).await;
+    exercise_fair(&a, &b, "1").await;
+    exercise_rw(&a, &b, "1").await;
+    exercise_semaphore(&a, &b, "1").await;
+    exercise_fenced(&a, "1").await;
+    let pair = MultiLock::same_slot(&a, ["{t}:1", "{t}:2"]).unwrap();
+    pair.lock().await.unwrap().unlock().await.unwrap();
+    assert_eq!(acl_denials(&mut admin), Vec::<String>::new());
+    held_by_shop.unlock().await.unwrap();
+
+    let dry_run = |admin: &mut redis::Connection, user: &str, words: &[&str]| -> String {
+        redis::cmd("ACL")
+            .arg("DRYRUN")
+            .arg(user)
+            .arg(words)
+            .query(admin)
+            .unwrap_or_else(|e| e.to_string())
+    };
+    for words in [
+        &["HSET", "shop:goods:1", "c:1", "1"][..],
+        &["ZADD", "dlock:unlock:shop:{x}:goods:1", "1", "c:1"],
+        &["SET", "dlock:release:shop:{x}:c:1:1", "0"],
+        &["INCR", "dlock:fence:shop:{x}"],
+        &["SET", "dlock:semcap:shop:{x}:sem:1", "9"],
+        &["SET", "dlock:layout:shop:", "9"],
+        &["SET", "dlock:client:shop:{x}:c", "forged"],
+        &["HSET", "billing:customer:1", "name", "x"],
+    ] {
+        assert_ne!(
+            dry_run(&mut admin, "plain", words),
+            "OK",
+            "plain may run {words:?}"
+        );
+    }
+    for words in [
+        &["HSET", "goods:1", "c:1", "1"][..],
+        &["ZADD", "dlock:unlock:{x}:goods:1", "1", "c:1"],
+        &["SET", "dlock:release:{x}:c:1:1", "0"],
+        &["INCR", "dlock:fence:{x}"],
+        &["SET", "dlock:semcap:{x}:sem:1", "9"],
+        &["SET", "dlock:layout:", "9"],
+        &["SET", "dlock:client:{x}:c", "forged"],
+    ] {
+        assert_ne!(
+            dry_run(&mut admin, "shop", words),
+            "OK",
+            "shop may run {words:?}"
+        );
+    }
+    // And each may run what its own locks need.
+    assert_eq!(
+        dry_run(
+            &mut admin,
+            "plain",
+            &["ZADD", "dlock:unlock:{x}:goods:1", "1", "c:1"]
+        ),
+        "OK"
+    );
+    assert_eq!(
+        dry_run(
+            &mut admin,
+            "shop",
+            &["ZADD", "dlock:unlock:shop:{x}:goods:1", "1", "c:1"]
+        ),
+        "OK"
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_prefixes_keep_two_applications_apart() {
