@@ -44,15 +44,13 @@ async fn a_silent_subscriber_connection_is_replaced() {
         .await
         .unwrap();
     let holder = LockClient::connect(&server.url()).await.unwrap();
-    // Connection 1 carries the commands, connection 2 (opened at start) the subscriber.
-    let opened = Instant::now();
-    while proxy.accepted() < 2 {
-        assert!(
-            opened.elapsed() < Duration::from_secs(2),
-            "no subscriber connection"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // Connection 1 carries the commands; connection 2, the subscriber, opens with the
+    // first wait.
+    assert_eq!(
+        proxy.accepted(),
+        1,
+        "a subscriber connection before any wait"
+    );
     let healthy = hand_off(
         &client,
         &holder,
@@ -64,6 +62,7 @@ async fn a_silent_subscriber_connection_is_replaced() {
         healthy < Duration::from_millis(150),
         "healthy hand-off {healthy:?}"
     );
+    assert_eq!(proxy.accepted(), 2, "the first wait opened the subscriber");
 
     assert!(proxy.silence(2));
     let started = Instant::now();

@@ -446,8 +446,21 @@ async fn run(
         command_timeout,
     } = timing;
     let mut changes = changes.lock().await;
+    // No connection until a channel is wanted: a client that never waits (a RedLock's
+    // server client, one that only holds locks or inspects them) opens no subscriber.
+    loop {
+        match wanted(&shared, None) {
+            None => return,
+            Some(channels) if !channels.is_empty() => break,
+            Some(_) => {}
+        }
+        if changes.recv().await.is_none() {
+            return;
+        }
+    }
     let mut generation = backend.generation();
     let mut failures: u32 = 0;
+    let mut connected_before = false;
     loop {
         generation.mark_unchanged();
         let mut subscriber = match backend.subscriber().await {
@@ -490,9 +503,15 @@ async fn run(
             tracing::info!("dlock: subscriber connection re-established");
         }
         failures = 0;
-        if let Some(shared) = shared.upgrade() {
-            shared.wake_all();
+        // After a reconnection, messages may have been missed: every waiter re-checks.
+        // The first connection missed nothing (each waiter re-tries once its subscription
+        // is confirmed).
+        if connected_before {
+            if let Some(shared) = shared.upgrade() {
+                shared.wake_all();
+            }
         }
+        connected_before = true;
 
         while healthy {
             let expiry = shared.upgrade().and_then(|shared| shared.next_expiry());
