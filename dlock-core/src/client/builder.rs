@@ -404,6 +404,11 @@ impl LockClientBuilder {
         ))
     }
 
+    /// The key prefix this builder sets (for a client not connected yet).
+    pub(crate) fn key_prefix_setting(&self) -> &str {
+        &self.key_prefix
+    }
+
     fn validate(&self) -> Result<Settings> {
         let lease_ms = lease_millis("watchdog_timeout", self.watchdog_timeout)?;
         if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT {

@@ -157,8 +157,11 @@ impl RedLockGuard {
         self.task.abort();
         let lock = self.hold.lock.clone();
         let field = Arc::clone(&self.hold.field);
-        let jobs: Vec<_> = lock
-            .nodes()
+        // The servers connected now, once: one that connects meanwhile never had the
+        // hold, and the answers below are matched to these by position.
+        let servers: Vec<_> = lock.nodes().collect();
+        let jobs: Vec<_> = servers
+            .iter()
             .map(|(_, keys)| node::release_of(&lock.name, keys, &field))
             .collect();
         // Every job that has not answered is still owed: a cancelled unlock hands them to
@@ -167,8 +170,8 @@ impl RedLockGuard {
         // soon as its answer is known: one dead server of five must not make every unlock
         // wait for it (its release goes on in the background).
         let lease = self.hold.lease;
-        let mut calls: FuturesUnordered<_> = lock
-            .nodes()
+        let mut calls: FuturesUnordered<_> = servers
+            .iter()
             .zip(&jobs)
             .enumerate()
             .map(|(i, ((node, _), job))| async move {
@@ -199,7 +202,7 @@ impl RedLockGuard {
         }
         drop(calls);
         self.released = true;
-        for ((job, answered), (node, _)) in jobs.into_iter().zip(answered).zip(lock.nodes()) {
+        for ((job, answered), (node, _)) in jobs.into_iter().zip(answered).zip(&servers) {
             if !answered {
                 node.inner.release_in_background(job);
             }

@@ -6,17 +6,20 @@
 
 mod guard;
 mod node;
+mod server;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::{join_all, try_join_all};
+use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use redis::IntoConnectionInfo;
 use tokio::time::Instant;
 use uuid::Uuid;
 
 pub use guard::RedLockGuard;
+use server::Server;
 
 use crate::client::{LockClient, LockClientBuilder};
 use crate::error::{LockError, Result};
@@ -94,26 +97,59 @@ use crate::sync::verbs::{acquisition_verbs, Acquire};
 ///
 /// Each node is a [`LockClient`] on one server (a single-server topology); its settings
 /// (key prefix, command timeout, retries, credentials, TLS) apply to that server. The
-/// watchdog timeout and default wait of the first node are the RedLock's.
+/// watchdog timeout, default wait and failover wait of the first node (of the builder,
+/// with [`connect`](RedLockClient::connect)) are the RedLock's.
+///
+/// [`connect`](RedLockClient::connect) creates the RedLock while a minority of its
+/// servers is down: those are connected in the background and counted from the moment
+/// they answer ([`connected_nodes`](RedLockClient::connected_nodes)). A RedLock waits by
+/// rounds, never for unlock messages, so its servers' clients open no subscriber
+/// connection.
 #[derive(Clone)]
 pub struct RedLockClient {
     inner: Arc<Shared>,
 }
 
 struct Shared {
-    nodes: Vec<LockClient>,
+    servers: Vec<Server>,
+    timing: Timing,
     /// The first half of every owner field this RedLock writes.
     id: Uuid,
     next_owner: AtomicU64,
+}
+
+/// The settings of the RedLock itself (its servers' clients have their own).
+struct Timing {
+    watchdog_timeout: Duration,
+    default_wait: Option<Duration>,
+    failover_wait: Duration,
+}
+
+impl Timing {
+    fn of(client: &LockClient) -> Timing {
+        let settings = &client.inner.settings;
+        Timing {
+            watchdog_timeout: settings.watchdog_timeout,
+            default_wait: settings.default_wait,
+            failover_wait: settings.failover_wait,
+        }
+    }
 }
 
 impl std::fmt::Debug for RedLockClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let servers: Vec<String> = self
             .inner
-            .nodes
+            .servers
             .iter()
-            .filter_map(|node| node.inner.backend.direct_address())
+            .map(|server| {
+                let state = if server.client().is_some() {
+                    ""
+                } else {
+                    " (connecting)"
+                };
+                format!("{}{state}", crate::redact::redact(server.address()))
+            })
             .collect();
         f.debug_struct("RedLockClient")
             .field("id", &self.inner.id)
@@ -125,6 +161,16 @@ impl std::fmt::Debug for RedLockClient {
 
 /// The fewest servers a RedLock accepts: with two, one failure stops every acquisition.
 const MIN_NODES: usize = 3;
+
+/// Refuses fewer than [`MIN_NODES`] servers.
+fn check_count(servers: usize) -> Result<()> {
+    if servers < MIN_NODES {
+        return Err(LockError::Config(format!(
+            "a RedLock needs at least {MIN_NODES} independent Redis servers (5 is typical), got {servers}"
+        )));
+    }
+    Ok(())
+}
 
 /// The shortest lease: a lease must leave validity after the clock-drift allowance
 /// (1 % + 2 ms) and a round trip.
@@ -146,60 +192,138 @@ impl RedLockClient {
     /// same address (one server would count twice toward the majority). Two addresses that
     /// name one server differently (`localhost` and `127.0.0.1`) are not detected.
     pub fn new(nodes: Vec<LockClient>) -> Result<RedLockClient> {
-        if nodes.len() < MIN_NODES {
-            return Err(LockError::Config(format!(
-                "a RedLock needs at least {MIN_NODES} independent Redis servers (5 is typical), got {}",
-                nodes.len()
-            )));
-        }
-        let mut addresses: Vec<String> = Vec::with_capacity(nodes.len());
-        for (i, node) in nodes.iter().enumerate() {
+        check_count(nodes.len())?;
+        let timing = Timing::of(&nodes[0]);
+        let mut servers = Vec::with_capacity(nodes.len());
+        for (i, node) in nodes.into_iter().enumerate() {
             let Some(address) = node.inner.backend.direct_address() else {
                 return Err(LockError::Config(format!(
                     "RedLock node {i} is a Sentinel or cluster client; each RedLock node must be one independent server (a single-server topology)"
                 )));
             };
-            if let Some(first) = addresses.iter().position(|seen| *seen == address) {
+            servers.push(Server::connected(node, address));
+        }
+        RedLockClient::of(servers, timing)
+    }
+
+    /// Connects to every server in `urls` (concurrently) with `builder`'s settings.
+    ///
+    /// A minority of the servers may be down or unreachable: the RedLock is created with
+    /// the majority that answered, and each server that did not is connected in the
+    /// background (retried with back-off, from 100 ms up to every 5 s) and counted in
+    /// rounds from the moment it answers. Until then a round counts it as failed, as it
+    /// would a server that went down later.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Config`] for fewer than 3 URLs, a bad address or two URLs naming one
+    /// server; the first connection error when fewer than a majority answered
+    /// ([`LockError::Connect`]); any other error of a server that answered (a missing
+    /// function library, another layout version) at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the clients connected so far are dropped.
+    pub async fn connect(builder: LockClientBuilder, urls: &[String]) -> Result<RedLockClient> {
+        check_count(urls.len())?;
+        let addresses = urls
+            .iter()
+            .map(|url| {
+                url.as_str()
+                    .into_connection_info()
+                    .map(|info| info.addr().to_string())
+                    .map_err(|e| {
+                        LockError::Config(format!(
+                            "RedLock server URL {}: {e}",
+                            crate::redact::redact(url)
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<String>>>()?;
+        let quorum = urls.len() / 2 + 1;
+        let outcomes = join_all(urls.iter().map(|url| builder.clone().connect(url))).await;
+        let answered = outcomes.iter().filter(|outcome| outcome.is_ok()).count();
+        let mut first_error = None;
+        let mut servers = Vec::with_capacity(urls.len());
+        let mut pending = Vec::new();
+        let mut timing = None;
+        for (i, (outcome, address)) in outcomes.into_iter().zip(addresses).enumerate() {
+            match outcome {
+                Ok(client) => {
+                    timing.get_or_insert_with(|| Timing::of(&client));
+                    servers.push(Server::connected(client, address));
+                }
+                Err(error @ LockError::Connect { .. }) => {
+                    first_error.get_or_insert(error);
+                    servers.push(Server::pending(
+                        address,
+                        builder.key_prefix_setting().to_owned(),
+                    ));
+                    pending.push(i);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        if answered < quorum {
+            return Err(first_error
+                .unwrap_or_else(|| LockError::Config("no RedLock server answered".to_owned())));
+        }
+        let timing = timing.expect("a majority answered");
+        let redlock = RedLockClient::of(servers, timing)?;
+        for i in pending {
+            tracing::warn!(server = %crate::redact::redact(redlock.inner.servers[i].address()), "dlock: RedLock server unreachable at start; connecting in the background");
+            server::connect_in_background(
+                Arc::downgrade(&redlock.inner),
+                i,
+                builder.clone(),
+                urls[i].clone(),
+            );
+        }
+        Ok(redlock)
+    }
+
+    /// A RedLock over `servers`, refusing two on one address (one server would count
+    /// twice toward the majority).
+    fn of(servers: Vec<Server>, timing: Timing) -> Result<RedLockClient> {
+        for (i, server) in servers.iter().enumerate() {
+            if let Some(first) = servers[..i]
+                .iter()
+                .position(|seen| seen.address() == server.address())
+            {
                 return Err(LockError::Config(format!(
                     "RedLock nodes {first} and {i} are the same server {}; each node must be an independent server",
-                    crate::redact::redact(&address)
+                    crate::redact::redact(server.address())
                 )));
             }
-            addresses.push(address);
         }
         Ok(RedLockClient {
             inner: Arc::new(Shared {
-                nodes,
+                servers,
+                timing,
                 id: Uuid::new_v4(),
                 next_owner: AtomicU64::new(1),
             }),
         })
     }
 
-    /// Connects to every server in `urls` (concurrently) with `builder`'s settings, then
-    /// builds the RedLock as [`new`](RedLockClient::new) does.
-    ///
-    /// # Errors
-    ///
-    /// The first connection error ([`LockError::Connect`], [`LockError::Config`] for a bad
-    /// address), or an error of [`new`](RedLockClient::new).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: the clients connected so far are dropped.
-    pub async fn connect(builder: LockClientBuilder, urls: &[String]) -> Result<RedLockClient> {
-        let nodes = try_join_all(urls.iter().map(|url| builder.clone().connect(url))).await?;
-        RedLockClient::new(nodes)
-    }
-
     /// How many servers the RedLock uses.
     pub fn nodes(&self) -> usize {
-        self.inner.nodes.len()
+        self.inner.servers.len()
+    }
+
+    /// How many servers are connected (the others are connected in the background, see
+    /// [`connect`](RedLockClient::connect)).
+    pub fn connected_nodes(&self) -> usize {
+        self.inner
+            .servers
+            .iter()
+            .filter(|server| server.client().is_some())
+            .count()
     }
 
     /// How many servers must grant (or renew) the lock: a majority, n / 2 + 1.
     pub fn quorum(&self) -> usize {
-        self.inner.nodes.len() / 2 + 1
+        self.inner.servers.len() / 2 + 1
     }
 
     /// A handle to the lock called `name` (each server's key is its client's key prefix +
@@ -208,19 +332,15 @@ impl RedLockClient {
     pub fn lock(&self, name: &str) -> RedLock {
         let keys = self
             .inner
-            .nodes
+            .servers
             .iter()
-            .map(|node| LockKeys::new(&node.inner.settings.key_prefix, name))
+            .map(|server| LockKeys::new(server.key_prefix(), name))
             .collect();
         RedLock {
             client: self.clone(),
             name: name.into(),
             keys: Arc::new(keys),
         }
-    }
-
-    fn first(&self) -> &LockClient {
-        &self.inner.nodes[0]
     }
 
     /// The owner field of one round: new for every round, so that a late background
@@ -328,7 +448,7 @@ impl Acquire for RedLock {
 
     /// The first server's client's `default_wait`.
     fn default_wait(&self) -> Option<Duration> {
-        self.client.first().inner.settings.default_wait
+        self.client.inner.timing.default_wait
     }
 
     async fn acquire(
@@ -395,9 +515,16 @@ impl RedLock {
         }
     }
 
-    /// Each server's client with the lock's keys there.
+    /// Each connected server's client with the lock's keys there. A server connected in
+    /// the background joins from the next call: nothing of this lock was ever sent to it
+    /// before, so it has nothing to release.
     fn nodes(&self) -> impl Iterator<Item = (&LockClient, &LockKeys)> {
-        self.client.inner.nodes.iter().zip(self.keys.iter())
+        self.client
+            .inner
+            .servers
+            .iter()
+            .zip(self.keys.iter())
+            .filter_map(|(server, keys)| server.client().map(|client| (client, keys)))
     }
 
     fn check_name(&self) -> Result<()> {
@@ -431,7 +558,7 @@ impl RedLock {
     ) -> Result<RedLockGuard> {
         self.check_name()?;
         let renewed = lease.is_none();
-        let lease = lease.unwrap_or(self.client.first().inner.settings.watchdog_timeout);
+        let lease = lease.unwrap_or(self.client.inner.timing.watchdog_timeout);
         let lease_ms = lease_millis("lease", lease)?;
         if lease < MIN_LEASE {
             return Err(LockError::InvalidDuration {
@@ -440,12 +567,12 @@ impl RedLock {
                 reason: "a RedLock lease must be at least 10 ms, so that validity is left after the clock-drift allowance (1 % + 2 ms) and a round trip",
             });
         }
-        for node in &self.client.inner.nodes {
+        for (node, _) in self.nodes() {
             node.inner.keep_running();
         }
         let started = Instant::now();
         let give_up_at = wait.and_then(|wait| started.checked_add(wait));
-        let failover_wait = self.client.first().inner.settings.failover_wait;
+        let failover_wait = self.client.inner.timing.failover_wait;
         let mut unreachable_since: Option<Instant> = None;
         loop {
             let failure = match self.round(lease, lease_ms, give_up_at).await? {
