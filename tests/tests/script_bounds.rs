@@ -8,6 +8,10 @@
 //!
 //! Where a bounded call leaves work for the next one (a purge in batches), the waiter
 //! still gets the lock: the bound costs time spread over calls, never progress.
+//!
+//! The figures in docs/SECURITY.md come from `cargo test -p dlock-tests --test
+//! script_bounds -- --nocapture --test-threads 1`: run side by side, one case's million
+//! writes share the two cores with another's measured calls.
 
 use std::time::{Duration, Instant};
 
@@ -18,10 +22,11 @@ use dlock_tests::RedisServer;
 /// Hostile entries per case.
 const HOSTILE: usize = 1_000_000;
 
-/// The longest a single script call may run, in microseconds: a few milliseconds with a
-/// margin for a shared, loaded test machine. The unbounded scripts took 700 ms and more
-/// over the same data.
-const LONGEST_CALL_US: u64 = 30_000;
+/// The longest a single script call may run, in microseconds. The calls take a few
+/// milliseconds (docs/SECURITY.md has the figures); the bound leaves room for a server
+/// process preempted mid-call on a loaded 2-core machine, and still fails every unbounded
+/// script, which took 700 ms and more over the same data.
+const LONGEST_CALL_US: u64 = 100_000;
 
 /// A server that logs every command with its duration.
 fn logged_server() -> RedisServer {

@@ -71,9 +71,14 @@ async fn a_waiter_sends_only_a_handful_of_commands_while_it_waits() {
         "exists", "hexists", "pttl", "hset", "hincrby", "pexpire", "hget", "hmget", "incr", "time",
         "zadd", "zrem", "zpopmin",
     ];
+    // Nor the set-up of the subscriber connection, which the wait opens (Redis 7.2+ and
+    // Valkey count the `CLIENT SETINFO` redis-rs sends; 7.0 refuses it uncounted).
+    const SET_UP: [&str; 3] = ["client|setinfo", "client|setname", "hello"];
     let sent: u64 = calls
         .iter()
-        .filter(|(name, _)| !IN_SCRIPTS.contains(&name.as_str()))
+        .filter(|(name, _)| {
+            !IN_SCRIPTS.contains(&name.as_str()) && !SET_UP.contains(&name.as_str())
+        })
         .map(|(_, calls)| calls)
         .sum();
     assert!(sent <= 8, "{sent} commands sent in 2 s: {calls:?}");

@@ -87,8 +87,11 @@ fn prelude() -> String {
 /// range without this bound, so no call's work grows with what a set holds; what is left
 /// is taken by the next call (a dead entry at a queue's head makes its waiters try again
 /// at once, so the purge goes on). A set written only by dlock holds one entry per
-/// waiting owner, far below it.
-const MAX_BATCH: usize = 1024;
+/// waiting owner: with more than this many owners told to try again by one call (a new
+/// holder with a much shorter lease than the last one, under a crowd of waiters), the
+/// rest sleep until the time they were promised, or until the next holder's call tells
+/// them.
+const MAX_BATCH: usize = 512;
 
 /// The longest a release memo lives: the memo lifetime of a client with the longest
 /// command timeout (3 × [`MAX_COMMAND_TIMEOUT`] + 1 s, see `client::Settings::memo_ttl`).
