@@ -66,3 +66,21 @@ CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
 # (docs/RELIABILITY.md quotes those figures), so the CI log keeps them.
 step "cargo test --workspace -- --test-threads=2 --show-output"
 cargo test --workspace -- --test-threads=2 --show-output
+
+# The same code against Valkey 8 (what many managed services now run): the single-server
+# core, the attribute, every primitive's semantics, function mode, Sentinel and cluster.
+# The whole suite runs against Redis above; this subset is what could differ per engine
+# (script, ACL, pub/sub and cluster behaviour) and stays within about two minutes.
+step "the core, attribute, family, function-mode, Sentinel and cluster tests against Valkey"
+valkey="$(./scripts/install-valkey.sh)"
+"$valkey" --version
+DLOCK_REDIS_SERVER="$valkey" cargo test -p dlock-tests \
+    --test topology_single --test topology_sentinel --test topology_cluster \
+    --test exclusion --test release --test reentrancy --test waiting --test hand_off \
+    --test attribute --test attribute_kinds --test attribute_family \
+    --test rw_semantics --test semaphore_semantics --test fair_fifo \
+    --test multi_semantics --test multi_cluster --test fenced --test unlock_contract \
+    --test wrong_type --test script_inputs --test layout_version --test redlock_startup \
+    -- --test-threads=2
+DLOCK_REDIS_SERVER="$valkey" cargo test -p dlock-tests --test security function \
+    -- --test-threads=2
