@@ -220,11 +220,12 @@ async fn renewal_keeps_the_lock_and_a_lost_majority_ends_it() {
         .is_timeout());
 
     // The key vanishes on 3 servers: the next renewal (every 100 ms) sees a majority gone.
-    for server in &servers[..3] {
-        let () = redis::cmd("DEL")
-            .arg("renewed")
-            .query(&mut server.connection())
-            .unwrap();
+    // The connections are opened first, so that the three deletes land within a fraction
+    // of a millisecond: a renewal between them would still see a majority, and take the
+    // hold again where it was deleted.
+    let mut connections: Vec<_> = servers[..3].iter().map(RedisServer::connection).collect();
+    for connection in &mut connections {
+        let () = redis::cmd("DEL").arg("renewed").query(connection).unwrap();
     }
     let started = Instant::now();
     let lost = tokio::time::timeout(Duration::from_secs(2), guard.lost())
@@ -381,4 +382,71 @@ async fn a_cluster_client_is_no_redlock_node() {
         matches!(&refused, LockError::Config(m) if m.contains("node 0") && m.contains("cluster")),
         "{refused}"
     );
+}
+
+/// A renewal a majority confirmed takes the hold again on a server where it vanished (a
+/// restart without data): the key is back there within a renewal period or two. The
+/// control: the key is gone on that server right after the delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_takes_the_hold_again_where_it_vanished() {
+    let servers = servers(5);
+    let lease = Duration::from_millis(300);
+    let rl = redlock(&urls(&servers), lease).await;
+    let guard = rl.lock("kept").lock().await.unwrap();
+    let () = redis::cmd("DEL")
+        .arg("kept")
+        .query(&mut servers[0].connection())
+        .unwrap();
+    assert!(!key_exists(&servers[0], "kept"));
+    let started = Instant::now();
+    while !key_exists(&servers[0], "kept") {
+        assert!(
+            started.elapsed() < lease,
+            "the hold was not taken again on the server that lost it"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!("hold taken again {:?} after it vanished", started.elapsed());
+    assert!(!guard.is_lost());
+    guard.unlock().await.unwrap();
+    for server in &servers {
+        assert!(!key_exists(server, "kept"), "released everywhere");
+    }
+}
+
+/// A majority that granted a round after its lease was spent (here: a process stalled
+/// between the answers and the validity check) is `ValidityExpired`, never a guard, and
+/// nothing is left on any server. The control: the same round without the stall is
+/// granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_won_after_its_lease_is_validity_expired_and_released() {
+    let servers = servers(3);
+    let rl = redlock(&urls(&servers), Duration::from_secs(1)).await;
+    let lock = rl.lock("late");
+    lock.try_lock_with_lease(Duration::ZERO, Duration::from_millis(100))
+        .await
+        .expect("without a stall the round is granted")
+        .unlock()
+        .await
+        .unwrap();
+
+    rl.__stall_after_round(Duration::from_millis(150));
+    match lock
+        .try_lock_with_lease(Duration::ZERO, Duration::from_millis(100))
+        .await
+    {
+        Err(LockError::ValidityExpired { elapsed, lease, .. }) => {
+            assert!(elapsed >= Duration::from_millis(150), "{elapsed:?}");
+            assert_eq!(lease, Duration::from_millis(100));
+        }
+        other => panic!("a round won 150 ms into a 100 ms lease: {other:?}"),
+    }
+    let started = Instant::now();
+    while servers.iter().any(|server| key_exists(server, "late")) {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the expired round left its key"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

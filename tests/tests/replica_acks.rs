@@ -330,3 +330,25 @@ async fn semaphore_grants_are_confirmed_by_replicas_too() {
     );
     set.replicas[0].resume();
 }
+
+/// Fenced writes follow `replica_acks` too: healthy, each is followed by a `WAIT`; with
+/// the replica cut off, a write is reported `NotReplicated` (after its retries) instead
+/// of being acknowledged on the master alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_wait_for_the_replica_too() {
+    let set = RedisReplicaSet::start(1);
+    let client = acked_client(&set, Duration::from_secs(5)).await;
+    let fenced = client.fenced();
+    let fence = dlock::fencing::Fence::new(1);
+    let before = wait_calls(&set);
+    fenced.set("stock:acked", "5", fence).await.unwrap();
+    assert_eq!(fenced.incr_by("stock:acked", -1, fence).await.unwrap(), 4);
+    assert!(wait_calls(&set) - before >= 2, "a WAIT per fenced write");
+
+    cut_replica(&set);
+    match fenced.incr_by("stock:acked", -1, fence).await {
+        Err(LockError::NotReplicated { .. }) => {}
+        other => panic!("a fenced write no replica confirmed: {other:?}"),
+    }
+    set.replicas[0].resume();
+}

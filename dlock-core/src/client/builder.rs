@@ -155,9 +155,12 @@ impl LockClientBuilder {
     /// promoted will be among them, so ask for all replicas for the most safety. Renewals
     /// are not waited for.
     ///
-    /// Applies to the reentrant lock, the fair lock, both sides of the read-write lock and
+    /// Applies to the reentrant lock, the fair lock, both sides of the read-write lock,
     /// the multi-lock (a same-slot set is then taken one lock after another, each
-    /// confirmed). The semaphore does not wait for replicas yet: its grants count once
+    /// confirmed) and fenced writes ([`LockClient::fenced`](crate::LockClient::fenced)).
+    /// It stays off by default: in a measured Sentinel failover under four workers it
+    /// narrowed the increments lost with the old master's branch (689–769 → 434–574 of
+    /// about 9,000) at 0.87–0.94 × the throughput, without closing the window. The semaphore does not wait for replicas yet: its grants count once
     /// the master has them.
     ///
     /// Not available with a Redis Cluster (`connect_to` reports [`LockError::Config`]).

@@ -167,7 +167,10 @@ impl FencedWrites {
     /// a non-string (a hash, a list...) or its bookkeeping key is not a hash;
     /// [`LockError::InvalidName`] for an empty key, one over
     /// [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes or with ASCII control characters
-    /// (nothing sent); [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis
+    /// (nothing sent); [`LockError::NotReplicated`] when the client has
+    /// [`replica_acks`](crate::LockClientBuilder::replica_acks) and fewer replicas confirmed
+    /// the write in time (it was written on the master; a retry with the same token is
+    /// harmless); [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis
     /// fails. A call whose reply was lost is retried like any command: harmless, since the
     /// same value with the same token writes the same thing (unless another write of the
     /// same token came between, which the holder itself would have sent).
@@ -292,10 +295,29 @@ impl FencedWrites {
             }
         }
         let invocation = &invocation;
+        // With `replica_acks`, a write counts once replicas confirmed it, as an acquisition
+        // does: after a failover the promoted replica has what was acknowledged. A write
+        // not confirmed in time is retried (the memo makes an increment count once), then
+        // reported as `NotReplicated`.
+        let acks = inner
+            .settings
+            .replica_acks
+            .map(|acks| (acks.replicas, acks.within));
+        let applied = |reply: &Reply| matches!(reply, Reply::Applied(_) | Reply::AlreadyApplied(_));
         let (_, reply) = inner
             .settings
             .retry()
-            .run(key, None, || inner.backend.invoke::<Reply>(invocation))
+            .run(key, None, || async move {
+                match acks {
+                    Some(acks) => {
+                        inner
+                            .backend
+                            .invoke_replicated(key, invocation, acks, applied)
+                            .await
+                    }
+                    None => inner.backend.invoke::<Reply>(invocation).await,
+                }
+            })
             .await
             .map_err(|e: CallError| e.into_lock_error(key, "make a fenced write for"))?;
         match reply {

@@ -304,7 +304,8 @@ async fn watch_hold(hold: Arc<Hold>, renewed: bool) {
         }
         let lock = &hold.lock;
         let start = Instant::now();
-        let answers = join_all(lock.nodes().map(|(node, keys)| {
+        let servers: Vec<_> = lock.nodes().collect();
+        let answers = join_all(servers.iter().map(|(node, keys)| {
             node::bounded(
                 per_node_timeout(node, lease),
                 node::renew(node, keys, &hold.field, lease_ms),
@@ -317,9 +318,35 @@ async fn watch_hold(hold: Arc<Hold>, renewed: bool) {
         let quorum = lock.client.quorum();
         if confirmed >= quorum && elapsed + drift(lease) < lease {
             let renewed_until = start + (lease - drift(lease));
-            let mut deadline = hold.deadline.lock().unwrap_or_else(|p| p.into_inner());
-            *deadline = renewed_until.max(*deadline);
+            {
+                let mut deadline = hold.deadline.lock().unwrap_or_else(|p| p.into_inner());
+                *deadline = renewed_until.max(*deadline);
+            }
             next = start + interval;
+            // Servers where the hold is gone (restarted without their data, connected
+            // since the acquisition) take it again while a majority confirms it: no other
+            // owner can hold a majority now, and each server that holds it again is one
+            // more that may fail before the lock is lost.
+            let lost_on: Vec<_> = servers
+                .iter()
+                .zip(&answers)
+                .filter(|(_, answer)| matches!(answer, Ok(false)))
+                .map(|(server, _)| *server)
+                .collect();
+            if !lost_on.is_empty() {
+                let taken = join_all(lost_on.iter().map(|(node, keys)| {
+                    node::bounded(
+                        per_node_timeout(node, lease),
+                        node::acquire(node, keys, &hold.field, lease_ms),
+                    )
+                }))
+                .await;
+                let again = taken
+                    .iter()
+                    .filter(|t| matches!(t, Ok(reply) if reply.is_granted()))
+                    .count();
+                tracing::debug!(lock = %lock.name, gone = lost_on.len(), again, "dlock: RedLock hold taken again where it was gone");
+            }
         } else if gone > lock.client.nodes() - quorum {
             // A majority no longer has this owner's hold: it can never be confirmed again.
             hold.mark_lost(LossReason::NotHeldOnRenewal);

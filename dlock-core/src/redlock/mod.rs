@@ -69,7 +69,10 @@ use crate::sync::verbs::{acquisition_verbs, Acquire};
 ///   every server and counts confirmations; a majority moves the deadline to the round's
 ///   start + lease − drift. A majority answering "not held" marks the guard lost at once;
 ///   servers that do not answer are asked again until the deadline passes, and then the
-///   guard is lost. An explicit lease is never renewed.
+///   guard is lost. A renewal a majority confirmed also takes the hold again on the
+///   servers where it was gone (one restarted without its data, one connected since),
+///   so that each of them counts again toward the majority. An explicit lease is never
+///   renewed.
 /// - **Release** goes to every server; a server where the lock is already gone counts as
 ///   released, and one that cannot be reached gets the release again in the background.
 /// - **Not reentrant**: every acquisition is a new owner, so a task that takes a RedLock it
@@ -116,6 +119,9 @@ struct Shared {
     /// The first half of every owner field this RedLock writes.
     id: Uuid,
     next_owner: AtomicU64,
+    /// A pause in ms between a round's last answer and its validity check: only tests set
+    /// it, to stand for a process stalled at that moment.
+    stall_after_round_ms: AtomicU64,
 }
 
 /// The settings of the RedLock itself (its servers' clients have their own).
@@ -302,6 +308,7 @@ impl RedLockClient {
                 timing,
                 id: Uuid::new_v4(),
                 next_owner: AtomicU64::new(1),
+                stall_after_round_ms: AtomicU64::new(0),
             }),
         })
     }
@@ -319,6 +326,17 @@ impl RedLockClient {
             .iter()
             .filter(|server| server.client().is_some())
             .count()
+    }
+
+    /// Makes every round pause `stall` between its last answer and its validity check,
+    /// as a process stalled at that moment would: for tests of
+    /// [`LockError::ValidityExpired`] only.
+    #[doc(hidden)]
+    pub fn __stall_after_round(&self, stall: Duration) {
+        let millis = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
+        self.inner
+            .stall_after_round_ms
+            .store(millis, Ordering::Relaxed);
     }
 
     /// How many servers must grant (or renew) the lock: a majority, n / 2 + 1.
@@ -698,6 +716,14 @@ impl RedLock {
             if granted >= quorum || (answered >= quorum && granted + calls.len() < quorum) {
                 break;
             }
+        }
+        let stall = self
+            .client
+            .inner
+            .stall_after_round_ms
+            .load(Ordering::Relaxed);
+        if stall > 0 {
+            tokio::time::sleep(Duration::from_millis(stall)).await;
         }
         let elapsed = start.elapsed();
         drop(calls);
