@@ -158,9 +158,11 @@ impl LockClientBuilder {
     /// Applies to the reentrant lock, the fair lock, both sides of the read-write lock,
     /// the multi-lock (a same-slot set is then taken one lock after another, each
     /// confirmed) and fenced writes ([`LockClient::fenced`](crate::LockClient::fenced)).
-    /// It stays off by default: in a measured Sentinel failover under four workers it
-    /// narrowed the increments lost with the old master's branch (689–769 → 434–574 of
-    /// about 9,000) at 0.87–0.94 × the throughput, without closing the window. The semaphore does not wait for replicas yet: its grants count once
+    /// It stays off by default. In a measured Sentinel failover under four workers adding
+    /// 1 under the lock, about 700–800 of 10,000 acknowledged increments were lost with
+    /// the old master's branch by default, 434–574 with one of two replicas asked for
+    /// (0.87–0.94 × the throughput), none with both (but 0.09 × the throughput over a run
+    /// that includes the ~10 s until the old master was a replica again). The semaphore does not wait for replicas yet: its grants count once
     /// the master has them.
     ///
     /// Not available with a Redis Cluster (`connect_to` reports [`LockError::Config`]).

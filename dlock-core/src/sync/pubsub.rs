@@ -1,5 +1,6 @@
-//! Unlock notifications: one subscriber connection per client, channels shared by all the
-//! client's waiters on a lock and reference-counted.
+//! Unlock notifications: one subscriber connection per client, opened with its first
+//! wait (a client that never waits keeps none), channels shared by all the client's
+//! waiters on a lock and reference-counted.
 //!
 //! Two kinds of channel:
 //! - **A lock's wake channel for this client** (the lock and the multi-lock): a release
