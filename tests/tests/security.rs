@@ -320,6 +320,31 @@ fn server_with_shop_user() -> (RedisServer, redis::Connection) {
     (server, admin)
 }
 
+/// A fresh server with dlock's function library loaded and the user `dlock` under the
+/// function-mode rule for prefix `shop:`, and an admin connection to it.
+async fn server_with_function_user() -> (RedisServer, redis::Connection) {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    load_library(&Topology::single(server.url())).await;
+    set_user(
+        &mut admin,
+        "dlock",
+        ACL_PASSWORD,
+        &functions_rule(Mode::Single, "shop:"),
+    );
+    (server, admin)
+}
+
+/// What `ACL DRYRUN user words...` answers: `OK`, or why the command is refused.
+fn dry_run(admin: &mut redis::Connection, user: &str, words: &[impl AsRef<str>]) -> String {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("DRYRUN").arg(user);
+    for word in words {
+        cmd.arg(word.as_ref());
+    }
+    cmd.query(admin).unwrap_or_else(|e| e.to_string())
+}
+
 fn with_credentials(url: &str, user: &str, password: &str) -> String {
     url.replacen("redis://", &format!("redis://{user}:{password}@"), 1)
 }
@@ -748,15 +773,7 @@ async fn load_library(topology: &Topology) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_function_rule_is_enough_for_every_lock_operation() {
     capture_logs(tracing::Level::TRACE);
-    let server = RedisServer::start();
-    let mut admin = server.connection();
-    load_library(&Topology::single(server.url())).await;
-    set_user(
-        &mut admin,
-        "dlock",
-        ACL_PASSWORD,
-        &functions_rule(Mode::Single, "shop:"),
-    );
+    let (server, mut admin) = server_with_function_user().await;
     redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query::<()>(&mut admin)
@@ -1680,15 +1697,7 @@ async fn the_operator_rule_is_enough_for_the_command_line() {
 /// lock operations through dlock itself).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_read_only_operator_rule_reads_lock_state_and_nothing_else() {
-    let server = RedisServer::start();
-    let mut admin = server.connection();
-    load_library(&Topology::single(server.url())).await;
-    set_user(
-        &mut admin,
-        "dlock",
-        ACL_PASSWORD,
-        &functions_rule(Mode::Single, "shop:"),
-    );
+    let (server, mut admin) = server_with_function_user().await;
     set_user(
         &mut admin,
         "dlock-reader",
@@ -1829,12 +1838,7 @@ async fn the_read_only_operator_rule_reads_lock_state_and_nothing_else() {
     )
     .collect();
     for words in attempts {
-        let answer: String = redis::cmd("ACL")
-            .arg("DRYRUN")
-            .arg("dlock-reader")
-            .arg(&words)
-            .query(&mut admin)
-            .unwrap_or_else(|e| e.to_string());
+        let answer = dry_run(&mut admin, "dlock-reader", &words);
         assert_ne!(answer, "OK", "the read-only operator may run {words:?}");
     }
 }
@@ -2125,14 +2129,6 @@ async fn the_default_prefix_recipe_keeps_its_application_apart() {
     assert_eq!(acl_denials(&mut admin), Vec::<String>::new());
     held_by_shop.unlock().await.unwrap();
 
-    let dry_run = |admin: &mut redis::Connection, user: &str, words: &[&str]| -> String {
-        redis::cmd("ACL")
-            .arg("DRYRUN")
-            .arg(user)
-            .arg(words)
-            .query(admin)
-            .unwrap_or_else(|e| e.to_string())
-    };
     for words in [
         &["HSET", "shop:goods:1", "c:1", "1"][..],
         &["ZADD", "dlock:unlock:shop:{x}:goods:1", "1", "c:1"],

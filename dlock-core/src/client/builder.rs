@@ -158,12 +158,14 @@ impl LockClientBuilder {
     /// Applies to the reentrant lock, the fair lock, both sides of the read-write lock,
     /// the multi-lock (a same-slot set is then taken one lock after another, each
     /// confirmed) and fenced writes ([`LockClient::fenced`](crate::LockClient::fenced)).
+    /// The semaphore does not wait for replicas yet: its grants count once the master has
+    /// them.
+    ///
     /// It stays off by default. In a measured Sentinel failover under four workers adding
     /// 1 under the lock, about 700–800 of 10,000 acknowledged increments were lost with
     /// the old master's branch by default, 269–574 with one of two replicas asked for
-    /// (0.87–0.94 × the throughput), none with both (but 0.08–0.09 × the throughput over a run
-    /// that includes the ~10 s until the old master was a replica again). The semaphore does not wait for replicas yet: its grants count once
-    /// the master has them.
+    /// (0.87–0.94 × the throughput), none with both (but 0.08–0.09 × the throughput over
+    /// a run that includes the ~10 s until the old master was a replica again).
     ///
     /// Not available with a Redis Cluster (`connect_to` reports [`LockError::Config`]).
     /// `replicas` must be at least 1 and `within` between 1 ms and the command timeout.

@@ -178,6 +178,19 @@ fn check_count(servers: usize) -> Result<()> {
     Ok(())
 }
 
+/// Refuses two servers on one address: one server would count twice toward the majority.
+fn check_distinct(addresses: &[String]) -> Result<()> {
+    for (i, address) in addresses.iter().enumerate() {
+        if let Some(first) = addresses[..i].iter().position(|seen| seen == address) {
+            return Err(LockError::Config(format!(
+                "RedLock nodes {first} and {i} are the same server {}; each node must be an independent server",
+                crate::redact::redact(address)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The shortest lease: a lease must leave validity after the clock-drift allowance
 /// (1 % + 2 ms) and a round trip.
 const MIN_LEASE: Duration = Duration::from_millis(10);
@@ -209,7 +222,9 @@ impl RedLockClient {
             };
             servers.push(Server::connected(node, address));
         }
-        RedLockClient::of(servers, timing)
+        let addresses: Vec<String> = servers.iter().map(|s| s.address().to_owned()).collect();
+        check_distinct(&addresses)?;
+        Ok(RedLockClient::of(servers, timing))
     }
 
     /// Connects to every server in `urls` (concurrently) with `builder`'s settings.
@@ -246,6 +261,7 @@ impl RedLockClient {
                     })
             })
             .collect::<Result<Vec<String>>>()?;
+        check_distinct(&addresses)?;
         let quorum = urls.len() / 2 + 1;
         let outcomes = join_all(urls.iter().map(|url| builder.clone().connect(url))).await;
         let answered = outcomes.iter().filter(|outcome| outcome.is_ok()).count();
@@ -270,12 +286,11 @@ impl RedLockClient {
                 Err(error) => return Err(error),
             }
         }
-        if answered < quorum {
+        let (Some(timing), true) = (timing, answered >= quorum) else {
             return Err(first_error
                 .unwrap_or_else(|| LockError::Config("no RedLock server answered".to_owned())));
-        }
-        let timing = timing.expect("a majority answered");
-        let redlock = RedLockClient::of(servers, timing)?;
+        };
+        let redlock = RedLockClient::of(servers, timing);
         for i in pending {
             tracing::warn!(server = %crate::redact::redact(redlock.inner.servers[i].address()), "dlock: RedLock server unreachable at start; connecting in the background");
             server::connect_in_background(
@@ -288,21 +303,9 @@ impl RedLockClient {
         Ok(redlock)
     }
 
-    /// A RedLock over `servers`, refusing two on one address (one server would count
-    /// twice toward the majority).
-    fn of(servers: Vec<Server>, timing: Timing) -> Result<RedLockClient> {
-        for (i, server) in servers.iter().enumerate() {
-            if let Some(first) = servers[..i]
-                .iter()
-                .position(|seen| seen.address() == server.address())
-            {
-                return Err(LockError::Config(format!(
-                    "RedLock nodes {first} and {i} are the same server {}; each node must be an independent server",
-                    crate::redact::redact(server.address())
-                )));
-            }
-        }
-        Ok(RedLockClient {
+    /// A RedLock over `servers` (on distinct addresses, see [`check_distinct`]).
+    fn of(servers: Vec<Server>, timing: Timing) -> RedLockClient {
+        RedLockClient {
             inner: Arc::new(Shared {
                 servers,
                 timing,
@@ -310,7 +313,7 @@ impl RedLockClient {
                 next_owner: AtomicU64::new(1),
                 stall_after_round_ms: AtomicU64::new(0),
             }),
-        })
+        }
     }
 
     /// How many servers the RedLock uses.

@@ -85,8 +85,14 @@ pub(super) fn connect_in_background(
                     let _ = server.client.set(client);
                     return;
                 }
-                Err(error) => {
+                // Unreachable still: expected while it is down.
+                Err(error @ crate::error::LockError::Connect { .. }) => {
                     tracing::debug!(server = %redact(server.address()), attempt, %error, "dlock: RedLock server still unreachable; retrying");
+                }
+                // It answers but refuses this client (credentials, library, layout): an
+                // operator must act; it keeps being retried.
+                Err(error) => {
+                    tracing::warn!(server = %redact(server.address()), attempt, %error, "dlock: RedLock server answers but refuses the connection; retrying");
                 }
             }
             drop(owner);
