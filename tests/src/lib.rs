@@ -24,11 +24,15 @@
 //!   for `127.0.0.1`; [`TlsSentinelGroup`] is a master, a replica and a sentinel that
 //!   answer clients only over TLS with it, with a bounded [`TlsSentinelGroup::failover`];
 //!   [`TlsCluster`] is a three-master cluster whose clients and bus speak only TLS.
+//! - [`HoldProcess`] runs the `dlock-hold` binary (a process holding one primitive) until
+//!   it is killed.
 //! - [`commandstats`] counts the commands a server ran (`INFO commandstats`).
 //! - [`logs`] captures what dlock logs, for tests that check it; [`spans`] captures the
 //!   spans it opens, with their fields and how long they were open.
 //! - [`secret_urls`] generates Redis URLs with a known password, for the property tests
 //!   that no display of an address shows it.
+//! - [`primitive`] puts every lock primitive behind one interface (acquire, watch for
+//!   loss, release, free behind dlock's back) for the fault matrix and the soak.
 //! - [`overlap`] merges the critical sections that separate processes recorded on the
 //!   monotonic clock (the `dlock-overlap` binary) and counts overlaps and lost sections.
 //! - [`timeline`] merges what clients of several processes asked for and got, on the
@@ -53,9 +57,11 @@
 
 mod cluster;
 pub mod commandstats;
+mod hold_process;
 pub mod liveness;
 pub mod logs;
 pub mod overlap;
+pub mod primitive;
 mod proxy;
 mod replicas;
 pub mod secret_urls;
@@ -67,6 +73,7 @@ mod tls;
 pub mod workload;
 
 pub use cluster::{RedisCluster, REDIS_CLI_ENV};
+pub use hold_process::HoldProcess;
 pub use proxy::TcpProxy;
 pub use replicas::RedisReplicaSet;
 pub use sentinel::RedisSentinelGroup;

@@ -6,64 +6,15 @@
 //! already waiting when the holder dies. "Never before" is checked against the key's PTTL
 //! read just before the kill: the key cannot expire earlier than that.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dlock::LockClient;
-use dlock_tests::RedisServer;
+use dlock_tests::{HoldProcess, RedisServer};
 
 /// Slack for the rival's own round trips after the key expired.
 const SLACK: Duration = Duration::from_millis(200);
 /// PTTL is whole milliseconds; the expiry may come this much before `read + pttl`.
 const PTTL_ROUNDING: Duration = Duration::from_millis(2);
-
-/// A `dlock-hold` process holding `name`, with its stdout open.
-struct Holder {
-    child: Child,
-}
-
-impl Holder {
-    /// Starts the holder and waits (up to 10 s) until it printed `acquired`.
-    fn start(url: &str, name: &str, keep: &[&str]) -> Holder {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dlock-hold"))
-            .arg(url)
-            .arg(name)
-            .args(keep)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cannot start dlock-hold");
-        let stdout: ChildStdout = child.stdout.take().expect("piped stdout");
-        let (sender, receiver) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = sender.send(line);
-        });
-        let mut holder = Holder { child };
-        match receiver.recv_timeout(Duration::from_secs(10)) {
-            Ok(line) if line.trim() == "acquired" => holder,
-            other => {
-                let _ = holder.child.kill();
-                panic!("dlock-hold did not report the lock: {other:?}");
-            }
-        }
-    }
-
-    /// SIGKILL, and wait for the process to be gone.
-    fn kill(&mut self) {
-        self.child.kill().expect("SIGKILL the holder");
-        self.child.wait().expect("reap the holder");
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// What one kill showed.
 struct Handover {
@@ -85,7 +36,12 @@ async fn kill_and_hand_over(
     keep: &[&str],
     hold_for: Duration,
 ) -> Handover {
-    let mut holder = Holder::start(&server.url(), name, keep);
+    let url = server.url();
+    let args: Vec<&str> = [url.as_str(), name]
+        .into_iter()
+        .chain(keep.iter().copied())
+        .collect();
+    let mut holder = HoldProcess::start(env!("CARGO_BIN_EXE_dlock-hold"), &args);
     let lock = rival.lock(name);
     let waiting = tokio::spawn(async move {
         let guard = lock.try_lock_for(Duration::from_secs(30)).await;

@@ -1,7 +1,11 @@
 //! Acquires one lock and holds it until the process is killed: the victim of the
 //! "holder dies while holding" fault tests.
 //!
-//! Usage: `dlock-hold <redis-url> <lock-name> (--watchdog <duration> | --lease <duration>)`
+//! Usage: `dlock-hold <redis-url> <lock-name> (--watchdog <duration> | --lease <duration>)
+//! [--kind <primitive>]`
+//!
+//! `--kind` takes any primitive of [`dlock_tests::primitive::Primitive`] (`lock`, the
+//! default, `fair`, `read`, `write`, `semaphore`, `multi-same-slot`, `multi-sequential`).
 //!
 //! Prints `acquired` on its own line (flushed) once the lock is held, then sleeps. With
 //! `--watchdog` the lock has no fixed lease and the client's watchdog renews it with that
@@ -11,9 +15,10 @@ use std::io::Write;
 use std::time::Duration;
 
 use dlock::LockClient;
+use dlock_tests::primitive::Primitive;
 
-const USAGE: &str =
-    "usage: dlock-hold <redis-url> <lock-name> (--watchdog <duration> | --lease <duration>)";
+const USAGE: &str = "usage: dlock-hold <redis-url> <lock-name> \
+    (--watchdog <duration> | --lease <duration>) [--kind <primitive>]";
 
 /// How the held lock stays alive.
 enum Keep {
@@ -21,9 +26,16 @@ enum Keep {
     Lease(Duration),
 }
 
-fn parse(args: &[String]) -> Result<(String, String, Keep), String> {
+fn parse(args: &[String]) -> Result<(String, String, Keep, Primitive), String> {
+    let (args, primitive) = match args {
+        [rest @ .., option, kind] if option == "--kind" => (rest, kind.parse()?),
+        _ => (args, Primitive::Lock),
+    };
     let [url, name, flag, value] = args else {
-        return Err(format!("expected 4 arguments, got {}", args.len()));
+        return Err(format!(
+            "expected 4 arguments before --kind, got {}",
+            args.len()
+        ));
     };
     let duration = humantime::parse_duration(value)
         .map_err(|e| format!("{flag} {value:?} is not a duration: {e}"))?;
@@ -32,13 +44,13 @@ fn parse(args: &[String]) -> Result<(String, String, Keep), String> {
         "--lease" => Keep::Lease(duration),
         other => return Err(format!("unknown option {other:?}")),
     };
-    Ok((url.clone(), name.clone(), keep))
+    Ok((url.clone(), name.clone(), keep, primitive))
 }
 
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (url, name, keep) = parse(&args).unwrap_or_else(|e| {
+    let (url, name, keep, primitive) = parse(&args).unwrap_or_else(|e| {
         eprintln!("dlock-hold: {e}\n{USAGE}");
         std::process::exit(2)
     });
@@ -52,12 +64,14 @@ async fn main() {
         std::process::exit(1)
     };
     let client = builder.connect(&url).await.unwrap_or_else(|e| fail(e));
-    let lock = client.lock(&name);
-    let guard = match keep {
-        Keep::Watchdog(_) => lock.lock().await,
-        Keep::Lease(lease) => lock.lock_with_lease(lease).await,
-    }
-    .unwrap_or_else(|e| fail(e));
+    let lease = match keep {
+        Keep::Watchdog(_) => None,
+        Keep::Lease(lease) => Some(lease),
+    };
+    let guard = primitive
+        .acquire(&client, &name, Duration::from_secs(3600), lease)
+        .await
+        .unwrap_or_else(|e| fail(e));
     let mut stdout = std::io::stdout();
     let _ = writeln!(stdout, "acquired");
     let _ = stdout.flush();

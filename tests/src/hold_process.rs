@@ -1,0 +1,60 @@
+//! A `dlock-hold` process (the victim of the "holder dies while holding" faults): started,
+//! waited for until it holds, killed.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running `dlock-hold` that reported its hold. Killed when dropped.
+pub struct HoldProcess {
+    child: Child,
+}
+
+impl HoldProcess {
+    /// Runs `program` (the `dlock-hold` binary: `env!("CARGO_BIN_EXE_dlock-hold")` in a
+    /// test of this package) with `args` and waits up to 10 s for its `acquired` line.
+    ///
+    /// # Panics
+    ///
+    /// When it cannot be started or does not report the hold in time (it is killed).
+    pub fn start(program: &str, args: &[&str]) -> HoldProcess {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = sender.send(line);
+        });
+        let mut holder = HoldProcess { child };
+        match receiver.recv_timeout(Duration::from_secs(10)) {
+            Ok(line) if line.trim() == "acquired" => holder,
+            other => {
+                let _ = holder.child.kill();
+                panic!("{program} {args:?} did not report its hold: {other:?}");
+            }
+        }
+    }
+
+    /// SIGKILL, and wait until the process is gone.
+    ///
+    /// # Panics
+    ///
+    /// When the signal cannot be sent or the process not reaped.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL the holder");
+        self.child.wait().expect("reap the holder");
+    }
+}
+
+impl Drop for HoldProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
