@@ -8,6 +8,7 @@
 //! - `subscriber`: the connection that receives unlock messages;
 //! - `exclusive`: connections lent to one blocking call (`WAIT`);
 //! - `runtime_probe`: noticing that the runtime driving the connections shut down;
+//! - `silent`: replacing a connection that stopped answering (half open);
 //! - `scan`: `SCAN` over every master, for operators' listings;
 //! - `scripting`: running dlock's scripts as `EVALSHA` or as `FCALL` of its function
 //!   library;
@@ -22,6 +23,7 @@ mod runtime_probe;
 mod scan;
 mod scripting;
 mod sentinel;
+mod silent;
 mod subscriber;
 mod topology;
 mod tracking;
@@ -83,6 +85,8 @@ struct Shared {
     probe: Mutex<RuntimeProbe>,
     /// Held while reopening the connections on a new runtime, so that it happens once.
     reopening: tokio::sync::Mutex<()>,
+    /// Set while a connection that stopped answering is being replaced.
+    replacing: std::sync::atomic::AtomicBool,
     /// How scripts run, decided once when connecting (`EVALSHA` until then).
     scripting: OnceLock<Scripting>,
     /// The client's name, given to the connections opened for one call (`WAIT`).
@@ -116,6 +120,10 @@ struct ClusterRoute {
 struct Node {
     client: redis::Client,
     conn: ConnectionManager,
+    /// Which connection this is (unique in the process): a call that got no answer names
+    /// the connection it used, so that a silent connection is replaced once, not once per
+    /// call that met it.
+    serial: u64,
 }
 
 impl Node {
@@ -125,7 +133,11 @@ impl Node {
             .set_response_timeout(Some(options.command_timeout))
             .set_number_of_retries(2);
         let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
-        Ok(Node { client, conn })
+        Ok(Node {
+            client,
+            conn,
+            serial: silent::next_serial(),
+        })
     }
 
     fn address(&self) -> String {
@@ -135,14 +147,26 @@ impl Node {
 
 /// A connection for one call.
 enum Conn {
-    Node(ConnectionManager),
+    /// A server's connection, and its [`Node::serial`].
+    Node(ConnectionManager, u64),
     Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// The serial of a server's connection; `None` in a cluster, whose connection
+    /// replaces its per-node connections itself.
+    fn serial(&self) -> Option<u64> {
+        match self {
+            Conn::Node(_, serial) => Some(*serial),
+            Conn::Cluster(_) => None,
+        }
+    }
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Conn::Node(conn) => conn.req_packed_command(cmd),
+            Conn::Node(conn, _) => conn.req_packed_command(cmd),
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
         }
     }
@@ -154,14 +178,14 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Node(conn, _) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Node(conn) => conn.get_db(),
+            Conn::Node(conn, _) => conn.get_db(),
             Conn::Cluster(conn) => conn.get_db(),
         }
     }
@@ -280,6 +304,7 @@ impl Backend {
                 exclusive: ExclusivePool::default(),
                 probe: Mutex::new(RuntimeProbe::start()),
                 reopening: tokio::sync::Mutex::new(()),
+                replacing: std::sync::atomic::AtomicBool::new(false),
                 scripting: OnceLock::new(),
                 name: OnceLock::new(),
                 shown: shown.clone(),
@@ -335,13 +360,15 @@ impl Backend {
         &self,
         call: &ScriptCall,
     ) -> Result<T, CallError> {
+        let mut used = None;
         let result = self
             .bounded_call(async {
                 let mut conn = self.conn().await?;
+                used = conn.serial();
                 self.run_script(&mut conn, call).await
             })
             .await;
-        self.after(result).await
+        self.after(result, used).await
     }
 
     /// Runs a pipeline that blocks the connection it runs on (`WAIT`), on a connection of
@@ -377,7 +404,8 @@ impl Backend {
             }
             other => other,
         };
-        self.after(result).await
+        // A lent connection that failed is dropped, not given back: nothing to replace.
+        self.after(result, None).await
     }
 
     /// Remembers the client's name for the connections opened later for one call; the
@@ -422,13 +450,15 @@ impl Backend {
 
     /// Runs a plain command, bounded by the command timeout.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, CallError> {
+        let mut used = None;
         let result = self
             .bounded_call(async {
                 let mut conn = self.conn().await?;
+                used = conn.serial();
                 cmd.query_async(&mut conn).await.map_err(CallError::Redis)
             })
             .await;
-        self.after(result).await
+        self.after(result, used).await
     }
 
     /// Changes whenever the subscriber must be re-established on a new master.
@@ -442,9 +472,13 @@ impl Backend {
         Ok(match &self.shared.route {
             // Only the connection is cloned (a handle), not the node's client and address.
             Route::Direct(node) => {
-                Conn::Node(node.read().unwrap_or_else(|p| p.into_inner()).conn.clone())
+                let node = node.read().unwrap_or_else(|p| p.into_inner());
+                Conn::Node(node.conn.clone(), node.serial)
             }
-            Route::Sentinel(route) => Conn::Node(route.connection()),
+            Route::Sentinel(route) => {
+                let (conn, serial) = route.connection();
+                Conn::Node(conn, serial)
+            }
             Route::Cluster(route) => Conn::Cluster(read(&route.conn)),
         })
     }
@@ -499,9 +533,17 @@ impl Backend {
         Ok(())
     }
 
-    /// After a failed call in Sentinel mode, checks whether the master moved, so that the
-    /// caller's retry goes to the new one.
-    async fn after<T>(&self, result: Result<T, CallError>) -> Result<T, CallError> {
+    /// After a call that got no answer on connection `used`, has that connection replaced
+    /// in the background (see `silent`); after a failed call in Sentinel mode, checks
+    /// whether the master moved, so that the caller's retry goes to the new one.
+    async fn after<T>(
+        &self,
+        result: Result<T, CallError>,
+        used: Option<u64>,
+    ) -> Result<T, CallError> {
+        if let (Err(CallError::Timeout(_)), Some(serial)) = (&result, used) {
+            self.replace_silent(serial);
+        }
         if let (Err(error), Route::Sentinel(route)) = (&result, &self.shared.route) {
             if error.is_transient() {
                 let _ = self.bounded_call(route.resolve(&self.shared)).await;

@@ -153,13 +153,17 @@ impl SentinelRoute {
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = node;
     }
 
-    /// The connection to the current master.
-    pub(super) fn connection(&self) -> ConnectionManager {
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .conn
-            .clone()
+    /// The connection to the current master, and its serial.
+    pub(super) fn connection(&self) -> (ConnectionManager, u64) {
+        let node = self.current.read().unwrap_or_else(|p| p.into_inner());
+        (node.conn.clone(), node.serial)
+    }
+
+    /// Puts `fresh` in place of the connection `serial` and returns that one, unless it
+    /// was replaced meanwhile (by a failover, say).
+    pub(super) fn replace_node_if(&self, serial: u64, fresh: Node) -> Option<Node> {
+        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+        (current.serial == serial).then(|| std::mem::replace(&mut *current, fresh))
     }
 
     pub(super) fn node(&self) -> Node {

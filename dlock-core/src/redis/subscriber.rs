@@ -86,6 +86,16 @@ impl Subscriber {
         }
     }
 
+    /// Checks that the connection still answers. A dedicated connection sends `PING`
+    /// (allowed while subscribed); sharded subscriptions ride on the cluster connection,
+    /// whose calls find a silent node themselves, so there is nothing to check.
+    pub(crate) async fn ping(&mut self) -> RedisResult<()> {
+        match self {
+            Subscriber::Dedicated { sink, .. } => sink.ping::<redis::Value>().await.map(drop),
+            Subscriber::Sharded { .. } => Ok(()),
+        }
+    }
+
     /// The next event; `None` when the subscriber is gone and must be replaced.
     pub(crate) async fn next(&mut self) -> Option<SubscriberEvent> {
         match self {

@@ -39,6 +39,15 @@ use crate::sync::retry::backoff;
 /// depend on it alone: they re-check the lock every `max_wait_recheck` anyway.
 const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 
+/// How long the subscriber connection may stay quiet while it has subscriptions before
+/// it is asked for a `PING`. A connection gone half open (requests leave, nothing comes
+/// back: no reset, so no error) would otherwise swallow every release message, leaving
+/// each waiter to its `max_wait_recheck`; with the check, a silent connection is replaced
+/// (and every waiter woken to re-check) within this plus the command timeout. Any reply
+/// or message resets the wait, so a busy subscriber sends no `PING`, and a client that
+/// waits for nothing sends none either.
+const HEALTH_CHECK: Duration = Duration::from_secs(1);
+
 /// The most channels in one SUBSCRIBE or UNSUBSCRIBE (in a cluster, in one batch of
 /// per-slot SSUBSCRIBEs). Subscribing one channel per command left thousands of new
 /// waiters unsubscribed for seconds; one command for everything queued catches up at
@@ -565,6 +574,12 @@ async fn run(
                     }
                     None => healthy = false,
                 },
+                () = quiet_for(HEALTH_CHECK, !subscribed.is_empty()) => {
+                    if let Err(error) = within(command_timeout, subscriber.ping()).await {
+                        tracing::warn!(%error, "dlock: the subscriber connection did not answer a PING");
+                        healthy = false;
+                    }
+                }
                 _ = generation.changed() => {
                     tracing::info!("dlock: master moved; moving the subscriber connection");
                     healthy = false;
@@ -573,6 +588,15 @@ async fn run(
         }
         tracing::warn!("dlock: subscriber connection lost; reconnecting");
         unconfirm_all(&shared);
+    }
+}
+
+/// Sleeps for `quiet` when `checking`, else forever.
+async fn quiet_for(quiet: Duration, checking: bool) {
+    if checking {
+        tokio::time::sleep(quiet).await;
+    } else {
+        std::future::pending::<()>().await;
     }
 }
 
