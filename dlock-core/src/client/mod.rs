@@ -405,6 +405,9 @@ impl LockClient {
             let schedule = Schedule {
                 lease: settings.watchdog_timeout,
                 retry_delay: settings.retry_delay,
+                replica_acks: settings
+                    .replica_acks
+                    .map(|acks| (acks.replicas, acks.within)),
             };
             let metrics = Arc::clone(&metrics);
             background.start_until_dropped("watchdog", move || {

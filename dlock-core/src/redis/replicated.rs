@@ -1,5 +1,6 @@
-//! Acquisitions that count only once replicas confirmed them (`replica_acks`): the
-//! acquire script and `WAIT` in one pipeline, shared by every primitive that honours it.
+//! Acquisitions and renewals that count only once replicas confirmed them
+//! (`replica_acks`): the script and `WAIT` in one pipeline, shared by every primitive
+//! that honours it and by the watchdog.
 
 use std::time::Duration;
 
@@ -9,8 +10,9 @@ use super::{Backend, CallError};
 use crate::scripts::ScriptCall;
 
 impl Backend {
-    /// Runs `call` (an acquire script) followed by `WAIT replicas within` in one pipeline, so both run on the same connection and `WAIT` covers the
-    /// script's writes (the hold, its fencing token). The connection is one of its own:
+    /// Runs `call` (an acquire or renew script) followed by `WAIT replicas within` in one
+    /// pipeline, so both run on the same connection and `WAIT` covers the script's writes
+    /// (the hold, its fencing token, its new expiry). The connection is one of its own:
     /// `WAIT` blocks it, and must not delay the client's other commands.
     ///
     /// A reply that `granted` something, confirmed by fewer than `replicas` replicas, is
@@ -32,7 +34,7 @@ impl Backend {
             .arg(wait_ms);
         let (reply, acked): (T, u64) = self.query_blocking(&pipeline).await?;
         if granted(&reply) && acked < u64::from(replicas) {
-            tracing::warn!(lock = %name, acked, wanted = replicas, "dlock: acquisition not confirmed by enough replicas");
+            tracing::warn!(lock = %name, acked, wanted = replicas, "dlock: not confirmed by enough replicas");
             return Err(CallError::NotReplicated {
                 acked,
                 wanted: replicas,

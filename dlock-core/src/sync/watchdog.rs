@@ -12,6 +12,13 @@
 //! `ARGV[i + 1]`; it answers one entry per hold: 1 renewed, 0 not held by that owner, or
 //! the Redis type found when the key holds something else (a per-hold failure never
 //! aborts the batch).
+//!
+//! With `replica_acks`, a renewal counts (moves the holds' local deadlines) only once the
+//! replicas confirmed it, as an acquisition does. Otherwise a holder cut off with a
+//! deposed master — which goes on answering for seconds after a failover — would keep
+//! extending its deadline there while the promoted replica lets its copy of the lock
+//! expire and hands it to someone else; the holder would learn of it only later. Counted
+//! only when confirmed, the deadline stays behind the expiry every replica has.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,6 +73,8 @@ pub(crate) struct Schedule {
     /// The watchdog timeout (validated by the client builder).
     pub(crate) lease: Duration,
     pub(crate) retry_delay: Duration,
+    /// `replica_acks`: how many replicas must confirm a renewal, within how long.
+    pub(crate) replica_acks: Option<(u32, Duration)>,
 }
 
 /// Runs until the registry is dropped (the client is gone).
@@ -124,7 +133,15 @@ async fn renew_round(
             invocation.key(&*lock.key).arg(&*lock.field);
         }
         let sent_at = Instant::now();
-        let renewed: Vec<Renewal> = backend.invoke(&invocation).await?;
+        let renewed: Vec<Renewal> = match schedule.replica_acks {
+            None => backend.invoke(&invocation).await?,
+            Some(acks) => {
+                let any_renewed = |reply: &Vec<Renewal>| reply.contains(&Renewal::Renewed);
+                backend
+                    .invoke_replicated(&batch[0].1.name, &invocation, acks, any_renewed)
+                    .await?
+            }
+        };
         for ((id, lock), renewal) in batch.iter().zip(renewed) {
             let reason = match renewal {
                 Renewal::Renewed => {
