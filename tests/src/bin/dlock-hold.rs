@@ -5,7 +5,8 @@
 //! [--kind <primitive>]`
 //!
 //! `--kind` takes any primitive of [`dlock_tests::primitive::Primitive`] (`lock`, the
-//! default, `fair`, `read`, `write`, `semaphore`, `multi-same-slot`, `multi-sequential`).
+//! default, `fair`, `read`, `write`, `semaphore`, `multi-same-slot`, `multi-sequential`),
+//! or `redlock`: then `<redis-url>` is the servers' URLs separated by commas.
 //!
 //! Prints `acquired` on its own line (flushed) once the lock is held, then sleeps. With
 //! `--watchdog` the lock has no fixed lease and the client's watchdog renews it with that
@@ -14,6 +15,7 @@
 use std::io::Write;
 use std::time::Duration;
 
+use dlock::redlock::RedLockClient;
 use dlock::LockClient;
 use dlock_tests::primitive::Primitive;
 
@@ -26,10 +28,19 @@ enum Keep {
     Lease(Duration),
 }
 
-fn parse(args: &[String]) -> Result<(String, String, Keep, Primitive), String> {
-    let (args, primitive) = match args {
-        [rest @ .., option, kind] if option == "--kind" => (rest, kind.parse()?),
-        _ => (args, Primitive::Lock),
+/// What the process holds.
+enum Kind {
+    Primitive(Primitive),
+    RedLock,
+}
+
+fn parse(args: &[String]) -> Result<(String, String, Keep, Kind), String> {
+    let (args, kind) = match args {
+        [rest @ .., option, kind] if option == "--kind" && kind == "redlock" => {
+            (rest, Kind::RedLock)
+        }
+        [rest @ .., option, kind] if option == "--kind" => (rest, Kind::Primitive(kind.parse()?)),
+        _ => (args, Kind::Primitive(Primitive::Lock)),
     };
     let [url, name, flag, value] = args else {
         return Err(format!(
@@ -44,13 +55,13 @@ fn parse(args: &[String]) -> Result<(String, String, Keep, Primitive), String> {
         "--lease" => Keep::Lease(duration),
         other => return Err(format!("unknown option {other:?}")),
     };
-    Ok((url.clone(), name.clone(), keep, primitive))
+    Ok((url.clone(), name.clone(), keep, kind))
 }
 
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (url, name, keep, primitive) = parse(&args).unwrap_or_else(|e| {
+    let (url, name, keep, kind) = parse(&args).unwrap_or_else(|e| {
         eprintln!("dlock-hold: {e}\n{USAGE}");
         std::process::exit(2)
     });
@@ -63,19 +74,39 @@ async fn main() {
         eprintln!("dlock-hold: {e}");
         std::process::exit(1)
     };
-    let client = builder.connect(&url).await.unwrap_or_else(|e| fail(e));
     let lease = match keep {
         Keep::Watchdog(_) => None,
         Keep::Lease(lease) => Some(lease),
     };
-    let guard = primitive
-        .acquire(&client, &name, Duration::from_secs(3600), lease)
-        .await
-        .unwrap_or_else(|e| fail(e));
-    let mut stdout = std::io::stdout();
-    let _ = writeln!(stdout, "acquired");
-    let _ = stdout.flush();
-    // Hold until killed; the guard must stay alive for the watchdog to renew it.
-    std::future::pending::<()>().await;
-    drop(guard);
+    let wait = Duration::from_secs(3600);
+    // The hold must stay alive (for the watchdog to renew it) until the process is killed.
+    let announce_and_hold = || async {
+        let mut stdout = std::io::stdout();
+        let _ = writeln!(stdout, "acquired");
+        let _ = stdout.flush();
+        std::future::pending::<()>().await
+    };
+    match kind {
+        Kind::Primitive(primitive) => {
+            let client = builder.connect(&url).await.unwrap_or_else(|e| fail(e));
+            let _held = primitive
+                .acquire(&client, &name, wait, lease)
+                .await
+                .unwrap_or_else(|e| fail(e));
+            announce_and_hold().await
+        }
+        Kind::RedLock => {
+            let urls: Vec<String> = url.split(',').map(str::to_owned).collect();
+            let client = RedLockClient::connect(builder, &urls)
+                .await
+                .unwrap_or_else(|e| fail(e));
+            let lock = client.lock(&name);
+            let _guard = match lease {
+                Some(lease) => lock.try_lock_with_lease(wait, lease).await,
+                None => lock.try_lock_for(wait).await,
+            }
+            .unwrap_or_else(|e| fail(e));
+            announce_and_hold().await
+        }
+    }
 }

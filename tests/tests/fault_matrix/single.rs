@@ -390,6 +390,18 @@ async fn half_open_connection() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(holder_proxy.accepted(), 1, "the holders use one connection");
     assert!(holder_proxy.silence(1));
+    // A fenced increment on the silent connection: applied by Redis, unanswered.
+    let fence = cells[0]
+        .1
+        .fencing_token()
+        .map(dlock::fencing::Fence::new)
+        .unwrap();
+    let counter = "matrix:half-open:counter";
+    let silent = holders.fenced().incr_by(counter, 1, fence).await;
+    assert!(
+        matches!(silent, Err(LockError::CommandTimeout { .. })),
+        "a fenced write on the silent connection: {silent:?}"
+    );
     // The rivals' connections: commands first, then the subscriber of their waits.
     assert_eq!(
         rival_proxy.accepted(),
@@ -404,6 +416,12 @@ async fn half_open_connection() {
         holder_proxy.accepted(),
         rival_proxy.accepted(),
         silenced_at.elapsed()
+    );
+    let after = holders.fenced().incr_by(counter, 1, fence).await.unwrap();
+    println!("matrix fenced half_open: CommandTimeout on the silent connection (applied), the next call {after} on a new one");
+    assert_eq!(
+        after, 2,
+        "the unanswered increment applied once, the next one on top"
     );
     assert_kept_and_handed_off("half_open_connection", cells).await;
 }
