@@ -15,13 +15,18 @@
 //!
 //! It exits by itself after `--exit-after` (default 2 min) in case the test could not
 //! kill it.
+//!
+//! The soak runs it with `--all-kinds` (fair locks and both sides of a read-write lock
+//! too) against a Sentinel deployment (`--sentinel-master <name>`, `--url` then lists the
+//! sentinels separated by commas) or a cluster (`--cluster`, `--url` lists nodes), with
+//! `--replica-acks <n>` where the deployment has replicas to confirm.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use dlock::{LockClient, LockError, MultiLock};
+use dlock::{LockClient, LockError, MultiLock, Topology};
 use dlock_tests::liveness::{Guard, Keys, Rng, SEMAPHORE_PERMITS};
 use dlock_tests::timeline::{instant_ns, Need, Record, RecordFile, What};
 
@@ -49,6 +54,46 @@ struct Args {
     /// Exit after this long even if nobody killed the process.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2min")]
     exit_after: Duration,
+    /// Also takes the fair lock and both sides of the read-write lock.
+    #[arg(long)]
+    all_kinds: bool,
+    /// `--url` lists the sentinels (comma-separated) watching this master.
+    #[arg(long, conflicts_with = "cluster")]
+    sentinel_master: Option<String>,
+    /// `--url` lists cluster nodes (comma-separated).
+    #[arg(long)]
+    cluster: bool,
+    /// `replica_acks(n, 500ms)`.
+    #[arg(long)]
+    replica_acks: Option<u32>,
+}
+
+/// What one operation does.
+enum Op {
+    Lease,
+    Retry,
+    Multi,
+    Semaphore,
+    Fair,
+    Read,
+    Write,
+    Idle,
+}
+
+impl Op {
+    /// The liveness test's mix (its seeds replay the same schedule), or with every kind.
+    fn pick(draw: u64, all_kinds: bool) -> Op {
+        match (all_kinds, draw) {
+            (false, 0..=39) | (true, 0..=24) => Op::Lease,
+            (false, 40..=54) | (true, 25..=34) => Op::Retry,
+            (false, 55..=74) | (true, 35..=49) => Op::Multi,
+            (false, 75..=92) | (true, 50..=64) => Op::Semaphore,
+            (true, 65..=74) => Op::Fair,
+            (true, 75..=84) => Op::Read,
+            (true, 85..=94) => Op::Write,
+            _ => Op::Idle,
+        }
+    }
 }
 
 struct Worker {
@@ -57,6 +102,7 @@ struct Worker {
     process: String,
     out: RecordFile,
     rng: Rng,
+    all_kinds: bool,
 }
 
 impl Worker {
@@ -77,8 +123,8 @@ impl Worker {
             let wait = self.wait();
             let pick = self.rng.between(0, 99);
             let plain = self.rng.pick(&self.keys.plain).clone();
-            let guard = match pick {
-                0..=39 => {
+            let guard = match Op::pick(pick, self.all_kinds) {
+                Op::Lease => {
                     let lock = self.client.lock(&plain);
                     self.out.record(
                         &who,
@@ -86,7 +132,7 @@ impl Worker {
                     );
                     lock.try_lock_with_lease(wait, lease).await.map(Guard::One)
                 }
-                40..=54 => {
+                Op::Retry => {
                     // Tries back to back, as an application's retry loop does: one wait.
                     let lock = self.client.lock(&plain);
                     self.out.record(
@@ -106,7 +152,7 @@ impl Worker {
                     }
                     outcome.map(Guard::One)
                 }
-                55..=74 => {
+                Op::Multi => {
                     let mut names = self.keys.plain.to_vec();
                     if self.rng.chance(50) {
                         names.remove(self.rng.between(0, 2) as usize);
@@ -122,7 +168,7 @@ impl Worker {
                         Err(e) => Err(e),
                     }
                 }
-                75..=92 => {
+                Op::Semaphore => {
                     let n = self.rng.between(1, 2) as u32;
                     let need = Need::Permits {
                         n,
@@ -137,7 +183,32 @@ impl Worker {
                         .await
                         .map(Guard::Permit)
                 }
-                _ => {
+                Op::Fair => {
+                    let name = self.keys.fair.clone();
+                    self.out.record(
+                        &who,
+                        wait_record("fair", &[&name], Need::Exclusive, lease_ms),
+                    );
+                    let lock = self.client.fair_lock(&name);
+                    lock.try_lock_with_lease(wait, lease).await.map(Guard::One)
+                }
+                Op::Read => {
+                    let name = self.keys.rw.clone();
+                    self.out
+                        .record(&who, wait_record("read", &[&name], Need::Shared, lease_ms));
+                    let lock = self.client.rw_lock(&name).read();
+                    lock.try_lock_with_lease(wait, lease).await.map(Guard::One)
+                }
+                Op::Write => {
+                    let name = self.keys.rw.clone();
+                    self.out.record(
+                        &who,
+                        wait_record("write", &[&name], Need::Exclusive, lease_ms),
+                    );
+                    let lock = self.client.rw_lock(&name).write();
+                    lock.try_lock_with_lease(wait, lease).await.map(Guard::One)
+                }
+                Op::Idle => {
                     tokio::time::sleep(Duration::from_millis(self.rng.between(0, 100))).await;
                     continue;
                 }
@@ -208,11 +279,21 @@ fn main() -> ExitCode {
         };
         // Rechecks as rarely as the test's own clients, so that a waiter relying on its
         // recheck shows as a stall.
-        let client = match LockClient::builder()
-            .max_wait_recheck(Duration::from_secs(10))
-            .connect(&args.url)
-            .await
-        {
+        let mut builder = LockClient::builder().max_wait_recheck(Duration::from_secs(10));
+        if let Some(replicas) = args.replica_acks {
+            builder = builder.replica_acks(replicas, Duration::from_millis(500));
+        }
+        let urls = || args.url.split(',').map(str::to_owned).collect();
+        let connected = match (&args.sentinel_master, args.cluster) {
+            (Some(master), _) => {
+                builder
+                    .connect_to(&Topology::sentinel(master, urls()))
+                    .await
+            }
+            (None, true) => builder.connect_to(&Topology::cluster(urls())).await,
+            (None, false) => builder.connect(&args.url).await,
+        };
+        let client = match connected {
             Ok(client) => client,
             Err(e) => {
                 eprintln!("dlock-liveness: {e}");
@@ -225,6 +306,7 @@ fn main() -> ExitCode {
             process: args.process,
             out,
             rng: Rng::new(args.seed),
+            all_kinds: args.all_kinds,
         };
         tokio::select! {
             () = worker.run() => {}
