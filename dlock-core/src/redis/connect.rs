@@ -142,32 +142,52 @@ pub(super) async fn connect_cluster(
     nodes: Vec<redis::ConnectionInfo>,
     tls: &TlsFiles,
     options: ConnectOptions,
-) -> Result<
-    (
-        ClusterClient,
-        ClusterConnection,
-        mpsc::UnboundedReceiver<PushInfo>,
-    ),
-    CallError,
-> {
-    let (sender, pushes) = mpsc::unbounded_channel();
-    let builder = redis::cluster::ClusterClientBuilder::new(nodes)
-        .use_protocol(redis::ProtocolVersion::RESP3)
-        .push_sender(sender)
-        .connection_timeout(options.connect_timeout)
-        .response_timeout(options.command_timeout);
-    let builder = if tls.is_default() {
-        builder
-    } else {
-        cluster_tls(builder, tls)?
+) -> Result<ClusterClients, CallError> {
+    let builder = |pushes: Option<mpsc::UnboundedSender<PushInfo>>| {
+        let builder = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .connection_timeout(options.connect_timeout)
+            .response_timeout(options.command_timeout);
+        let builder = match pushes {
+            Some(sender) => builder.push_sender(sender),
+            None => builder,
+        };
+        let builder = if tls.is_default() {
+            builder
+        } else {
+            cluster_tls(builder, tls)?
+        };
+        builder.build().map_err(CallError::Redis)
     };
-    let client = builder.build().map_err(CallError::Redis)?;
-    let connecting = client.get_async_connection();
+    let commands = builder(None)?;
+    let (sender, pushes) = mpsc::unbounded_channel();
+    let subscriber = builder(Some(sender))?;
+    let connecting = commands.get_async_connection();
     match tokio::time::timeout(options.connect_timeout, connecting).await {
-        Ok(Ok(conn)) => Ok((client, conn, pushes)),
+        Ok(Ok(conn)) => Ok(ClusterClients {
+            commands,
+            conn,
+            subscriber,
+            pushes,
+        }),
         Ok(Err(e)) => Err(CallError::Redis(e)),
         Err(_) => Err(CallError::Timeout(options.connect_timeout)),
     }
+}
+
+/// What connecting to a cluster yields. Commands and sharded subscriptions use separate
+/// connections: the client library takes any `sunsubscribe` push for the reply to the
+/// oldest request in flight, and the server sends one unasked when a slot moves — on a
+/// shared connection that request (say, an acquire script) got the push as its answer
+/// and every later request the answer of the one before it.
+pub(super) struct ClusterClients {
+    /// Opens the command connection (again on a new runtime).
+    pub(super) commands: ClusterClient,
+    /// The command connection.
+    pub(super) conn: ClusterConnection,
+    /// Opens the subscriber's connections; their pushes go to `pushes`.
+    pub(super) subscriber: ClusterClient,
+    pub(super) pushes: mpsc::UnboundedReceiver<PushInfo>,
 }
 
 /// How the master of a Sentinel deployment is reached: over TLS exactly when the

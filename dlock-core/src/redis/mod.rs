@@ -103,9 +103,12 @@ enum Route {
 }
 
 struct ClusterRoute {
-    /// Opens the connection again on a new runtime.
+    /// Opens the command connection again on a new runtime.
     client: ClusterClient,
+    /// The command connection; it never subscribes (see `connect::ClusterClients`).
     conn: RwLock<ClusterConnection>,
+    /// Opens the subscriber's connections, whose pushes go to `pushes`.
+    subscriber: ClusterClient,
     /// Sharded pub/sub messages; taken by the subscriber task.
     pushes: Mutex<Option<mpsc::UnboundedReceiver<PushInfo>>>,
     /// The first configured node's address and settings (credentials, database, TLS or
@@ -272,24 +275,24 @@ impl Backend {
                     .map(|node| connection_info(node, &topology.auth))
                     .collect::<Result<Vec<_>, _>>()?;
                 let template = infos[0].clone();
-                let (client, conn, pushes) =
-                    connect_cluster(infos, tls, options)
-                        .await
-                        .map_err(|e| match e {
-                            CallError::Redis(source)
-                                if source.kind() == redis::ErrorKind::InvalidClientConfig =>
-                            {
-                                LockError::Config(format!(
-                                    "invalid cluster nodes {}: {source}",
-                                    list(nodes)
-                                ))
-                            }
-                            other => connect_error(shown.clone(), other),
-                        })?;
+                let clients = connect_cluster(infos, tls, options)
+                    .await
+                    .map_err(|e| match e {
+                        CallError::Redis(source)
+                            if source.kind() == redis::ErrorKind::InvalidClientConfig =>
+                        {
+                            LockError::Config(format!(
+                                "invalid cluster nodes {}: {source}",
+                                list(nodes)
+                            ))
+                        }
+                        other => connect_error(shown.clone(), other),
+                    })?;
                 let route = Route::Cluster(Box::new(ClusterRoute {
-                    client,
-                    conn: RwLock::new(conn),
-                    pushes: Mutex::new(Some(pushes)),
+                    client: clients.commands,
+                    conn: RwLock::new(clients.conn),
+                    subscriber: clients.subscriber,
+                    pushes: Mutex::new(Some(clients.pushes)),
                     template,
                     tls: tls.clone(),
                 }));

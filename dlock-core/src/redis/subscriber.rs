@@ -21,16 +21,17 @@ pub(crate) enum Subscriber {
         sink: PubSubSink,
         stream: PubSubStream,
     },
-    /// Sharded subscriptions through the cluster connection; messages arrive as pushes.
+    /// Sharded subscriptions through a cluster connection of their own (never the
+    /// command connection); messages arrive as pushes.
     Sharded {
         conn: ClusterConnection,
         pushes: PushLease,
     },
 }
 
-/// The cluster connection's push receiver, lent to one subscriber at a time. The cluster
-/// connection outlives any subscriber, so a subscriber dropped after a failed
-/// `SSUBSCRIBE` hands the receiver back for the next one.
+/// The subscriber connections' push receiver, lent to one subscriber at a time: a
+/// subscriber dropped after a failed `SSUBSCRIBE` hands it back for the next one, whose
+/// connection pushes to the same receiver.
 pub(crate) struct PushLease {
     receiver: Option<mpsc::UnboundedReceiver<PushInfo>>,
     shared: Arc<Shared>,
@@ -178,8 +179,9 @@ impl Backend {
                 self.dedicated(client).await
             }
             Route::Cluster(route) => {
-                self.follow_runtime().await?;
-                let conn = read(&route.conn);
+                let conn = self
+                    .bounded(route.subscriber.get_async_connection())
+                    .await?;
                 let taken = route
                     .pushes
                     .lock()
@@ -193,10 +195,10 @@ impl Backend {
                             shared: Arc::clone(&self.shared),
                         },
                     }),
-                    // The receiver ended with the cluster connection: nothing to reconnect.
+                    // Another subscriber holds it (never: one subscriber task per client).
                     None => Err(CallError::Redis(RedisError::from((
                         redis::ErrorKind::Io,
-                        "the cluster connection's message channel is closed",
+                        "the cluster subscriber's message channel is taken",
                     )))),
                 }
             }
