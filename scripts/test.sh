@@ -8,9 +8,12 @@ step() {
 }
 
 # A CI run builds once from scratch: incremental caches would only add ~1.7 GB to a target
-# directory of ~5 GB, on a disk other work shares.
+# directory of ~5 GB, on a disk other work shares; and line tables are all a failing
+# test's backtrace needs (full debug info makes linking the ~100 test and worker binaries
+# a large part of a fresh run).
 if [ -n "${CI:-}" ]; then
     export CARGO_INCREMENTAL=0
+    export CARGO_PROFILE_DEV_DEBUG=line-tables-only
 fi
 df -h . | sed -n '2s/^/disk: /p'
 

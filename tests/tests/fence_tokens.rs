@@ -59,15 +59,26 @@ fn first_non_increase(mut records: Vec<(u64, u64)>) -> Option<((u64, u64), (u64,
         .map(|pair| (pair[0], pair[1]))
 }
 
+/// Acquisitions per process of the eight-process run: 1,250 in CI (10,000 in all);
+/// `DLOCK_FENCE_SECTIONS=10000` runs 80,000.
+fn sections_per_process() -> u64 {
+    std::env::var("DLOCK_FENCE_SECTIONS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(1_250)
+}
+
 #[test]
 fn tokens_strictly_increase_across_eight_processes() {
     let server = RedisServer::start();
     let started = Instant::now();
-    let records = run_workers(&server.url(), "fence:procs", 8, 1_250, &[]);
+    let sections = sections_per_process();
+    let records = run_workers(&server.url(), "fence:procs", 8, sections, &[]);
     let took = started.elapsed();
-    assert_eq!(records.len(), 10_000);
+    let total = usize::try_from(8 * sections).unwrap();
+    assert_eq!(records.len(), total);
     let distinct: HashSet<u64> = records.iter().map(|(_, token)| *token).collect();
-    assert_eq!(distinct.len(), 10_000, "a token was handed out twice");
+    assert_eq!(distinct.len(), total, "a token was handed out twice");
     assert_eq!(
         first_non_increase(records),
         None,
@@ -81,7 +92,9 @@ fn tokens_strictly_increase_across_eight_processes() {
         first_non_increase(control).is_some(),
         "the oracle cannot fire"
     );
-    println!("8 processes x 1,250 acquisitions: 10,000 distinct, increasing tokens in {took:?}");
+    println!(
+        "8 processes x {sections} acquisitions: {total} distinct, increasing tokens in {took:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

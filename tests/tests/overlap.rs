@@ -4,7 +4,7 @@
 //! section. The same run without the lock must overlap, or the checker proves nothing.
 //!
 //! Scale for longer runs with `DLOCK_OVERLAP_PROCESSES` (default 4), `DLOCK_OVERLAP_COUNT`
-//! (sections per process, default 500) and `DLOCK_OVERLAP_HOLD` (time inside, default
+//! (sections per process, default 250) and `DLOCK_OVERLAP_HOLD` (time inside, default
 //! `1ms`).
 
 use std::fs::File;
@@ -47,7 +47,7 @@ impl Scale {
         }
         Scale {
             processes: var("DLOCK_OVERLAP_PROCESSES", 4, |v| v.parse().ok()),
-            count: var("DLOCK_OVERLAP_COUNT", 500, |v| v.parse().ok()),
+            count: var("DLOCK_OVERLAP_COUNT", 250, |v| v.parse().ok()),
             hold: var("DLOCK_OVERLAP_HOLD", Duration::from_millis(1), |v| {
                 humantime::parse_duration(v).ok()
             }),

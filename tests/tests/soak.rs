@@ -92,6 +92,9 @@ impl Deployment {
         match self {
             Deployment::Sentinel(group) => {
                 group.failover();
+                // The next failover needs the old master demoted to a replica (~10 s):
+                // chained sooner, the sentinels may find no replica to promote.
+                group.wait_replicated();
             }
             Deployment::Cluster(cluster) => {
                 let key = rng.pick(&key_names(keys)).clone();
