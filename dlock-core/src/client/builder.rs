@@ -152,14 +152,21 @@ impl LockClientBuilder {
     /// (`lock`, `try_lock_for`; see [`failover_wait`](Self::failover_wait)). It costs one
     /// round trip to the replicas per acquisition. It narrows the window rather than
     /// closing it: `WAIT` confirms that replicas received the lock, not that the one
-    /// promoted will be among them, so ask for all replicas for the most safety. Renewals
-    /// are not waited for.
+    /// promoted will be among them, so ask for all replicas for the most safety.
+    ///
+    /// Watchdog renewals are confirmed the same way: a renewal counts (moves the guard's
+    /// deadline) only once the replicas have it. A holder left talking to a deposed master
+    /// after a failover — which goes on accepting writes for seconds — then learns of the
+    /// loss by its own deadline, before the promoted replica can hand the lock to anyone
+    /// else (without it, a rival was measured holding such a lock ~160–200 ms before its
+    /// holder was told). The price: while fewer replicas than asked for answer (after a
+    /// failover, until the old master rejoins as a replica), renewals go unconfirmed and
+    /// held locks run out at their deadline.
     ///
     /// Applies to the reentrant lock, the fair lock, both sides of the read-write lock,
-    /// the multi-lock (a same-slot set is then taken one lock after another, each
-    /// confirmed) and fenced writes ([`LockClient::fenced`](crate::LockClient::fenced)).
-    /// The semaphore does not wait for replicas yet: its grants count once the master has
-    /// them.
+    /// the semaphore, the multi-lock (a same-slot set is then taken one lock after
+    /// another, each confirmed) and fenced writes
+    /// ([`LockClient::fenced`](crate::LockClient::fenced)).
     ///
     /// It stays off by default. In a measured Sentinel failover under four workers adding
     /// 1 under the lock, about 700–800 of 10,000 acknowledged increments were lost with
