@@ -84,8 +84,10 @@ async fn a_moved_slot_never_answers_a_command() {
     );
     assert!(!waiter.is_finished(), "the waiter got a held lock");
     guard.unlock().await.unwrap();
-    waiter
+    let woken = waiter.await.unwrap();
+    woken
+        .expect("the waiter is woken after the failovers")
+        .unlock()
         .await
-        .unwrap()
-        .expect("the waiter is woken after the failovers");
+        .unwrap();
 }

@@ -189,7 +189,13 @@ impl Worker {
                         &who,
                         wait_record("fair", &[&name], Need::Exclusive, lease_ms),
                     );
-                    let lock = self.client.fair_lock(&name);
+                    // A waiter killed in the queue holds it up for its entry timeout
+                    // (documented): short here, so that the soak's kills stay within its
+                    // stall bound.
+                    let lock = self
+                        .client
+                        .fair_lock(&name)
+                        .with_entry_timeout(Duration::from_secs(1));
                     lock.try_lock_with_lease(wait, lease).await.map(Guard::One)
                 }
                 Op::Read => {
