@@ -9,7 +9,9 @@ use dlock::{LockClient, LockClientBuilder, LockError, Topology};
 use dlock_tests::primitive::{Held, Primitive};
 use dlock_tests::{RedisCluster, RedisSentinelGroup};
 
-use crate::support::{any_exists, builder, hold, name, watch_loss, Cell, LossWatch, Rival};
+use crate::support::{
+    any_exists, assert_kept_and_handed_off, builder, cells, name, Cell, LossWatch, Rival,
+};
 
 /// A wake-up across a failover: the subscriber follows the master or the slot.
 const FAILOVER_WAKE_LIMIT: Duration = Duration::from_millis(200);
@@ -21,24 +23,6 @@ async fn connect_to(builder: LockClientBuilder, topology: &Topology) -> LockClie
         .unwrap_or_else(|e| panic!("cannot connect: {e}"))
 }
 
-/// Takes every primitive under `fault` with `holders`, a loss watcher and a rival each.
-async fn cells(
-    holders: &LockClient,
-    rivals: &LockClient,
-    fault: &str,
-    wait: Duration,
-) -> Vec<Cell> {
-    let mut cells = Vec::new();
-    for primitive in Primitive::ALL {
-        let name = name(fault, primitive);
-        let held = hold(holders, primitive, &name, None).await;
-        let watch = watch_loss(&held, Duration::from_secs(30));
-        let rival = Rival::spawn(rivals, primitive, &name, wait);
-        cells.push((primitive, held, watch, rival));
-    }
-    cells
-}
-
 /// After a failover: each hold kept, on the new master (`connection`), still exclusive;
 /// its release wakes the rival within `FAILOVER_WAKE_LIMIT`.
 async fn assert_kept_on(
@@ -48,24 +32,14 @@ async fn assert_kept_on(
     holders: &LockClient,
     connection: &mut redis::Connection,
 ) {
-    for (primitive, held, watch, rival) in cells {
-        let keys = primitive.keys(holders, &name(fault, primitive));
-        assert!(!held.is_lost(), "{primitive} {label}: lost in the failover");
+    for (primitive, ..) in &cells {
+        let keys = primitive.keys(holders, &name(fault, *primitive));
         assert!(
             any_exists(connection, &keys),
             "{primitive} {label}: not on the new master"
         );
-        assert!(!rival.is_finished(), "{primitive} {label}: not exclusive");
-        watch.abort();
-        let unlocked_at = Instant::now();
-        held.unlock().await.unwrap();
-        let hand_off = rival.acquired_at().await.unwrap() - unlocked_at;
-        println!("matrix {primitive} {label}: kept on the new master, hand-off {hand_off:?}");
-        assert!(
-            hand_off <= FAILOVER_WAKE_LIMIT,
-            "{primitive} {label}: hand-off {hand_off:?}"
-        );
     }
+    assert_kept_and_handed_off(label, cells, FAILOVER_WAKE_LIMIT).await;
 }
 
 /// `SENTINEL FAILOVER` with every primitive held, default settings. Holds with a 5 s
@@ -87,8 +61,22 @@ async fn sentinel_failover() {
     )
     .await;
     let rivals = connect_to(builder(), &topology).await;
-    let kept = cells(&holders, &rivals, "sentinel", Duration::from_secs(30)).await;
-    let lapsing = cells(&brief, &rivals, "sentinel-brief", Duration::from_secs(6)).await;
+    let kept = cells(
+        &holders,
+        &rivals,
+        "sentinel",
+        Duration::from_secs(30),
+        Duration::from_secs(30),
+    )
+    .await;
+    let lapsing = cells(
+        &brief,
+        &rivals,
+        "sentinel-brief",
+        Duration::from_secs(30),
+        Duration::from_secs(6),
+    )
+    .await;
     group.wait_replicated();
     let started = Instant::now();
     let new_master = group.failover();
@@ -249,8 +237,22 @@ async fn sentinel_failover_with_replica_acks() {
         replica.resume();
     }
     group.wait_replicated();
-    let kept = cells(&holders, &rivals, "acks", Duration::from_secs(30)).await;
-    let lapsing = cells(&brief, &brief_rivals, "acks-brief", Duration::from_secs(6)).await;
+    let kept = cells(
+        &holders,
+        &rivals,
+        "acks",
+        Duration::from_secs(30),
+        Duration::from_secs(30),
+    )
+    .await;
+    let lapsing = cells(
+        &brief,
+        &brief_rivals,
+        "acks-brief",
+        Duration::from_secs(30),
+        Duration::from_secs(6),
+    )
+    .await;
     group.failover();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let new_master = group.current_master_port();
@@ -283,7 +285,14 @@ async fn cluster_slot_failover() {
     )
     .await;
     let rivals = connect_to(builder(), &topology).await;
-    let kept = cells(&holders, &rivals, "cluster", Duration::from_secs(30)).await;
+    let kept = cells(
+        &holders,
+        &rivals,
+        "cluster",
+        Duration::from_secs(30),
+        Duration::from_secs(30),
+    )
+    .await;
     let token = kept[0].1.fencing_token().expect("a lock's token");
     let fenced = holders.fenced();
     let counter = "{matrix-cluster}:counter";

@@ -10,8 +10,8 @@ use dlock_tests::primitive::Primitive;
 use dlock_tests::{HoldProcess, RedisServer, TcpProxy};
 
 use crate::support::{
-    any_exists, builder, burn_cpu, connect, hold, kill_connections, longest_pttl, name, watch_loss,
-    Cell, Rival, WAKE_LIMIT,
+    any_exists, assert_kept_and_handed_off, builder, burn_cpu, cells, connect, hold,
+    kill_connections, longest_pttl, name, watch_loss, Rival, WAKE_LIMIT,
 };
 
 /// Slack for a waiter's own round trips after the lock became takeable.
@@ -313,14 +313,14 @@ async fn command_connections_killed() {
     let url = server.url();
     let holders = connect(builder().watchdog_timeout(Duration::from_millis(900)), &url).await;
     let rivals = connect(builder(), &url).await;
-    let mut cells = Vec::new();
-    for primitive in Primitive::ALL {
-        let name = name("kill-normal", primitive);
-        let held = hold(&holders, primitive, &name, None).await;
-        let watch = watch_loss(&held, Duration::from_millis(1500));
-        let rival = Rival::spawn(&rivals, primitive, &name, Duration::from_secs(10));
-        cells.push((primitive, held, watch, rival));
-    }
+    let cells = cells(
+        &holders,
+        &rivals,
+        "kill-normal",
+        Duration::from_millis(1500),
+        Duration::from_secs(10),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut admin = server.connection();
     assert!(kill_connections(&mut admin, "normal") > 0);
@@ -335,29 +335,7 @@ async fn command_connections_killed() {
         .await
         .expect("a fenced write after the kill reconnects");
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_kept_and_handed_off("command_connections_killed", cells).await;
-}
-
-/// Releases every cell's hold and checks its rival gets it within `WAKE_LIMIT`, after
-/// checking the hold was not lost and still excluded.
-async fn assert_kept_and_handed_off(fault: &str, cells: Vec<Cell>) {
-    for (primitive, held, watch, rival) in cells {
-        assert!(
-            !held.is_lost(),
-            "{primitive} {fault}: the hold was lost: {:?}",
-            watch.await.unwrap()
-        );
-        watch.abort();
-        assert!(!rival.is_finished(), "{primitive} {fault}: not exclusive");
-        let unlocked_at = Instant::now();
-        held.unlock().await.unwrap();
-        let hand_off = rival.acquired_at().await.unwrap() - unlocked_at;
-        println!("matrix {primitive} {fault}: kept, hand-off {hand_off:?}");
-        assert!(
-            hand_off <= WAKE_LIMIT,
-            "{primitive} {fault}: hand-off {hand_off:?}"
-        );
-    }
+    assert_kept_and_handed_off("command_connections_killed", cells, WAKE_LIMIT).await;
 }
 
 /// The holders' command connection goes half open (requests reach Redis, replies never
@@ -379,14 +357,14 @@ async fn half_open_connection() {
     )
     .await;
     let rivals = connect(builder().command_timeout(timeout), &rival_proxy.url()).await;
-    let mut cells = Vec::new();
-    for primitive in Primitive::ALL {
-        let name = name("half-open", primitive);
-        let held = hold(&holders, primitive, &name, None).await;
-        let watch = watch_loss(&held, Duration::from_secs(3));
-        let rival = Rival::spawn(&rivals, primitive, &name, Duration::from_secs(20));
-        cells.push((primitive, held, watch, rival));
-    }
+    let cells = cells(
+        &holders,
+        &rivals,
+        "half-open",
+        Duration::from_secs(3),
+        Duration::from_secs(20),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(holder_proxy.accepted(), 1, "the holders use one connection");
     assert!(holder_proxy.silence(1));
@@ -423,7 +401,7 @@ async fn half_open_connection() {
         after, 2,
         "the unanswered increment applied once, the next one on top"
     );
-    assert_kept_and_handed_off("half_open_connection", cells).await;
+    assert_kept_and_handed_off("half_open_connection", cells, WAKE_LIMIT).await;
 }
 
 /// The rivals' subscriber connection killed (`CLIENT KILL TYPE pubsub`) right before the
@@ -435,18 +413,18 @@ async fn subscriber_lost() {
     let url = server.url();
     let holders = connect(builder(), &url).await;
     let rivals = connect(builder(), &url).await;
-    let mut cells = Vec::new();
-    for primitive in Primitive::ALL {
-        let name = name("pubsub", primitive);
-        let held = hold(&holders, primitive, &name, None).await;
-        let watch = watch_loss(&held, Duration::from_secs(5));
-        let rival = Rival::spawn(&rivals, primitive, &name, Duration::from_secs(20));
-        cells.push((primitive, held, watch, rival));
-    }
+    let cells = cells(
+        &holders,
+        &rivals,
+        "pubsub",
+        Duration::from_secs(5),
+        Duration::from_secs(20),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut admin = server.connection();
     assert_eq!(kill_connections(&mut admin, "pubsub"), 1);
-    assert_kept_and_handed_off("subscriber_lost", cells).await;
+    assert_kept_and_handed_off("subscriber_lost", cells, WAKE_LIMIT).await;
 }
 
 /// Both cores saturated by busy threads for 5 watchdog timeouts (1 s): every hold kept

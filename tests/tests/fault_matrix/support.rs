@@ -89,6 +89,48 @@ pub type LossWatch = JoinHandle<Option<(Instant, LockError)>>;
 /// A hold of one primitive, its loss watch and the rival waiting for it.
 pub type Cell = (Primitive, Held, LossWatch, Rival);
 
+/// Takes every primitive under `fault` with `holders`, each with a loss watch (for
+/// `watch_for`) and a rival of `rivals` waiting up to `wait`.
+pub async fn cells(
+    holders: &LockClient,
+    rivals: &LockClient,
+    fault: &str,
+    watch_for: Duration,
+    wait: Duration,
+) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    for primitive in Primitive::ALL {
+        let name = name(fault, primitive);
+        let held = hold(holders, primitive, &name, None).await;
+        let watch = watch_loss(&held, watch_for);
+        let rival = Rival::spawn(rivals, primitive, &name, wait);
+        cells.push((primitive, held, watch, rival));
+    }
+    cells
+}
+
+/// Checks each cell's hold was not lost and still excludes, then releases it and checks
+/// its rival gets it within `limit`; `label` names the cell in the report.
+pub async fn assert_kept_and_handed_off(label: &str, cells: Vec<Cell>, limit: Duration) {
+    for (primitive, held, watch, rival) in cells {
+        assert!(
+            !held.is_lost(),
+            "{primitive} {label}: the hold was lost: {:?}",
+            watch.await.unwrap()
+        );
+        watch.abort();
+        assert!(!rival.is_finished(), "{primitive} {label}: not exclusive");
+        let unlocked_at = Instant::now();
+        held.unlock().await.unwrap();
+        let hand_off = rival.acquired_at().await.unwrap() - unlocked_at;
+        println!("matrix {primitive} {label}: kept, hand-off {hand_off:?}");
+        assert!(
+            hand_off <= limit,
+            "{primitive} {label}: hand-off {hand_off:?}"
+        );
+    }
+}
+
 /// Resolves when `held` is lost, returning when; `None` when it is not within `within`.
 pub fn watch_loss(held: &Held, within: Duration) -> LossWatch {
     let lost = held.lost();
