@@ -137,6 +137,7 @@ fn the_reliability_table_lists_every_cell() {
 /// `WAKE_LIMIT` in a cell was woken by the release, not by luck or a timer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_a_release_without_its_message_wakes_nobody() {
+    let _cpu = crate::support::sharing_cpu().await;
     let server = RedisServer::start();
     let holders = connect(builder(), &server.url()).await;
     let rivals = connect(builder(), &server.url()).await;

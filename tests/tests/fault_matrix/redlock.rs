@@ -27,6 +27,7 @@ async fn redlock(servers: &[RedisServer], watchdog: Duration) -> RedLockClient {
 /// the holder lives, the rival waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_holder_killed() {
+    let _cpu = crate::support::sharing_cpu().await;
     let servers = servers();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let joined = urls.join(",");
@@ -98,6 +99,7 @@ async fn redlock_holder_killed() {
 /// release a waiting rival holds it within its next round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_connections_killed() {
+    let _cpu = crate::support::sharing_cpu().await;
     let servers = servers();
     let holders = redlock(&servers, Duration::from_millis(900)).await;
     let rivals = redlock(&servers, Duration::from_secs(30)).await;
@@ -133,6 +135,7 @@ async fn redlock_connections_killed() {
 /// deadline in the same run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_cpu_starvation() {
+    let _cpu = crate::support::owning_cpu().await;
     let servers = servers();
     let holders = redlock(&servers, Duration::from_secs(1)).await;
     let rivals = redlock(&servers, Duration::from_secs(30)).await;

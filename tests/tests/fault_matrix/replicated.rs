@@ -48,6 +48,7 @@ async fn assert_kept_on(
 /// but never before their holder was told.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover() {
+    let _cpu = crate::support::sharing_cpu().await;
     let group = RedisSentinelGroup::start();
     let topology = Topology::sentinel(group.master_name(), group.sentinel_urls());
     let holders = connect_to(
@@ -166,6 +167,7 @@ async fn lapse(
 /// failover and still excludes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_with_replica_acks() {
+    let _cpu = crate::support::sharing_cpu().await;
     let group = RedisSentinelGroup::start();
     let topology = Topology::sentinel(group.master_name(), group.sentinel_urls());
     let acks = builder()
@@ -277,6 +279,7 @@ async fn sentinel_failover_with_replica_acks() {
 /// before and after the failover all count, and a token below the highest is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_slot_failover() {
+    let _cpu = crate::support::sharing_cpu().await;
     let cluster = RedisCluster::start();
     let topology = Topology::cluster(cluster.node_urls());
     let holders = connect_to(

@@ -23,6 +23,7 @@ const SLACK: Duration = Duration::from_millis(250);
 /// the rival waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_killed() {
+    let _cpu = crate::support::sharing_cpu().await;
     let server = RedisServer::start();
     let url = server.url();
     let rivals = connect(builder(), &url).await;
@@ -97,6 +98,7 @@ async fn holder_killed() {
 /// applied exactly once after the resume.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_paused_past_the_lease() {
+    let _cpu = crate::support::sharing_cpu().await;
     let server = RedisServer::start();
     let url = server.url();
     let short = connect(builder().watchdog_timeout(Duration::from_millis(600)), &url).await;
@@ -191,6 +193,7 @@ async fn redis_paused_past_the_lease() {
 /// with `appendfsync always`: every hold survives and excludes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_without_persistence() {
+    let _cpu = crate::support::sharing_cpu().await;
     let mut volatile = RedisServer::start();
     let mut durable = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let watchdog = builder().watchdog_timeout(Duration::from_millis(1500));
@@ -309,6 +312,7 @@ async fn restart_without_persistence() {
 /// kill succeeds (one reconnection).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn command_connections_killed() {
+    let _cpu = crate::support::sharing_cpu().await;
     let server = RedisServer::start();
     let url = server.url();
     let holders = connect(builder().watchdog_timeout(Duration::from_millis(900)), &url).await;
@@ -345,6 +349,7 @@ async fn command_connections_killed() {
 /// health check finding it silent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_open_connection() {
+    let _cpu = crate::support::sharing_cpu().await;
     let server = RedisServer::start();
     let holder_proxy = TcpProxy::start(server.addr());
     let rival_proxy = TcpProxy::start(server.addr());
@@ -409,6 +414,7 @@ async fn half_open_connection() {
 /// its lock within `WAKE_LIMIT` (the reconnection wakes every waiter to re-check).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriber_lost() {
+    let _cpu = crate::support::sharing_cpu().await;
     let server = RedisServer::start();
     let url = server.url();
     let holders = connect(builder(), &url).await;
@@ -432,6 +438,7 @@ async fn subscriber_lost() {
 /// explicit 1 s lease (no renewal), is lost at its deadline in the same run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cpu_starvation() {
+    let _cpu = crate::support::owning_cpu().await;
     let server = RedisServer::start();
     let url = server.url();
     let holders = connect(builder().watchdog_timeout(Duration::from_secs(1)), &url).await;

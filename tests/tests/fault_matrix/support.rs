@@ -173,6 +173,20 @@ pub fn kill_connections(connection: &mut redis::Connection, kind: &str) -> u64 {
         .unwrap()
 }
 
+/// The machine's CPU, shared by the cells that measure time and taken whole by the cells
+/// that starve it: a cell's timing bound must not meet another cell's busy threads.
+static CPU: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Held by a cell that measures time, for its whole run.
+pub async fn sharing_cpu() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    CPU.read().await
+}
+
+/// Held by a cell that saturates the cores, for its whole run.
+pub async fn owning_cpu() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    CPU.write().await
+}
+
 /// Two threads spinning until the returned flag is set: both cores busy.
 pub fn burn_cpu() -> (
     std::sync::Arc<std::sync::atomic::AtomicBool>,
