@@ -128,3 +128,38 @@ async fn a_dropped_sentinel_client_closes_its_connections_everywhere() {
     );
     assert!(cancelled >= 6, "only {cancelled} connects were cancelled");
 }
+
+/// A client whose command connection went silent replaced it and keeps the old one open
+/// for a while (a paused server may still run what it holds); dropping the client closes
+/// that one too, at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_silent_connection_goes_with_the_client() {
+    let server = RedisServer::start();
+    let proxy = dlock_tests::TcpProxy::start(server.addr());
+    let mut admins = admins(&[("server", &server)]);
+    let client = LockClient::builder()
+        .command_timeout(Duration::from_millis(300))
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    assert!(proxy.silence(1));
+    let silent = client.lock("drop:silent").is_locked().await;
+    assert!(
+        silent.is_err(),
+        "an answer on a silent connection: {silent:?}"
+    );
+    // The replacement answers.
+    let replaced = Instant::now();
+    while client.lock("drop:silent").is_locked().await.is_err() {
+        assert!(
+            replaced.elapsed() < Duration::from_secs(3),
+            "never replaced"
+        );
+    }
+    assert!(proxy.accepted() >= 2, "no new connection");
+    drop(client);
+    let took = back_to_baseline(&mut admins).await;
+    println!(
+        "a client with a replaced silent connection: connections closed {took:?} after the drop"
+    );
+}

@@ -87,6 +87,8 @@ struct Shared {
     reopening: tokio::sync::Mutex<()>,
     /// Set while a connection that stopped answering is being replaced.
     replacing: std::sync::atomic::AtomicBool,
+    /// Replaced connections kept open a while (see `silent`).
+    retired: silent::Retired,
     /// How scripts run, decided once when connecting (`EVALSHA` until then).
     scripting: OnceLock<Scripting>,
     /// The client's name, given to the connections opened for one call (`WAIT`).
@@ -308,6 +310,7 @@ impl Backend {
                 probe: Mutex::new(RuntimeProbe::start()),
                 reopening: tokio::sync::Mutex::new(()),
                 replacing: std::sync::atomic::AtomicBool::new(false),
+                retired: silent::Retired::default(),
                 scripting: OnceLock::new(),
                 name: OnceLock::new(),
                 shown: shown.clone(),

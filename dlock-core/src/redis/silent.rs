@@ -9,7 +9,8 @@
 //! call's own error is not delayed), once per silent connection however many calls met
 //! it. A server that is merely slow costs a reconnection per command timeout at most.
 //!
-//! The old connection is not closed at once: a server that was paused (`CLIENT PAUSE`)
+//! The old connection is not closed at once (but with the client, if that goes first): a
+//! server that was paused (`CLIENT PAUSE`)
 //! rather than cut off holds the calls that timed out and runs them when it resumes, and
 //! closing their connection would make it drop them instead — a release that timed out
 //! would then never happen and the lock would sit until its lease ran out. The old
@@ -20,9 +21,10 @@
 //! node and refreshes them itself.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
-use super::{Backend, Node, Route};
+use super::{Backend, Node, Route, Shared};
 
 /// How long a replaced connection stays open, at least (see the module's notes).
 const KEEP_OLD: Duration = Duration::from_secs(10);
@@ -34,18 +36,41 @@ pub(super) fn next_serial() -> u64 {
 }
 
 /// Clears the backend's `replacing` flag when the replacement ends, however it ends.
-struct Replacing<'a>(&'a std::sync::atomic::AtomicBool);
+struct Replacing(Weak<Shared>);
 
-impl Drop for Replacing<'_> {
+impl Drop for Replacing {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        if let Some(shared) = self.0.upgrade() {
+            shared.replacing.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Replaced connections still open, each until its instant. Kept in the client's shared
+/// state, not in a task of their own, so that dropping the client closes them at once.
+#[derive(Default)]
+pub(super) struct Retired(Mutex<Vec<(Instant, Node)>>);
+
+impl Retired {
+    /// Keeps `node` open until `until`, and closes those whose time has come.
+    fn keep(&self, node: Node, until: Instant) {
+        let mut retired = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        retired.retain(|(until, _)| *until > Instant::now());
+        retired.push((until, node));
+    }
+
+    /// Closes the connections whose time has come.
+    fn close_expired(&self) {
+        let mut retired = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        retired.retain(|(until, _)| *until > Instant::now());
     }
 }
 
 impl Backend {
     /// Opens a new connection in place of connection `serial`, which did not answer
     /// within the command timeout, unless it was replaced already or a replacement is
-    /// under way.
+    /// under way. The task holds the client only weakly: a client dropped meanwhile is
+    /// not kept alive by it.
     pub(super) fn replace_silent(&self, serial: u64) {
         let current = match &self.shared.route {
             Route::Direct(node) => super::read(node),
@@ -55,10 +80,10 @@ impl Backend {
         if current.serial != serial || self.shared.replacing.swap(true, Ordering::AcqRel) {
             return;
         }
-        let backend = self.clone();
+        let weak = Arc::downgrade(&self.shared);
+        let options = self.shared.options;
         tokio::spawn(async move {
-            let _replacing = Replacing(&backend.shared.replacing);
-            let options = backend.shared.options;
+            let _replacing = Replacing(weak.clone());
             let opened = tokio::time::timeout(
                 options.connect_timeout,
                 Node::connect(current.client, options),
@@ -73,7 +98,8 @@ impl Backend {
                 }
                 Err(_) => return,
             };
-            let old = match &backend.shared.route {
+            let Some(shared) = weak.upgrade() else { return };
+            let old = match &shared.route {
                 Route::Direct(node) => {
                     let mut node = node.write().unwrap_or_else(|p| p.into_inner());
                     (node.serial == serial).then(|| std::mem::replace(&mut *node, fresh))
@@ -83,14 +109,16 @@ impl Backend {
             };
             let Some(old) = old else { return };
             tracing::info!(
-                deployment = %backend.shared.shown,
+                deployment = %shared.shown,
                 "dlock: a connection gave no answer within the command timeout; replaced it"
             );
             let keep = KEEP_OLD.max(options.command_timeout * 3 + Duration::from_secs(1));
-            drop(_replacing);
-            drop(backend);
+            shared.retired.keep(old, Instant::now() + keep);
+            drop(shared);
             tokio::time::sleep(keep).await;
-            drop(old);
+            if let Some(shared) = weak.upgrade() {
+                shared.retired.close_expired();
+            }
         });
     }
 }
