@@ -39,8 +39,8 @@ pub struct RedisReplicaSet {
 
 impl RedisReplicaSet {
     /// Starts a master and `replicas` replicas of it, and waits until the master's
-    /// `INFO replication` shows `connected_slaves:<replicas>` and every replica shows
-    /// `master_link_status:up`.
+    /// `INFO replication` shows `connected_slaves:<replicas>`, every replica shows
+    /// `master_link_status:up`, and every replica confirms a write to `WAIT`.
     ///
     /// # Panics
     ///
@@ -132,6 +132,29 @@ impl RedisReplicaSet {
                     replica.port()
                 ));
             }
+        }
+        self.check_streaming()
+    }
+
+    /// `Ok` once every replica confirms a write by `WAIT`. A replica whose link is up may
+    /// not be streamed the master's writes yet: after a diskless sync the master holds
+    /// them back until the replica's first `REPLCONF ACK`, sent up to a second later, so
+    /// a test's first `WAIT` could time out. (`PUBLISH` is propagated, and leaves no key.)
+    fn check_streaming(&self) -> Result<(), String> {
+        let wanted = self.replicas.len();
+        let (_, confirmed): (u64, usize) = redis::pipe()
+            .cmd("PUBLISH")
+            .arg("dlock-tests:replication-check")
+            .arg("")
+            .cmd("WAIT")
+            .arg(wanted)
+            .arg(100)
+            .query(&mut self.master.connection())
+            .map_err(|err| format!("PUBLISH and WAIT on the master failed: {err}"))?;
+        if confirmed < wanted {
+            return Err(format!(
+                "WAIT saw {confirmed} of {wanted} replicas confirm a write"
+            ));
         }
         Ok(())
     }

@@ -105,17 +105,20 @@ async fn acquisitions_wait_for_the_replica_and_fail_cleanly_without_it() {
     let (acquired_at, guard) = waiting.await.unwrap();
     let guard = guard.unwrap_or_else(|e| panic!("lock() after the replica came back: {e}"));
     // Its first attempt wrote the lock a second ago; the attempt that counted restarted
-    // the lease, so the holder's deadline is not later than Redis' expiry.
-    let read_at = std::time::Instant::now();
+    // the lease, so the holder's deadline is not later than Redis' expiry. Redis keeps
+    // expiries in whole milliseconds, so the expiry read back is known to within one:
+    // the latest it can be is the reply's arrival + PTTL + 1 ms. (The deadline is read
+    // first: a renewal landing between the two reads only moves the expiry.)
+    let deadline = guard.deadline();
     let pttl: u64 = redis::cmd("PTTL")
         .arg("acked:blocking")
         .query(&mut set.master.connection())
         .unwrap();
-    let expiry = read_at + Duration::from_millis(pttl + 1);
+    let expiry = std::time::Instant::now() + Duration::from_millis(pttl + 1);
     assert!(
-        guard.deadline() <= expiry,
+        deadline <= expiry,
         "the holder's deadline is {:?} after Redis' expiry",
-        guard.deadline() - expiry
+        deadline - expiry
     );
     let replica: i64 = redis::cmd("EXISTS")
         .arg("acked:blocking")
@@ -359,4 +362,33 @@ async fn fenced_writes_wait_for_the_replica_too() {
         other => panic!("a fenced write no replica confirmed: {other:?}"),
     }
     set.replicas[0].resume();
+}
+
+/// A fenced increment not confirmed in time is sent again with its `WAIT` (its memo makes
+/// it count once), so a replica that comes back within the command timeout turns it into
+/// a success, applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_increment_confirmed_late_counts_once() {
+    let set = RedisReplicaSet::start(1);
+    let client = acked_client(&set, Duration::from_secs(5)).await;
+    let fenced = client.fenced();
+    let fence = dlock::fencing::Fence::new(1);
+    fenced.set("stock:late", "5", fence).await.unwrap();
+
+    set.replicas[0].pause();
+    let before = wait_calls(&set);
+    let (left, ()) = tokio::join!(fenced.incr_by("stock:late", -1, fence), async {
+        tokio::time::sleep(WITHIN * 3).await;
+        set.replicas[0].resume();
+    });
+    assert_eq!(left.unwrap(), 4, "the increment counts once");
+    assert!(
+        wait_calls(&set) - before >= 2,
+        "the write was confirmed on a later WAIT"
+    );
+    let stored: i64 = redis::cmd("GET")
+        .arg("stock:late")
+        .query(&mut set.master.connection())
+        .unwrap();
+    assert_eq!(stored, 4);
 }

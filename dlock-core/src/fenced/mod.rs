@@ -169,8 +169,9 @@ impl FencedWrites {
     /// [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes or with ASCII control characters
     /// (nothing sent); [`LockError::NotReplicated`] when the client has
     /// [`replica_acks`](crate::LockClientBuilder::replica_acks) and fewer replicas confirmed
-    /// the write in time (it was written on the master; a retry with the same token is
-    /// harmless); [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis
+    /// the write in time, asked again while the command timeout allows (it was written
+    /// on the master; a retry of `set` with the same token is harmless);
+    /// [`LockError::Redis`] / [`LockError::CommandTimeout`] when Redis
     /// fails. A call whose reply was lost is retried like any command: harmless, since the
     /// same value with the same token writes the same thing (unless another write of the
     /// same token came between, which the holder itself would have sent).
@@ -210,7 +211,9 @@ impl FencedWrites {
     ///
     /// As [`set`](FencedWrites::set); and [`LockError::Redis`] with INCRBY's own error
     /// when the value is not an integer or the sum would overflow an `i64` (nothing
-    /// written).
+    /// written). After [`LockError::NotReplicated`] the increment was applied on the
+    /// master, once: calling `incr_by` again would add `delta` a second time, so read the
+    /// key instead.
     ///
     /// # Cancel safety
     ///
@@ -297,25 +300,33 @@ impl FencedWrites {
         let invocation = &invocation;
         // With `replica_acks`, a write counts once replicas confirmed it, as an acquisition
         // does: after a failover the promoted replica has what was acknowledged. A write
-        // not confirmed in time is retried (the memo makes an increment count once), then
+        // not confirmed in time is sent again with its `WAIT` while a whole wait still
+        // fits in the command timeout (the memo makes an increment count once), then
         // reported as `NotReplicated`.
         let acks = inner
             .settings
             .replica_acks
             .map(|acks| (acks.replicas, acks.within));
         let applied = |reply: &Reply| matches!(reply, Reply::Applied(_) | Reply::AlreadyApplied(_));
+        let command_timeout = inner.settings.command_timeout;
         let (_, reply) = inner
             .settings
             .retry()
             .run(key, None, || async move {
-                match acks {
-                    Some(acks) => {
-                        inner
-                            .backend
-                            .invoke_replicated(key, invocation, acks, applied)
-                            .await
+                let Some(acks) = acks else {
+                    return inner.backend.invoke::<Reply>(invocation).await;
+                };
+                let started = std::time::Instant::now();
+                loop {
+                    match inner
+                        .backend
+                        .invoke_replicated(key, invocation, acks, applied)
+                        .await
+                    {
+                        Err(CallError::NotReplicated { .. })
+                            if started.elapsed() + acks.1 * 2 < command_timeout => {}
+                        outcome => return outcome,
                     }
-                    None => inner.backend.invoke::<Reply>(invocation).await,
                 }
             })
             .await
