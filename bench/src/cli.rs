@@ -76,6 +76,9 @@ pub struct Cli {
 pub enum Scenario {
     /// The server's ceiling for dlock's acquire and release scripts.
     Limit,
+    /// Each script's execution and inner commands per call (`INFO commandstats`): dlock's
+    /// lock acquire, release and renewal, and the lean floor's pair.
+    Scripts,
     /// Uncontended lock + unlock, 64 tasks with a key each.
     S1,
     /// Contended hand-off, 16 tasks on one key (lock, fair lock, read-write lock).

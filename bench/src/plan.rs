@@ -10,7 +10,9 @@ use crate::metrics::Metrics;
 use crate::stats::Result;
 use crate::target::Target;
 use crate::uncontended::Family;
-use crate::{churn, contended, demo, limit, memory, processes, subscribe, uncontended, watchdog};
+use crate::{
+    churn, contended, demo, limit, memory, processes, scripts, subscribe, uncontended, watchdog,
+};
 
 /// Settings of a benchmark invocation.
 #[derive(Debug, Clone, Serialize)]
@@ -110,11 +112,15 @@ impl Config {
 pub enum Job {
     /// The scripts' ceiling through a raw connection.
     Limit,
+    /// Each script's execution per call and inner commands per call, from commandstats.
+    Scripts,
     /// S1 with dlock.
     S1Dlock,
     /// S1 with dlock, from a client built with `fencing_tokens(false)`: the cost of
     /// minting, compared with S1 in the same run.
     S1Unfenced,
+    /// S1 with the lean floor's scripts from a bare redis-rs client.
+    S1Floor,
     /// S1 with rslock.
     S1Rslock,
     /// S3: S1 through the attribute.
@@ -141,8 +147,10 @@ pub enum Job {
 
 impl Job {
     /// Every job, in the order they run.
-    pub const ALL: [Job; 25] = [
+    pub const ALL: [Job; 27] = [
         Job::Limit,
+        Job::Scripts,
+        Job::S1Floor,
         Job::S1Dlock,
         Job::S1Unfenced,
         Job::S3Macro,
@@ -177,7 +185,8 @@ impl Job {
             .into_iter()
             .filter(|job| match job {
                 Job::Limit => has(Scenario::Limit),
-                Job::S1Unfenced => has(Scenario::S1),
+                Job::Scripts => has(Scenario::Scripts),
+                Job::S1Unfenced | Job::S1Floor => has(Scenario::S1),
                 // The family's rows are compared with the lock's S1 and S2.
                 Job::S1Dlock => has(Scenario::S1) || has(Scenario::Family),
                 Job::S2Dlock(Primitive::Lock) => has(Scenario::S2) || has(Scenario::Family),
@@ -201,7 +210,10 @@ impl Job {
     pub fn scenario(self) -> &'static str {
         match self {
             Job::Limit => "limit",
-            Job::S1Dlock | Job::S1Unfenced | Job::S1Rslock | Job::S1Family(_) => "s1",
+            Job::Scripts => "scripts",
+            Job::S1Dlock | Job::S1Unfenced | Job::S1Floor | Job::S1Rslock | Job::S1Family(_) => {
+                "s1"
+            }
             Job::S3Macro => "s3",
             Job::S2Dlock(_) | Job::S2Rslock => "s2",
             Job::S4Watchdog => "s4",
@@ -217,7 +229,8 @@ impl Job {
     /// reentrant lock), `dlock-fair`, `dlock-rw`, `dlock-macro` or `rslock`.
     pub fn implementation(self) -> &'static str {
         match self {
-            Job::Limit => "raw",
+            Job::Limit | Job::Scripts => "raw",
+            Job::S1Floor => "floor",
             Job::S1Rslock | Job::S2Rslock => "rslock",
             Job::S3Macro => "dlock-macro",
             Job::S1Unfenced => "dlock-unfenced",
@@ -238,7 +251,9 @@ impl Job {
         match self {
             Job::Limit => "limit: Redis ceiling for dlock's acquire + release scripts",
             Job::S1Dlock => "S1 uncontended: 64 tasks, own key each, lock + unlock (dlock)",
+            Job::Scripts => "scripts: each script's execution and inner commands per call (INFO commandstats)",
             Job::S1Unfenced => "S1 uncontended without fencing tokens: S1 from a client built with fencing_tokens(false)",
+            Job::S1Floor => "S1 lean floor: the minimal hash acquire/release pair from a bare redis-rs client",
             Job::S1Rslock => "S1 uncontended: 64 tasks, own key each, lock + unlock (rslock)",
             Job::S3Macro => "S3 macro overhead: S1 through #[distributed_lock]",
             Job::S2Dlock(Primitive::Lock) => "S2 contended hand-off: 16 tasks, one key, GET/+1/SET inside (dlock)",
@@ -268,6 +283,8 @@ impl Job {
     pub async fn run(self, target: &Target, cfg: &Config) -> Result<Metrics> {
         match self {
             Job::Limit => limit::run(target, cfg).await,
+            Job::Scripts => scripts::run(target, cfg).await,
+            Job::S1Floor => uncontended::s1_floor(target, cfg).await,
             Job::S1Dlock => uncontended::s1_dlock(target, cfg).await,
             Job::S1Unfenced => uncontended::s1_unfenced(target, cfg).await,
             Job::S1Rslock => uncontended::s1_rslock(target, cfg).await,

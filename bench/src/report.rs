@@ -134,9 +134,35 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
             }
             (format!("{} cycles/s", num(g("cycle_ceiling_per_s"), 0)), details)
         }
-        Job::S1Dlock | Job::S1Unfenced | Job::S3Macro | Job::S1Rslock | Job::S1Family(_) => {
+        Job::Scripts => (
+            format!(
+                "{} × floor",
+                num(g("cycle_vs_floor"), 2)
+            ),
+            format!(
+                "per call: acquire {} µs ({} commands), release {} µs ({}); renewal {} µs per lock ({} calls for {} locks); floor acquire {} µs ({}), release {} µs ({})",
+                num(g("acquire_us"), 2),
+                num(g("acquire_commands"), 1),
+                num(g("release_us"), 2),
+                num(g("release_commands"), 1),
+                num(g("renew_us_per_lock"), 2),
+                num(g("renew_calls"), 0),
+                num(g("keys"), 0),
+                num(g("floor_acquire_us"), 2),
+                num(g("floor_acquire_commands"), 1),
+                num(g("floor_release_us"), 2),
+                num(g("floor_release_commands"), 1),
+            ),
+        ),
+        Job::S1Dlock
+        | Job::S1Unfenced
+        | Job::S1Floor
+        | Job::S3Macro
+        | Job::S1Rslock
+        | Job::S1Family(_) => {
             let rate = g("cycles_per_s");
             let compare = match job {
+                Job::S1Floor => ratio(rate, value(done, Job::S1Dlock, "cycles_per_s"), "dlock S1"),
                 Job::S1Family(_) => ratio(rate, value(done, Job::S1Dlock, "cycles_per_s"), "S1 lock"),
                 Job::S1Dlock => ratio(rate, value(done, Job::Limit, "cycle_ceiling_per_s"), "limit"),
                 Job::S3Macro => ratio(rate, value(done, Job::S1Dlock, "cycles_per_s"), "S1"),
@@ -146,11 +172,22 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
             (
                 format!("{} cycles/s", num(rate, 0)),
                 format!(
-                    "{compare}; cycle p50 {} ms, p99 {} ms; CPU/cycle client {} µs, server {} µs",
+                    "{compare}; cycle p50 {} ms, p99 {} ms; CPU/cycle client {} µs, server {} µs{}",
                     num(g("cycle_p50_ms"), 2),
                     num(g("cycle_p99_ms"), 2),
                     num(g("client_cpu_us_per_cycle"), 1),
-                    num(g("server_cpu_us_per_cycle"), 1)
+                    num(g("server_cpu_us_per_cycle"), 1),
+                    match job {
+                        Job::S1Dlock | Job::S1Unfenced => format!(
+                            " ({} of the floor's)",
+                            ratio(
+                                g("server_cpu_us_per_cycle"),
+                                value(done, Job::S1Floor, "server_cpu_us_per_cycle"),
+                                "floor"
+                            )
+                        ),
+                        _ => String::new(),
+                    }
                 ),
             )
         }

@@ -184,17 +184,44 @@ pub async fn server_cpu(conn: &mut MultiplexedConnection) -> Result<f64> {
 
 /// Calls per command from `INFO commandstats` (`cmdstat_evalsha` → `evalsha`).
 pub async fn command_calls(conn: &mut MultiplexedConnection) -> Result<HashMap<String, u64>> {
+    Ok(command_stats(conn)
+        .await?
+        .into_iter()
+        .map(|(command, stat)| (command, stat.calls))
+        .collect())
+}
+
+/// What `INFO commandstats` says of one command: calls, and the server's time in it
+/// (for a script, including the commands it ran).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CommandStat {
+    pub calls: u64,
+    pub usec: u64,
+}
+
+/// Every command's [`CommandStat`] (`cmdstat_evalsha` → `evalsha`).
+pub async fn command_stats(
+    conn: &mut MultiplexedConnection,
+) -> Result<HashMap<String, CommandStat>> {
     let stats = info(conn, "commandstats").await?;
     Ok(stats
         .into_iter()
         .filter_map(|(name, value)| {
             let command = name.strip_prefix("cmdstat_")?.to_owned();
-            let calls = value
-                .split(',')
-                .find_map(|part| part.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((command, calls))
+            let field = |key: &str| -> Option<u64> {
+                value
+                    .split(',')
+                    .find_map(|part| part.strip_prefix(key)?.strip_prefix('='))?
+                    .parse()
+                    .ok()
+            };
+            Some((
+                command,
+                CommandStat {
+                    calls: field("calls")?,
+                    usec: field("usec")?,
+                },
+            ))
         })
         .collect())
 }

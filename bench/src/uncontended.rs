@@ -13,6 +13,7 @@ use dlock_tests::RedisServer;
 use rslock::LockManager;
 use tokio::time::Instant;
 
+use crate::floor::{FloorCycle, FloorScripts};
 use crate::metrics::Metrics;
 use crate::plan::Config;
 use crate::stats::{machine_busy, micros, ms, percentile, process_cpu, Result};
@@ -108,6 +109,24 @@ pub async fn s3_macro(target: &Target, cfg: &Config) -> Result<Metrics> {
         .map(|task| MacroCycle {
             client: client.clone(),
             id: task as u64,
+        })
+        .collect();
+    drive(target, cfg, cycles).await
+}
+
+/// S1 with the lean floor's scripts from a bare redis-rs client (see `floor`): compared
+/// with S1 in the same run, what dlock's scripts and client add.
+pub async fn s1_floor(target: &Target, cfg: &Config) -> Result<Metrics> {
+    let conn = target.connection().await?;
+    let scripts = FloorScripts::new();
+    let client_id = uuid::Uuid::new_v4().to_string();
+    let cycles = (0..cfg.s1_tasks)
+        .map(|task| FloorCycle {
+            conn: conn.clone(),
+            scripts: scripts.clone(),
+            key: format!("{}s1f:{task}", target.prefix()),
+            owner_prefix: format!("{client_id}:{task}"),
+            cycles: 0,
         })
         .collect();
     drive(target, cfg, cycles).await
