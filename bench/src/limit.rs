@@ -245,6 +245,8 @@ async fn cycles(
             .arg("0")
             .arg("0")
             .arg(RESERVATION_MS)
+            // A first send, as dlock's unlock sends it.
+            .arg("0")
             .query_async(&mut conn)
             .await?;
         if remaining != 0 {
@@ -380,6 +382,7 @@ async fn run_redis_benchmark(
             "0",
             "0",
             &reservation,
+            "0",
         ];
         let rps = benchmark_rps(host, port, flags, release_requests, pool, &args).await?;
         let calls = target::command_calls(&mut conn).await?;

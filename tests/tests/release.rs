@@ -178,6 +178,48 @@ async fn a_release_whose_reply_was_lost_is_retried_as_a_success() {
     assert_eq!(calls("set"), 0, "a last hold's release keeps no memo");
 }
 
+/// A first send skips the memo lookup (it cannot find its own memo); its retry must not.
+/// A re-entered hold's release is a decrement: lost reply, retry, and the owner still
+/// holds the lock once, not zero times.
+#[tokio::test]
+async fn a_re_entered_release_whose_reply_was_lost_counts_once() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.addr());
+    let client = LockClient::builder()
+        .command_timeout(Duration::from_secs(2))
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    let lock = client.lock("lost-decrement");
+    let outer = lock.lock().await.unwrap();
+    let owner_holds = |server: &RedisServer| {
+        let mut fields: std::collections::HashMap<String, String> =
+            server.connection().hgetall("lost-decrement").unwrap();
+        fields.retain(|field, _| !field.ends_with(":f"));
+        fields.into_values().collect::<Vec<_>>()
+    };
+    outer
+        .scope(async {
+            let inner = lock.lock().await.unwrap();
+            assert_eq!(owner_holds(&server), ["2"]);
+            let connections = command_connection_up(&proxy).await;
+            proxy.lose_next_reply();
+            inner
+                .unlock()
+                .await
+                .expect("the retry answers from the first send's memo");
+            assert!(
+                proxy.accepted() > connections,
+                "the reply was lost and the client reconnected"
+            );
+        })
+        .await;
+    assert_eq!(owner_holds(&server), ["1"], "the decrement counted once");
+    outer.unlock().await.unwrap();
+    let exists: bool = server.connection().exists("lost-decrement").unwrap();
+    assert!(!exists);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_release_never_touches_a_lock_acquired_in_between() {
     let server = RedisServer::start();

@@ -11,7 +11,7 @@ use crate::lock::scripts::scripts;
 use crate::sync::held::Held;
 use crate::sync::observe::{self, HoldRecord, Observed};
 use crate::sync::owner;
-use crate::sync::release::{self, ReleaseJob, Released};
+use crate::sync::release::{self, ReleaseJob, Released, Sending};
 
 /// A held lock: one hold of it. Release it with [`unlock`](LockGuard::unlock).
 ///
@@ -201,7 +201,7 @@ impl LockGuard {
         let job = &self.release;
         let hand_off = self.held.hand_off();
         let timing = inner.settings.release_timing();
-        let outcome = release::release(&inner.backend, timing, job, hand_off).await;
+        let outcome = release::release(&inner.backend, timing, job, hand_off, Sending::First).await;
         if let Ok(released) = outcome {
             inner.release_log.record(job);
             match released {

@@ -12,7 +12,7 @@ use crate::lock::release_ops::{release_job, ReleaseKind};
 use crate::lock::scripts::scripts;
 use crate::redis::CallError;
 use crate::sync::attempt::Reply;
-use crate::sync::release::{self, HandOff, ReleaseJob, Released};
+use crate::sync::release::{self, HandOff, ReleaseJob, Released, Sending};
 
 /// `call`, given up after `limit`: a server that does not answer in time counts as failed
 /// for this round (its call may still have been applied).
@@ -90,6 +90,7 @@ pub(super) async fn release(
             settings.release_timing(),
             job,
             HandOff::NONE,
+            Sending::First,
         ),
     )
     .await

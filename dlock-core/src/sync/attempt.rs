@@ -31,7 +31,7 @@ use crate::kind::LockKind;
 use crate::redis::{Backend, CallError};
 use crate::scripts::ScriptCall;
 use crate::sync::metrics::Metrics;
-use crate::sync::release::{self, HandOff, ReleaseJob, ReleaseTiming};
+use crate::sync::release::{self, HandOff, ReleaseJob, ReleaseTiming, Sending};
 use crate::sync::retry::RetryPolicy;
 
 /// What a try step needs of the client it runs on.
@@ -329,7 +329,7 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
         let jobs = (self.cleanup)();
         let cleanups = jobs
             .iter()
-            .map(|job| release::release(backend, timing, job, HandOff::NONE));
+            .map(|job| release::release(backend, timing, job, HandOff::NONE, Sending::First));
         match tokio::time::timeout(FOREGROUND_CLEANUP, join_all(cleanups)).await {
             Ok(outcomes) if outcomes.iter().all(Result::is_ok) => self.granted(),
             _ => {

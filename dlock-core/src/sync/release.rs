@@ -87,11 +87,13 @@ pub(crate) struct ReleaseTiming {
 ///   retry (or a replay on a new master) answers from it instead of applying again; or,
 ///   for an op declared [`finds_nothing_once_done`](ReleaseOp::finds_nothing_once_done),
 ///   the release is idempotent by itself and leaves nothing of the owner's behind;
-/// - after the primitive's own arguments it receives five more: the memo's lifetime in
+/// - after the primitive's own arguments it receives six more: the memo's lifetime in
 ///   ms, the command that announces a release (`publish`, `spublish` in a cluster), the
-///   [`HandOff`] as `'1'`/`'0'` (a local task waits next; it may keep the lock) and how
-///   long a lock passed on stays reserved for its next holder, in ms; scripts without a
-///   waiter registry ignore the last three;
+///   [`HandOff`] as `'1'`/`'0'` (a local task waits next; it may keep the lock), how
+///   long a lock passed on stays reserved for its next holder, in ms, and `'0'` on the
+///   op's first send (which cannot find its own memo, so a script may skip the lookup)
+///   or `'1'` on a retry or a replay; scripts without a waiter registry ignore the
+///   hand-off arguments;
 /// - it answers with an integer: the owner's holds left (0: the lock is free now), or a
 ///   negative number when the owner held nothing; a freed lock may also answer
 ///   `{0, 'kept'}` or `{0, 'passed'}` (see [`NextHolder`]).
@@ -135,6 +137,7 @@ pub(crate) async fn release(
     timing: ReleaseTiming,
     job: &ReleaseJob,
     hand_off: HandOff,
+    send: Sending,
 ) -> Result<Released, CallError> {
     let flag = |on: bool| if on { "1" } else { "0" };
     let mut invocation = job.op.script.prepare_invoke();
@@ -149,10 +152,15 @@ pub(crate) async fn release(
         .arg(backend.publish_command())
         .arg(flag(hand_off.local_next))
         .arg(flag(hand_off.keep))
-        .arg(timing.reservation.as_millis() as u64);
+        .arg(timing.reservation.as_millis() as u64)
+        .arg(flag(send == Sending::Again));
+    let again = invocation.args().len() - 1;
     let started = Instant::now();
     let mut failures = 0;
     loop {
+        if failures == 1 {
+            invocation.set_arg(again, "1");
+        }
         match backend.invoke::<Reply>(&invocation).await {
             Ok(Reply(outcome, next)) => {
                 let released = match outcome {
@@ -179,6 +187,15 @@ pub(crate) async fn release(
             },
         }
     }
+}
+
+/// Whether a release op is sent for the first time, or again: from the background after
+/// an unlock that failed or was cancelled, or replayed on a new master, where an earlier
+/// send may have been applied (retries within one call are marked by [`release`] itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sending {
+    First,
+    Again,
 }
 
 /// A release script's answer: the holds left (or a negative number), and for a freed
@@ -318,7 +335,9 @@ pub(crate) async fn run_background(
         let log = Arc::clone(&log);
         let done = Done(Arc::clone(&queue.pending));
         tokio::spawn(async move {
-            let outcome = release(&backend, timing, &job, HandOff::NONE).await;
+            // A job comes here when its guard was dropped, or after a send whose outcome
+            // is unknown (a failed or cancelled unlock): counted as sent before.
+            let outcome = release(&backend, timing, &job, HandOff::NONE, Sending::Again).await;
             match &outcome {
                 Ok(_) => log.record(&job),
                 Err(_) => {
@@ -458,7 +477,8 @@ pub(crate) async fn replay_after_failover(
             "dlock: master moved; replaying recent releases on the new one"
         );
         for job in jobs {
-            if let Err(error) = release(&backend, timing, &job, HandOff::NONE).await {
+            if let Err(error) = release(&backend, timing, &job, HandOff::NONE, Sending::Again).await
+            {
                 tracing::debug!(lock = %job.name, %error, "dlock: replayed release failed");
             }
         }

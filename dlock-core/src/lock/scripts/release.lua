@@ -25,6 +25,8 @@
 -- ARGV[6]  '1' when that task may have the lock next even if others wait (the client's
 --          bound on consecutive local hand-offs is not reached), else '0'
 -- ARGV[7]  how long the lock stays reserved for the waiter it is passed to, in ms
+-- ARGV[8]  '0' on the first send of this release, which cannot find its own memo;
+--          anything else (a retry, a replay on a new master) looks for it
 --
 -- Returns -1 when there is nothing of the owner's to give back (or the key holds another
 -- type, or another kind's lock), n > 0 when the owner still holds it n times, and when the
@@ -49,7 +51,8 @@
 --   No memo is written: this is the common case, and a memo per release would keep a key
 --   per release alive in Redis for seconds;
 -- - giving back one of several holds (a re-entered lock) is a decrement, which a retry would
---   repeat: its outcome is kept in the memo, which a retry answers from;
+--   repeat: its outcome is kept in the memo, which a retry answers from (a first send
+--   skips the lookup: the common last release reads no memo either);
 -- - 'all' deletes every hold of the owner, which is idempotent by itself; 'leave' gives
 --   back no hold;
 -- - an undo deletes its marker, which makes it count once.
@@ -60,7 +63,7 @@ if mode == 'undo' then
   if redis.call('del', KEYS[3]) == 0 then
     return -1
   end
-elseif mode == 'one' then
+elseif mode == 'one' and ARGV[8] ~= '0' then
   local memo = redis.call('get', KEYS[3])
   if memo then
     return tonumber(memo)
@@ -76,7 +79,11 @@ if not abandon then
   if not count or type(count) == 'table' then
     return -1
   end
-  local remaining = tonumber(count) - 1
+  -- (The common count, '1', is compared as text: no conversion.)
+  local remaining = 0
+  if count ~= '1' then
+    remaining = tonumber(count) - 1
+  end
   if remaining > 0 then
     -- A memo is the only key a release may create, also on a full server: its name must
     -- be a release memo's and its size and lifetime within dlock's bounds (MAX_MEMO_NAME,
@@ -85,9 +92,10 @@ if not abandon then
     if mode == 'one' and (string.sub(KEYS[3], 1, 14) ~= 'dlock:release:' or #KEYS[3] > MAX_MEMO_NAME) then
       return redis.error_reply('ERR dlock release: KEYS[3] is not a release memo name')
     end
-    redis.call('hset', KEYS[1], owner, remaining)
+    redis.call('hset', KEYS[1], owner, string.format('%d', remaining))
     if mode == 'one' then
-      redis.call('set', KEYS[3], remaining, 'px', math.max(1, math.min(tonumber(ARGV[3]) or 1, MAX_MEMO_MS)))
+      local memo_ms = math.max(1, math.min(tonumber(ARGV[3]) or 1, MAX_MEMO_MS))
+      redis.call('set', KEYS[3], string.format('%d', remaining), 'px', string.format('%d', memo_ms))
     end
     return remaining
   end

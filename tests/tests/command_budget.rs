@@ -1,0 +1,251 @@
+//! The work Redis does on the common paths, counted rather than timed: a script that
+//! grows a command, or a client that sends one more call, fails here on any machine.
+//!
+//! Each budget is what the path needs with fencing tokens on (the default):
+//! - a fresh acquisition of a free lock: one script call running `EXISTS`, `INCR` (the
+//!   token), `HSET` and `PEXPIRE`;
+//! - the last release with nobody waiting: one script call running `HGET`, `DEL` and
+//!   `EXISTS` (the waiter registry), and no memo lookup on its first send;
+//! - a watchdog renewal: `HEXISTS` and `PEXPIRE … GT` per lock, 512 locks per call.
+//!
+//! The same counts for the rest of the family are pinned at what they are, so that a
+//! change in them is a decision, not an accident.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use dlock::LockClient;
+use dlock_tests::commandstats::command_calls;
+use dlock_tests::RedisServer;
+
+/// What `rounds` repetitions of a path cost, per repetition: the commands sent by the
+/// client (script calls included) and the commands the scripts ran, by name.
+#[derive(Debug)]
+struct Cost {
+    sent: f64,
+    inner: HashMap<String, f64>,
+}
+
+impl Cost {
+    fn inner_total(&self) -> f64 {
+        self.inner.values().sum()
+    }
+}
+
+/// Commands a client sends itself: script calls, and the rare housekeeping a short test
+/// may meet (connection set-up is done before the count starts).
+const SENT: &[&str] = &["evalsha", "fcall", "eval", "evalsha_ro", "fcall_ro"];
+
+/// Commands that are neither a script's nor the path's: the counting itself.
+const IGNORED: &[&str] = &["info", "ping"];
+
+/// What `rounds` runs of `path` cost, with what they returned.
+async fn cost_of<F, Fut, T>(server: &RedisServer, rounds: u32, mut path: F) -> (Cost, Vec<T>)
+where
+    F: FnMut(u32) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let mut admin = server.connection();
+    let before = command_calls(&mut admin);
+    let mut outputs = Vec::new();
+    for round in 0..rounds {
+        outputs.push(path(round).await);
+    }
+    let after = command_calls(&mut admin);
+    let per_round = |command: &str| {
+        (after.get(command).copied().unwrap_or(0) - before.get(command).copied().unwrap_or(0))
+            as f64
+            / f64::from(rounds)
+    };
+    let sent = SENT.iter().map(|command| per_round(command)).sum();
+    let inner = after
+        .keys()
+        .filter(|command| !SENT.contains(&command.as_str()) && !IGNORED.contains(&command.as_str()))
+        .map(|command| (command.clone(), per_round(command)))
+        .filter(|(_, calls)| *calls > 0.0)
+        .collect();
+    (Cost { sent, inner }, outputs)
+}
+
+/// A client past its first call: the one-time set-up (its connection's name, its
+/// registration) is not counted against any path.
+async fn client(server: &RedisServer) -> LockClient {
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    client
+        .lock("budget:warm-up")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_lock_and_its_last_release_stay_within_their_budget() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let (acquire, guards) = cost_of(&server, 20, |round| {
+        let lock = client.lock(&format!("budget:{round}"));
+        async move { lock.lock().await.unwrap() }
+    })
+    .await;
+    assert_eq!(
+        acquire.sent, 1.0,
+        "one round trip per acquisition: {acquire:?}"
+    );
+    assert_eq!(
+        acquire.inner_total(),
+        4.0,
+        "EXISTS, INCR, HSET, PEXPIRE: {acquire:?}"
+    );
+    for command in ["exists", "incr", "hset", "pexpire"] {
+        assert_eq!(
+            acquire.inner.get(command),
+            Some(&1.0),
+            "{command}: {acquire:?}"
+        );
+    }
+
+    let mut guards = guards.into_iter();
+    let (release, _) = cost_of(&server, 20, |_| {
+        let guard = guards.next().unwrap();
+        async move { guard.unlock().await.unwrap() }
+    })
+    .await;
+    assert_eq!(release.sent, 1.0, "one round trip per release: {release:?}");
+    assert_eq!(release.inner_total(), 3.0, "HGET, DEL, EXISTS: {release:?}");
+    assert_eq!(
+        release.inner.get("get"),
+        None,
+        "a first send looks up no memo: {release:?}"
+    );
+}
+
+/// A first send skips the memo lookup, but a decrement (a re-entered lock) still writes
+/// its memo, which a retry answers from (`release.rs` shows the retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_entered_release_still_writes_its_memo() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.lock("budget:reentered");
+    let outer = lock.lock().await.unwrap();
+    let release = outer
+        .scope(async {
+            let inner = lock.lock().await.unwrap();
+            let before = command_calls(&mut server.connection());
+            inner.unlock().await.unwrap();
+            let after = command_calls(&mut server.connection());
+            after.get("set").copied().unwrap_or(0) - before.get("set").copied().unwrap_or(0)
+        })
+        .await;
+    assert_eq!(release, 1, "the decrement's memo is written");
+    outer.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watchdog_renewal_costs_two_commands_per_lock() {
+    let server = RedisServer::start();
+    let watchdog = Duration::from_millis(900);
+    let client = LockClient::builder()
+        .watchdog_timeout(watchdog)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let mut guards = Vec::new();
+    for i in 0..600 {
+        guards.push(client.lock(&format!("renewed:{i}")).lock().await.unwrap());
+    }
+    // A few rounds, every 300 ms; whole rounds are counted per renewed lock.
+    let mut admin = server.connection();
+    let before = command_calls(&mut admin);
+    tokio::time::sleep(watchdog * 2).await;
+    let after = command_calls(&mut admin);
+    let delta = |command: &str| {
+        after.get(command).copied().unwrap_or(0) - before.get(command).copied().unwrap_or(0)
+    };
+    let renewed = delta("hexists");
+    assert!(
+        renewed >= 600,
+        "at least one round: {renewed} locks renewed"
+    );
+    assert_eq!(delta("pexpire"), renewed, "one PEXPIRE per renewed lock");
+    assert_eq!(delta("pttl"), 0, "no PTTL: PEXPIRE GT compares");
+    let calls = delta("evalsha") + delta("fcall");
+    assert_eq!(
+        calls * 600,
+        renewed * 2,
+        "600 locks are two calls of 512 and 88 per round"
+    );
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+}
+
+/// The rest of the family, pinned at their counts: one round trip each way, and the
+/// commands their scripts run on the common path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_family_s_common_paths_are_pinned() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+
+    let (acquire, permits) = cost_of(&server, 10, |round| {
+        let semaphore = client.semaphore(&format!("budget:sem:{round}"), 4);
+        async move { semaphore.acquire(1).await.unwrap() }
+    })
+    .await;
+    let mut permits = permits.into_iter();
+    let (release, _) = cost_of(&server, 10, |_| {
+        let permit = permits.next().unwrap();
+        async move { permit.unlock().await.unwrap() }
+    })
+    .await;
+    report_and_check("semaphore", &acquire, &release, SEMAPHORE_BUDGET);
+
+    let (acquire, guards) = cost_of(&server, 10, |round| {
+        let lock = client.fair_lock(&format!("budget:fair:{round}"));
+        async move { lock.lock().await.unwrap() }
+    })
+    .await;
+    let mut guards = guards.into_iter();
+    let (release, _) = cost_of(&server, 10, |_| {
+        let guard = guards.next().unwrap();
+        async move { guard.unlock().await.unwrap() }
+    })
+    .await;
+    report_and_check("fair lock", &acquire, &release, FAIR_BUDGET);
+
+    let (acquire, guards) = cost_of(&server, 10, |round| {
+        let lock = client.rw_lock(&format!("budget:rw:{round}"));
+        async move { lock.write().lock().await.unwrap() }
+    })
+    .await;
+    let mut guards = guards.into_iter();
+    let (release, _) = cost_of(&server, 10, |_| {
+        let guard = guards.next().unwrap();
+        async move { guard.unlock().await.unwrap() }
+    })
+    .await;
+    report_and_check("write lock", &acquire, &release, WRITE_BUDGET);
+}
+
+/// Commands run by the scripts of one acquisition and one release, at most.
+type Budget = (f64, f64);
+const SEMAPHORE_BUDGET: Budget = (13.0, 13.0);
+const FAIR_BUDGET: Budget = (5.0, 5.0);
+const WRITE_BUDGET: Budget = (8.0, 16.0);
+
+fn report_and_check(what: &str, acquire: &Cost, release: &Cost, (most_in, most_out): Budget) {
+    println!("{what}: acquire {acquire:?}; release {release:?}");
+    assert_eq!(acquire.sent, 1.0, "{what}: one round trip per acquisition");
+    assert_eq!(release.sent, 1.0, "{what}: one round trip per release");
+    assert!(
+        acquire.inner_total() <= most_in,
+        "{what}: acquisition over its budget of {most_in}: {acquire:?}"
+    );
+    assert!(
+        release.inner_total() <= most_out,
+        "{what}: release over its budget of {most_out}: {release:?}"
+    );
+}
