@@ -398,6 +398,12 @@ async fn in_tasks(target: &Target, cfg: &Config, contenders: Vec<Contender>) -> 
         0,
     );
     m.add(
+        "server_cpu_us_per_acquisition",
+        "server CPU per acquisition, its GET and SET included (µs)",
+        server_cpu * 1e6 / total as f64,
+        1,
+    );
+    m.add(
         "other_cpu_pct",
         "CPU used by other processes (% of one core)",
         machine.map_or(f64::NAN, |busy| {

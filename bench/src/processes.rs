@@ -19,7 +19,7 @@ use crate::contended::{analyze, contend, Acquisition, Primitive};
 use crate::metrics::Metrics;
 use crate::plan::Config;
 use crate::stats::{error, now_us, Result};
-use crate::target::Target;
+use crate::target::{self, Target};
 
 /// Runs S5 once.
 pub async fn s5_processes(target: &Target, cfg: &Config, primitive: Primitive) -> Result<Metrics> {
@@ -44,17 +44,20 @@ pub async fn s5_processes(target: &Target, cfg: &Config, primitive: Primitive) -
         cfg.tasks_per_process.to_string(),
     ];
     let processes = cfg.processes;
+    let mut conn = target.connection().await?;
+    let server_before = target::server_cpu(&mut conn).await?;
     let (start_us, outputs) =
         tokio::task::spawn_blocking(move || run_workers(&exe, &base, processes))
             .await
             .map_err(|e| error(format!("worker supervisor: {e}")))??;
+    // The workers' start-up and connections are in it too: a few ms of a seconds-long run.
+    let server_cpu = target::server_cpu(&mut conn).await? - server_before;
     let mut events = Vec::new();
     for output in outputs {
         let mine: Vec<Acquisition> =
             serde_json::from_str(&output).map_err(|e| error(format!("bad worker output: {e}")))?;
         events.extend(mine);
     }
-    let mut conn = target.connection().await?;
     let final_value: Option<u64> = conn.get(&counter).await?;
     let mut m = analyze(
         events,
@@ -62,6 +65,12 @@ pub async fn s5_processes(target: &Target, cfg: &Config, primitive: Primitive) -
         cfg.acquisitions,
         processes,
         final_value.unwrap_or(0),
+    );
+    m.add(
+        "server_cpu_us_per_acquisition",
+        "server CPU per acquisition, its GET and SET included (µs)",
+        server_cpu * 1e6 / cfg.acquisitions as f64,
+        1,
     );
     if cfg.tasks_per_process == 1 {
         m.note(

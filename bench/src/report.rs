@@ -208,6 +208,13 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                 num(g("acquisitions"), 0),
                 if g("counter_ok") == 1.0 { "ok" } else { "WRONG" },
             );
+            if m.get("server_cpu_us_per_acquisition").is_some() {
+                let _ = write!(
+                    details,
+                    "; server CPU {} µs per acquisition",
+                    num(g("server_cpu_us_per_acquisition"), 1)
+                );
+            }
             if m.get("reads_per_s").is_some() {
                 let _ = write!(
                     details,
@@ -308,12 +315,13 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
         Job::S4Watchdog => (
             format!("{} round trips/period", num(g("round_trips_per_period"), 1)),
             format!(
-                "{} locks, renewal every {} s: {} commands/period; CPU/period client {} ms, server {} ms; expired {}, lost {}",
+                "{} locks, renewal every {} s: {} commands/period; CPU/period client {} ms, server {} ms ({} µs per lock renewed); expired {}, lost {}",
                 num(g("locks"), 0),
                 num(g("period_s"), 2),
                 num(g("commands_per_period"), 0),
                 num(g("client_cpu_ms_per_period"), 2),
                 num(g("server_cpu_ms_per_period"), 2),
+                num(g("server_cpu_us_per_renewal"), 2),
                 num(g("expired") + g("expired_keys_stat"), 0),
                 num(g("lost_guards") + g("not_held_on_unlock"), 0),
             ),

@@ -161,6 +161,12 @@ pub async fn s4_watchdog(target: &Target, cfg: &Config) -> Result<Metrics> {
         2,
     );
     m.add(
+        "server_cpu_us_per_renewal",
+        "server CPU per lock renewed (µs)",
+        server_cpu * 1e6 / periods / cfg.locks as f64,
+        2,
+    );
+    m.add(
         "acquire_all_s",
         "time to acquire all locks (s)",
         acquire_time.as_secs_f64(),

@@ -70,19 +70,26 @@ impl Lock {
         // A wait too long to represent is a wait without end.
         let give_up_at = wait.and_then(|wait| started.checked_add(wait));
 
+        // The rarer paths are boxed (a re-entry, a wait in the local line): each await
+        // makes this future as large as its own, and this future is moved on every call.
         if let Some(outer) = owner::current_hold(inner.id_bits(), &self.keys.key) {
-            if let Some(guard) = self.reenter(&outer, lease, started).await? {
+            if let Some(guard) = Box::pin(self.reenter(&outer, lease, started)).await? {
                 return Ok(guard);
             }
             // The outer hold turned out to be gone (it is reported lost now): the scope
             // owns nothing, so this is a new owner's acquisition.
         }
-        let Some((turn, subscription)) = self
-            .wait_for_turn(inner.local.join(&self.line, &self.pass_on), give_up_at)
-            .await
-        else {
-            inner.metrics.timed_out();
-            return Err(self.timeout(wait));
+        let ticket = inner.local.join(&self.line, &self.pass_on);
+        let (turn, subscription) = if matches!(ticket.place(), Place::Turn) {
+            (ticket.into_turn(), None)
+        } else {
+            match Box::pin(self.wait_for_turn(ticket, give_up_at)).await {
+                Some(waited) => waited,
+                None => {
+                    inner.metrics.timed_out();
+                    return Err(self.timeout(wait));
+                }
+            }
         };
         self.acquire_new(turn, subscription, wait, lease, started, give_up_at)
             .await
@@ -434,22 +441,23 @@ impl Lock {
                 }
                 Ok((_, Reply::Busy { wait_ms, .. })) => NotYet::Busy { ttl_ms: wait_ms },
                 Ok((_, other)) => {
-                    step.give_up().await;
+                    Box::pin(step.give_up()).await;
                     inner.metrics.acquire_failed();
                     return Err(other.refusal(&self.name, "acquire", LockKind::Lock));
                 }
                 Err(error) => NotYet::Unavailable(error),
             };
-            match waiter.wait(not_yet).await {
+            // Boxed, as the give-ups: only a lock that is not free waits.
+            match Box::pin(waiter.wait(not_yet)).await {
                 Ok(()) => {}
                 Err(GiveUp::TimedOut) => {
                     tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
-                    step.give_up().await;
+                    Box::pin(step.give_up()).await;
                     inner.metrics.timed_out();
                     return Err(self.timeout(wait));
                 }
                 Err(GiveUp::Unavailable(error)) => {
-                    step.give_up().await;
+                    Box::pin(step.give_up()).await;
                     inner.metrics.acquire_failed();
                     return Err(error.into_lock_error(&self.name, "acquire"));
                 }

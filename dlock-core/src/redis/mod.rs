@@ -492,16 +492,25 @@ impl Backend {
     /// Reopens the connections on the current runtime when the one that drove them has
     /// shut down (see [`RuntimeProbe`]). One atomic load when nothing changed.
     async fn follow_runtime(&self) -> Result<(), CallError> {
-        let alive = || {
-            self.shared
-                .probe
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .runtime_is_alive()
-        };
-        if alive() {
+        if self.runtime_is_alive() {
             return Ok(());
         }
+        // Boxed: every call awaits this, and the reopening would make every call's future
+        // as large as its own.
+        Box::pin(self.reopen_on_this_runtime()).await
+    }
+
+    fn runtime_is_alive(&self) -> bool {
+        self.shared
+            .probe
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .runtime_is_alive()
+    }
+
+    /// [`follow_runtime`](Self::follow_runtime)'s reopening.
+    async fn reopen_on_this_runtime(&self) -> Result<(), CallError> {
+        let alive = || self.runtime_is_alive();
         let _reopening = self.shared.reopening.lock().await;
         if alive() {
             return Ok(()); // another caller reopened them while we waited
@@ -552,7 +561,7 @@ impl Backend {
         }
         if let (Err(error), Route::Sentinel(route)) = (&result, &self.shared.route) {
             if error.is_transient() {
-                let _ = self.bounded_call(route.resolve(&self.shared)).await;
+                let _ = Box::pin(self.bounded_call(route.resolve(&self.shared))).await;
             }
         }
         result

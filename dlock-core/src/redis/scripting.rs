@@ -112,19 +112,20 @@ impl Backend {
     /// connected. Also what a pipeline sends (see `invoke_replicated`).
     pub(crate) fn script_cmd(&self, call: &ScriptCall) -> Cmd {
         let script = call.script();
-        let mut cmd = match self.scripting() {
-            Scripting::Eval => {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(script.sha());
-                cmd
-            }
-            Scripting::Functions => {
-                let mut cmd = redis::cmd("FCALL");
-                cmd.arg(FunctionLibrary::current().function(script));
-                cmd
-            }
+        let keys = call.keys();
+        let args = call.args();
+        // Sized once: the command name, the script's name, the key count and the values.
+        let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), 64 + call.len_bytes());
+        match self.scripting() {
+            Scripting::Eval => cmd.arg("EVALSHA").arg(script.sha()),
+            Scripting::Functions => cmd
+                .arg("FCALL")
+                .arg(FunctionLibrary::current().function(script)),
         };
-        cmd.arg(call.keys().len()).arg(call.keys()).arg(call.args());
+        cmd.arg(keys.len());
+        for value in keys.chain(args) {
+            cmd.arg(value);
+        }
         cmd
     }
 
@@ -142,15 +143,25 @@ impl Backend {
                 if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript)
                     && self.scripting() == Scripting::Eval =>
             {
-                let mut load = redis::cmd("SCRIPT");
-                load.arg("LOAD").arg(call.script().code());
-                load.query_async::<String>(conn)
-                    .await
-                    .map_err(CallError::Redis)?;
-                cmd.query_async(conn).await.map_err(CallError::Redis)
+                // Boxed: rare, and it would double every call's future.
+                Box::pin(Self::load_and_rerun(conn, call, &cmd)).await
             }
             other => other.map_err(CallError::Redis),
         }
+    }
+
+    /// Loads `call`'s script on `conn` and runs `cmd` again.
+    async fn load_and_rerun<T: FromRedisValue>(
+        conn: &mut impl ConnectionLike,
+        call: &ScriptCall,
+        cmd: &Cmd,
+    ) -> Result<T, CallError> {
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(call.script().code());
+        load.query_async::<String>(conn)
+            .await
+            .map_err(CallError::Redis)?;
+        cmd.query_async(conn).await.map_err(CallError::Redis)
     }
 }
 

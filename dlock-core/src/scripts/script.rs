@@ -64,17 +64,20 @@ impl Script {
     pub(crate) fn prepare_invoke(&'static self) -> ScriptCall {
         ScriptCall {
             script: self,
-            keys: Vec::new(),
-            args: Vec::new(),
+            keys: Values::default(),
+            args: Values::default(),
         }
     }
 }
 
 /// A script with its keys and arguments, ready to be sent (see `Backend::invoke`).
+///
+/// Keys and arguments are written into one buffer each, as Redis reads them, rather
+/// than one allocation per value: an acquisition passes a dozen of them on every call.
 pub(crate) struct ScriptCall {
     script: &'static Script,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    keys: Values,
+    args: Values,
 }
 
 impl ScriptCall {
@@ -92,20 +95,114 @@ impl ScriptCall {
 
     /// Replaces argument `index` (0-based: `ARGV[index + 1]`), which must exist.
     pub(crate) fn set_arg(&mut self, index: usize, arg: &str) {
-        let slot = &mut self.args[index];
-        slot.clear();
-        slot.extend_from_slice(arg.as_bytes());
+        self.args.replace(index, arg.as_bytes());
     }
 
     pub(crate) fn script(&self) -> &'static Script {
         self.script
     }
 
-    pub(crate) fn keys(&self) -> &[Vec<u8>] {
-        &self.keys
+    pub(crate) fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        self.keys.iter()
     }
 
-    pub(crate) fn args(&self) -> &[Vec<u8>] {
-        &self.args
+    pub(crate) fn args(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        self.args.iter()
+    }
+
+    /// The bytes of every key and argument together.
+    pub(crate) fn len_bytes(&self) -> usize {
+        self.keys.bytes.len() + self.args.bytes.len()
+    }
+}
+
+/// Values written one after another into one buffer, with where each ends.
+#[derive(Default)]
+struct Values {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Values {
+    fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        (0..self.ends.len()).map(|i| {
+            let start = i.checked_sub(1).map_or(0, |before| self.ends[before]);
+            &self.bytes[start..self.ends[i]]
+        })
+    }
+
+    /// Replaces value `index` with `value`.
+    fn replace(&mut self, index: usize, value: &[u8]) {
+        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
+        let end = self.ends[index];
+        self.bytes.splice(start..end, value.iter().copied());
+        let moved = value.len() as isize - (end - start) as isize;
+        for later in &mut self.ends[index..] {
+            *later = later.wrapping_add_signed(moved);
+        }
+    }
+}
+
+impl redis::RedisWrite for Values {
+    fn write_arg(&mut self, arg: &[u8]) {
+        self.bytes.extend_from_slice(arg);
+        self.ends.push(self.bytes.len());
+    }
+
+    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
+        ValueWriter(self)
+    }
+}
+
+/// Writes one value into [`Values`]; it ends when the writer is dropped.
+struct ValueWriter<'a>(&'a mut Values);
+
+impl std::io::Write for ValueWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for ValueWriter<'_> {
+    fn drop(&mut self) {
+        self.0.ends.push(self.0.bytes.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Values;
+    use redis::RedisWrite;
+
+    fn values(values: &Values) -> Vec<String> {
+        values
+            .iter()
+            .map(|v| String::from_utf8(v.to_vec()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn values_are_kept_in_order_and_replaced_in_place() {
+        let mut v = Values::default();
+        v.write_arg(b"lock");
+        v.write_arg(b"");
+        v.write_arg_fmt(30_000);
+        {
+            use std::io::Write;
+            let mut w = v.writer_for_next_arg();
+            w.write_all(b"pub").unwrap();
+            w.write_all(b"lish").unwrap();
+        }
+        assert_eq!(values(&v), ["lock", "", "30000", "publish"]);
+        v.replace(1, b"1");
+        v.replace(2, b"5");
+        v.replace(0, b"a-longer-key");
+        assert_eq!(values(&v), ["a-longer-key", "1", "5", "publish"]);
+        assert_eq!(v.iter().len(), 4);
     }
 }

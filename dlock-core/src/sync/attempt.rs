@@ -288,11 +288,16 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
                 host.metrics().attempted();
                 match acks {
                     None => host.backend().invoke::<Reply>(call).await,
-                    // The script followed by `WAIT` (see `Backend::invoke_replicated`).
+                    // The script followed by `WAIT` (see `Backend::invoke_replicated`);
+                    // boxed, so that the common call's future stays small.
                     Some(acks) => {
-                        host.backend()
-                            .invoke_replicated(name, call, acks, Reply::is_granted)
-                            .await
+                        Box::pin(host.backend().invoke_replicated(
+                            name,
+                            call,
+                            acks,
+                            Reply::is_granted,
+                        ))
+                        .await
                     }
                 }
             })
