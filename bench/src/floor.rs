@@ -49,6 +49,13 @@ impl FloorScripts {
         }
     }
 
+    /// Loads both scripts, so that no measured call is the `NOSCRIPT` before a load.
+    pub async fn load(&self, conn: &mut MultiplexedConnection) -> Result<()> {
+        self.acquire.prepare_invoke().load_async(conn).await?;
+        self.release.prepare_invoke().load_async(conn).await?;
+        Ok(())
+    }
+
     /// Takes `key` for `owner`; an error when someone else holds it.
     pub async fn acquire(
         &self,

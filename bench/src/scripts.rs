@@ -201,6 +201,7 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
     // The floor's pair on as many keys.
     let conn = target.connection().await?;
     let floor = FloorScripts::new();
+    floor.load(&mut admin).await?;
     let owner = uuid::Uuid::new_v4().to_string();
     let prefix = target.prefix().to_owned();
     let floor_key = move |key: usize| format!("{prefix}floor:{key}");

@@ -117,8 +117,9 @@ pub async fn s3_macro(target: &Target, cfg: &Config) -> Result<Metrics> {
 /// S1 with the lean floor's scripts from a bare redis-rs client (see `floor`): compared
 /// with S1 in the same run, what dlock's scripts and client add.
 pub async fn s1_floor(target: &Target, cfg: &Config) -> Result<Metrics> {
-    let conn = target.connection().await?;
+    let mut conn = target.connection().await?;
     let scripts = FloorScripts::new();
+    scripts.load(&mut conn).await?;
     let client_id = uuid::Uuid::new_v4().to_string();
     let cycles = (0..cfg.s1_tasks)
         .map(|task| FloorCycle {

@@ -1,5 +1,6 @@
-//! Smoke tests: the benchmark binary runs the quick limit, S1 and S2 scenarios, and the
-//! quick scaling sweeps, against its own redis-servers and reports plausible figures.
+//! Smoke tests: the benchmark binary runs the quick limit, scripts, S1 and S2 scenarios,
+//! and the quick scaling sweeps, against its own redis-servers and reports plausible
+//! figures.
 
 use std::process::Command;
 use std::time::Instant;
@@ -8,7 +9,7 @@ use std::time::Instant;
 fn quick_limit_s1_s2() {
     let started = Instant::now();
     let output = Command::new(env!("CARGO_BIN_EXE_dlock-bench"))
-        .args(["--quick", "--scenarios", "limit,s1,s2", "--json"])
+        .args(["--quick", "--scenarios", "limit,scripts,s1,s2", "--json"])
         .output()
         .expect("run dlock-bench");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -45,17 +46,28 @@ fn quick_limit_s1_s2() {
 
     // The JSON document on stdout says the same.
     let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
-    let summary = |scenario: &str, key: &str| -> f64 {
+    let of = |scenario: &str, implementation: &str, key: &str| -> f64 {
         json["scenarios"]
             .as_array()
             .expect("scenarios")
             .iter()
-            .find(|s| s["scenario"] == scenario && s["implementation"] != "rslock")
+            .find(|s| s["scenario"] == scenario && s["implementation"] == implementation)
             .and_then(|s| s["summary"][key].as_f64())
-            .unwrap_or_else(|| panic!("no {scenario}.{key} in {stdout}"))
+            .unwrap_or_else(|| panic!("no {scenario}/{implementation}.{key} in {stdout}"))
     };
-    assert!(summary("limit", "cycle_ceiling_per_s") > 0.0);
+    let summary = |scenario: &str, key: &str| of(scenario, "dlock", key);
+    assert!(of("limit", "raw", "cycle_ceiling_per_s") > 0.0);
     assert!(summary("s1", "cycles_per_s") > 0.0);
+    // Redis' work per lock, beside the lean floor's in the same run.
+    assert!(summary("s1", "server_cpu_us_per_cycle") > 0.0);
+    assert!(of("s1", "floor", "server_cpu_us_per_cycle") > 0.0);
+    // The scripts' commands per call are counts, the same on every machine.
+    assert_eq!(of("scripts", "raw", "acquire_commands"), 4.0);
+    assert_eq!(of("scripts", "raw", "release_commands"), 3.0);
+    assert_eq!(of("scripts", "raw", "renew_commands_per_lock"), 2.0);
+    assert_eq!(of("scripts", "raw", "floor_acquire_commands"), 3.0);
+    assert_eq!(of("scripts", "raw", "floor_release_commands"), 2.0);
+    assert!(summary("s2", "server_cpu_us_per_acquisition") > 0.0);
     assert!(summary("s2", "acquisitions_per_s") > 0.0);
     assert_eq!(summary("s2", "counter"), 500.0);
     assert_eq!(summary("s2", "counter_ok"), 1.0);

@@ -62,7 +62,9 @@ where
         .keys()
         .filter(|command| !SENT.contains(&command.as_str()) && !IGNORED.contains(&command.as_str()))
         .map(|command| (command.clone(), per_round(command)))
-        .filter(|(_, calls)| *calls > 0.0)
+        // The client's own upkeep (its registration's heartbeat, a connection named
+        // anew) lands in a round now and then; a path's commands come in every round.
+        .filter(|(_, calls)| *calls >= 0.5)
         .collect();
     (Cost { sent, inner }, outputs)
 }
@@ -232,9 +234,9 @@ async fn the_family_s_common_paths_are_pinned() {
 
 /// Commands run by the scripts of one acquisition and one release, at most.
 type Budget = (f64, f64);
-const SEMAPHORE_BUDGET: Budget = (13.0, 13.0);
-const FAIR_BUDGET: Budget = (5.0, 5.0);
-const WRITE_BUDGET: Budget = (8.0, 16.0);
+const SEMAPHORE_BUDGET: Budget = (13.0, 10.0);
+const FAIR_BUDGET: Budget = (5.0, 4.0);
+const WRITE_BUDGET: Budget = (8.0, 15.0);
 
 fn report_and_check(what: &str, acquire: &Cost, release: &Cost, (most_in, most_out): Budget) {
     println!("{what}: acquire {acquire:?}; release {release:?}");
