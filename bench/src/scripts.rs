@@ -162,21 +162,92 @@ async fn release_all(guards: Vec<LockGuard>, tasks: usize) -> Result<()> {
     .map(drop)
 }
 
+/// Alternating rounds of dlock's pair and the floor's: their medians are compared, so a
+/// burst of load on this shared machine does not land on one side only.
+const ROUNDS: usize = 5;
+
+/// The floor's pair over `keys` keys from `tasks` tasks: its acquire phase and its
+/// release phase.
+async fn floor_round(
+    admin: &mut MultiplexedConnection,
+    conn: &MultiplexedConnection,
+    floor: &FloorScripts,
+    prefix: &str,
+    keys: usize,
+    tasks: usize,
+) -> Result<(Phase, Phase)> {
+    let owner = uuid::Uuid::new_v4().to_string();
+    let prefix = prefix.to_owned();
+    let floor_key = move |key: usize| format!("{prefix}floor:{key}");
+    let each = |release: bool| {
+        let (conn, floor, owner, floor_key) = (
+            conn.clone(),
+            floor.clone(),
+            owner.clone(),
+            floor_key.clone(),
+        );
+        async move {
+            spread(keys, tasks, move |key| {
+                let (mut conn, floor, owner, key) =
+                    (conn.clone(), floor.clone(), owner.clone(), floor_key(key));
+                async move {
+                    match release {
+                        false => floor.acquire(&mut conn, &key, &owner).await,
+                        true => floor.release(&mut conn, &key, &owner).await,
+                    }
+                }
+            })
+            .await
+            .map(drop)
+        }
+    };
+    let ((), acquire) = phase(admin, each(false)).await?;
+    let ((), release) = phase(admin, each(true)).await?;
+    Ok((acquire, release))
+}
+
+/// The median of `phases`' `what`.
+fn median_of(phases: &[Phase], what: impl Fn(&Phase) -> f64) -> f64 {
+    crate::stats::median(&phases.iter().map(what).collect::<Vec<_>>())
+}
+
 /// Runs the scenario once.
 pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
-    let keys = if cfg.quick { 2_000 } else { 10_000 };
+    let keys = if cfg.quick { 1_000 } else { 4_000 };
+    let rounds = if cfg.quick { 2 } else { ROUNDS };
     let tasks = cfg.s1_tasks;
     let mut admin = target.connection().await?;
     let mut m = Metrics::default();
 
-    // dlock's lock: acquisitions, then releases, from a client with the default watchdog
-    // (its first renewal round is 10 s away).
+    // dlock's lock from a client with the default watchdog (its first renewal round is
+    // 10 s away), and the floor's pair, round after round.
     let client = target.lock_client(None).await?;
     // A round first, unmeasured, as S1's steady state has it: the names' keys (the
     // fencing counters of their slots) exist.
     release_all(acquire_all(&client, "scripts", keys, tasks).await?, tasks).await?;
-    let (guards, acquire) = phase(&mut admin, acquire_all(&client, "scripts", keys, tasks)).await?;
-    let ((), release) = phase(&mut admin, release_all(guards, tasks)).await?;
+    let conn = target.connection().await?;
+    let floor = FloorScripts::new();
+    floor.load(&mut admin).await?;
+    let (mut acquires, mut releases, mut floor_acquires, mut floor_releases) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let (guards, acquire) =
+            phase(&mut admin, acquire_all(&client, "scripts", keys, tasks)).await?;
+        let ((), release) = phase(&mut admin, release_all(guards, tasks)).await?;
+        let (floor_acquire, floor_release) =
+            floor_round(&mut admin, &conn, &floor, target.prefix(), keys, tasks).await?;
+        acquires.push(acquire);
+        releases.push(release);
+        floor_acquires.push(floor_acquire);
+        floor_releases.push(floor_release);
+    }
+    let median = |phases: &[Phase]| Phase {
+        calls: median_of(phases, |p| p.calls),
+        us_per_call: median_of(phases, |p| p.us_per_call),
+        inner_per_call: median_of(phases, |p| p.inner_per_call),
+    };
+    let (acquire, release) = (median(&acquires), median(&releases));
+    let (floor_acquire, floor_release) = (median(&floor_acquires), median(&floor_releases));
 
     // Renewals: a client renewing every half second, measured over rounds in which it
     // sends nothing else.
@@ -198,44 +269,9 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         return Err(error("scripts: no renewal round in the window"));
     }
 
-    // The floor's pair on as many keys.
-    let conn = target.connection().await?;
-    let floor = FloorScripts::new();
-    floor.load(&mut admin).await?;
-    let owner = uuid::Uuid::new_v4().to_string();
-    let prefix = target.prefix().to_owned();
-    let floor_key = move |key: usize| format!("{prefix}floor:{key}");
-    let ((), floor_acquire) = phase(&mut admin, {
-        let (conn, floor, owner, floor_key) = (
-            conn.clone(),
-            floor.clone(),
-            owner.clone(),
-            floor_key.clone(),
-        );
-        async move {
-            spread(keys, tasks, move |key| {
-                let (mut conn, floor, owner, key) =
-                    (conn.clone(), floor.clone(), owner.clone(), floor_key(key));
-                async move { floor.acquire(&mut conn, &key, &owner).await }
-            })
-            .await
-            .map(drop)
-        }
-    })
-    .await?;
-    let ((), floor_release) = phase(&mut admin, async move {
-        spread(keys, tasks, move |key| {
-            let (mut conn, floor, owner, key) =
-                (conn.clone(), floor.clone(), owner.clone(), floor_key(key));
-            async move { floor.release(&mut conn, &key, &owner).await }
-        })
-        .await
-        .map(drop)
-    })
-    .await?;
-
     let locks = keys as f64;
     m.add("keys", "locks per phase", locks, 0);
+    m.add("rounds", "alternating rounds (medians)", rounds as f64, 0);
     m.add(
         "acquire_us",
         "dlock acquire, fresh (µs per call)",

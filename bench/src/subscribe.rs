@@ -28,18 +28,19 @@ const RIVAL_LEASE: Duration = Duration::from_secs(300);
 /// The waiters' wait: outlasts the run, so none times out meanwhile.
 const WAITER_WAIT: Duration = Duration::from_secs(300);
 
-/// Unlock channels the server lists (classic and sharded) of this scenario's locks, whose
-/// keys start with `stem` (the run's key prefix + `sub:`).
-async fn channels(conn: &mut MultiplexedConnection, stem: &str) -> Result<usize> {
-    let pattern = "dlock:unlock:*";
+/// Channels the server lists (classic and sharded) for this scenario's locks: dlock's
+/// channels of the run's key prefix `prefix` for lock names starting `sub:`. A waiter
+/// listens on its client's wake channel of the lock (`dlock:unlock:<scope>#<client>:<name>`).
+async fn channels(conn: &mut MultiplexedConnection, prefix: &str) -> Result<usize> {
+    let pattern = format!("dlock:unlock:{prefix}*");
     let mut count = 0;
     for kind in ["CHANNELS", "SHARDCHANNELS"] {
         let names: Vec<String> = redis::cmd("PUBSUB")
             .arg(kind)
-            .arg(pattern)
+            .arg(&pattern)
             .query_async(conn)
             .await?;
-        count += names.iter().filter(|n| n.contains(stem)).count();
+        count += names.iter().filter(|n| n.contains(":sub:")).count();
     }
     Ok(count)
 }
@@ -79,7 +80,7 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
 
     let waiters = target.lock_client(None).await?;
     let mut admin = target.connection().await?;
-    let stem = format!("{}sub:", target.prefix());
+    let stem = target.prefix().to_owned();
     target::reset_stats(&mut admin).await?;
     let tasks: Vec<_> = names
         .iter()

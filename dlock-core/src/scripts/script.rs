@@ -64,8 +64,8 @@ impl Script {
     pub(crate) fn prepare_invoke(&'static self) -> ScriptCall {
         ScriptCall {
             script: self,
-            keys: Values::default(),
-            args: Values::default(),
+            keys: Values::with_capacity(KEYS_BYTES, 8),
+            args: Values::with_capacity(ARGS_BYTES, 12),
         }
     }
 }
@@ -123,7 +123,19 @@ struct Values {
     ends: Vec<usize>,
 }
 
+/// Room for a call's keys and arguments made up front: a lock's five keys and its
+/// arguments fit, so the common calls never grow their buffers.
+const KEYS_BYTES: usize = 320;
+const ARGS_BYTES: usize = 128;
+
 impl Values {
+    fn with_capacity(bytes: usize, values: usize) -> Values {
+        Values {
+            bytes: Vec::with_capacity(bytes),
+            ends: Vec::with_capacity(values),
+        }
+    }
+
     fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
         (0..self.ends.len()).map(|i| {
             let start = i.checked_sub(1).map_or(0, |before| self.ends[before]);
@@ -147,6 +159,13 @@ impl redis::RedisWrite for Values {
     fn write_arg(&mut self, arg: &[u8]) {
         self.bytes.extend_from_slice(arg);
         self.ends.push(self.bytes.len());
+    }
+
+    /// Formats in place (numbers, mostly), where the default would allocate a `String`.
+    fn write_arg_fmt(&mut self, arg: impl std::fmt::Display) {
+        use std::io::Write;
+        // Writing into a Vec cannot fail.
+        let _ = write!(self.writer_for_next_arg(), "{arg}");
     }
 
     fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
