@@ -13,7 +13,7 @@ use redis::Script;
 use crate::stats::{error, Result};
 use crate::uncontended::Cycle;
 
-/// The floor's acquire: KEYS[1] the hash, ARGV[1] the owner, ARGV[2] the lease in ms.
+/// The floor's acquire: `KEYS[1]` the hash, `ARGV[1]` the owner, `ARGV[2]` the lease in ms.
 /// `nil` when taken, else the holder's remaining lease.
 pub const ACQUIRE: &str = "\
 if redis.call('exists', KEYS[1]) == 0 then
@@ -23,7 +23,7 @@ if redis.call('exists', KEYS[1]) == 0 then
 end
 return redis.call('pttl', KEYS[1])";
 
-/// The floor's release: KEYS[1] the hash, ARGV[1] the owner. 1 when released, else 0.
+/// The floor's release: `KEYS[1]` the hash, `ARGV[1]` the owner. 1 when released, else 0.
 pub const RELEASE: &str = "\
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   redis.call('del', KEYS[1])
