@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::metrics::Metrics;
 use crate::plan::Config;
-use crate::stats::{error, Result};
+use crate::stats::{error, resident_bytes, Result};
 use crate::target::{self, Target};
 
 /// Poll period of the channel count.
@@ -82,6 +82,7 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
     let mut admin = target.connection().await?;
     let stem = target.prefix().to_owned();
     target::reset_stats(&mut admin).await?;
+    let resident_before = resident_bytes();
     let tasks: Vec<_> = names
         .iter()
         .map(|name| {
@@ -102,6 +103,13 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         tokio::time::sleep(POLL_EVERY).await;
     };
     let (subscribed, reached, all_in) = until(&mut admin, &stem, last_started, |c| c >= n).await?;
+    // Every waiter is now waiting in Redis: its task, its acquisition and its share of
+    // the subscriptions are what the process grew by.
+    let per_waiter = resident_bytes()
+        .zip(resident_before)
+        .map_or(f64::NAN, |(after, before)| {
+            after.saturating_sub(before) as f64 / n as f64
+        });
 
     for task in &tasks {
         task.abort();
@@ -126,6 +134,12 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         "last waiter started → all channels subscribed (ms)",
         subscribed.as_secs_f64() * 1e3,
         1,
+    );
+    m.add(
+        "client_bytes_per_waiter",
+        "client memory per waiting task (resident growth / waiters, bytes)",
+        per_waiter,
+        0,
     );
     m.add(
         "first_tries_ms",

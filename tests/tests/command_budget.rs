@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use dlock::LockClient;
+use dlock::{LockClient, LockGuard};
 use dlock_tests::commandstats::command_calls;
 use dlock_tests::RedisServer;
 
@@ -69,6 +69,18 @@ where
     (Cost { sent, inner }, outputs)
 }
 
+/// What unlocking each of `guards` costs, per guard.
+async fn unlock_cost(server: &RedisServer, guards: Vec<LockGuard>) -> Cost {
+    let rounds = u32::try_from(guards.len()).unwrap();
+    let mut guards = guards.into_iter();
+    let (cost, _) = cost_of(server, rounds, |_| {
+        let guard = guards.next().unwrap();
+        async move { guard.unlock().await.unwrap() }
+    })
+    .await;
+    cost
+}
+
 /// A client past its first call: the one-time set-up (its connection's name, its
 /// registration) is not counted against any path.
 async fn client(server: &RedisServer) -> LockClient {
@@ -110,12 +122,7 @@ async fn a_fresh_lock_and_its_last_release_stay_within_their_budget() {
         );
     }
 
-    let mut guards = guards.into_iter();
-    let (release, _) = cost_of(&server, 20, |_| {
-        let guard = guards.next().unwrap();
-        async move { guard.unlock().await.unwrap() }
-    })
-    .await;
+    let release = unlock_cost(&server, guards).await;
     assert_eq!(release.sent, 1.0, "one round trip per release: {release:?}");
     assert_eq!(release.inner_total(), 3.0, "HGET, DEL, EXISTS: {release:?}");
     assert_eq!(
@@ -210,12 +217,7 @@ async fn the_family_s_common_paths_are_pinned() {
         async move { lock.lock().await.unwrap() }
     })
     .await;
-    let mut guards = guards.into_iter();
-    let (release, _) = cost_of(&server, 10, |_| {
-        let guard = guards.next().unwrap();
-        async move { guard.unlock().await.unwrap() }
-    })
-    .await;
+    let release = unlock_cost(&server, guards).await;
     report_and_check("fair lock", &acquire, &release, FAIR_BUDGET);
 
     let (acquire, guards) = cost_of(&server, 10, |round| {
@@ -223,12 +225,7 @@ async fn the_family_s_common_paths_are_pinned() {
         async move { lock.write().lock().await.unwrap() }
     })
     .await;
-    let mut guards = guards.into_iter();
-    let (release, _) = cost_of(&server, 10, |_| {
-        let guard = guards.next().unwrap();
-        async move { guard.unlock().await.unwrap() }
-    })
-    .await;
+    let release = unlock_cost(&server, guards).await;
     report_and_check("write lock", &acquire, &release, WRITE_BUDGET);
 }
 
