@@ -209,7 +209,16 @@ fn release_functions_do_not_grow_a_full_server() {
     assert_eq!(released, 999);
     let ttl: i64 = redis::cmd("PTTL").arg(memo).query(&mut conn).unwrap();
     assert!(ttl > 0 && ttl <= 181_000, "memo lives {ttl} ms");
-    let after = memory_field(&mut conn, "used_memory_dataset");
+    // On Valkey the dataset was once seen over the bound right after the 4 MiB calls (1
+    // run in 17) and not on a second reading: a transient buffer, likely the big calls'
+    // query buffer before the server's cron trims it. Reading until it settles (at most
+    // 2 s) tells that apart from what the functions kept: a key they created would stay.
+    let settled = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut after = memory_field(&mut conn, "used_memory_dataset");
+    while after >= before + 64 * 1024 && std::time::Instant::now() < settled {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        after = memory_field(&mut conn, "used_memory_dataset");
+    }
     assert!(
         after < before + 64 * 1024,
         "the dataset grew by {} bytes on a full server",
