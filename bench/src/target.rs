@@ -138,11 +138,18 @@ pub async fn connect(url: &str) -> Result<MultiplexedConnection> {
     let shown = dlock::admin::redact_url(url);
     let client =
         redis::Client::open(url).map_err(|e| error(format!("bad Redis URL {shown}: {e}")))?;
+    // redis-rs gives up on an answer after 500 ms by default; the benchmark's own admin
+    // reads (`PUBSUB CHANNELS` over 100,000 channels, say) may take longer on a busy
+    // server, and every scenario bounds its own run.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(ADMIN_TIMEOUT));
     client
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .map_err(|e| error(format!("cannot connect to {shown}: {e}")))
 }
+
+/// How long the benchmark's own connections wait for an answer.
+const ADMIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Starts a throw-away server; the harness panics when it cannot, which becomes an error.
 async fn start_server() -> Result<RedisServer> {
