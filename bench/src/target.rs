@@ -138,9 +138,9 @@ pub async fn connect(url: &str) -> Result<MultiplexedConnection> {
     let shown = dlock::admin::redact_url(url);
     let client =
         redis::Client::open(url).map_err(|e| error(format!("bad Redis URL {shown}: {e}")))?;
-    // redis-rs gives up on an answer after 500 ms by default; the benchmark's own admin
-    // reads (`PUBSUB CHANNELS` over 100,000 channels, say) may take longer on a busy
-    // server, and every scenario bounds its own run.
+    // redis-rs gives up on an answer after 500 ms by default; the benchmark's own reads
+    // can take longer on a server busy with 100,000 waiters (one did), and every scenario
+    // bounds its own run.
     let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(ADMIN_TIMEOUT));
     client
         .get_multiplexed_async_connection_with_config(&config)
