@@ -33,6 +33,26 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("<not a string>")
 }
 
+/// The hold counts in the lock hash `key` (its fencing token field left out).
+fn hold_counts(server: &RedisServer, key: &str) -> Vec<String> {
+    let mut fields: std::collections::HashMap<String, String> =
+        server.connection().hgetall(key).unwrap();
+    fields.retain(|field, _| !field.ends_with(":f"));
+    fields.into_values().collect()
+}
+
+/// A proxy in front of `server`, and a client connected through it with `command_timeout`:
+/// the proxy can lose a reply or hold back the reconnection a retry makes.
+async fn through_proxy(server: &RedisServer, command_timeout: Duration) -> (TcpProxy, LockClient) {
+    let proxy = TcpProxy::start(server.addr());
+    let client = LockClient::builder()
+        .command_timeout(command_timeout)
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    (proxy, client)
+}
+
 /// Polls until `key` is gone; returns how long that took.
 async fn gone_within(server: &RedisServer, key: &str, limit: Duration) -> Duration {
     let started = Instant::now();
@@ -144,12 +164,7 @@ async fn acquisitions_cancelled_at_random_points_leave_no_lock_behind() {
 #[tokio::test]
 async fn a_release_whose_reply_was_lost_is_retried_as_a_success() {
     let server = RedisServer::start();
-    let proxy = TcpProxy::start(server.addr());
-    let client = LockClient::builder()
-        .command_timeout(Duration::from_secs(2))
-        .connect(&proxy.url())
-        .await
-        .unwrap();
+    let (proxy, client) = through_proxy(&server, Duration::from_secs(2)).await;
     let guard = client.lock("lost-reply").lock().await.unwrap();
     let connections = command_connection_up(&proxy).await;
     let before = command_calls(&mut server.connection());
@@ -184,24 +199,13 @@ async fn a_release_whose_reply_was_lost_is_retried_as_a_success() {
 #[tokio::test]
 async fn a_re_entered_release_whose_reply_was_lost_counts_once() {
     let server = RedisServer::start();
-    let proxy = TcpProxy::start(server.addr());
-    let client = LockClient::builder()
-        .command_timeout(Duration::from_secs(2))
-        .connect(&proxy.url())
-        .await
-        .unwrap();
+    let (proxy, client) = through_proxy(&server, Duration::from_secs(2)).await;
     let lock = client.lock("lost-decrement");
     let outer = lock.lock().await.unwrap();
-    let owner_holds = |server: &RedisServer| {
-        let mut fields: std::collections::HashMap<String, String> =
-            server.connection().hgetall("lost-decrement").unwrap();
-        fields.retain(|field, _| !field.ends_with(":f"));
-        fields.into_values().collect::<Vec<_>>()
-    };
     outer
         .scope(async {
             let inner = lock.lock().await.unwrap();
-            assert_eq!(owner_holds(&server), ["2"]);
+            assert_eq!(hold_counts(&server, "lost-decrement"), ["2"]);
             let connections = command_connection_up(&proxy).await;
             proxy.lose_next_reply();
             inner
@@ -214,21 +218,60 @@ async fn a_re_entered_release_whose_reply_was_lost_counts_once() {
             );
         })
         .await;
-    assert_eq!(owner_holds(&server), ["1"], "the decrement counted once");
+    assert_eq!(
+        hold_counts(&server, "lost-decrement"),
+        ["1"],
+        "the decrement counted once"
+    );
     outer.unlock().await.unwrap();
     let exists: bool = server.connection().exists("lost-decrement").unwrap();
+    assert!(!exists);
+}
+
+/// An unlock cancelled after its first send reached Redis goes on in the background, as
+/// a send that may have been applied: for a re-entered hold the background send answers
+/// from the memo and the owner still holds the lock once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_decrement_finished_in_the_background_counts_once() {
+    let server = RedisServer::start();
+    let (proxy, client) = through_proxy(&server, Duration::from_secs(3)).await;
+    let lock = client.lock("cancelled-decrement");
+    let outer = lock.lock().await.unwrap();
+    outer
+        .scope(async {
+            let inner = lock.lock().await.unwrap();
+            let connections = command_connection_up(&proxy).await;
+            // The decrement is applied, its reply lost, and the retry's new connection
+            // held: the unlock is cancelled while it waits.
+            proxy.lose_next_reply();
+            proxy.hold_new_connections();
+            let unlock = tokio::time::timeout(Duration::from_millis(300), inner.unlock()).await;
+            assert!(unlock.is_err(), "the unlock finished: {unlock:?}");
+            assert!(proxy.accepted() > connections, "no retry was under way");
+            assert_eq!(
+                hold_counts(&server, "cancelled-decrement"),
+                ["1"],
+                "the first send was applied"
+            );
+            proxy.release_held();
+            // The background send goes through; it must not decrement again.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        })
+        .await;
+    assert_eq!(
+        hold_counts(&server, "cancelled-decrement"),
+        ["1"],
+        "the decrement counted once"
+    );
+    outer.unlock().await.unwrap();
+    let exists: bool = server.connection().exists("cancelled-decrement").unwrap();
     assert!(!exists);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_release_never_touches_a_lock_acquired_in_between() {
     let server = RedisServer::start();
-    let proxy = TcpProxy::start(server.addr());
-    let client = LockClient::builder()
-        .command_timeout(Duration::from_secs(3))
-        .connect(&proxy.url())
-        .await
-        .unwrap();
+    let (proxy, client) = through_proxy(&server, Duration::from_secs(3)).await;
     let rival = LockClient::connect(&server.url()).await.unwrap();
     let guard = client.lock("in-between").lock().await.unwrap();
     let connections = command_connection_up(&proxy).await;
