@@ -230,3 +230,61 @@ fn release_functions_do_not_grow_a_full_server() {
         .unwrap();
     assert_eq!(keys, [memo]);
 }
+
+/// The lease goes to `PEXPIRE` as the caller wrote it, so the scripts refuse a lease
+/// `PEXPIRE` would not read (exponent, sign, leading zero, fraction, spaces) before they
+/// write anything: otherwise the hold would be written and its expiry refused, leaving a
+/// lock that never expires.
+#[test]
+fn a_lease_pexpire_cannot_read_is_refused_before_anything_is_written() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let library = load_library(&mut conn);
+    for lease in ["1e3", "030000", "+5", " 5", "5 ", "5.5", "-1", "", "0x10"] {
+        let acquired = redis::cmd("FCALL")
+            .arg(format!("{library}_lock_acquire"))
+            .arg(5)
+            .arg(&["shop:goods:1", "shop:goods:1", "dlock:fence:shop:{x}"][..])
+            .arg(
+                &[
+                    "dlock:unlock:shop:{x}:goods:1",
+                    "dlock:unlock:shop:{x}!goods:1",
+                ][..],
+            )
+            .arg(&[lease, "c:1", "fresh", "0", "1", "4000", "0", "publish"][..])
+            .query::<redis::Value>(&mut conn);
+        assert!(acquired.is_err(), "lease {lease:?} was taken: {acquired:?}");
+        let exists: bool = redis::cmd("EXISTS")
+            .arg("shop:goods:1")
+            .query(&mut conn)
+            .unwrap();
+        assert!(!exists, "lease {lease:?} left a lock behind");
+    }
+
+    // A renewal refuses such a lease too, and leaves the expiry alone.
+    redis::cmd("HSET")
+        .arg("shop:goods:2")
+        .arg("c:2")
+        .arg(1)
+        .query::<()>(&mut conn)
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg("shop:goods:2")
+        .arg(60_000)
+        .query::<()>(&mut conn)
+        .unwrap();
+    for lease in ["1e3", "030000", "+5"] {
+        let renewed = redis::cmd("FCALL")
+            .arg(format!("{library}_lock_renew"))
+            .arg(1)
+            .arg("shop:goods:2")
+            .arg(&[lease, "c:2"][..])
+            .query::<redis::Value>(&mut conn);
+        assert!(renewed.is_err(), "lease {lease:?} renewed: {renewed:?}");
+    }
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("shop:goods:2")
+        .query(&mut conn)
+        .unwrap();
+    assert!(ttl > 50_000, "the expiry moved: {ttl} ms");
+}
