@@ -53,14 +53,17 @@ async fn kill_and_hand_over(
         "the rival got {name} while the holder was alive"
     );
 
+    // Killed before the lease is read: a renewal sent between the read and the kill would
+    // move the expiry past the read. The pause lets the holder's last writes reach Redis.
+    let killed_at = Instant::now();
+    holder.kill();
+    tokio::time::sleep(Duration::from_millis(20)).await;
     let mut admin = server.connection();
     let read_at = Instant::now();
     let pttl: i64 = redis::cmd("PTTL").arg(name).query(&mut admin).unwrap();
     let lease_left = Duration::from_millis(u64::try_from(pttl).unwrap_or_else(|_| {
-        panic!("{name} should be held with a lease before the kill, PTTL {pttl}")
+        panic!("{name} should still be held with a lease just after the kill, PTTL {pttl}")
     }));
-    let killed_at = Instant::now();
-    holder.kill();
 
     let (acquired_at, guard) = waiting.await.unwrap();
     let guard = guard.unwrap_or_else(|e| panic!("the rival never got {name}: {e}"));

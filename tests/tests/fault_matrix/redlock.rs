@@ -8,7 +8,7 @@ use dlock::redlock::RedLockClient;
 use dlock::{LockClient, LockError};
 use dlock_tests::{HoldProcess, RedisServer};
 
-use crate::support::{burn_cpu, kill_connections};
+use crate::support::{burn_cpu, kill_connections, SETTLE};
 
 /// The servers of one RedLock.
 fn servers() -> Vec<RedisServer> {
@@ -57,6 +57,10 @@ async fn redlock_holder_killed() {
         !waiting.is_finished(),
         "the rival got it while the holder lived"
     );
+    // Killed before the leases are read (see `SETTLE`).
+    holder.kill();
+    let killed_at = Instant::now();
+    tokio::time::sleep(SETTLE).await;
     let mut expiries: Vec<Instant> = servers
         .iter()
         .map(|server| {
@@ -68,8 +72,6 @@ async fn redlock_holder_killed() {
             read_at + Duration::from_millis(u64::try_from(pttl).expect("held everywhere"))
         })
         .collect();
-    holder.kill();
-    let killed_at = Instant::now();
     expiries.sort();
     let majority_free = expiries[2];
     let (acquired_at, guard) = waiting.await.unwrap();

@@ -11,7 +11,7 @@ use dlock_tests::{HoldProcess, RedisServer, TcpProxy};
 
 use crate::support::{
     any_exists, assert_kept_and_handed_off, builder, burn_cpu, cells, connect, hold,
-    kill_connections, longest_pttl, name, watch_loss, Rival, WAKE_LIMIT,
+    kill_connections, longest_pttl, name, watch_loss, Rival, SETTLE, WAKE_LIMIT,
 };
 
 /// Slack for a waiter's own round trips after the lock became takeable.
@@ -60,11 +60,13 @@ async fn holder_killed() {
     }
     let mut expiries = Vec::new();
     for (primitive, process) in Primitive::ALL.iter().zip(&mut processes) {
+        process.kill();
+        let killed_at = Instant::now();
+        tokio::time::sleep(SETTLE).await;
         let keys = primitive.keys(&rivals, &name("kill", *primitive));
         let read_at = Instant::now();
         let pttl = longest_pttl(&mut admin, &keys).expect("the held keys have a TTL");
-        process.kill();
-        expiries.push((read_at + pttl, Instant::now()));
+        expiries.push((read_at + pttl, killed_at));
     }
     for ((primitive, rival), (expiry, killed_at)) in
         Primitive::ALL.iter().zip(waiting).zip(expiries)
