@@ -233,19 +233,23 @@ async fn cycles(
         let memo = format!("dlock:release:{}{{x}}:{field}:{owner}", s.prefix);
         let remaining: i64 = redis::cmd("EVALSHA")
             .arg(&s.release_sha)
-            .arg(4)
+            .arg(5)
             .arg(&key)
             .arg(&channel)
             .arg(&memo)
             .arg(&naps)
+            .arg(&fence)
             .arg(&field)
             .arg("one")
             .arg(MEMO_TTL_MS)
             .arg("publish")
-            .arg("0")
+            // No task of this client waits next.
+            .arg("")
             .arg("0")
             .arg(RESERVATION_MS)
             // A first send, as dlock's unlock sends it.
+            .arg("0")
+            .arg("0")
             .arg("0")
             .query_async(&mut conn)
             .await?;

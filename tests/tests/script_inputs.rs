@@ -190,7 +190,7 @@ fn release_functions_do_not_grow_a_full_server() {
             .arg("dlock:unlock:shop:{x}:goods:1")
             .arg(&huge)
             .arg("dlock:unlock:shop:{x}!goods:1")
-            .arg(&["c:1", "one", three_years, "publish", "0", "0", "100"][..])
+            .arg(&["c:1", "one", three_years, "publish", "", "0", "100"][..])
             .query::<redis::Value>(&mut conn);
         assert!(lock.is_err(), "a 4 MiB memo name was taken: {lock:?}");
     }
@@ -203,7 +203,7 @@ fn release_functions_do_not_grow_a_full_server() {
         .arg("dlock:unlock:shop:{x}:goods:1")
         .arg(memo)
         .arg("dlock:unlock:shop:{x}!goods:1")
-        .arg(&["c:1", "one", three_years, "publish", "0", "0", "100"][..])
+        .arg(&["c:1", "one", three_years, "publish", "", "0", "100"][..])
         .query(&mut conn)
         .unwrap();
     assert_eq!(released, 999);
@@ -234,7 +234,8 @@ fn release_functions_do_not_grow_a_full_server() {
 /// The lease goes to `PEXPIRE` as the caller wrote it, so the scripts refuse a lease
 /// `PEXPIRE` would not read (exponent, sign, leading zero, fraction, spaces) before they
 /// write anything: otherwise the hold would be written and its expiry refused, leaving a
-/// lock that never expires.
+/// lock that never expires. The acquire and renew scripts check their lease, and a
+/// release the lease of the next task it gives the lock to.
 #[test]
 fn a_lease_pexpire_cannot_read_is_refused_before_anything_is_written() {
     let server = RedisServer::start();
@@ -281,6 +282,43 @@ fn a_lease_pexpire_cannot_read_is_refused_before_anything_is_written() {
             .arg(&[lease, "c:2"][..])
             .query::<redis::Value>(&mut conn);
         assert!(renewed.is_err(), "lease {lease:?} renewed: {renewed:?}");
+    }
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("shop:goods:2")
+        .query(&mut conn)
+        .unwrap();
+    assert!(ttl > 50_000, "the expiry moved: {ttl} ms");
+
+    // A release refuses such a lease for the next task it would give the lock to, before
+    // it gives back its own hold: the releasing owner still holds the lock, with its
+    // expiry, and the next task holds nothing.
+    for lease in ["1e3", "030000", "+5", "0", ""] {
+        let released = redis::cmd("FCALL")
+            .arg(format!("{library}_lock_release"))
+            .arg(5)
+            .arg(
+                &[
+                    "shop:goods:2",
+                    "dlock:unlock:shop:{x}:goods:2",
+                    "shop:goods:2",
+                ][..],
+            )
+            .arg(&["dlock:unlock:shop:{x}!goods:2", "dlock:fence:shop:{x}"][..])
+            .arg(
+                &[
+                    "c:2", "one", "10000", "publish", "c:3", "1", "100", "0", lease, "1",
+                ][..],
+            )
+            .query::<redis::Value>(&mut conn);
+        assert!(
+            released.is_err(),
+            "next lease {lease:?} taken: {released:?}"
+        );
+        let owners: Vec<String> = redis::cmd("HKEYS")
+            .arg("shop:goods:2")
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(owners, ["c:2"], "next lease {lease:?} touched the lock");
     }
     let ttl: i64 = redis::cmd("PTTL")
         .arg("shop:goods:2")

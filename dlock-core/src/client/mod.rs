@@ -85,8 +85,9 @@ use crate::sync::watchdog::{self, Registry, Schedule};
 ///   [`LockError::KindMismatch`](crate::LockError::KindMismatch).
 ///   [`Semaphore`](crate::Semaphore)s have names of their own.
 ///   Tasks of one client that want the same lock line up locally, first come first
-///   served; only the first in line talks to Redis, and a release hands the lock to the
-///   next local task without a pub/sub round trip. The line never outlasts the holder's
+///   served; only the first in line talks to Redis, and a release gives the lock to the
+///   next local task in the same script call, so that task holds it without a round trip
+///   of its own. The line never outlasts the holder's
 ///   hold: when its lease runs out, it is force-unlocked or its guard is found lost, the
 ///   next local task gets the lock as soon as a task of another process would.
 /// - **Connection loss**: commands are bounded by `command_timeout`; the connection

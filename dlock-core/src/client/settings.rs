@@ -64,6 +64,7 @@ impl Settings {
             retry: self.retry(),
             memo_ttl: self.memo_ttl(),
             reservation: HAND_OFF_RESERVATION,
+            replica_acks: self.replica_acks.map(|acks| (acks.replicas, acks.within)),
         }
     }
 

@@ -18,11 +18,11 @@ use crate::redis::CallError;
 use crate::scripts::ScriptCall;
 use crate::sync::attempt::{RegisteredFlag, Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
-use crate::sync::local::{Place, Ticket, Turn};
+use crate::sync::local::{Given, Place, Ticket, Turn};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::pubsub::Subscription;
-use crate::sync::release::ReleaseJob;
+use crate::sync::release::{NextTask, ReleaseJob};
 use crate::sync::verbs::Acquire;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
@@ -79,7 +79,24 @@ impl Lock {
             // The outer hold turned out to be gone (it is reported lost now): the scope
             // owns nothing, so this is a new owner's acquisition.
         }
-        let ticket = inner.local.join(&self.line, &self.pass_on);
+        let settings = &inner.settings;
+        let renewal = lease.is_none().then_some(settings.watchdog_timeout);
+        let lease = lease.unwrap_or(settings.watchdog_timeout);
+        let lease_ms = lease_millis("lease", lease)?;
+        let field: Arc<str> = format!("{}:{}", inner.id_text, inner.next_owner()).into();
+        let fresh = Fresh {
+            field,
+            lease,
+            lease_ms,
+            renewal,
+        };
+        // Waiting in line, the task may be given the lock by the release before its turn.
+        let next_task = || NextTask {
+            field: Arc::clone(&fresh.field),
+            lease_ms,
+            fence: settings.fencing_tokens,
+        };
+        let ticket = inner.local.join(&self.line, &self.give_back, next_task);
         let (turn, subscription) = if matches!(ticket.place(), Place::Turn) {
             (ticket.into_turn(), None)
         } else {
@@ -91,8 +108,36 @@ impl Lock {
                 }
             }
         };
-        self.acquire_new(turn, subscription, wait, lease, started, give_up_at)
+        if let Some(given) = turn.take_given() {
+            return Ok(self.hold_given(fresh, turn, given, started));
+        }
+        self.acquire_new(fresh, turn, subscription, wait, started, give_up_at)
             .await
+    }
+
+    /// The guard of a lock the release before `turn` gave to the task's owner: held since
+    /// that release, which was sent at `given.sent_at`, with the token it minted.
+    fn hold_given(
+        &self,
+        fresh: Fresh,
+        turn: Turn<Held>,
+        given: Given,
+        started: Instant,
+    ) -> LockGuard {
+        let inner = &self.client.inner;
+        let held = Arc::new(
+            Held::new(
+                self.hold_owner(&fresh.field),
+                fresh.renewal,
+                given.sent_at + fresh.lease,
+                Arc::clone(&inner.metrics),
+            )
+            .with_fence(given.fence),
+        );
+        held.keep_turn(turn);
+        inner.metrics.acquired(started.elapsed());
+        tracing::debug!(lock = %self.name, owner = %fresh.field, waited = ?started.elapsed(), "dlock: acquired from the release before it");
+        self.guard(held)
     }
 
     /// A re-entry under `outer`'s owner: one more hold, or `None` when Redis no longer has
@@ -378,20 +423,22 @@ impl Lock {
     /// again, riding out Redis errors for up to `failover_wait`.
     async fn acquire_new(
         &self,
+        fresh: Fresh,
         turn: Turn<Held>,
         line_subscription: Option<Subscription>,
         wait: Option<Duration>,
-        lease: Option<Duration>,
         started: Instant,
         give_up_at: Option<Instant>,
     ) -> Result<LockGuard> {
         let inner = &self.client.inner;
         let settings = &inner.settings;
-        let renewal = lease.is_none().then_some(settings.watchdog_timeout);
-        let lease = lease.unwrap_or(settings.watchdog_timeout);
-        let lease_ms = lease_millis("lease", lease)?;
+        let Fresh {
+            field,
+            lease,
+            lease_ms,
+            renewal,
+        } = fresh;
         let waits = wait != Some(Duration::ZERO);
-        let field: Arc<str> = format!("{}:{}", inner.id_text, inner.next_owner()).into();
         // A single try does not wait, so it must not be passed the lock in anyone's turn.
         let registry_ms = if waits {
             settings.registry_ttl().as_millis() as u64
@@ -418,9 +465,6 @@ impl Lock {
             },
         );
         drop(line_subscription);
-        // From its first try on, this task asks for the lock itself (and cleans up after
-        // itself): the line owes no hand-off for it.
-        turn.trying();
         loop {
             let not_yet = match step.run(give_up_at).await {
                 Ok((sent_at, Reply::Granted(fence))) => {
@@ -464,6 +508,15 @@ impl Lock {
             }
         }
     }
+}
+
+/// A new owner's acquisition: its owner field (used by this acquisition only) and lease.
+struct Fresh {
+    field: Arc<str>,
+    lease: Duration,
+    lease_ms: u64,
+    /// The watchdog's renewal, without an explicit lease.
+    renewal: Option<Duration>,
 }
 
 /// The acquire script's argument that says whether an earlier try of the acquisition may

@@ -3,6 +3,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use tokio::time::Instant;
+
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
@@ -201,11 +203,12 @@ impl LockGuard {
         let job = &self.release;
         let hand_off = self.held.hand_off();
         let timing = inner.settings.release_timing();
+        let sent_at = Instant::now();
         let outcome = release::release(&inner.backend, timing, job, hand_off, Sending::First).await;
         if let Ok(released) = outcome {
             inner.release_log.record(job);
             match released {
-                Released::Free(next) => self.held.give_up_turn_after(next),
+                Released::Free(next) => self.held.give_up_turn_after(next, sent_at),
                 Released::NotHeld | Released::StillHeld(_) => self.held.give_up_turn(),
             }
         }

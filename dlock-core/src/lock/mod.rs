@@ -36,7 +36,7 @@ use crate::lock::release_ops::{release_job, ReleaseKind};
 use crate::lock::scripts::scripts;
 use crate::names::check_text;
 use crate::sync::attempt::Reply;
-use crate::sync::local::PassOn;
+use crate::sync::local::GiveBack;
 use crate::sync::owner;
 use crate::sync::pubsub::Abandon;
 use crate::sync::release::HAND_OFF_RESERVATION;
@@ -101,8 +101,9 @@ pub struct Lock {
     wake: Arc<str>,
     /// How the client gives up a message for one of its owners that no longer waits.
     abandon: Abandon,
-    /// How the client's local line passes on a lock kept for it that it did not take.
-    pass_on: PassOn,
+    /// How the client's local line gives back the lock for a task that a release gave it
+    /// to after the task stopped waiting.
+    give_back: GiveBack,
 }
 
 impl LockClient {
@@ -134,15 +135,12 @@ impl Lock {
             let (keys, name) = (Arc::clone(&keys), Arc::clone(&name));
             Arc::new(move |owner: &str, kind| release_job(&name, &keys, owner, kind).uncounted())
         };
-        let pass_on = Arc::clone(&cleanup);
+        let give_back = Arc::clone(&cleanup);
         Lock {
             wake: keys.wake_channel(&client.inner.id_text).into(),
             line: keys.key.as_str().into(),
             abandon: Arc::new(move |owner| cleanup(owner, ReleaseKind::Unheard)),
-            pass_on: {
-                let kept_for = format!("{}:*", client.inner.id_text);
-                Arc::new(move || pass_on(&kept_for, ReleaseKind::PassOn))
-            },
+            give_back: Arc::new(move |owner| give_back(owner, ReleaseKind::Owner)),
             client,
             name,
             keys,

@@ -14,19 +14,16 @@ pub(crate) enum ReleaseKind {
     /// A guard gives back its own hold; `op` names the release's memo.
     Hold { op: u64 },
     /// An acquisition by a fresh owner ended without a guard (cancelled, timed out,
-    /// failed). No guard of that owner exists, so every hold it has is that acquisition's:
-    /// all go, the owner leaves the waiter registry, and a lock left free or reserved for
-    /// it goes to the next waiter.
+    /// failed, or a task a release gave the lock to stopped waiting before it learnt so,
+    /// see `sync::local::GiveBack`). No guard of that owner exists, so every hold it has
+    /// is that acquisition's: all go, the owner leaves the waiter registry, and a lock left
+    /// free or reserved for it goes to the next waiter.
     Owner,
     /// A hand-off reached an owner that no longer waits on this client (it stopped, or
     /// took the lock by a try of its own before the message came): it leaves the waiter
     /// registry, and a lock free or reserved for it goes to the next waiter. Its holds,
     /// if any, belong to its guard and stay.
     Unheard,
-    /// A lock a release kept for this client's next task (reserved for
-    /// `<client-id>:*`), which did not try for it after all, goes to the next waiter (see
-    /// `sync::local::PassOn`); the release's owner is that reservation.
-    PassOn,
     /// A re-entry was abandoned with its outcome unknown: its hold goes if its marker
     /// (acquisition `op`) shows it was applied.
     Reentry { op: u64 },
@@ -46,7 +43,6 @@ pub(crate) fn release_job(
         ReleaseKind::Hold { op } => ("one", keys.memo(field, op), field),
         ReleaseKind::Owner => ("all", keys.key.clone(), field),
         ReleaseKind::Unheard => ("leave", keys.key.clone(), field),
-        ReleaseKind::PassOn => ("leave", keys.key.clone(), field),
         ReleaseKind::Reentry { op } => ("undo", keys.marker(field, op), field),
     };
     ReleaseJob {
@@ -58,6 +54,7 @@ pub(crate) fn release_job(
                 keys.channel.clone(),
                 once_key,
                 keys.naps.clone(),
+                keys.fence.clone(),
             ],
             args: vec![field.to_owned(), mode.to_owned()],
             finds_nothing_once_done: true,

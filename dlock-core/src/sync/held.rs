@@ -135,12 +135,12 @@ impl Held {
             .map_or(HandOff::NONE, Turn::hand_off)
     }
 
-    /// Passes the local turn on after a release freed the lock for `next` (see
-    /// [`Turn::released`]).
-    pub(crate) fn give_up_turn_after(&self, next: NextHolder) {
+    /// Passes the local turn on after a release sent at `sent_at` freed the lock for
+    /// `next` (see [`Turn::released`]).
+    pub(crate) fn give_up_turn_after(&self, next: NextHolder, sent_at: Instant) {
         let turn = self.turn.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(turn) = &turn {
-            turn.released(next);
+            turn.released(next, sent_at);
         }
         drop(turn);
     }

@@ -6,17 +6,20 @@
 //! next local task without a pub/sub round trip, and local tasks are served in order.
 //! Contenders in other processes still wait through pub/sub.
 //!
+//! A release that finds a task of the line waiting next gives the lock to that task in
+//! its own script (the task's hold, lease and fencing token), so the task holds it without
+//! a try of its own: one round trip per local hand-off instead of two. The task's
+//! deadline counts from the release's send. If the task stopped waiting meanwhile, the
+//! line gives the lock back for it (its [`GiveBack`] release); if the release's outcome is
+//! unknown (the unlock failed or was cancelled), the task tries as usual, and its try finds
+//! the hold the release may have given it.
+//!
 //! Across clients the line is one cohort: while other clients wait (the lock's release
 //! script knows them from its waiter registry), the lock stays in this client for at most
 //! [`LOCAL_RUN_BOUND`] hand-offs in a row, then goes to the longest-waiting other client
 //! and this client's next task waits for its own wake-up behind the others. Without the
 //! bound, the local hand-off, which needs no pub/sub hop, would keep a hot lock in one
 //! process while the others wait seconds.
-//!
-//! A release that keeps the lock for the line's next task reserves it for the client's
-//! tasks without telling the other clients' waiters. If no task of the line tries for it
-//! after all (the next task was cancelled), the line passes the lock on (its [`PassOn`]
-//! release), so that it does not sit reserved, then free, while they sleep.
 //!
 //! The line only orders this client's tasks; Redis decides who holds the lock. So the turn
 //! belongs to a hold, not to a guard object: a hold that is released, lost or expired gives
@@ -27,11 +30,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
-use crate::sync::release::{BackgroundReleases, HandOff, NextHolder, ReleaseJob};
+use crate::fence::Fence;
+use crate::sync::release::{BackgroundReleases, HandOff, NextHolder, NextTask, ReleaseJob};
 
 /// How many times in a row a lock may go from one task of a client to the next while
 /// other clients wait for it. Small enough that no client waits long behind another
@@ -39,21 +44,20 @@ use crate::sync::release::{BackgroundReleases, HandOff, NextHolder, ReleaseJob};
 /// local, which costs no pub/sub round trip.
 pub(crate) const LOCAL_RUN_BOUND: u32 = 8;
 
-/// How a line passes its lock on when a release kept the lock for it and none of its
-/// tasks tried for it: the lock's release of an abandoned owner, for no owner (it hands a
-/// free lock to the next waiter).
-pub(crate) type PassOn = Arc<dyn Fn() -> ReleaseJob + Send + Sync>;
+/// How a line gives back a lock that a release gave to one of its tasks after that task
+/// stopped waiting: the lock's release of every hold of that owner (its field).
+pub(crate) type GiveBack = Arc<dyn Fn(&str) -> ReleaseJob + Send + Sync>;
 
 /// The client's local lines, one per lock key while anyone is in it.
 pub(crate) struct LocalQueues<H> {
     lines: Mutex<HashMap<Arc<str>, Line<H>>>,
     next_ticket: AtomicU64,
-    /// The client's background releases, for a line's [`PassOn`].
+    /// The client's background releases, for a line's [`GiveBack`].
     releases: BackgroundReleases,
 }
 
 impl<H> LocalQueues<H> {
-    /// Lines whose [`PassOn`] releases go to `releases`.
+    /// Lines whose [`GiveBack`] releases go to `releases`.
     pub(crate) fn new(releases: BackgroundReleases) -> Self {
         LocalQueues {
             lines: Mutex::default(),
@@ -68,35 +72,113 @@ struct Line<H> {
     turn: Option<u64>,
     /// The hold of the turn's owner, once it acquired the lock in Redis.
     holder: Option<Weak<H>>,
-    /// The tickets waiting for the turn, in arrival order, each with its wake-up.
-    waiting: VecDeque<(u64, Arc<Notify>)>,
+    /// The tickets waiting for the turn, in arrival order.
+    waiting: VecDeque<Waiting>,
     /// Consecutive releases that kept the lock in this client while others waited.
     run: u32,
-    /// The last release kept the lock for this line (reserved it for the client's tasks
-    /// without telling the other clients' waiters), and no task of the line has tried for
-    /// it since.
-    owed: bool,
-    pass_on: PassOn,
+    /// The waiting task that the release of the turn's hold names (see
+    /// [`Turn::hand_off`]), until that release's outcome is known ([`Turn::released`]) or
+    /// the turn ends without it.
+    named: Option<Arc<Offer>>,
+    give_back: GiveBack,
+}
+
+/// A ticket waiting for the turn.
+struct Waiting {
+    id: u64,
+    wake: Arc<Notify>,
+    offer: Arc<Offer>,
 }
 
 impl<H> Line<H> {
-    fn new(pass_on: &PassOn) -> Self {
+    fn new(give_back: &GiveBack) -> Self {
         Line {
             turn: None,
             holder: None,
             waiting: VecDeque::new(),
             run: 0,
-            owed: false,
-            pass_on: Arc::clone(pass_on),
+            named: None,
+            give_back: Arc::clone(give_back),
+        }
+    }
+
+    /// Wakes the first waiter: it has the turn now, or it is first and must watch.
+    fn wake_first(&self) {
+        if let Some(first) = self.waiting.front() {
+            first.wake.notify_one();
+        }
+    }
+
+    /// The release that named a task ended with its outcome unknown (the turn ends
+    /// without [`Turn::released`]): a task still waiting tries as usual, and its try finds
+    /// a hold the release may have given it; one that left gets it given back.
+    fn settle_unknown(&mut self, releases: &BackgroundReleases) {
+        if let Some(offer) = self.named.take() {
+            let mut state = offer.lock_state();
+            if *state == OfferState::Left {
+                releases.send((self.give_back)(&offer.task.field));
+            }
+            if matches!(*state, OfferState::Named | OfferState::Left) {
+                *state = OfferState::Waiting;
+            }
         }
     }
 }
 
-impl<H> Line<H> {
-    /// Wakes the first waiter: it has the turn now, or it is first and must watch.
-    fn wake_first(&self) {
-        if let Some((_, wake)) = self.waiting.front() {
-            wake.notify_one();
+/// A waiting task as a release may give it the lock, and what came of it.
+pub(crate) struct Offer {
+    task: NextTask,
+    state: Mutex<OfferState>,
+}
+
+/// Where an [`Offer`] stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OfferState {
+    /// No release names the task.
+    Waiting,
+    /// The release in flight names it.
+    Named,
+    /// A release gave it the lock, and it has not taken the hold yet.
+    Given(Given),
+    /// It stopped waiting while a release named it: the lock is given back for it if
+    /// that release gave it (or may have given it) the lock.
+    Left,
+}
+
+/// A lock a release gave to a waiting task: held by the task's owner from that release
+/// on, as if its own try had taken it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Given {
+    /// When the release was first sent: the hold's lease counts from then at the
+    /// earliest.
+    pub(crate) sent_at: Instant,
+    /// The hold's fencing token, with fencing on.
+    pub(crate) fence: Option<Fence>,
+}
+
+impl Offer {
+    fn new(task: NextTask) -> Offer {
+        Offer {
+            task,
+            state: Mutex::new(OfferState::Waiting),
+        }
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, OfferState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The task stops waiting: a lock a release gave it goes back now; one a release in
+    /// flight may give it goes back once that release's outcome is known.
+    fn leave(&self, give_back: &GiveBack, releases: &BackgroundReleases) {
+        let mut state = self.lock_state();
+        match *state {
+            OfferState::Named => *state = OfferState::Left,
+            OfferState::Given(_) => {
+                *state = OfferState::Waiting;
+                releases.send(give_back(&self.task.field));
+            }
+            OfferState::Waiting | OfferState::Left => {}
         }
     }
 }
@@ -126,63 +208,81 @@ pub(crate) struct Turn<H> {
     queues: Arc<LocalQueues<H>>,
     key: Arc<str>,
     id: u64,
+    /// What a release may give this member the lock as, if it waited in line.
+    offer: Option<Arc<Offer>>,
 }
 
 impl<H> LocalQueues<H> {
-    /// Gets in line for `key`, which passes its lock on with `pass_on` (see [`PassOn`]);
-    /// the ticket has the turn at once when nobody is there.
-    pub(crate) fn join(self: &Arc<Self>, key: &Arc<str>, pass_on: &PassOn) -> Ticket<H> {
+    /// Gets in line for `key`, whose lock is given back for a task that stopped waiting
+    /// with `give_back`; the ticket has the turn at once when nobody is there. A ticket
+    /// that waits can be given the lock by the release before its turn, as `task` (made
+    /// only then).
+    pub(crate) fn join(
+        self: &Arc<Self>,
+        key: &Arc<str>,
+        give_back: &GiveBack,
+        task: impl FnOnce() -> NextTask,
+    ) -> Ticket<H> {
         let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
         let mut lines = self.lock_lines();
         let line = lines
             .entry(Arc::clone(key))
-            .or_insert_with(|| Line::new(pass_on));
-        if line.turn.is_none() && line.waiting.is_empty() {
+            .or_insert_with(|| Line::new(give_back));
+        let offer = if line.turn.is_none() && line.waiting.is_empty() {
             line.turn = Some(id);
+            None
         } else {
-            line.waiting.push_back((id, Arc::clone(&wake)));
-        }
+            let offer = Arc::new(Offer::new(task()));
+            line.waiting.push_back(Waiting {
+                id,
+                wake: Arc::clone(&wake),
+                offer: Arc::clone(&offer),
+            });
+            Some(offer)
+        };
         Ticket {
             member: Turn {
                 queues: Arc::clone(self),
                 key: Arc::clone(key),
                 id,
+                offer,
             },
             wake,
         }
     }
 
-    fn lock_lines(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Line<H>>> {
+    fn lock_lines(&self) -> MutexGuard<'_, HashMap<Arc<str>, Line<H>>> {
         self.lines.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes ticket `id` out of the line for `key`: passes the turn on if it had it,
-    /// forgets the line when nobody is left.
-    fn leave(&self, key: &Arc<str>, id: u64) {
+    /// Takes member `id` (with its `offer`, if it waited) out of the line for `key`:
+    /// passes the turn on if it had it, gives back a lock a release gave it, forgets the
+    /// line when nobody is left.
+    fn leave(&self, key: &Arc<str>, id: u64, offer: Option<&Arc<Offer>>) {
         let mut lines = self.lock_lines();
         let Some(line) = lines.get_mut(key) else {
             return;
         };
+        if let Some(offer) = offer {
+            offer.leave(&line.give_back, &self.releases);
+        }
         if line.turn == Some(id) {
+            line.settle_unknown(&self.releases);
             line.holder = None;
-            line.turn = line.waiting.pop_front().map(|(next, wake)| {
-                wake.notify_one();
-                next
+            line.turn = line.waiting.pop_front().map(|next| {
+                next.wake.notify_one();
+                next.id
             });
             line.wake_first();
-        } else if let Some(at) = line.waiting.iter().position(|(waiting, _)| *waiting == id) {
+        } else if let Some(at) = line.waiting.iter().position(|waiting| waiting.id == id) {
             line.waiting.remove(at);
             if at == 0 {
                 line.wake_first();
             }
         }
         if line.turn.is_none() && line.waiting.is_empty() {
-            if let Some(line) = lines.remove(key) {
-                if line.owed {
-                    self.releases.send((line.pass_on)());
-                }
-            }
+            lines.remove(key);
         }
     }
 
@@ -195,14 +295,16 @@ impl<H> LocalQueues<H> {
 impl<H> Ticket<H> {
     /// Where this ticket stands now.
     pub(crate) fn place(&self) -> Place {
-        let Turn { queues, key, id } = &self.member;
+        let Turn {
+            queues, key, id, ..
+        } = &self.member;
         let lines = queues.lock_lines();
         let Some(line) = lines.get(key) else {
             return Place::Behind;
         };
         if line.turn == Some(*id) {
             Place::Turn
-        } else if line.waiting.front().is_some_and(|(first, _)| first == id) {
+        } else if line.waiting.front().is_some_and(|first| first.id == *id) {
             Place::First
         } else {
             Place::Behind
@@ -239,35 +341,64 @@ impl<H> Turn<H> {
             }
         }
     }
-}
 
-impl<H> Turn<H> {
-    /// What the release of the turn's hold tells Redis about this line.
+    /// The lock, if the release before this turn gave it to this member: it holds it
+    /// already, and must not try. Taken once.
+    pub(crate) fn take_given(&self) -> Option<Given> {
+        let mut state = self.offer.as_ref()?.lock_state();
+        let OfferState::Given(given) = *state else {
+            return None;
+        };
+        *state = OfferState::Waiting;
+        Some(given)
+    }
+
+    /// What the release of the turn's hold tells Redis about this line: the task waiting
+    /// next, which the release may give the lock to (it is named until the release's
+    /// outcome is known).
     pub(crate) fn hand_off(&self) -> HandOff {
-        self.with_line(|line| HandOff {
-            local_next: !line.waiting.is_empty(),
-            keep: line.run < LOCAL_RUN_BOUND,
+        self.with_line(|line| {
+            let Some(first) = line.waiting.front() else {
+                return HandOff::NONE;
+            };
+            *first.offer.lock_state() = OfferState::Named;
+            line.named = Some(Arc::clone(&first.offer));
+            HandOff {
+                next: Some(first.offer.task.clone()),
+                keep: line.run < LOCAL_RUN_BOUND,
+            }
         })
         .unwrap_or(HandOff::NONE)
     }
 
-    /// Records where the release of the turn's hold put the lock, before the turn passes
-    /// on: kept for this line (the next task must try, or the line passes it on), or gone
-    /// to anyone or to another client.
-    pub(crate) fn released(&self, next: NextHolder) {
+    /// Records where the release of the turn's hold, sent at `sent_at`, put the lock,
+    /// before the turn passes on: given to the task it named (which holds it now, or
+    /// gets it given back if it left), or gone to anyone or to another client.
+    pub(crate) fn released(&self, next: NextHolder, sent_at: Instant) {
+        let releases = &self.queues.releases;
         self.with_line(|line| {
             line.run = match next {
-                NextHolder::ThisClient => line.run.saturating_add(1),
-                NextHolder::Anyone | NextHolder::Another => 0,
+                NextHolder::ThisClient {
+                    others_wait: true, ..
+                } => line.run.saturating_add(1),
+                _ => 0,
             };
-            line.owed = next == NextHolder::ThisClient;
+            let Some(offer) = line.named.take() else {
+                return;
+            };
+            let mut state = offer.lock_state();
+            match (next, *state) {
+                (NextHolder::ThisClient { fence, .. }, OfferState::Named) => {
+                    *state = OfferState::Given(Given { sent_at, fence });
+                }
+                (NextHolder::ThisClient { .. }, OfferState::Left) => {
+                    *state = OfferState::Waiting;
+                    releases.send((line.give_back)(&offer.task.field));
+                }
+                (_, OfferState::Named | OfferState::Left) => *state = OfferState::Waiting,
+                (_, OfferState::Waiting | OfferState::Given(_)) => {}
+            }
         });
-    }
-
-    /// The turn's first try is being sent: whatever the lock's state, this task now asks
-    /// for it (and cleans up after itself if it gives up), so the line owes nothing.
-    pub(crate) fn trying(&self) {
-        self.with_line(|line| line.owed = false);
     }
 
     /// Runs `f` on the line while this ticket has its turn.
@@ -280,7 +411,7 @@ impl<H> Turn<H> {
 
 impl<H> Drop for Turn<H> {
     fn drop(&mut self) {
-        self.queues.leave(&self.key, self.id);
+        self.queues.leave(&self.key, self.id, self.offer.as_ref());
     }
 }
 
@@ -292,17 +423,16 @@ mod tests {
     use crate::lock::scripts::scripts;
     use crate::sync::release::{ReleaseOp, ReleaseQueue};
 
-    /// Lines whose pass-on releases land in the returned queue.
+    /// Lines whose give-back releases land in the returned queue.
     fn queues() -> (Arc<LocalQueues<()>>, ReleaseQueue) {
         let (releases, queue) = BackgroundReleases::new();
         (Arc::new(LocalQueues::new(releases)), queue)
     }
 
-    /// A pass-on release that says which line it came from.
-    fn pass_on(key: &str) -> PassOn {
-        let key = key.to_owned();
-        Arc::new(move || ReleaseJob {
-            name: key.as_str().into(),
+    /// A give-back release named after the owner it gives back for.
+    fn give_back() -> GiveBack {
+        Arc::new(|field: &str| ReleaseJob {
+            name: field.into(),
             op: ReleaseOp {
                 script: &scripts().release,
                 keys: Vec::new(),
@@ -310,8 +440,18 @@ mod tests {
                 finds_nothing_once_done: true,
             },
             label: None,
-            counted: true,
+            counted: false,
         })
+    }
+
+    /// Joins the line for `key` as the owner `field`.
+    fn join(queues: &Arc<LocalQueues<()>>, key: &str, field: &str) -> Ticket<()> {
+        let task = || NextTask {
+            field: field.into(),
+            lease_ms: 1_000,
+            fence: true,
+        };
+        queues.join(&key.into(), &give_back(), task)
     }
 
     /// Waits until `ticket` has the turn.
@@ -322,15 +462,27 @@ mod tests {
         ticket.into_turn()
     }
 
+    /// The owners given back for so far.
+    fn given_back(queue: &ReleaseQueue) -> Vec<String> {
+        std::iter::from_fn(|| queue.try_next())
+            .map(|job| job.name.to_string())
+            .collect()
+    }
+
+    fn given_to_this_client(fence: u64) -> NextHolder {
+        NextHolder::ThisClient {
+            others_wait: false,
+            fence: Some(Fence::new(fence)),
+        }
+    }
+
     #[tokio::test]
     async fn turns_are_exclusive_first_come_first_served_and_tidied_up() {
         let (queues, _) = queues();
-        let key: Arc<str> = "k".into();
-        let k = pass_on("k");
-        let first = turn(queues.join(&key, &k)).await;
-        let second = queues.join(&key, &k);
+        let first = turn(join(&queues, "k", "a")).await;
+        let second = join(&queues, "k", "b");
         assert_eq!(second.place(), Place::First, "the line is taken");
-        let other = queues.join(&"other".into(), &pass_on("other"));
+        let other = join(&queues, "other", "c");
         assert_eq!(other.place(), Place::Turn, "other keys have their own line");
         drop(other);
         drop(second);
@@ -338,7 +490,7 @@ mod tests {
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
         for i in 0..3 {
-            let ticket = queues.join(&key, &k);
+            let ticket = join(&queues, "k", &format!("w{i}"));
             let order = Arc::clone(&order);
             waiters.push(tokio::spawn(async move {
                 let _turn = turn(ticket).await;
@@ -358,14 +510,12 @@ mod tests {
     #[tokio::test]
     async fn cancellation_at_any_point_leaves_no_entry_and_passes_the_turn_on() {
         let (queues, _) = queues();
-        let key: Arc<str> = "k".into();
-        let k = pass_on("k");
-        let holder = turn(queues.join(&key, &k)).await;
+        let holder = turn(join(&queues, "k", "h")).await;
 
         // Cancelled while waiting behind others.
-        let first = queues.join(&key, &k);
-        let behind = queues.join(&key, &k);
-        let last = queues.join(&key, &k);
+        let first = join(&queues, "k", "f");
+        let behind = join(&queues, "k", "b");
+        let last = join(&queues, "k", "l");
         drop(behind);
         assert_eq!(last.place(), Place::Behind);
 
@@ -376,7 +526,7 @@ mod tests {
         assert_eq!(last.place(), Place::Turn, "the turn passed on");
 
         // A waiter cancelled mid-await.
-        let waiting = queues.join(&key, &k);
+        let waiting = join(&queues, "k", "w");
         let cancelled = tokio::time::timeout(Duration::from_millis(20), turn(waiting)).await;
         assert!(cancelled.is_err());
         drop(last);
@@ -387,44 +537,115 @@ mod tests {
         );
     }
 
-    /// A release kept the lock for the line, and its next task gave up before trying: the
-    /// line passes the lock on, once, when its last member leaves; a task that tried
-    /// (and so cleans up after itself) settles the debt.
+    /// The release names the first waiter; given the lock, that waiter finds it in its
+    /// turn, once, with the release's send time and token, and nothing is given back.
     #[tokio::test]
-    async fn a_kept_lock_nobody_tries_for_is_passed_on() {
-        let (queues, passed) = queues();
-        let key: Arc<str> = "k".into();
-        let k = pass_on("k");
-
-        let holder = turn(queues.join(&key, &k)).await;
-        let next = queues.join(&key, &k);
-        holder.released(NextHolder::ThisClient);
-        drop(holder);
-        assert_eq!(next.place(), Place::Turn);
-        assert!(passed.try_next().is_none(), "the next task may still try");
-        drop(next);
-        assert_eq!(&*passed.try_next().expect("passed on").name, "k");
-        assert!(passed.try_next().is_none(), "passed on once");
-
-        let holder = turn(queues.join(&key, &k)).await;
-        let next = queues.join(&key, &k);
-        holder.released(NextHolder::ThisClient);
+    async fn a_lock_given_to_the_next_task_reaches_it_once() {
+        let (queues, back) = queues();
+        let holder = turn(join(&queues, "k", "h")).await;
+        let next = join(&queues, "k", "n");
+        let _behind = join(&queues, "k", "b");
+        let hand_off = holder.hand_off();
+        assert_eq!(hand_off.next.as_ref().map(|task| &*task.field), Some("n"));
+        assert!(hand_off.keep);
+        let sent_at = Instant::now();
+        holder.released(given_to_this_client(7), sent_at);
         drop(holder);
         let next = turn(next).await;
-        next.trying();
+        let given = next.take_given().expect("given");
+        assert_eq!(given.sent_at, sent_at);
+        assert_eq!(given.fence, Some(Fence::new(7)));
+        assert_eq!(next.take_given(), None, "taken once");
         drop(next);
-        assert!(
-            passed.try_next().is_none(),
-            "the task that tried settled it"
-        );
+        assert!(given_back(&back).is_empty());
+    }
 
-        let holder = turn(queues.join(&key, &k)).await;
-        holder.released(NextHolder::Another);
+    /// Whenever the named task stops waiting, a lock a release gave it (or may have
+    /// given it: outcome unknown) goes back once, and only then.
+    #[tokio::test]
+    async fn a_lock_given_to_a_task_that_left_is_given_back_once() {
+        let (queues, back) = queues();
+
+        // Left while the release was in flight; the release gave it the lock.
+        let holder = turn(join(&queues, "k", "h")).await;
+        let next = join(&queues, "k", "left-early");
+        holder.hand_off();
+        drop(next);
+        assert!(given_back(&back).is_empty(), "not known to be given yet");
+        holder.released(given_to_this_client(1), Instant::now());
+        assert_eq!(given_back(&back), ["left-early"]);
         drop(holder);
-        assert!(
-            passed.try_next().is_none(),
-            "a lock that went elsewhere is not owed"
-        );
+
+        // Given the lock, then cancelled before its turn came.
+        let holder = turn(join(&queues, "k", "h")).await;
+        let next = join(&queues, "k", "left-late");
+        holder.hand_off();
+        holder.released(given_to_this_client(2), Instant::now());
+        drop(next);
+        assert_eq!(given_back(&back), ["left-late"]);
+        drop(holder);
+
+        // Given the lock, and the turn came, but it gave up before taking the hold.
+        let holder = turn(join(&queues, "k", "h")).await;
+        let next = join(&queues, "k", "turn-untaken");
+        holder.hand_off();
+        holder.released(given_to_this_client(3), Instant::now());
+        drop(holder);
+        assert_eq!(next.place(), Place::Turn);
+        drop(next);
+        assert_eq!(given_back(&back), ["turn-untaken"]);
+
+        // The release gave the lock to someone else: nothing to give back.
+        let holder = turn(join(&queues, "k", "h")).await;
+        let next = join(&queues, "k", "passed-over");
+        holder.hand_off();
+        drop(next);
+        holder.released(NextHolder::Another, Instant::now());
+        drop(holder);
+        assert!(given_back(&back).is_empty());
+
+        // The release's outcome is unknown (the turn ends without it): a task that left
+        // gets it given back; one still waiting tries, and nothing is given back for it.
+        let holder = turn(join(&queues, "k", "h")).await;
+        let next = join(&queues, "k", "unknown-left");
+        holder.hand_off();
+        drop(next);
+        drop(holder);
+        assert_eq!(given_back(&back), ["unknown-left"]);
+        let holder = turn(join(&queues, "k", "h")).await;
+        let next = join(&queues, "k", "unknown-waiting");
+        holder.hand_off();
+        drop(holder);
+        let next = turn(next).await;
+        assert_eq!(next.take_given(), None, "it must try");
+        drop(next);
+        assert!(given_back(&back).is_empty());
         assert!(queues.is_empty());
+    }
+
+    /// Consecutive local hand-offs while others wait are counted, and the count ends
+    /// when the lock leaves the client or nobody else waits.
+    #[tokio::test]
+    async fn the_local_run_counts_hand_offs_while_others_wait() {
+        let (queues, _) = queues();
+        let mut holder = turn(join(&queues, "k", "h0")).await;
+        for i in 1..=LOCAL_RUN_BOUND {
+            let next = join(&queues, "k", &format!("h{i}"));
+            assert!(holder.hand_off().keep, "hand-off {i} may stay");
+            let kept = NextHolder::ThisClient {
+                others_wait: true,
+                fence: None,
+            };
+            holder.released(kept, Instant::now());
+            drop(holder);
+            holder = turn(next).await;
+        }
+        let next = join(&queues, "k", "last");
+        assert!(!holder.hand_off().keep, "the bound is reached");
+        holder.released(NextHolder::Another, Instant::now());
+        drop(holder);
+        let holder = turn(next).await;
+        let _behind = join(&queues, "k", "after");
+        assert!(holder.hand_off().keep, "the count starts again");
     }
 }

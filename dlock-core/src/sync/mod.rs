@@ -14,8 +14,9 @@
 //! hold's state (deadline, lost or released, its local turn, when it was acquired);
 //! `local.rs`: the per-process first-come-first-served line per key, generic over the
 //! holder, the cohort bound (`LOCAL_RUN_BOUND`: at most 8 local hand-offs in a row while
-//! other clients wait, then the lock goes to them), and the line's `PassOn` when a release
-//! kept the lock for it and none of its tasks tried for it; `owner.rs`: which hold a call
+//! other clients wait, then the lock goes to them), and the lock a release gives to the
+//! line's next task in its own script (that task's hold, lease and token: no try of its
+//! own), given back (`GiveBack`) when that task stopped waiting; `owner.rs`: which hold a call
 //! chain (`scope`) re-enters, and the innermost hold of a kind (a read-write lock's write
 //! hold, say) up the chain; `pubsub.rs`: channel subscriptions shared by a client's
 //! waiters, changes sent in batches (one `SUBSCRIBE` / `UNSUBSCRIBE` for every change

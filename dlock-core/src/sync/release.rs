@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use crate::fence::Fence;
 use crate::scripts::Script;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
@@ -37,20 +38,25 @@ pub(crate) enum Released {
 pub(crate) enum NextHolder {
     /// Nobody else waits: whoever asks first.
     Anyone,
-    /// Others wait, but this client's next task has the lock next (it is reserved for the
-    /// client's tasks, and the others were not told).
-    ThisClient,
+    /// The release gave the lock to the client's next task (the [`HandOff`]'s
+    /// [`NextTask`]): it holds it now, with its lease from the release's send and its
+    /// fencing token (`fence`, with fencing on). `others_wait`: other clients' waiters
+    /// wait too (they were not told).
+    ThisClient {
+        others_wait: bool,
+        fence: Option<Fence>,
+    },
     /// The longest-waiting live waiter was told, and the lock is reserved for it; this
     /// client's next task, if any, finds it reserved and waits in line behind the others.
     Another,
 }
 
 /// What a releasing client tells the lock's release script about its own waiting tasks,
-/// so that the script can keep the lock in the client or pass it on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// so that the script can give the lock to the client's next task or pass it on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct HandOff {
-    /// A task of this client waits for the lock next.
-    pub(crate) local_next: bool,
+    /// The task of this client that waits for the lock next, if any.
+    pub(crate) next: Option<NextTask>,
     /// That task may have it even if other clients wait (the bound on consecutive local
     /// hand-offs is not reached).
     pub(crate) keep: bool,
@@ -59,9 +65,20 @@ pub(crate) struct HandOff {
 impl HandOff {
     /// Nothing of the client waits: the lock goes to the longest-waiting client.
     pub(crate) const NONE: HandOff = HandOff {
-        local_next: false,
+        next: None,
         keep: false,
     };
+}
+
+/// A task waiting in the client's local line, as a release may give it the lock: the
+/// owner field of its acquisition (which has not tried in Redis) and what its own try
+/// would ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NextTask {
+    pub(crate) field: Arc<str>,
+    pub(crate) lease_ms: u64,
+    /// Its hold gets a fencing token.
+    pub(crate) fence: bool,
 }
 
 /// How long a lock passed to a waiting client stays reserved for it: long enough for
@@ -77,6 +94,9 @@ pub(crate) struct ReleaseTiming {
     pub(crate) memo_ttl: Duration,
     /// How long a lock passed to a waiting client stays reserved for it.
     pub(crate) reservation: Duration,
+    /// How many replicas must confirm a lock given to the client's next task, and within
+    /// how long (`replica_acks`, as its acquisition would be); `None`: none.
+    pub(crate) replica_acks: Option<(u32, Duration)>,
 }
 
 /// One primitive's release: its script with keys and arguments.
@@ -87,16 +107,17 @@ pub(crate) struct ReleaseTiming {
 ///   retry (or a replay on a new master) answers from it instead of applying again; or,
 ///   for an op declared [`finds_nothing_once_done`](ReleaseOp::finds_nothing_once_done),
 ///   the release is idempotent by itself and leaves nothing of the owner's behind;
-/// - after the primitive's own arguments it receives six more: the memo's lifetime in
+/// - after the primitive's own arguments it receives eight more: the memo's lifetime in
 ///   ms, the command that announces a release (`publish`, `spublish` in a cluster), the
-///   [`HandOff`] as `'1'`/`'0'` (a local task waits next; it may keep the lock), how
-///   long a lock passed on stays reserved for its next holder, in ms, and `'0'` on the
-///   op's first send (which cannot find its own memo, so a script may skip the lookup)
-///   or `'1'` on a retry or a replay; scripts without a waiter registry ignore the
-///   hand-off arguments;
+///   [`HandOff`]: the owner field of the client's next task (`''`: none) and `'1'`/`'0'`
+///   (it may keep the lock while others wait), how long a lock passed on stays reserved
+///   for its next holder, in ms, `'0'` on the op's first send (which cannot find its own
+///   memo, so a script may skip the lookup) or `'1'` on a retry or a replay, then the
+///   next task's lease in ms (`'0'`: none) and `'1'`/`'0'` (it gets a fencing token);
+///   scripts without a waiter registry ignore the hand-off arguments;
 /// - it answers with an integer: the owner's holds left (0: the lock is free now), or a
-///   negative number when the owner held nothing; a freed lock may also answer
-///   `{0, 'kept'}` or `{0, 'passed'}` (see [`NextHolder`]).
+///   negative number when the owner held nothing; a lock freed of the owner may also
+///   answer `{0, 'given' | 'kept', token?}` or `{0, 'passed'}` (see [`NextHolder`]).
 #[derive(Clone)]
 pub(crate) struct ReleaseOp {
     pub(crate) script: &'static Script,
@@ -147,21 +168,29 @@ pub(crate) async fn release(
     for arg in &job.op.args {
         invocation.arg(arg);
     }
+    let next_task = hand_off.next.as_ref();
     invocation
         .arg(timing.memo_ttl.as_millis() as u64)
         .arg(backend.publish_command())
-        .arg(flag(hand_off.local_next))
+        .arg(next_task.map_or("", |task| &*task.field))
         .arg(flag(hand_off.keep))
         .arg(timing.reservation.as_millis() as u64)
-        .arg(flag(send == Sending::Again));
-    let again = invocation.args().len() - 1;
+        .arg(flag(send == Sending::Again))
+        .arg(next_task.map_or(0, |task| task.lease_ms))
+        .arg(flag(next_task.is_some_and(|task| task.fence)));
+    let again = invocation.args().len() - 3;
     let started = Instant::now();
     let mut failures = 0;
     loop {
         if failures == 1 {
             invocation.set_arg(again, "1");
         }
-        match backend.invoke::<Reply>(&invocation).await {
+        let reply = match timing.replica_acks.filter(|_| next_task.is_some()) {
+            // Boxed: only a client with `replica_acks` and a task waiting comes here.
+            Some(acks) => Box::pin(confirmed(backend, &job.name, &invocation, acks)).await,
+            None => backend.invoke::<Reply>(&invocation).await,
+        };
+        match reply {
             Ok(Reply(outcome, next)) => {
                 let released = match outcome {
                     n if n < 0 && failures > 0 && job.op.finds_nothing_once_done => {
@@ -189,6 +218,26 @@ pub(crate) async fn release(
     }
 }
 
+/// A release that may give the lock to the client's next task, followed by `WAIT` for
+/// `acks` (see `Backend::invoke_replicated`): that task's hold counts only once the
+/// replicas confirmed it, as its own acquisition would. Unconfirmed, the task is not told
+/// ([`NextHolder::Anyone`]): it tries itself, and its confirmed try finds the hold.
+async fn confirmed(
+    backend: &Backend,
+    name: &str,
+    invocation: &crate::scripts::ScriptCall,
+    acks: (u32, Duration),
+) -> Result<Reply, CallError> {
+    let given = |reply: &Reply| matches!(reply.1, NextHolder::ThisClient { .. });
+    match backend
+        .invoke_replicated::<Reply>(name, invocation, acks, given)
+        .await
+    {
+        Err(CallError::NotReplicated { .. }) => Ok(Reply(0, NextHolder::Anyone)),
+        other => other,
+    }
+}
+
 /// Whether a release op is sent for the first time, or again: from the background after
 /// an unlock that failed or was cancelled, or replayed on a new master, where an earlier
 /// send may have been applied (retries within one call are marked by [`release`] itself).
@@ -204,27 +253,34 @@ struct Reply(i64, NextHolder);
 
 impl redis::FromRedisValue for Reply {
     fn from_redis_value(value: redis::Value) -> Result<Reply, redis::ParsingError> {
-        match value {
-            redis::Value::Array(items) => match items.as_slice() {
-                [redis::Value::Int(0), next] => {
-                    let next = match String::from_redis_value(next.clone())?.as_str() {
-                        "kept" => NextHolder::ThisClient,
-                        "passed" => NextHolder::Another,
-                        other => {
-                            return Err(format!(
-                                "unexpected hand-off from a dlock release script: {other:?}"
-                            )
-                            .into())
-                        }
-                    };
-                    Ok(Reply(0, next))
-                }
-                other => {
-                    Err(format!("unexpected reply from a dlock release script: {other:?}").into())
-                }
+        let redis::Value::Array(items) = value else {
+            return Ok(Reply(i64::from_redis_value(value)?, NextHolder::Anyone));
+        };
+        let unexpected =
+            || format!("unexpected reply from a dlock release script: {items:?}").into();
+        let (how, token) = match items.as_slice() {
+            [redis::Value::Int(0), how] => (how, None),
+            [redis::Value::Int(0), how, redis::Value::Int(token)] => (how, Some(*token)),
+            _ => return Err(unexpected()),
+        };
+        let fence = match token.map(u64::try_from) {
+            None => None,
+            Some(Ok(token)) => Some(Fence::new(token)),
+            Some(Err(_)) => return Err(unexpected()),
+        };
+        let next = match (String::from_redis_value(how.clone())?.as_str(), fence) {
+            ("given", fence) => NextHolder::ThisClient {
+                others_wait: false,
+                fence,
             },
-            other => Ok(Reply(i64::from_redis_value(other)?, NextHolder::Anyone)),
-        }
+            ("kept", fence) => NextHolder::ThisClient {
+                others_wait: true,
+                fence,
+            },
+            ("passed", None) => NextHolder::Another,
+            _ => return Err(unexpected()),
+        };
+        Ok(Reply(0, next))
     }
 }
 

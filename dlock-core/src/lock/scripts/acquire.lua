@@ -105,7 +105,8 @@ local mine = found[1] ~= false
 if not reenter then
   if mine then
     -- An earlier attempt of this acquisition was applied (its reply was lost, or the
-    -- replicas did not confirm it in time). The client counts the lease from this
+    -- replicas did not confirm it in time), or a release of its client gave it the lock
+    -- and the client did not learn so (see release.lua). The client counts the lease from this
     -- attempt, so the expiry must start now too, or the lock would end before the
     -- holder's deadline.
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -121,10 +122,9 @@ if not reenter then
   elseif found[4] then
     return 'kind:fair'
   end
-  -- A release passed the lock to this owner, or kept it for this owner's client: the
-  -- hash holds nothing but the reservation ('!next', expiring soon), which only that
-  -- owner (or a task of that client) may take.
-  if found[2] and reserved_for(found[2], ARGV[2]) then
+  -- A release passed the lock to this owner: the hash holds nothing but the reservation
+  -- ('!next', expiring soon), which only that owner may take.
+  if found[2] == ARGV[2] then
     redis.call('del', KEYS[1])
     return grant()
   end

@@ -20,19 +20,11 @@
 -- A reservation heals itself: the waiter next in line is told when it lapses, so that an
 -- owner it was made for that never takes the lock (its process froze or died after it
 -- was told) holds the others up for the reservation only. A waiter already told to try
--- by then (see naps.lua) is not told again: a client that keeps passing the lock to its
--- own tasks makes a reservation per release, and one message per lapse is enough.
+-- by then (see naps.lua) is not told again: one message per lapse is enough.
 
 -- The most registry entries one call passes over as gone before it gives up: bounds the
 -- work of one call; what is left is passed over by the next hand-off.
 local MAX_PASSED_OVER = 64
-
--- Whether the reservation `reserved` ('!next') is for `owner`: made for it (a hand-off),
--- or for any task of its client ('<client-id>:*': a release kept the lock for the
--- client's next task).
-local function reserved_for(reserved, owner)
-  return reserved == owner or reserved == string.match(owner, '^[^:]*') .. ':*'
-end
 
 -- The lock name kinds that share the lock's key, from the hash's marker fields ('mode':
 -- a read-write lock, '!fair': a fair lock, neither: a lock). `key` must hold a hash.
@@ -86,8 +78,8 @@ local function tell_runner_up(registry, naps, publish, now, lapse_in)
   end
 end
 
--- Reserves the free lock `key` for `owner` ('!next'; '<client-id>:*' for any task of a
--- client) for `reservation` ms, and tells the next waiter to try when it lapses.
+-- Reserves the free lock `key` for `owner` ('!next') for `reservation` ms, and tells the
+-- next waiter to try when it lapses.
 local function reserve(key, registry, naps, publish, reservation, owner)
   redis.call('hset', key, '!next', owner)
   redis.call('pexpire', key, reservation)

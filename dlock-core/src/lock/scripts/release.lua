@@ -6,13 +6,16 @@
 -- KEYS[3]  'one': the release memo for this release operation; 'all', 'leave': unused;
 --          'undo': the marker of the re-entry to undo (all in the slot of KEYS[1])
 -- KEYS[4]  what the lock's waiters were told (see naps.lua; same slot)
--- ARGV[1]  owner field ('<client-id>:*' for the 'leave' of a lock kept for a client's
---          next task that did not take it)
+-- KEYS[5]  the fencing-token counter of the lock's slot anchor (see acquire.lua; same
+--          slot): a lock given to the releasing client's next task gets its token here
+-- ARGV[1]  owner field
 -- ARGV[2]  'one': a guard gives back its hold;
 --          'all': an acquisition of a fresh owner ended without a guard (cancelled,
---                 timed out, failed): every hold an unanswered try of it may have taken
---                 goes (no guard of the owner exists), it leaves the registry, and a lock
---                 it leaves free or reserved for it is passed on;
+--                 timed out, failed), or a task given the lock by a release stopped
+--                 waiting before it learnt so: every hold an unanswered try (or that
+--                 release) may have given it goes (no guard of the owner exists), it
+--                 leaves the registry, and a lock it leaves free or reserved for it is
+--                 passed on;
 --          'leave': a message for an owner that no longer waits on its client (it
 --                 stopped, or took the lock by a try of its own before the message came):
 --                 it leaves the registry, and a lock free or reserved for it is passed
@@ -21,27 +24,38 @@
 --                 back only if its marker shows it was applied
 -- ARGV[3]  memo lifetime in milliseconds
 -- ARGV[4]  publish command: 'publish' or 'spublish'
--- ARGV[5]  '1' when a task of the releasing client waits for this lock next, else '0'
+-- ARGV[5]  the owner field of the releasing client's task that waits for this lock next
+--          (a fresh owner id, which has never tried in Redis), or '' when none waits
 -- ARGV[6]  '1' when that task may have the lock next even if others wait (the client's
 --          bound on consecutive local hand-offs is not reached), else '0'
 -- ARGV[7]  how long the lock stays reserved for the waiter it is passed to, in ms
 -- ARGV[8]  '0' on the first send of this release, which cannot find its own memo;
 --          anything else (a retry, a replay on a new master) looks for it
+-- ARGV[9]  the lease in ms of the task of ARGV[5] (as acquire.lua's ARGV[1])
+-- ARGV[10] '1': mint a fencing token for the task of ARGV[5]; '0': no token
 --
 -- Returns -1 when there is nothing of the owner's to give back (or the key holds another
 -- type, or another kind's lock), n > 0 when the owner still holds it n times, and when the
--- lock is now free: 0 if nobody else waits for it (or it was passed on by an 'all'), or
--- {0, 'kept'} when others wait but the client's own next task has it next (it is reserved
--- for any task of the client, '!next' = '<client-id>:*', for ARGV[7] ms), or
--- {0, 'passed'} when the longest-waiting live waiter was told and the lock is reserved
--- for it.
+-- lock is now free of the owner: 0 if nobody else waits for it (or it was passed on by
+-- an 'all'); {0, 'given', token} when the task of ARGV[5] holds it now, as if its own
+-- acquire had taken it (its hold, its lease from now, its token, the last element only
+-- with ARGV[10] = '1'), and nobody else waited; {0, 'kept', token} when that task holds
+-- it and others wait (they were not told); or {0, 'passed'} when the longest-waiting live
+-- waiter was told and the lock is reserved for it.
 --
--- One release wakes one waiter: the message names it, on its client's channel. The lock
--- is reserved for it for ARGV[7] ms (the hash holds only the field '!next' = that owner):
--- a new caller elsewhere, which needs no pub/sub hop, would otherwise take the lock first
--- nearly every time, and the woken waiter would go back to the end of the line. A waiter
--- whose client is gone is passed over (see handoff.lua); a reservation nobody takes lapses,
--- and the next waiter was told to try then (so was whoever tried meanwhile).
+-- A release gives the lock to the client's next task itself, which saves that task the
+-- round trip of its own try: the client counts the task's deadline from the release's
+-- send, which comes before this call. Should the client never learn of it (the reply is
+-- lost, the task was cancelled meanwhile), the task's own first try finds its owner
+-- holding (see acquire.lua), or its client gives the lock back with an 'all' for it.
+--
+-- One release wakes one waiter of another client: the message names it, on its client's
+-- channel. The lock is reserved for it for ARGV[7] ms (the hash holds only the field
+-- '!next' = that owner): a new caller elsewhere, which needs no pub/sub hop, would
+-- otherwise take the lock first nearly every time, and the woken waiter would go back to
+-- the end of the line. A waiter whose client is gone is passed over (see handoff.lua); a
+-- reservation nobody takes lapses, and the next waiter was told to try then (so was
+-- whoever tried meanwhile).
 --
 -- Each mode counts once however often it is retried (after a lost reply, or replayed on a
 -- new master), and a retry never touches a lock another owner acquired in the meantime
@@ -53,12 +67,25 @@
 -- - giving back one of several holds (a re-entered lock) is a decrement, which a retry would
 --   repeat: its outcome is kept in the memo, which a retry answers from (a first send
 --   skips the lookup: the common last release reads no memo either);
+-- - a retry that finds the owner's hold gone but the task of ARGV[5] holding answers as
+--   the send that gave it the lock did (the task has not tried yet, so nothing else can
+--   have given it the lock);
 -- - 'all' deletes every hold of the owner, which is idempotent by itself; 'leave' gives
 --   back no hold;
 -- - an undo deletes its marker, which makes it count once.
 local mode = ARGV[2]
 local owner = ARGV[1]
 local abandon = mode == 'all' or mode == 'leave'
+local next_task = ARGV[5]
+if next_task ~= '' and not abandon then
+  -- Checked before anything is written, as acquire.lua checks its own lease.
+  local lease = tonumber(ARGV[9])
+  if lease == nil or lease < 1 or lease > MAX_LEASE_MS or not string.find(ARGV[9], '^[1-9]%d*$') then
+    return redis.error_reply('ERR dlock release: the lease of the next task must be 1..' .. MAX_LEASE_MS .. ' ms, got ' .. tostring(ARGV[9]))
+  end
+else
+  next_task = nil
+end
 if mode == 'undo' then
   if redis.call('del', KEYS[3]) == 0 then
     return -1
@@ -74,9 +101,18 @@ end
 -- definition costs Redis a closure per call): nothing more is needed unless the lock
 -- becomes free while others wait. (A hash of another kind of lock, or another type of
 -- value, has no field of this owner: nothing of it is touched.)
+local handed = nil
 if not abandon then
   local count = redis.pcall('hget', KEYS[1], owner)
   if not count or type(count) == 'table' then
+    if next_task and not count and ARGV[8] ~= '0' and redis.call('hexists', KEYS[1], next_task) == 1 then
+      -- A retry of a send that gave the lock to the client's next task: the same answer.
+      local reply = {0, redis.call('exists', KEYS[2]) == 1 and 'kept' or 'given'}
+      if ARGV[10] == '1' then
+        reply[3] = tonumber(redis.call('hget', KEYS[1], next_task .. ':f'))
+      end
+      return reply
+    end
     return -1
   end
   -- (The common count, '1', is compared as text: no conversion.)
@@ -102,7 +138,25 @@ if not abandon then
   -- The owner's last hold: the hash holds nothing else (one owner at a time, its hold
   -- count and its fencing token), so the whole lock goes.
   redis.call('del', KEYS[1])
-  if redis.call('exists', KEYS[2]) == 0 then
+  local others = redis.call('exists', KEYS[2]) == 1
+  if next_task and (ARGV[6] == '1' or not others) then
+    -- The client's next task takes it as its own acquire would have (acquire.lua's
+    -- take): its hold, its token (the next of the counter) and its lease.
+    local reply = {0, 'given'}
+    if ARGV[10] == '1' then
+      local token = redis.call('incr', KEYS[5])
+      redis.call('hset', KEYS[1], next_task, '1', next_task .. ':f', string.format('%d', token))
+      reply[3] = token
+    else
+      redis.call('hset', KEYS[1], next_task, '1')
+    end
+    redis.call('pexpire', KEYS[1], ARGV[9])
+    if not others then
+      return reply
+    end
+    reply[2] = 'kept'
+    handed = reply
+  elseif not others then
     return 0
   end
 end
@@ -126,7 +180,6 @@ if abandon then
     -- Nothing of the owner's: a lock that is free, or reserved for the owner, which will
     -- not take it, goes to the next live waiter; one held by another owner stays.
     if found[2] == owner then
-      -- (For a pass-on, `owner` is '<client-id>:*': the reservation a release kept.)
       redis.call('del', KEYS[1])
     elseif found[2] then
       -- Reserved for another, and the owner may have been the one told to try when
@@ -146,12 +199,11 @@ if abandon then
   end
 end
 
-if ARGV[5] == '1' and ARGV[6] == '1' then
-  -- Kept for the client's next task: reserved for any task of the client, so that no
-  -- other client takes it meanwhile with a shorter lease than the waiters were told; if
-  -- that task does not take it, the client passes it on ('leave' for '<client-id>:*').
-  reserve(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[7], string.match(owner, '^[^:]*') .. ':*')
-  return {0, 'kept'}
+if handed then
+  -- The waiters promised a sleep past the new hold's lease are told to try again (its
+  -- lease may be shorter than the last one's, see naps.lua).
+  wake_overslept(KEYS[2], KEYS[4], ARGV[4], tonumber(ARGV[9]))
+  return handed
 end
 if hand_off(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[7]) then
   return {0, 'passed'}

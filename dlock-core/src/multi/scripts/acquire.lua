@@ -39,10 +39,8 @@ end
 
 local n = #KEYS / 4
 local owner = ARGV[2]
--- A reservation for any task of the owner's client (see lock/scripts/release.lua).
-local client_tasks = string.match(owner, '^[^:]*') .. ':*'
 local blocker, blocker_ttl = nil, nil
--- Locks a release passed to this owner, or kept for its client (reserved: field '!next').
+-- Locks a release passed to this owner (reserved for it: field '!next').
 local reserved = {}
 for i = 1, n do
   local key = KEYS[i]
@@ -55,7 +53,7 @@ for i = 1, n do
   elseif found[4] then
     return 'kind:' .. i .. ':fair'
   end
-  if not found[1] and found[2] and (found[2] == owner or found[2] == client_tasks) then
+  if not found[1] and found[2] == owner then
     reserved[i] = true
   elseif not found[1] and redis.call('exists', key) == 1 then
     local ttl = redis.call('pttl', key)

@@ -1,0 +1,227 @@
+//! A release that finds a task of its client waiting next gives the lock to that task in
+//! the same script (its hold, lease and fencing token): the task holds it without a try of
+//! its own. These tests hold the promises around that step: one script call per local
+//! hand-off, a deadline never later than Redis' expiry, tokens that still grow, a task
+//! that stopped waiting gets the lock given back (not held by nobody for its lease), a
+//! lost reply neither loses the hand-off nor mints a second token, and with
+//! `replica_acks` no task holds a hand-off the replicas did not confirm.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::fencing::Fence;
+use dlock::{LockClient, Topology};
+use dlock_tests::commandstats::command_calls;
+use dlock_tests::{RedisReplicaSet, RedisServer, TcpProxy};
+use redis::Commands;
+use tokio::sync::Mutex;
+
+/// Script calls Redis ran since `before` (both script commands).
+fn script_calls(server: &RedisServer, before: &std::collections::HashMap<String, u64>) -> u64 {
+    let after = command_calls(&mut server.connection());
+    ["evalsha", "fcall"]
+        .iter()
+        .map(|command| {
+            after.get(*command).copied().unwrap_or(0) - before.get(*command).copied().unwrap_or(0)
+        })
+        .sum()
+}
+
+/// The latest moment Redis can still hold `key`, read now: the reply's arrival + PTTL +
+/// 1 ms (Redis keeps expiries in whole milliseconds).
+fn latest_expiry(conn: &mut redis::Connection, key: &str) -> Instant {
+    let pttl: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
+    let read_at = Instant::now();
+    read_at + Duration::from_millis(u64::try_from(pttl).expect("held with a lease") + 1)
+}
+
+/// Eight tasks of one client wait in line behind a holder; each, once it holds the lock,
+/// gives it back. Every hand-off is the release's one script call (nine in all, none for
+/// the waiters' acquisitions), the tokens grow by one per hand-off in line order, and each
+/// task's deadline is no later than what Redis says. Fails when a release only frees the
+/// lock and the next task must try itself (17 script calls).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_hand_off_is_one_script_call() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let lock = client.lock("local:line");
+    let first = lock.lock().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let (lock, order) = (lock.clone(), Arc::clone(&order));
+        let url = server.url();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+            let expiry = latest_expiry(&mut conn, "local:line");
+            assert!(
+                guard.deadline() <= expiry,
+                "task {i}'s deadline is {:?} past Redis' expiry",
+                guard.deadline() - expiry
+            );
+            order.lock().await.push((i, guard.fencing_token().unwrap()));
+            guard.unlock().await.unwrap();
+        }));
+        // In line in this order.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first_token = first.fencing_token().unwrap();
+    let before = command_calls(&mut server.connection());
+    first.unlock().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let calls = script_calls(&server, &before);
+    assert_eq!(calls, 9, "one release per hand-off and no acquisitions");
+    let order = order.lock().await;
+    let expected: Vec<(i32, Fence)> = (0..8)
+        .map(|i| (i, Fence::new(first_token.get() + 1 + i as u64)))
+        .collect();
+    assert_eq!(*order, expected, "line order, one token each");
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+/// The next task is cancelled while the release that gives it the lock is on its way
+/// back (replies delayed 300 ms): its client gives the lock back for it, so a client
+/// waiting elsewhere gets it once the reply arrived, not when the cancelled task's 30 s
+/// lease ends. Fails when the client drops the hand-off of a task that left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_cancelled_while_given_the_lock_gives_it_back() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.addr());
+    let client = LockClient::builder()
+        .max_wait_recheck(Duration::from_secs(30))
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    let rival = LockClient::builder()
+        .max_wait_recheck(Duration::from_secs(30))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let lock = client.lock("local:cancelled");
+    let holder = lock.lock().await.unwrap();
+    let next = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    let waiting = {
+        let lock = rival.lock("local:cancelled");
+        tokio::spawn(async move {
+            let guard = lock.try_lock_for(Duration::from_secs(10)).await;
+            (Instant::now(), guard)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.delay_replies(Duration::from_millis(300));
+    let unlocked_at = Instant::now();
+    let unlocking = tokio::spawn(holder.unlock());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The release reached Redis: the lock is the next task's now.
+    let owners: Vec<String> = server.connection().hkeys("local:cancelled").unwrap();
+    assert_eq!(
+        owners.len(),
+        2,
+        "the next task's hold and token: {owners:?}"
+    );
+    next.abort();
+    assert!(next.await.unwrap_err().is_cancelled());
+    unlocking.await.unwrap().unwrap();
+    proxy.delay_replies(Duration::ZERO);
+    let (acquired_at, guard) = waiting.await.unwrap();
+    let guard = guard.expect("the rival gets the lock given back");
+    let after = acquired_at - unlocked_at;
+    println!("local hand-off to a cancelled task: the rival held it {after:?} after the release");
+    assert!(after < Duration::from_secs(2), "after {after:?}");
+    guard.unlock().await.unwrap();
+    let keys: Vec<String> = server.connection().keys("*local:cancelled*").unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+}
+
+/// The release's reply is lost (the proxy drops it and closes the connection after
+/// Redis applied it): the retried release finds the next task holding and says so, with
+/// the token the first send minted. The task holds the lock with that one token (the
+/// next acquisition's is one more), and nothing is held twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_release_reply_still_hands_the_lock_on_once() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.addr());
+    let client = LockClient::builder()
+        .command_timeout(Duration::from_secs(1))
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    let lock = client.lock("local:lost-reply");
+    let holder = lock.lock().await.unwrap();
+    let first_token = holder.fencing_token().unwrap();
+    let next = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.lose_next_reply();
+    holder.unlock().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .expect("the next task holds the lock")
+        .unwrap();
+    let token = next.fencing_token().unwrap();
+    assert_eq!(
+        token.get(),
+        first_token.get() + 1,
+        "one token for the hand-off"
+    );
+    assert_eq!(next.hold_count().await.unwrap(), 1, "held once");
+    next.unlock().await.unwrap();
+    let after = client.lock("local:lost-reply").lock().await.unwrap();
+    assert_eq!(after.fencing_token().unwrap().get(), token.get() + 1);
+    after.unlock().await.unwrap();
+}
+
+/// With `replica_acks`, a lock given to the next task counts only once the replica
+/// confirmed it, as that task's own acquisition would: with the replica cut off, the task
+/// holds nothing until it is back. Fails when the release's hand-off skips the `WAIT`
+/// (the task would hold a hold a failover can lose, while the replica is away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_acks_a_hand_off_counts_once_the_replica_confirmed_it() {
+    let set = RedisReplicaSet::start(1);
+    let topology = Topology::master_replicas(set.master_url(), set.replica_urls());
+    let client = LockClient::builder()
+        .replica_acks(1, Duration::from_millis(200))
+        .failover_wait(Duration::from_secs(30))
+        .connect_to(&topology)
+        .await
+        .unwrap();
+    let lock = client.lock("local:acked");
+    let holder = lock.lock().await.unwrap();
+    let next = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            (Instant::now(), guard)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    set.replicas[0].pause();
+    let _: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut set.master.connection())
+        .unwrap();
+    holder.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        !next.is_finished(),
+        "the next task holds a hand-off no replica confirmed"
+    );
+    let resumed_at = Instant::now();
+    set.replicas[0].resume();
+    let (acquired_at, guard) = tokio::time::timeout(Duration::from_secs(20), next)
+        .await
+        .expect("the next task holds the lock once the replica is back")
+        .unwrap();
+    assert!(acquired_at >= resumed_at);
+    guard.unlock().await.unwrap();
+}
