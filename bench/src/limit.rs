@@ -371,21 +371,26 @@ async fn run_redis_benchmark(
         let memo = format!("{prefix}rb:memo:{shape}:__rand_int__");
         let memo_ttl = MEMO_TTL_MS.to_string();
         let reservation = RESERVATION_MS.to_string();
+        let fence = format!("dlock:fence:{prefix}{{x}}");
         let args = [
             "EVALSHA",
             &scripts.release_sha,
-            "4",
+            "5",
             &key,
             &channel,
             &memo,
             &naps,
+            &fence,
             field,
             "one",
             &memo_ttl,
             "publish",
-            "0",
+            // No task of this client waits next.
+            "",
             "0",
             &reservation,
+            "0",
+            "0",
             "0",
         ];
         let rps = benchmark_rps(host, port, flags, release_requests, pool, &args).await?;

@@ -811,7 +811,7 @@ async fn a_force_unlock_frees_the_lock_for_a_task_waiting_behind_the_former_hold
 }
 
 // ---------------------------------------------------------------------------------------
-// 9. A release that keeps the lock for a local task that is cancelled meanwhile.
+// 9. A release that gives the lock to a local task that is cancelled meanwhile.
 // ---------------------------------------------------------------------------------------
 
 /// Sends `t1`'s release while Redis sleeps 300 ms (so the release, built while A's task
@@ -851,13 +851,12 @@ async fn release_kept_for_a_task_cancelled_meanwhile(
 /// Client A: task T1 holds `{kept}`, task T2 waits behind it in A's line; client D waits
 /// too (registered). Redis is stalled 300 ms; T1's `unlock` is sent during the stall
 /// (so it says "a task of mine is next" and is queued at Redis), and T2 is aborted
-/// meanwhile. When the stall ends the release runs: D must get the lock within [`BOUND`]
-/// of that moment. Fails when the release keeps the lock for A's next task (no wake-up,
-/// no reservation) and nobody passes it on when that task is gone: D sleeps until its
-/// recheck. (Today the cancelled task's leaving, which reaches Redis right after the
-/// release, passes the free lock on to D, because A itself is not registered; see
+/// meanwhile. When the stall ends the release runs and gives the lock to T2, which is gone:
+/// D must get the lock within [`BOUND`] of that moment. Fails when nobody gives the lock
+/// back for the cancelled task (A's line does, once the release's answer names T2): D
+/// sleeps until T2's lease or its own recheck. See
 /// [`a_release_kept_for_a_cancelled_local_task_of_a_registered_client_reaches_the_other_client`]
-/// for the case where it is.)
+/// for the case where A is still registered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_kept_for_a_cancelled_local_task_reaches_the_other_client() {
     const NAME: &str = "{kept}";
@@ -883,9 +882,9 @@ async fn a_release_kept_for_a_cancelled_local_task_reaches_the_other_client() {
 /// the previous holder's 400 ms lease ran out (no release chose A, so A stayed in the
 /// registry), while T2 waited behind T1 in A's line; then D registered, behind A. T1's release is sent
 /// during a 300 ms stall with T2 still in line, T2 is cancelled meanwhile: D must get the
-/// lock within [`BOUND`] of the end of the stall. Fails when the release keeps the lock
-/// for A's cancelled task and A's leaving, finding A still registered, passes nothing on:
-/// D sleeps until its recheck.
+/// lock within [`BOUND`] of the end of the stall. Fails when the release gives the lock to
+/// A's cancelled task and nothing gives it back: D sleeps until that task's lease or its
+/// own recheck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_kept_for_a_cancelled_local_task_of_a_registered_client_reaches_the_other_client()
 {
