@@ -74,6 +74,15 @@ impl RedisReplicaSet {
         self.replicas.iter().map(RedisServer::url).collect()
     }
 
+    /// Cuts every replica off: paused (`SIGSTOP`) and its link killed, so that nothing the
+    /// master accepts from now on is confirmed by `WAIT` until the replicas are resumed.
+    pub fn cut_off_replicas(&self) {
+        for replica in &self.replicas {
+            replica.pause();
+        }
+        self.master.kill_replica_links();
+    }
+
     /// Waits until every replica has applied everything the master has accepted so far:
     /// each replica's `slave_repl_offset` reaches the master's `master_repl_offset` as read
     /// at the call.

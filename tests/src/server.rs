@@ -277,6 +277,21 @@ impl RedisServer {
         }
     }
 
+    /// Closes this master's links to its replicas (`CLIENT KILL TYPE replica`): with the
+    /// replicas paused, nothing written from now on reaches them, and nothing is in flight.
+    ///
+    /// # Panics
+    ///
+    /// If the server does not answer.
+    pub fn kill_replica_links(&self) {
+        let _: u64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("replica")
+            .query(&mut self.connection())
+            .unwrap_or_else(|e| panic!("CLIENT KILL TYPE replica: {e}\n{}", self.diagnostics()));
+    }
+
     /// Suspends the server process (`SIGSTOP`): it keeps its socket but answers nothing
     /// until [`RedisServer::resume`].
     ///

@@ -178,13 +178,8 @@ async fn cut_replication_loses_the_lock_and_the_holder_is_told() {
             group.server_on_port(port).unwrap().pause();
         }
         let master = group.server_on_port(master_port).unwrap();
+        master.kill_replica_links();
         let mut admin = master.connection();
-        let _: u64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("replica")
-            .query(&mut admin)
-            .unwrap();
 
         match acked.lock(&format!("{name}:acked")).try_lock().await {
             Err(LockError::NotReplicated { acked: 0, .. }) => refused += 1,

@@ -401,13 +401,7 @@ async fn an_unreplicated_acquisition_hands_out_no_token() {
     confirmed.unlock().await.unwrap();
 
     // The replica cut off: the acquisition (and its INCR) is not confirmed.
-    set.replicas[0].pause();
-    let _: u64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .query(&mut set.master.connection())
-        .unwrap();
+    set.cut_off_replicas();
     match lock.try_lock().await {
         Err(LockError::NotReplicated { .. }) => {}
         other => panic!("with the replica cut off: {other:?}"),

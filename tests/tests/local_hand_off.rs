@@ -203,13 +203,7 @@ async fn with_replica_acks_a_hand_off_counts_once_the_replica_confirmed_it() {
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    set.replicas[0].pause();
-    let _: u64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .query(&mut set.master.connection())
-        .unwrap();
+    set.cut_off_replicas();
     holder.unlock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(

@@ -29,17 +29,6 @@ fn wait_calls(set: &RedisReplicaSet) -> u64 {
         .unwrap_or(0)
 }
 
-/// Cuts the replica off: stopped, and its link killed so that nothing is in flight.
-fn cut_replica(set: &RedisReplicaSet) {
-    set.replicas[0].pause();
-    let _: u64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .query(&mut set.master.connection())
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquisitions_wait_for_the_replica_and_fail_cleanly_without_it() {
     let set = RedisReplicaSet::start(1);
@@ -58,7 +47,7 @@ async fn acquisitions_wait_for_the_replica_and_fail_cleanly_without_it() {
     let waits = wait_calls(&set) - before;
     assert!(waits >= 5, "{waits} WAITs for 5 acquisitions");
 
-    cut_replica(&set);
+    set.cut_off_replicas();
     let started = Instant::now();
     let refused = client.lock("acked:cut").try_lock().await;
     let refused_after = started.elapsed();
@@ -177,7 +166,7 @@ async fn a_pending_wait_delays_no_other_command() {
         .await
         .unwrap();
     let held = client.lock("acked:watched").lock().await.unwrap();
-    cut_replica(&set);
+    set.cut_off_replicas();
 
     let until = Instant::now() + Duration::from_secs(2);
     let acquirers: Vec<_> = (0..20)
@@ -253,7 +242,7 @@ async fn a_same_slot_multi_lock_is_confirmed_by_replicas_too() {
     let waits = wait_calls(&set) - before;
     assert!(waits >= 1, "{waits} WAITs for a set of 2 locks");
 
-    cut_replica(&set);
+    set.cut_off_replicas();
     match multi.try_lock().await {
         Err(LockError::NotReplicated { .. }) => {}
         other => panic!("a set the replica never saw was handed out: {other:?}"),
@@ -299,7 +288,7 @@ async fn read_and_write_holds_are_confirmed_by_replicas_too() {
         "{waits} WAITs for a write and a read acquisition"
     );
 
-    cut_replica(&set);
+    set.cut_off_replicas();
     for (side, refused) in [
         ("write", rw.write().try_lock().await),
         ("read", rw.read().try_lock().await),
@@ -329,7 +318,7 @@ async fn semaphore_grants_are_confirmed_by_replicas_too() {
     let waits = wait_calls(&set) - before;
     assert!(waits >= 1, "{waits} WAITs for a grant");
 
-    cut_replica(&set);
+    set.cut_off_replicas();
     match pool.try_acquire(2).await {
         Err(LockError::NotReplicated { .. }) => {}
         other => panic!("a grant the replica never saw was handed out: {other:?}"),
@@ -356,7 +345,7 @@ async fn fenced_writes_wait_for_the_replica_too() {
     assert_eq!(fenced.incr_by("stock:acked", -1, fence).await.unwrap(), 4);
     assert!(wait_calls(&set) - before >= 2, "a WAIT per fenced write");
 
-    cut_replica(&set);
+    set.cut_off_replicas();
     match fenced.incr_by("stock:acked", -1, fence).await {
         Err(LockError::NotReplicated { .. }) => {}
         other => panic!("a fenced write no replica confirmed: {other:?}"),
