@@ -125,3 +125,36 @@ async fn force_unlock_leaves_a_key_of_another_type_alone() {
     let value: String = conn.get("config").unwrap();
     assert_eq!(value, "keep me");
 }
+
+/// The fencing counter of a lock's slot overwritten with text while a task of the holder's
+/// client waits next: the holder's `unlock` still succeeds (the release gives the next
+/// task nothing rather than a hold without a token), the next task's own acquisition
+/// reports the counter, and the counter is left as it was. Fails when the release takes
+/// the counter's error for its own: `unlock` returns it although the hold went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fencing_counter_of_another_type_fails_the_next_acquisition_not_the_release() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let mut conn = server.connection();
+    let lock = client.lock("{ledger}:row");
+    let holder = lock.lock().await.unwrap();
+    let next = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let counters: Vec<String> = conn.keys("dlock:fence:*").unwrap();
+    assert_eq!(counters.len(), 1, "{counters:?}");
+    let _: () = conn.set(&counters[0], "not a number").unwrap();
+
+    holder.unlock().await.unwrap();
+    let err = next.await.unwrap().unwrap_err();
+    assert!(
+        err.to_string().contains("not an integer"),
+        "the next task's acquisition: {err}"
+    );
+    let value: String = conn.get(&counters[0]).unwrap();
+    assert_eq!(value, "not a number");
+    let exists: bool = conn.exists("{ledger}:row").unwrap();
+    assert!(!exists, "the lock was left behind");
+}

@@ -137,14 +137,22 @@ if not abandon then
   end
   -- The owner's last hold: the hash holds nothing else (one owner at a time, its hold
   -- count and its fencing token), so the whole lock goes.
-  redis.call('del', KEYS[1])
   local others = redis.call('exists', KEYS[2]) == 1
-  if next_task and (ARGV[6] == '1' or not others) then
+  local give = next_task and (ARGV[6] == '1' or not others)
+  local token = nil
+  if give and ARGV[10] == '1' then
+    -- The next task's token (the next of the counter), before anything is written. A
+    -- counter that is not a number (written by someone else) gives no token: the task is
+    -- not given the lock, and its own try reports the counter; this release still counts.
+    token = redis.pcall('incr', KEYS[5])
+    give = type(token) == 'number'
+  end
+  redis.call('del', KEYS[1])
+  if give then
     -- The client's next task takes it as its own acquire would have (acquire.lua's
-    -- take): its hold, its token (the next of the counter) and its lease.
+    -- take): its hold, its token and its lease.
     local reply = {0, 'given'}
-    if ARGV[10] == '1' then
-      local token = redis.call('incr', KEYS[5])
+    if token then
       redis.call('hset', KEYS[1], next_task, '1', next_task .. ':f', string.format('%d', token))
       reply[3] = token
     else
