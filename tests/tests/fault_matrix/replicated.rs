@@ -276,7 +276,10 @@ async fn sentinel_failover_with_replica_acks() {
 /// A cluster slot failover (`CLUSTER FAILOVER` on the replica of the master serving every
 /// cell's slot) with every primitive held (5 s watchdog): each hold kept on the new owner
 /// and exclusive, each release wakes its rival through sharded pub/sub. Fenced increments
-/// before and after the failover all count, and a token below the highest is refused.
+/// before and after the failover all count, and a token below the highest is refused. A
+/// lock with a task of the holder's client waiting next in line: after the failover the
+/// release, on the new owner, gives it to that task (a larger token), which holds it while
+/// another client's waiter is still kept out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_slot_failover() {
     let _cpu = crate::support::sharing_cpu().await;
@@ -296,6 +299,16 @@ async fn cluster_slot_failover() {
         Duration::from_secs(30),
     )
     .await;
+    let local_name = "{matrix-cluster}:local-line";
+    let first = holders.lock(local_name).lock().await.unwrap();
+    let next = {
+        let lock = holders.lock(local_name);
+        tokio::spawn(async move { lock.lock().await.unwrap() })
+    };
+    let outsider = {
+        let lock = rivals.lock(local_name);
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await })
+    };
     let token = kept[0].1.fencing_token().expect("a lock's token");
     let fenced = holders.fenced();
     let counter = "{matrix-cluster}:counter";
@@ -328,6 +341,42 @@ async fn cluster_slot_failover() {
         "a lower token after the failover: {stale:?}"
     );
     println!("matrix fenced cluster_slot_failover: 20 of 20 increments on the new owner, the older token refused");
+
+    // The local line's hand-off, made by a release on the new owner.
+    let first_token = first.fencing_token().expect("a lock's token");
+    first.unlock().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .expect("the next task of the line holds the lock after the failover")
+        .unwrap();
+    assert!(next.fencing_token() > Some(first_token), "the token grew");
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(local_name)
+        .query(&mut connection)
+        .unwrap();
+    assert_eq!(
+        fields.len(),
+        2,
+        "one hold and its token on the new owner: {fields:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !outsider.is_finished(),
+        "another client took the given lock"
+    );
+    let released_at = Instant::now();
+    next.unlock().await.unwrap();
+    outsider
+        .await
+        .unwrap()
+        .expect("the other client's waiter gets the lock")
+        .unlock()
+        .await
+        .unwrap();
+    println!(
+        "matrix lock local_hand_off cluster_slot_failover: given on the new owner; the other client held it {:?} after the next task's release",
+        released_at.elapsed()
+    );
     assert_kept_on(
         "cluster",
         "cluster_slot_failover",
