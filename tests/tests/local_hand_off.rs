@@ -3,8 +3,9 @@
 //! its own. These tests hold the promises around that step: one script call per local
 //! hand-off, a deadline never later than Redis' expiry, tokens that still grow, a task
 //! that stopped waiting gets the lock given back (not held by nobody for its lease), a
-//! lost reply neither loses the hand-off nor mints a second token, and with
-//! `replica_acks` no task holds a hand-off the replicas did not confirm.
+//! lost reply neither loses the hand-off nor mints a second token, with `replica_acks` no
+//! task holds a hand-off the replicas did not confirm, and a given hold is renewed and
+//! outlives its dead process by its lease only.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 use dlock::fencing::Fence;
 use dlock::{LockClient, Topology};
 use dlock_tests::commandstats::command_calls;
-use dlock_tests::{RedisReplicaSet, RedisServer, TcpProxy};
+use dlock_tests::{HoldProcess, RedisReplicaSet, RedisServer, TcpProxy};
 use redis::Commands;
 use tokio::sync::Mutex;
 
@@ -218,4 +219,69 @@ async fn with_replica_acks_a_hand_off_counts_once_the_replica_confirmed_it() {
         .unwrap();
     assert!(acquired_at >= resumed_at);
     guard.unlock().await.unwrap();
+}
+
+/// A process whose release gave the lock to its next task (`dlock-hold --kind
+/// lock-given`, watchdog 1.5 s) holds it for 2 s and is killed: a rival waiting in another
+/// process does not get it while the process lives (the given hold is renewed), and gets
+/// it once the lease last renewed ran out, never before. Fails when a given hold is not
+/// renewed: the rival takes it 1.5 s after the hand-off, while its holder lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_given_hold_is_renewed_and_outlives_its_killed_process_by_its_lease() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut holder = tokio::task::spawn_blocking(move || {
+        let args = [
+            url.as_str(),
+            "local:killed",
+            "--watchdog",
+            "1500ms",
+            "--kind",
+            "lock-given",
+        ];
+        HoldProcess::start(env!("CARGO_BIN_EXE_dlock-hold"), &args)
+    })
+    .await
+    .unwrap();
+    let rival = LockClient::builder()
+        .max_wait_recheck(Duration::from_secs(30))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let waiting = {
+        let lock = rival.lock("local:killed");
+        tokio::spawn(async move {
+            let guard = lock.try_lock_for(Duration::from_secs(10)).await;
+            (Instant::now(), guard)
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the rival got the lock while the task it was given to lived"
+    );
+    holder.kill();
+    // The lease is read after the kill (a renewal sent before it may still arrive).
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let expiry = latest_expiry(&mut server.connection(), "local:killed");
+    let (acquired_at, guard) = waiting.await.unwrap();
+    guard
+        .expect("the rival gets the lock")
+        .unlock()
+        .await
+        .unwrap();
+    println!(
+        "local hand-off, process killed: the rival held it {:?} after the given lease's end",
+        acquired_at.saturating_duration_since(expiry)
+    );
+    assert!(
+        acquired_at + Duration::from_millis(2) >= expiry,
+        "the rival got it {:?} before the given lease ended",
+        expiry - acquired_at
+    );
+    assert!(
+        acquired_at <= expiry + Duration::from_millis(250),
+        "the rival got it {:?} after the given lease ended",
+        acquired_at - expiry
+    );
 }

@@ -6,7 +6,10 @@
 //!
 //! `--kind` takes any primitive of [`dlock_tests::primitive::Primitive`] (`lock`, the
 //! default, `fair`, `read`, `write`, `semaphore`, `multi-same-slot`, `multi-sequential`),
-//! or `redlock`: then `<redis-url>` is the servers' URLs separated by commas.
+//! `redlock` (then `<redis-url>` is the servers' URLs separated by commas), or
+//! `lock-given`: a lock that a first task takes and gives back while a second task of the
+//! process waits in line, so that the release gives it to the second task, which then
+//! holds it.
 //!
 //! Prints `acquired` on its own line (flushed) once the lock is held, then sleeps. With
 //! `--watchdog` the lock has no fixed lease and the client's watchdog renews it with that
@@ -32,12 +35,17 @@ enum Keep {
 enum Kind {
     Primitive(Primitive),
     RedLock,
+    /// A lock its release gave to the process's next task.
+    Given,
 }
 
 fn parse(args: &[String]) -> Result<(String, String, Keep, Kind), String> {
     let (args, kind) = match args {
         [rest @ .., option, kind] if option == "--kind" && kind == "redlock" => {
             (rest, Kind::RedLock)
+        }
+        [rest @ .., option, kind] if option == "--kind" && kind == "lock-given" => {
+            (rest, Kind::Given)
         }
         [rest @ .., option, kind] if option == "--kind" => (rest, Kind::Primitive(kind.parse()?)),
         _ => (args, Kind::Primitive(Primitive::Lock)),
@@ -92,6 +100,27 @@ async fn main() {
             let _held = primitive
                 .acquire(&client, &name, wait, lease)
                 .await
+                .unwrap_or_else(|e| fail(e));
+            announce_and_hold().await
+        }
+        Kind::Given => {
+            let client = builder.connect(&url).await.unwrap_or_else(|e| fail(e));
+            let acquire = |lock: dlock::Lock| async move {
+                match lease {
+                    Some(lease) => lock.try_lock_with_lease(wait, lease).await,
+                    None => lock.try_lock_for(wait).await,
+                }
+            };
+            let first = acquire(client.lock(&name))
+                .await
+                .unwrap_or_else(|e| fail(e));
+            let next = tokio::spawn(acquire(client.lock(&name)));
+            // In line behind the first task.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            first.unlock().await.unwrap_or_else(|e| fail(e));
+            let _given = next
+                .await
+                .expect("the next task")
                 .unwrap_or_else(|e| fail(e));
             announce_and_hold().await
         }
