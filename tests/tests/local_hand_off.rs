@@ -140,6 +140,52 @@ async fn a_task_cancelled_while_given_the_lock_gives_it_back() {
     assert!(keys.is_empty(), "left behind: {keys:?}");
 }
 
+/// The holder's `unlock` is cancelled after its release reached Redis and gave the lock to
+/// the next task, before the answer came (replies delayed 300 ms): the next task, never
+/// told, tries itself, and its try finds the hold the release gave it (same token) at
+/// once, not when that hold's 30 s lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_cancelled_after_its_release_was_applied_still_hands_the_lock_on() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.addr());
+    let client = LockClient::connect(&proxy.url()).await.unwrap();
+    let lock = client.lock("local:cancelled-unlock");
+    let holder = lock.lock().await.unwrap();
+    let first_token = holder.fencing_token().unwrap();
+    let next = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            (Instant::now(), guard)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.delay_replies(Duration::from_millis(300));
+    let unlocking = tokio::spawn(holder.unlock());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let owners: Vec<String> = server.connection().hkeys("local:cancelled-unlock").unwrap();
+    assert_eq!(owners.len(), 2, "given to the next task: {owners:?}");
+    unlocking.abort();
+    let cancelled_at = Instant::now();
+    let (acquired_at, next) = tokio::time::timeout(Duration::from_secs(3), next)
+        .await
+        .expect("the next task holds the lock")
+        .unwrap();
+    proxy.delay_replies(Duration::ZERO);
+    println!(
+        "local hand-off, unlock cancelled: the next task held it {:?} after the cancel",
+        acquired_at - cancelled_at
+    );
+    assert_eq!(
+        next.fencing_token().unwrap().get(),
+        first_token.get() + 1,
+        "the token the release minted"
+    );
+    next.unlock().await.unwrap();
+    let keys: Vec<String> = server.connection().keys("*cancelled-unlock*").unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+}
+
 /// The release's reply is lost (the proxy drops it and closes the connection after
 /// Redis applied it): the retried release finds the next task holding and says so, with
 /// the token the first send minted. The task holds the lock with that one token (the
