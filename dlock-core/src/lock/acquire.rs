@@ -61,9 +61,6 @@ impl Lock {
         lease: Option<Duration>,
     ) -> Result<LockGuard> {
         self.check_name()?;
-        if let Some(lease) = lease {
-            lease_millis("lease", lease)?;
-        }
         let inner = &self.client.inner;
         inner.keep_running();
         let started = Instant::now();

@@ -109,20 +109,23 @@ impl<H> Line<H> {
         }
     }
 
-    /// The release that named a task ended with its outcome unknown (the turn ends
-    /// without [`Turn::released`]): a task still waiting tries as usual, and its try finds
-    /// a hold the release may have given it; one that left gets it given back.
-    fn settle_unknown(&mut self, releases: &BackgroundReleases) {
+    /// Settles the task the release of the turn's hold named, if any, with `outcome`.
+    fn settle_named(&mut self, outcome: Outcome, releases: &BackgroundReleases) {
         if let Some(offer) = self.named.take() {
-            let mut state = offer.lock_state();
-            if *state == OfferState::Left {
-                releases.send((self.give_back)(&offer.task.field));
-            }
-            if matches!(*state, OfferState::Named | OfferState::Left) {
-                *state = OfferState::Waiting;
-            }
+            offer.settle(outcome, &self.give_back, releases);
         }
     }
+}
+
+/// What a release that named a waiting task did, as far as its client knows.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    /// It gave the task the lock.
+    Given(Given),
+    /// It did not (the lock went elsewhere, or was not freed).
+    NotGiven,
+    /// Unknown: the turn ended without an answer (the unlock failed or was cancelled).
+    Unknown,
 }
 
 /// A waiting task as a release may give it the lock, and what came of it.
@@ -166,6 +169,28 @@ impl Offer {
 
     fn lock_state(&self) -> MutexGuard<'_, OfferState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The release that named the task ended with `outcome`. A task still waiting holds a
+    /// lock it was given, and otherwise tries as usual (its try finds a hold an unknown
+    /// outcome may have given it); one that left gets a lock that was, or may have been,
+    /// given to it given back.
+    fn settle(&self, outcome: Outcome, give_back: &GiveBack, releases: &BackgroundReleases) {
+        let mut state = self.lock_state();
+        let left = match *state {
+            OfferState::Named => false,
+            OfferState::Left => true,
+            // Not named (any more): nothing of this release's is owed.
+            OfferState::Waiting | OfferState::Given(_) => return,
+        };
+        *state = match outcome {
+            Outcome::Given(given) if !left => OfferState::Given(given),
+            Outcome::Given(_) | Outcome::Unknown if left => {
+                releases.send(give_back(&self.task.field));
+                OfferState::Waiting
+            }
+            _ => OfferState::Waiting,
+        };
     }
 
     /// The task stops waiting: a lock a release gave it goes back now; one a release in
@@ -268,7 +293,7 @@ impl<H> LocalQueues<H> {
             offer.leave(&line.give_back, &self.releases);
         }
         if line.turn == Some(id) {
-            line.settle_unknown(&self.releases);
+            line.settle_named(Outcome::Unknown, &self.releases);
             line.holder = None;
             line.turn = line.waiting.pop_front().map(|next| {
                 next.wake.notify_one();
@@ -383,21 +408,11 @@ impl<H> Turn<H> {
                 } => line.run.saturating_add(1),
                 _ => 0,
             };
-            let Some(offer) = line.named.take() else {
-                return;
+            let outcome = match next {
+                NextHolder::ThisClient { fence, .. } => Outcome::Given(Given { sent_at, fence }),
+                NextHolder::Anyone | NextHolder::Another => Outcome::NotGiven,
             };
-            let mut state = offer.lock_state();
-            match (next, *state) {
-                (NextHolder::ThisClient { fence, .. }, OfferState::Named) => {
-                    *state = OfferState::Given(Given { sent_at, fence });
-                }
-                (NextHolder::ThisClient { .. }, OfferState::Left) => {
-                    *state = OfferState::Waiting;
-                    releases.send((line.give_back)(&offer.task.field));
-                }
-                (_, OfferState::Named | OfferState::Left) => *state = OfferState::Waiting,
-                (_, OfferState::Waiting | OfferState::Given(_)) => {}
-            }
+            line.settle_named(outcome, releases);
         });
     }
 
