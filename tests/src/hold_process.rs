@@ -5,6 +5,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// How long after a holder's process is reaped its last writes surely reached Redis (on
+/// loopback they are in the server's socket already; this leaves Redis time to read them).
+const SETTLE: Duration = Duration::from_millis(20);
+
 /// A running `dlock-hold` that reported its hold. Killed when dropped.
 pub struct HoldProcess {
     child: Child,
@@ -41,7 +45,10 @@ impl HoldProcess {
         }
     }
 
-    /// SIGKILL, and wait until the process is gone.
+    /// SIGKILL, wait until the process is gone, then [`SETTLE`] more, so that what it
+    /// wrote before it died (a renewal in flight) has reached Redis: a lease read after
+    /// this returns is the dead holder's last. (Read before the kill, a renewal sent
+    /// between the read and the kill would move the expiry past the reading.)
     ///
     /// # Panics
     ///
@@ -49,6 +56,7 @@ impl HoldProcess {
     pub fn kill(&mut self) {
         self.child.kill().expect("SIGKILL the holder");
         self.child.wait().expect("reap the holder");
+        std::thread::sleep(SETTLE);
     }
 }
 

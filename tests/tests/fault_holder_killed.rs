@@ -53,11 +53,9 @@ async fn kill_and_hand_over(
         "the rival got {name} while the holder was alive"
     );
 
-    // Killed before the lease is read: a renewal sent between the read and the kill would
-    // move the expiry past the read. The pause lets the holder's last writes reach Redis.
+    // Killed before the lease is read (see `HoldProcess::kill`).
     let killed_at = Instant::now();
     holder.kill();
-    tokio::time::sleep(Duration::from_millis(20)).await;
     let mut admin = server.connection();
     let read_at = Instant::now();
     let pttl: i64 = redis::cmd("PTTL").arg(name).query(&mut admin).unwrap();

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::fencing::Fence;
-use dlock::{LockClient, Topology};
+use dlock::{Lock, LockClient, LockGuard, Topology};
 use dlock_tests::commandstats::command_calls;
 use dlock_tests::{HoldProcess, RedisReplicaSet, RedisServer, TcpProxy};
 use redis::Commands;
 use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
 
 /// Script calls Redis ran since `before` (both script commands).
 fn script_calls(server: &RedisServer, before: &std::collections::HashMap<String, u64>) -> u64 {
@@ -34,6 +35,24 @@ fn latest_expiry(conn: &mut redis::Connection, key: &str) -> Instant {
     let pttl: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
     let read_at = Instant::now();
     read_at + Duration::from_millis(u64::try_from(pttl).expect("held with a lease") + 1)
+}
+
+/// Takes `lock`, then starts a task of the same client that waits for it behind the
+/// holder, in the client's local line (it is there when this returns); the task reports
+/// when its wait ended.
+async fn holder_and_next(
+    lock: &Lock,
+) -> (LockGuard, JoinHandle<(Instant, dlock::Result<LockGuard>)>) {
+    let holder = lock.lock().await.unwrap();
+    let next = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let guard = lock.lock().await;
+            (Instant::now(), guard)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    (holder, next)
 }
 
 /// Eight tasks of one client wait in line behind a holder; each, once it holds the lock,
@@ -101,12 +120,7 @@ async fn a_task_cancelled_while_given_the_lock_gives_it_back() {
         .connect(&server.url())
         .await
         .unwrap();
-    let lock = client.lock("local:cancelled");
-    let holder = lock.lock().await.unwrap();
-    let next = {
-        let lock = lock.clone();
-        tokio::spawn(async move { lock.lock().await })
-    };
+    let (holder, next) = holder_and_next(&client.lock("local:cancelled")).await;
     let waiting = {
         let lock = rival.lock("local:cancelled");
         tokio::spawn(async move {
@@ -114,7 +128,7 @@ async fn a_task_cancelled_while_given_the_lock_gives_it_back() {
             (Instant::now(), guard)
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.delay_replies(Duration::from_millis(300));
     let unlocked_at = Instant::now();
     let unlocking = tokio::spawn(holder.unlock());
@@ -149,17 +163,8 @@ async fn an_unlock_cancelled_after_its_release_was_applied_still_hands_the_lock_
     let server = RedisServer::start();
     let proxy = TcpProxy::start(server.addr());
     let client = LockClient::connect(&proxy.url()).await.unwrap();
-    let lock = client.lock("local:cancelled-unlock");
-    let holder = lock.lock().await.unwrap();
+    let (holder, next) = holder_and_next(&client.lock("local:cancelled-unlock")).await;
     let first_token = holder.fencing_token().unwrap();
-    let next = {
-        let lock = lock.clone();
-        tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            (Instant::now(), guard)
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.delay_replies(Duration::from_millis(300));
     let unlocking = tokio::spawn(holder.unlock());
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -171,6 +176,7 @@ async fn an_unlock_cancelled_after_its_release_was_applied_still_hands_the_lock_
         .await
         .expect("the next task holds the lock")
         .unwrap();
+    let next = next.unwrap();
     proxy.delay_replies(Duration::ZERO);
     println!(
         "local hand-off, unlock cancelled: the next task held it {:?} after the cancel",
@@ -199,20 +205,15 @@ async fn a_lost_release_reply_still_hands_the_lock_on_once() {
         .connect(&proxy.url())
         .await
         .unwrap();
-    let lock = client.lock("local:lost-reply");
-    let holder = lock.lock().await.unwrap();
+    let (holder, next) = holder_and_next(&client.lock("local:lost-reply")).await;
     let first_token = holder.fencing_token().unwrap();
-    let next = {
-        let lock = lock.clone();
-        tokio::spawn(async move { lock.lock().await.unwrap() })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.lose_next_reply();
     holder.unlock().await.unwrap();
-    let next = tokio::time::timeout(Duration::from_secs(5), next)
+    let (_, next) = tokio::time::timeout(Duration::from_secs(5), next)
         .await
         .expect("the next task holds the lock")
         .unwrap();
+    let next = next.unwrap();
     let token = next.fencing_token().unwrap();
     assert_eq!(
         token.get(),
@@ -240,16 +241,7 @@ async fn with_replica_acks_a_hand_off_counts_once_the_replica_confirmed_it() {
         .connect_to(&topology)
         .await
         .unwrap();
-    let lock = client.lock("local:acked");
-    let holder = lock.lock().await.unwrap();
-    let next = {
-        let lock = lock.clone();
-        tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            (Instant::now(), guard)
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (holder, next) = holder_and_next(&client.lock("local:acked")).await;
     set.cut_off_replicas();
     holder.unlock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -264,7 +256,7 @@ async fn with_replica_acks_a_hand_off_counts_once_the_replica_confirmed_it() {
         .expect("the next task holds the lock once the replica is back")
         .unwrap();
     assert!(acquired_at >= resumed_at);
-    guard.unlock().await.unwrap();
+    guard.unwrap().unlock().await.unwrap();
 }
 
 /// A process whose release gave the lock to its next task (`dlock-hold --kind
@@ -306,9 +298,8 @@ async fn a_given_hold_is_renewed_and_outlives_its_killed_process_by_its_lease() 
         !waiting.is_finished(),
         "the rival got the lock while the task it was given to lived"
     );
+    // Killed before the lease is read (see `HoldProcess::kill`).
     holder.kill();
-    // The lease is read after the kill (a renewal sent before it may still arrive).
-    tokio::time::sleep(Duration::from_millis(20)).await;
     let expiry = latest_expiry(&mut server.connection(), "local:killed");
     let (acquired_at, guard) = waiting.await.unwrap();
     guard

@@ -8,7 +8,7 @@ use dlock::redlock::RedLockClient;
 use dlock::{LockClient, LockError};
 use dlock_tests::{HoldProcess, RedisServer};
 
-use crate::support::{burn_cpu, kill_connections, SETTLE};
+use crate::support::{burn_cpu, kill_connections};
 
 /// The servers of one RedLock.
 fn servers() -> Vec<RedisServer> {
@@ -57,10 +57,9 @@ async fn redlock_holder_killed() {
         !waiting.is_finished(),
         "the rival got it while the holder lived"
     );
-    // Killed before the leases are read (see `SETTLE`).
-    holder.kill();
+    // Killed before the leases are read (see `HoldProcess::kill`).
     let killed_at = Instant::now();
-    tokio::time::sleep(SETTLE).await;
+    holder.kill();
     let mut expiries: Vec<Instant> = servers
         .iter()
         .map(|server| {

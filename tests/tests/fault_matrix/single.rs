@@ -11,7 +11,7 @@ use dlock_tests::{HoldProcess, RedisServer, TcpProxy};
 
 use crate::support::{
     any_exists, assert_kept_and_handed_off, builder, burn_cpu, cells, connect, hold,
-    kill_connections, longest_pttl, name, watch_loss, Rival, SETTLE, WAKE_LIMIT,
+    kill_connections, longest_pttl, name, watch_loss, Rival, WAKE_LIMIT,
 };
 
 /// Slack for a waiter's own round trips after the lock became takeable.
@@ -60,9 +60,8 @@ async fn holder_killed() {
     }
     let mut expiries = Vec::new();
     for (primitive, process) in Primitive::ALL.iter().zip(&mut processes) {
-        process.kill();
         let killed_at = Instant::now();
-        tokio::time::sleep(SETTLE).await;
+        process.kill();
         let keys = primitive.keys(&rivals, &name("kill", *primitive));
         let read_at = Instant::now();
         let pttl = longest_pttl(&mut admin, &keys).expect("the held keys have a TTL");

@@ -15,11 +15,6 @@ pub const WAKE_LIMIT: Duration = Duration::from_millis(150);
 /// message or by the lease's end, never by its timer.
 pub const RECHECK: Duration = Duration::from_secs(30);
 
-/// How long after a holder's process is killed its last writes surely reached Redis: the
-/// holder's leases are read after the kill and this pause, never before the kill, where a
-/// renewal sent between the read and the kill would move the expiry past the read.
-pub const SETTLE: Duration = Duration::from_millis(20);
-
 /// A client builder with the waiters' long recheck.
 pub fn builder() -> LockClientBuilder {
     LockClient::builder().max_wait_recheck(RECHECK)
