@@ -45,7 +45,7 @@ impl HoldProcess {
         }
     }
 
-    /// SIGKILL, wait until the process is gone, then [`SETTLE`] more, so that what it
+    /// SIGKILL, wait until the process is gone, then 20 ms more, so that what it
     /// wrote before it died (a renewal in flight) has reached Redis: a lease read after
     /// this returns is the dead holder's last. (Read before the kill, a renewal sent
     /// between the read and the kill would move the expiry past the reading.)
