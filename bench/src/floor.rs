@@ -6,6 +6,13 @@
 //! drops everything else: no fencing token, no waiter registry, no re-entry, no checks.
 //! Acquire is `EXISTS` → `HSET owner 1` + `PEXPIRE`, else `PTTL`; release is `HEXISTS` →
 //! `DEL`. Anything dlock's scripts do beyond that is what the ratio to the floor counts.
+//!
+//! The design floor adds to it the two things dlock's design cannot drop, and nothing
+//! else: a fencing token minted with the hold (`INCR` of a counter, kept in a second field
+//! and returned), and a release that learns whether anyone waits (`EXISTS` of the waiter
+//! registry), which waiting by pub/sub instead of polling needs. What dlock's scripts cost
+//! beyond the design floor is what its scripts could still save; what the design floor
+//! costs beyond the lean floor is what the design asks.
 
 use redis::aio::MultiplexedConnection;
 use redis::Script;
@@ -31,21 +38,69 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
 end
 return 0";
 
+/// The design floor's acquire: `KEYS[1]` the hash, `KEYS[2]` the fencing counter,
+/// `ARGV[1]` the owner, `ARGV[2]` the lease in ms. `{token}` when taken, else the holder's
+/// remaining lease.
+pub const DESIGN_ACQUIRE: &str = "\
+if redis.call('exists', KEYS[1]) == 0 then
+  local token = redis.call('incr', KEYS[2])
+  redis.call('hset', KEYS[1], ARGV[1], '1', ARGV[1] .. ':f', string.format('%d', token))
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {token}
+end
+return redis.call('pttl', KEYS[1])";
+
+/// The design floor's release: `KEYS[1]` the hash, `KEYS[2]` the waiter registry,
+/// `ARGV[1]` the owner. 1 when released, 2 when released and someone waits, else 0.
+pub const DESIGN_RELEASE: &str = "\
+if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+  redis.call('del', KEYS[1])
+  if redis.call('exists', KEYS[2]) == 1 then
+    return 2
+  end
+  return 1
+end
+return 0";
+
+/// Which floor a pair of scripts is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Floor {
+    /// The least a reentrant hash lock asks of Redis.
+    Lean,
+    /// The lean floor plus a fencing token and the release's check for waiters.
+    Design,
+}
+
 /// Lease of the floor's locks: dlock's default watchdog lease, as S1 uses.
 pub const LEASE_MS: u64 = 30_000;
 
-/// The two scripts, loaded.
+/// One floor's two scripts.
 #[derive(Clone)]
 pub struct FloorScripts {
+    floor: Floor,
     acquire: Script,
     release: Script,
 }
 
 impl FloorScripts {
-    pub fn new() -> FloorScripts {
+    pub fn new(floor: Floor) -> FloorScripts {
+        let (acquire, release) = match floor {
+            Floor::Lean => (ACQUIRE, RELEASE),
+            Floor::Design => (DESIGN_ACQUIRE, DESIGN_RELEASE),
+        };
         FloorScripts {
-            acquire: Script::new(ACQUIRE),
-            release: Script::new(RELEASE),
+            floor,
+            acquire: Script::new(acquire),
+            release: Script::new(release),
+        }
+    }
+
+    /// The name of the lock `n` of this floor under `prefix`: the design floor's keys
+    /// share a hash tag with their counter and registry, as dlock's do.
+    pub fn key(&self, prefix: &str, n: usize) -> String {
+        match self.floor {
+            Floor::Lean => format!("{prefix}floor:{n}"),
+            Floor::Design => format!("{{{prefix}design:{n}}}"),
         }
     }
 
@@ -63,16 +118,15 @@ impl FloorScripts {
         key: &str,
         owner: &str,
     ) -> Result<()> {
-        let held: Option<i64> = self
-            .acquire
-            .key(key)
-            .arg(owner)
-            .arg(LEASE_MS)
-            .invoke_async(conn)
-            .await?;
-        match held {
-            None => Ok(()),
-            Some(ttl) => Err(error(format!("floor: {key} is held ({ttl} ms left)"))),
+        let mut call = self.acquire.key(key);
+        if self.floor == Floor::Design {
+            call.key(format!("{key}:fence"));
+        }
+        let reply: redis::Value = call.arg(owner).arg(LEASE_MS).invoke_async(conn).await?;
+        match (self.floor, reply) {
+            (Floor::Lean, redis::Value::Nil) => Ok(()),
+            (Floor::Design, redis::Value::Array(token)) if token.len() == 1 => Ok(()),
+            (_, held) => Err(error(format!("floor: {key} is held ({held:?})"))),
         }
     }
 
@@ -83,8 +137,12 @@ impl FloorScripts {
         key: &str,
         owner: &str,
     ) -> Result<()> {
-        let released: i64 = self.release.key(key).arg(owner).invoke_async(conn).await?;
-        if released != 1 {
+        let mut call = self.release.key(key);
+        if self.floor == Floor::Design {
+            call.key(format!("{key}:waiters"));
+        }
+        let released: i64 = call.arg(owner).invoke_async(conn).await?;
+        if !(1..=2).contains(&released) {
             return Err(error(format!("floor: {key} was not held by {owner}")));
         }
         Ok(())

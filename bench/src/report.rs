@@ -136,11 +136,12 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
         }
         Job::Scripts => (
             format!(
-                "{} × floor",
-                num(g("cycle_vs_floor"), 2)
+                "{} × floor, {} × design floor",
+                num(g("cycle_vs_floor"), 2),
+                num(g("cycle_vs_design"), 2)
             ),
             format!(
-                "per call: acquire {} µs ({} commands), release {} µs ({}); renewal {} µs per lock ({} calls for {} locks); floor acquire {} µs ({}), release {} µs ({})",
+                "per call: acquire {} µs ({} commands), release {} µs ({}); renewal {} µs per lock ({} calls for {} locks); floor acquire {} µs ({}), release {} µs ({}); design floor acquire {} µs ({}), release {} µs ({}), {} × floor",
                 num(g("acquire_us"), 2),
                 num(g("acquire_commands"), 1),
                 num(g("release_us"), 2),
@@ -152,6 +153,11 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                 num(g("floor_acquire_commands"), 1),
                 num(g("floor_release_us"), 2),
                 num(g("floor_release_commands"), 1),
+                num(g("design_acquire_us"), 2),
+                num(g("design_acquire_commands"), 1),
+                num(g("design_release_us"), 2),
+                num(g("design_release_commands"), 1),
+                num(g("design_vs_floor"), 2),
             ),
         ),
         Job::S1Dlock
@@ -179,7 +185,7 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                     num(g("server_cpu_us_per_cycle"), 1),
                     match job {
                         Job::S1Dlock | Job::S1Unfenced => format!(
-                            " ({} of the floor's)",
+                            " (Redis CPU {})",
                             ratio(
                                 g("server_cpu_us_per_cycle"),
                                 value(done, Job::S1Floor, "server_cpu_us_per_cycle"),

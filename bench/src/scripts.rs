@@ -3,8 +3,8 @@
 //!
 //! dlock's lock is driven through its client, with fencing tokens on (the default): a
 //! phase of fresh acquisitions of free locks, a phase in which the watchdog renews them
-//! once, and a phase of last releases with nobody waiting. The lean floor's pair (see
-//! `floor`) runs on as many keys from a bare connection. A script's `usec` in commandstats
+//! once, and a phase of last releases with nobody waiting. The lean floor's pair and the
+//! design floor's (see `floor`) run on as many keys from a bare connection. A script's `usec` in commandstats
 //! includes the commands it runs; those commands are also counted on their own lines,
 //! which gives the commands per call.
 
@@ -17,7 +17,7 @@ use dlock::{LockClient, LockGuard};
 use redis::aio::MultiplexedConnection;
 use tokio::sync::Mutex;
 
-use crate::floor::FloorScripts;
+use crate::floor::{Floor, FloorScripts};
 use crate::metrics::Metrics;
 use crate::plan::Config;
 use crate::stats::{error, Result};
@@ -166,7 +166,7 @@ async fn release_all(guards: Vec<LockGuard>, tasks: usize) -> Result<()> {
 /// burst of load on this shared machine does not land on one side only.
 const ROUNDS: usize = 5;
 
-/// The floor's pair over `keys` keys from `tasks` tasks: its acquire phase and its
+/// A floor's pair over `keys` keys from `tasks` tasks: its acquire phase and its
 /// release phase.
 async fn floor_round(
     admin: &mut MultiplexedConnection,
@@ -178,18 +178,13 @@ async fn floor_round(
 ) -> Result<(Phase, Phase)> {
     let owner = uuid::Uuid::new_v4().to_string();
     let prefix = prefix.to_owned();
-    let floor_key = move |key: usize| format!("{prefix}floor:{key}");
     let each = |release: bool| {
-        let (conn, floor, owner, floor_key) = (
-            conn.clone(),
-            floor.clone(),
-            owner.clone(),
-            floor_key.clone(),
-        );
+        let (conn, floor, owner, prefix) =
+            (conn.clone(), floor.clone(), owner.clone(), prefix.clone());
         async move {
             spread(keys, tasks, move |key| {
-                let (mut conn, floor, owner, key) =
-                    (conn.clone(), floor.clone(), owner.clone(), floor_key(key));
+                let (mut conn, floor, owner) = (conn.clone(), floor.clone(), owner.clone());
+                let key = floor.key(&prefix, key);
                 async move {
                     match release {
                         false => floor.acquire(&mut conn, &key, &owner).await,
@@ -226,20 +221,31 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
     // fencing counters of their slots) exist.
     release_all(acquire_all(&client, "scripts", keys, tasks).await?, tasks).await?;
     let conn = target.connection().await?;
-    let floor = FloorScripts::new();
+    let (floor, design) = (
+        FloorScripts::new(Floor::Lean),
+        FloorScripts::new(Floor::Design),
+    );
     floor.load(&mut admin).await?;
+    design.load(&mut admin).await?;
+    // The design floor's counters exist before its measured rounds, as dlock's do.
+    floor_round(&mut admin, &conn, &design, target.prefix(), keys, tasks).await?;
     let (mut acquires, mut releases, mut floor_acquires, mut floor_releases) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut design_acquires, mut design_releases) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let (guards, acquire) =
             phase(&mut admin, acquire_all(&client, "scripts", keys, tasks)).await?;
         let ((), release) = phase(&mut admin, release_all(guards, tasks)).await?;
         let (floor_acquire, floor_release) =
             floor_round(&mut admin, &conn, &floor, target.prefix(), keys, tasks).await?;
+        let (design_acquire, design_release) =
+            floor_round(&mut admin, &conn, &design, target.prefix(), keys, tasks).await?;
         acquires.push(acquire);
         releases.push(release);
         floor_acquires.push(floor_acquire);
         floor_releases.push(floor_release);
+        design_acquires.push(design_acquire);
+        design_releases.push(design_release);
     }
     let median = |phases: &[Phase]| Phase {
         calls: median_of(phases, |p| p.calls),
@@ -248,6 +254,7 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
     };
     let (acquire, release) = (median(&acquires), median(&releases));
     let (floor_acquire, floor_release) = (median(&floor_acquires), median(&floor_releases));
+    let (design_acquire, design_release) = (median(&design_acquires), median(&design_releases));
 
     // Renewals: a client renewing every half second, measured over rounds in which it
     // sends nothing else.
@@ -339,10 +346,46 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         2,
     );
     m.add(
+        "design_acquire_us",
+        "design floor acquire (µs per call)",
+        design_acquire.us_per_call,
+        2,
+    );
+    m.add(
+        "design_acquire_commands",
+        "design floor acquire (commands per call)",
+        design_acquire.inner_per_call,
+        2,
+    );
+    m.add(
+        "design_release_us",
+        "design floor release (µs per call)",
+        design_release.us_per_call,
+        2,
+    );
+    m.add(
+        "design_release_commands",
+        "design floor release (commands per call)",
+        design_release.inner_per_call,
+        2,
+    );
+    let pair = |acquire: &Phase, release: &Phase| acquire.us_per_call + release.us_per_call;
+    m.add(
         "cycle_vs_floor",
         "dlock acquire + release over the floor's pair (execution)",
-        (acquire.us_per_call + release.us_per_call)
-            / (floor_acquire.us_per_call + floor_release.us_per_call),
+        pair(&acquire, &release) / pair(&floor_acquire, &floor_release),
+        2,
+    );
+    m.add(
+        "cycle_vs_design",
+        "dlock acquire + release over the design floor's pair (execution)",
+        pair(&acquire, &release) / pair(&design_acquire, &design_release),
+        2,
+    );
+    m.add(
+        "design_vs_floor",
+        "the design floor's pair over the lean floor's (execution)",
+        pair(&design_acquire, &design_release) / pair(&floor_acquire, &floor_release),
         2,
     );
     for (name, p) in [
@@ -350,6 +393,8 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         ("release", &release),
         ("floor acquire", &floor_acquire),
         ("floor release", &floor_release),
+        ("design floor acquire", &design_acquire),
+        ("design floor release", &design_release),
     ] {
         if (p.calls - locks).abs() > locks * 0.01 {
             m.note(format!(

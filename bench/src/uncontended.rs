@@ -13,7 +13,7 @@ use dlock_tests::RedisServer;
 use rslock::LockManager;
 use tokio::time::Instant;
 
-use crate::floor::{FloorCycle, FloorScripts};
+use crate::floor::{Floor, FloorCycle, FloorScripts};
 use crate::metrics::Metrics;
 use crate::plan::Config;
 use crate::stats::{machine_busy, micros, ms, percentile, process_cpu, Result};
@@ -118,7 +118,7 @@ pub async fn s3_macro(target: &Target, cfg: &Config) -> Result<Metrics> {
 /// with S1 in the same run, what dlock's scripts and client add.
 pub async fn s1_floor(target: &Target, cfg: &Config) -> Result<Metrics> {
     let mut conn = target.connection().await?;
-    let scripts = FloorScripts::new();
+    let scripts = FloorScripts::new(Floor::Lean);
     scripts.load(&mut conn).await?;
     let client_id = uuid::Uuid::new_v4().to_string();
     let cycles = (0..cfg.s1_tasks)

@@ -73,6 +73,10 @@ fn quick_limit_s1_s2() {
     assert_eq!(of("scripts", "raw", "renew_commands_per_lock"), 2.0);
     assert_eq!(of("scripts", "raw", "floor_acquire_commands"), 3.0);
     assert_eq!(of("scripts", "raw", "floor_release_commands"), 2.0);
+    // dlock runs exactly the design floor's commands on its common paths: what it costs
+    // beyond it is arguments and Lua, not work Redis does.
+    assert_eq!(of("scripts", "raw", "design_acquire_commands"), 4.0);
+    assert_eq!(of("scripts", "raw", "design_release_commands"), 3.0);
     assert!(summary("s2", "server_cpu_us_per_acquisition") > 0.0);
     assert!(summary("s2", "acquisitions_per_s") > 0.0);
     assert_eq!(summary("s2", "counter"), 500.0);
