@@ -17,7 +17,7 @@ use dlock::{distributed_lock, LockClient};
 use redis::AsyncCommands;
 
 /// The interval between ticks; every node fires on the same multiples of it.
-const PERIOD: Duration = Duration::from_millis(500);
+const PERIOD: Duration = Duration::from_millis(1_000);
 
 /// How long the job itself takes.
 const WORK: Duration = Duration::from_millis(50);
@@ -25,14 +25,14 @@ const WORK: Duration = Duration::from_millis(50);
 type JobResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 #[derive(Parser)]
-#[command(about = "Run a job once per 500 ms tick across every process started alike")]
+#[command(about = "Run a job once per 1 s tick across every process started alike")]
 struct Args {
     /// This process' name in the output.
     #[arg(long, default_value = "node")]
     node: String,
-    /// How many ticks to fire before exiting: 40 by default (20 s), time enough to start
+    /// How many ticks to fire before exiting: 20 by default (20 s), time enough to start
     /// more nodes in other terminals.
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 20)]
     ticks: u64,
     /// How late this node's ticks fire after the shared boundary, e.g. "150ms".
     #[arg(long, default_value = "0ms", value_parser = parse_skew)]
@@ -49,15 +49,16 @@ fn parse_skew(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is not a duration in milliseconds such as \"150ms\""))?;
     if millis >= PERIOD.as_millis() as u64 {
         return Err(format!(
-            "a skew of {text} reaches the next tick; give less than 500ms"
+            "a skew of {text} reaches the next tick; give less than 1000ms"
         ));
     }
     Ok(Duration::from_millis(millis))
 }
 
 /// The job: one lock for every call, so no placeholder (a global lock on purpose). Held
-/// at least 400 ms from acquisition, less than [`PERIOD`], so the next tick finds it free.
-#[distributed_lock(key = "scheduled:report", on_busy = "skip", min_hold = "400ms")]
+/// at least 800 ms from acquisition, less than [`PERIOD`], so the next tick finds it free;
+/// a node whose tick fires up to 800 ms after the first node's finds it taken.
+#[distributed_lock(key = "scheduled:report", on_busy = "skip", min_hold = "800ms")]
 async fn report(
     tick: u64,
     redis: &mut redis::aio::MultiplexedConnection,
