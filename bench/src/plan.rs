@@ -133,6 +133,9 @@ pub enum Job {
     S4Watchdog,
     /// S5: S2 across processes, with a dlock primitive.
     S5Processes(Primitive),
+    /// S5 with one task per process (the lock): every hand-off goes to another process,
+    /// where S5's usual shape keeps most of them inside one.
+    S5Spread,
     /// S5 with the churn of production: cancellations, timeouts, a killed process.
     Churn,
     /// S1 with the rest of the lock family.
@@ -147,7 +150,7 @@ pub enum Job {
 
 impl Job {
     /// Every job, in the order they run.
-    pub const ALL: [Job; 27] = [
+    pub const ALL: [Job; 28] = [
         Job::Limit,
         Job::Scripts,
         Job::S1Floor,
@@ -161,6 +164,7 @@ impl Job {
         Job::S2Dlock(Primitive::Rw),
         Job::S4Watchdog,
         Job::S5Processes(Primitive::Lock),
+        Job::S5Spread,
         Job::S5Processes(Primitive::Fair),
         Job::S5Processes(Primitive::Rw),
         Job::Churn,
@@ -197,7 +201,7 @@ impl Job {
                 }
                 Job::S2Dlock(_) => has(Scenario::S2),
                 Job::S4Watchdog => has(Scenario::S4),
-                Job::S5Processes(_) => has(Scenario::S5),
+                Job::S5Processes(_) | Job::S5Spread => has(Scenario::S5),
                 Job::Churn => has(Scenario::Churn),
                 Job::Memory => has(Scenario::Memory),
                 Job::Subscribe => has(Scenario::Subscribe),
@@ -217,7 +221,7 @@ impl Job {
             Job::S3Macro => "s3",
             Job::S2Dlock(_) | Job::S2Rslock => "s2",
             Job::S4Watchdog => "s4",
-            Job::S5Processes(_) => "s5",
+            Job::S5Processes(_) | Job::S5Spread => "s5",
             Job::Churn => "churn",
             Job::Memory => "memory",
             Job::Subscribe => "subscribe",
@@ -234,6 +238,7 @@ impl Job {
             Job::S1Rslock | Job::S2Rslock => "rslock",
             Job::S3Macro => "dlock-macro",
             Job::S1Unfenced => "dlock-unfenced",
+            Job::S5Spread => "dlock-spread",
             Job::S2Dlock(Primitive::Fair) | Job::S5Processes(Primitive::Fair) => "dlock-fair",
             Job::S2Dlock(Primitive::Rw) | Job::S5Processes(Primitive::Rw) => "dlock-rw",
             Job::S2Dlock(Primitive::Semaphore) | Job::S5Processes(Primitive::Semaphore) => {
@@ -262,6 +267,7 @@ impl Job {
             Job::S2Rslock => "S2 contended hand-off: 16 tasks, one key, GET/+1/SET inside (rslock)",
             Job::S4Watchdog => "S4 watchdog at scale: locks held with watchdog renewal",
             Job::S5Processes(Primitive::Lock) => "S5 cross-process: S2 with 4 processes × 4 tasks",
+            Job::S5Spread => "S5 spread: 4 processes × 1 task, every hand-off to another process (dlock)",
             Job::S5Processes(Primitive::Fair) => "S5 cross-process: S2 with 4 processes × 4 tasks (dlock fair lock)",
             Job::S5Processes(Primitive::Rw) => "S5 cross-process, read-write lock: 4 processes × 4 tasks, 3 reads per write",
             Job::S2Dlock(Primitive::Semaphore) => "S2 contended hand-off: 16 tasks, a semaphore of 1 permit, GET/+1/SET inside",
@@ -293,6 +299,13 @@ impl Job {
             Job::S2Rslock => contended::s2_rslock(target, cfg).await,
             Job::S4Watchdog => watchdog::s4_watchdog(target, cfg).await,
             Job::S5Processes(primitive) => processes::s5_processes(target, cfg, primitive).await,
+            Job::S5Spread => {
+                let spread = Config {
+                    tasks_per_process: 1,
+                    ..cfg.clone()
+                };
+                processes::s5_processes(target, &spread, Primitive::Lock).await
+            }
             Job::Churn => churn::run(target, cfg).await,
             Job::S1Family(family) => uncontended::s1_family(target, cfg, family).await,
             Job::Memory => memory::run(target, cfg).await,

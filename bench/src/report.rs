@@ -197,7 +197,7 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                 ),
             )
         }
-        Job::S2Dlock(_) | Job::S2Rslock | Job::S5Processes(_) => {
+        Job::S2Dlock(_) | Job::S2Rslock | Job::S5Processes(_) | Job::S5Spread => {
             let rate = g("acquisitions_per_s");
             let mut details = format!(
                 "wait p50 {} ms, p99 {} ms, max {} ms; hand-off p50 {} ms, p99 {} ms; per {} {}..{} (mean {}); counter {}/{} {}",
@@ -206,7 +206,7 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                 num(g("wait_max_ms"), 2),
                 num(g("handoff_p50_ms"), 2),
                 num(g("handoff_p99_ms"), 2),
-                if matches!(job, Job::S5Processes(_)) { "process" } else { "task" },
+                if matches!(job, Job::S5Processes(_) | Job::S5Spread) { "process" } else { "task" },
                 num(g("per_contender_min"), 0),
                 num(g("per_contender_max"), 0),
                 num(g("per_contender_mean"), 1),
@@ -237,7 +237,7 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                     ratio(rate, value(done, Job::S2Dlock(Primitive::Lock), "acquisitions_per_s"), "S2 lock")
                 );
             }
-            if matches!(job, Job::S5Processes(_)) {
+            if matches!(job, Job::S5Processes(_) | Job::S5Spread) {
                 let _ = write!(
                     details,
                     "; longest run while another process waits {}, hand-offs back to the releaser {} %",
@@ -251,6 +251,13 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                     "; {} × the earlier report's {} acquisitions/s",
                     num(rate / S5_EARLIER_PER_S, 2),
                     num(S5_EARLIER_PER_S, 0)
+                );
+            }
+            if job == Job::S5Spread {
+                let _ = write!(
+                    details,
+                    "; {}",
+                    ratio(rate, value(done, Job::S5Processes(Primitive::Lock), "acquisitions_per_s"), "S5 (4 × 4)")
                 );
             }
             if job == Job::S2Rslock {
