@@ -179,6 +179,129 @@ async fn clients_take_turns_on_a_hot_lock() {
     );
 }
 
+/// Four clients with one task each take turns on a hot lock: every release goes to
+/// another client, so the waiter registry alone decides the order, oldest registration
+/// first, and every client gets the same share (240 sections each, measured; at most
+/// ±3 with two CPU hogs beside the test). Before the registry's scores had microseconds,
+/// clients whose ids sort first overtook others at every tie and the shares were
+/// 225–250 (the test below pins that cause down exactly).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_with_one_task_each_get_equal_shares() {
+    const CLIENTS: usize = 4;
+    const SECTIONS: u64 = 1_200;
+    let server = RedisServer::start();
+    let taken = Arc::new(AtomicU64::new(0));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for client_index in 0..CLIENTS {
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        let lock = client.lock("{rotation}");
+        let (taken, order) = (Arc::clone(&taken), Arc::clone(&order));
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let guard = lock.try_lock_for(Duration::from_secs(30)).await.unwrap();
+                if taken.fetch_add(1, Ordering::SeqCst) >= SECTIONS {
+                    guard.unlock().await.unwrap();
+                    return;
+                }
+                order.lock().unwrap().push(client_index);
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(90), task)
+            .await
+            .expect("the tasks finished")
+            .unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    // The middle of the run, where every client is there (at the start and the end some
+    // are not yet or no longer).
+    let middle = &order[order.len() / 10..order.len() * 9 / 10];
+    let mut counts = [0u64; CLIENTS];
+    for &client in middle {
+        counts[client] += 1;
+    }
+    let mean = middle.len() as f64 / CLIENTS as f64;
+    let (min, max) = (
+        *counts.iter().min().unwrap() as f64,
+        *counts.iter().max().unwrap() as f64,
+    );
+    eprintln!("sections per client {counts:?}");
+    assert!(
+        min / mean >= 0.95 && max / mean <= 1.05,
+        "the clients' shares of {} sections: {counts:?}",
+        middle.len()
+    );
+}
+
+/// Waiters that register within one millisecond keep their arrival order in the waiter
+/// registry, whatever their owner fields. Each round sends two busy tries in one pipeline
+/// (so nearly always within one millisecond), the first for an owner that sorts last.
+/// Fails when the registry scores registrations in whole milliseconds: equal scores are
+/// ordered by owner field, so the owner that arrived second went first, and a client
+/// whose id sorts early overtook the others at every such tie.
+#[test]
+fn registrations_within_one_millisecond_keep_their_arrival_order() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let library = dlock::admin::FunctionLibrary::current();
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library.code())
+        .query::<String>(&mut conn)
+        .unwrap();
+    let (key, fence, registry, naps) = (
+        "{order}",
+        "dlock:fence:{order}",
+        registry("order"),
+        "dlock:unlock:{order}!{order}",
+    );
+    // Held by another owner, so that both tries are busy and register.
+    redis::pipe()
+        .cmd("HSET")
+        .arg(key)
+        .arg("holder:1")
+        .arg(1)
+        .cmd("PEXPIRE")
+        .arg(key)
+        .arg(60_000)
+        .query::<()>(&mut conn)
+        .unwrap();
+    let try_as = |pipe: &mut redis::Pipeline, owner: &str| {
+        pipe.cmd("FCALL")
+            .arg(format!("{}_lock_acquire", library.name()))
+            .arg(5)
+            .arg(&[key, key, fence, registry.as_str(), naps][..])
+            .arg(&["30000", owner, "fresh", "0", "0", "60000", "0", "publish"][..]);
+    };
+    for round in 0..20 {
+        let (first, second) = (format!("z{round}:1"), format!("a{round}:1"));
+        let mut pipe = redis::pipe();
+        try_as(&mut pipe, &first);
+        try_as(&mut pipe, &second);
+        let busy: Vec<i64> = pipe.query(&mut conn).unwrap();
+        assert!(
+            busy.iter().all(|ttl| *ttl > 0),
+            "both tries were busy: {busy:?}"
+        );
+        let registered: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&registry)
+            .arg(0)
+            .arg(-1)
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(registered, [first, second], "round {round}");
+        redis::cmd("DEL")
+            .arg(&registry)
+            .arg(naps)
+            .query::<()>(&mut conn)
+            .unwrap();
+    }
+}
+
 /// A client that stops waiting leaves the registry; and if a release chose it before it
 /// left (the wake-up went to a client with nobody left to use it), it passes the wake-up
 /// on, so the next waiting client acquires at once instead of at its next recheck. Fails

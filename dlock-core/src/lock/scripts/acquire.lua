@@ -130,9 +130,9 @@ if not reenter then
   end
   local ttl = redis.call('pttl', KEYS[1])
   if ARGV[6] ~= '0' then
-    local now = now_ms()
-    register(KEYS[4], ARGV[2], now, ARGV[6])
-    promise(KEYS[5], ARGV[2], now + ttl, ARGV[6])
+    local time = redis.call('time')
+    register(KEYS[4], ARGV[2], time, ARGV[6])
+    promise(KEYS[5], ARGV[2], ms_of(time) + ttl, ARGV[6])
   end
   return ttl
 end

@@ -3,7 +3,7 @@
 -- kinds that share a lock name.
 --
 -- The waiter registry is a sorted set named like the lock's unlock channel: waiting owner
--- ("<client-id>:<owner-id>", the field it will hold) -> server time in ms when it
+-- ("<client-id>:<owner-id>", the field it will hold) -> server time in µs when it
 -- registered, oldest first. Each waiting task has an entry of its own (its owner id is
 -- used by that acquisition only), so an entry is left, granted or passed over exactly
 -- once, and a late leave of one wait never removes another wait's entry.
@@ -103,11 +103,14 @@ local function hand_off(key, registry, naps, publish, reservation)
   return nil
 end
 
--- Registers `owner` as waiting since `now` (keeping its place if it is there already) and
--- renews the registry's lifetime (`lifetime` ms; it only bounds an abandoned registry's
--- life).
-local function register(registry, owner, now, lifetime)
-  redis.call('zadd', registry, 'nx', now, owner)
+-- Registers `owner` as waiting since `time` (a TIME reply; keeping its place if it is
+-- there already) and renews the registry's lifetime (`lifetime` ms; it only bounds an
+-- abandoned registry's life). The score is the server time in microseconds, written as
+-- the integer it is (16 digits, exact as a double): tries of several clients often reach
+-- Redis within one millisecond, and equal scores are ordered by owner field, that is by
+-- client id, which would let one client's waiters overtake another's at every such tie.
+local function register(registry, owner, time, lifetime)
+  redis.call('zadd', registry, 'nx', time[1] .. string.format('%06d', tonumber(time[2])), owner)
   redis.call('pexpire', registry, lifetime)
 end
 

@@ -124,9 +124,9 @@ if blocker ~= nil then
   -- The owner waits for the blocking lock like a single lock's waiter: a release of it
   -- wakes the longest-waiting live owner.
   if ARGV[4] ~= '0' then
-    local now = now_ms()
-    register(KEYS[2 * n + blocker], owner, now, ARGV[4])
-    promise(KEYS[3 * n + blocker], owner, now + blocker_ttl, ARGV[4])
+    local time = redis.call('time')
+    register(KEYS[2 * n + blocker], owner, time, ARGV[4])
+    promise(KEYS[3 * n + blocker], owner, ms_of(time) + blocker_ttl, ARGV[4])
   end
   return {'busy', blocker, blocker_ttl}
 end
