@@ -45,6 +45,18 @@ impl HoldProcess {
         }
     }
 
+    /// [`start`](HoldProcess::start) from async code: the wait for the hold's report runs
+    /// on a blocking thread, so holders started together wait for theirs at once.
+    pub fn start_in_background(
+        program: &'static str,
+        args: Vec<String>,
+    ) -> tokio::task::JoinHandle<HoldProcess> {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            HoldProcess::start(program, &args)
+        })
+    }
+
     /// SIGKILL, wait until the process is gone, then 20 ms more, so that what it
     /// wrote before it died (a renewal in flight) has reached Redis: a lease read after
     /// this returns is the dead holder's last. (Read before the kill, a renewal sent

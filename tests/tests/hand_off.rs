@@ -44,6 +44,49 @@ async fn slow_recheck(url: &str) -> LockClient {
         .unwrap()
 }
 
+/// `clients` clients with `tasks` tasks each take the lock `name` of `server` in a loop
+/// (a `yield_now` inside each section) until `sections` sections were held; which client
+/// held each section, in the hand-off order.
+async fn hand_off_order(
+    server: &RedisServer,
+    name: &str,
+    clients: usize,
+    tasks: usize,
+    sections: u64,
+) -> Vec<usize> {
+    let taken = Arc::new(AtomicU64::new(0));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut running = Vec::new();
+    for client_index in 0..clients {
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        for _ in 0..tasks {
+            let lock = client.lock(name);
+            let (taken, order) = (Arc::clone(&taken), Arc::clone(&order));
+            running.push(tokio::spawn(async move {
+                loop {
+                    let guard = lock.try_lock_for(Duration::from_secs(30)).await.unwrap();
+                    if taken.fetch_add(1, Ordering::SeqCst) >= sections {
+                        guard.unlock().await.unwrap();
+                        return;
+                    }
+                    order.lock().unwrap().push(client_index);
+                    tokio::task::yield_now().await;
+                    guard.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in running {
+        tokio::time::timeout(Duration::from_secs(90), task)
+            .await
+            .expect("the tasks finished")
+            .unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order.len() as u64, sections);
+    order
+}
+
 /// Twenty clients wait for one lock (each subscribed and registered); then the lock goes
 /// from one to the next, each holding it briefly once. Every release must let about one
 /// acquire attempt reach Redis, not one per waiting client. Fails when releases wake
@@ -120,40 +163,9 @@ async fn one_release_wakes_one_of_twenty_waiting_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_take_turns_on_a_hot_lock() {
     const CLIENTS: usize = 4;
-    const TASKS: usize = 4;
     const SECTIONS: u64 = 1_200;
     let server = RedisServer::start();
-    let taken = Arc::new(AtomicU64::new(0));
-    // The hand-off order: which client had each section.
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for client_index in 0..CLIENTS {
-        let client = LockClient::connect(&server.url()).await.unwrap();
-        for _ in 0..TASKS {
-            let lock = client.lock("{hot}");
-            let (taken, order) = (Arc::clone(&taken), Arc::clone(&order));
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let guard = lock.try_lock_for(Duration::from_secs(30)).await.unwrap();
-                    if taken.fetch_add(1, Ordering::SeqCst) >= SECTIONS {
-                        guard.unlock().await.unwrap();
-                        return;
-                    }
-                    order.lock().unwrap().push(client_index);
-                    tokio::task::yield_now().await;
-                    guard.unlock().await.unwrap();
-                }
-            }));
-        }
-    }
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(90), task)
-            .await
-            .expect("the tasks finished")
-            .unwrap();
-    }
-    let order = order.lock().unwrap().clone();
-    assert_eq!(order.len() as u64, SECTIONS);
+    let order = hand_off_order(&server, "{hot}", CLIENTS, 4, SECTIONS).await;
     let mut counts = [0u64; CLIENTS];
     for &client in &order {
         counts[client] += 1;
@@ -188,34 +200,8 @@ async fn clients_take_turns_on_a_hot_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_with_one_task_each_get_equal_shares() {
     const CLIENTS: usize = 4;
-    const SECTIONS: u64 = 1_200;
     let server = RedisServer::start();
-    let taken = Arc::new(AtomicU64::new(0));
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for client_index in 0..CLIENTS {
-        let client = LockClient::connect(&server.url()).await.unwrap();
-        let lock = client.lock("{rotation}");
-        let (taken, order) = (Arc::clone(&taken), Arc::clone(&order));
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let guard = lock.try_lock_for(Duration::from_secs(30)).await.unwrap();
-                if taken.fetch_add(1, Ordering::SeqCst) >= SECTIONS {
-                    guard.unlock().await.unwrap();
-                    return;
-                }
-                order.lock().unwrap().push(client_index);
-                guard.unlock().await.unwrap();
-            }
-        }));
-    }
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(90), task)
-            .await
-            .expect("the tasks finished")
-            .unwrap();
-    }
-    let order = order.lock().unwrap().clone();
+    let order = hand_off_order(&server, "{rotation}", CLIENTS, 1, 1_200).await;
     // The middle of the run, where every client is there (at the start and the end some
     // are not yet or no longer).
     let middle = &order[order.len() / 10..order.len() * 9 / 10];

@@ -18,6 +18,16 @@ use redis::Commands;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
+/// A client that rechecks a lock only every 30 s: a hand-off it should get and does not
+/// shows as a wait of that long.
+async fn patient_client(url: &str) -> LockClient {
+    LockClient::builder()
+        .max_wait_recheck(Duration::from_secs(30))
+        .connect(url)
+        .await
+        .unwrap()
+}
+
 /// Script calls Redis ran since `before` (both script commands).
 fn script_calls(server: &RedisServer, before: &std::collections::HashMap<String, u64>) -> u64 {
     let after = command_calls(&mut server.connection());
@@ -110,16 +120,8 @@ async fn a_local_hand_off_is_one_script_call() {
 async fn a_task_cancelled_while_given_the_lock_gives_it_back() {
     let server = RedisServer::start();
     let proxy = TcpProxy::start(server.addr());
-    let client = LockClient::builder()
-        .max_wait_recheck(Duration::from_secs(30))
-        .connect(&proxy.url())
-        .await
-        .unwrap();
-    let rival = LockClient::builder()
-        .max_wait_recheck(Duration::from_secs(30))
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let client = patient_client(&proxy.url()).await;
+    let rival = patient_client(&server.url()).await;
     let (holder, next) = holder_and_next(&client.lock("local:cancelled")).await;
     let waiting = {
         let lock = rival.lock("local:cancelled");
@@ -267,25 +269,21 @@ async fn with_replica_acks_a_hand_off_counts_once_the_replica_confirmed_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_given_hold_is_renewed_and_outlives_its_killed_process_by_its_lease() {
     let server = RedisServer::start();
-    let url = server.url();
-    let mut holder = tokio::task::spawn_blocking(move || {
-        let args = [
-            url.as_str(),
-            "local:killed",
-            "--watchdog",
-            "1500ms",
-            "--kind",
-            "lock-given",
-        ];
-        HoldProcess::start(env!("CARGO_BIN_EXE_dlock-hold"), &args)
-    })
+    let args = [
+        &server.url(),
+        "local:killed",
+        "--watchdog",
+        "1500ms",
+        "--kind",
+        "lock-given",
+    ];
+    let mut holder = HoldProcess::start_in_background(
+        env!("CARGO_BIN_EXE_dlock-hold"),
+        args.map(str::to_owned).to_vec(),
+    )
     .await
     .unwrap();
-    let rival = LockClient::builder()
-        .max_wait_recheck(Duration::from_secs(30))
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let rival = patient_client(&server.url()).await;
     let waiting = {
         let lock = rival.lock("local:killed");
         tokio::spawn(async move {

@@ -31,17 +31,18 @@ async fn redlock_holder_killed() {
     let servers = servers();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let joined = urls.join(",");
-    let mut holder = tokio::task::spawn_blocking(move || {
-        let args = [
-            joined.as_str(),
-            "{matrix-kill}:redlock",
-            "--watchdog",
-            "1500ms",
-            "--kind",
-            "redlock",
-        ];
-        HoldProcess::start(env!("CARGO_BIN_EXE_dlock-hold"), &args)
-    })
+    let args = [
+        &joined,
+        "{matrix-kill}:redlock",
+        "--watchdog",
+        "1500ms",
+        "--kind",
+        "redlock",
+    ];
+    let mut holder = HoldProcess::start_in_background(
+        env!("CARGO_BIN_EXE_dlock-hold"),
+        args.map(str::to_owned).to_vec(),
+    )
     .await
     .unwrap();
     let rivals = redlock(&servers, Duration::from_secs(30)).await;

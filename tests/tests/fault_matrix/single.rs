@@ -30,18 +30,19 @@ async fn holder_killed() {
     let mut admin = server.connection();
     let mut holders = Vec::new();
     for primitive in Primitive::ALL {
-        let (url, name) = (url.clone(), name("kill", primitive));
-        holders.push(tokio::task::spawn_blocking(move || {
-            let args = [
-                url.as_str(),
-                &name,
-                "--watchdog",
-                "1500ms",
-                "--kind",
-                primitive.label(),
-            ];
-            HoldProcess::start(env!("CARGO_BIN_EXE_dlock-hold"), &args)
-        }));
+        let name = name("kill", primitive);
+        let args = [
+            &url,
+            &name,
+            "--watchdog",
+            "1500ms",
+            "--kind",
+            primitive.label(),
+        ];
+        holders.push(HoldProcess::start_in_background(
+            env!("CARGO_BIN_EXE_dlock-hold"),
+            args.map(str::to_owned).to_vec(),
+        ));
     }
     let mut processes = Vec::new();
     for holder in holders {
