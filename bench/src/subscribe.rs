@@ -2,11 +2,17 @@
 //!
 //! A rival client holds [`Config::locks`] distinct locks (a fixed lease, no watchdog
 //! traffic). One `LockClient` then starts a waiter per lock (`try_lock_for(long)` in its
-//! own task). The figure is the time from the last waiter started until the server lists
-//! every lock's unlock channel (`PUBSUB CHANNELS` + `PUBSUB SHARDCHANNELS`, polled every
-//! [`POLL_EVERY`]); then the waiters are aborted (the futures dropped) and the time until
-//! the server lists none of those channels is the second figure. A waiter that is not
+//! own task). The figure is the time from the last waiter started until the server counts
+//! a subscribed channel per lock (`INFO stats`: `pubsub_channels` + `pubsubshard_channels`,
+//! polled every [`POLL_EVERY`]); then the waiters are aborted (the futures dropped) and the
+//! time until the count is back where it started is the second figure. A waiter that is not
 //! subscribed yet would only learn of a release from its fallback timer.
+//!
+//! The counts are what the server keeps anyway, so a poll costs it nothing and the client
+//! little. Listing the channels (`PUBSUB CHANNELS`) instead returned 10,000 names per
+//! poll: each poll took 30–40 ms of a machine the waiters share, which both slowed what it
+//! measured and made the figure coarse. The listing is still read once at each end, to
+//! check that the channels counted are this run's.
 
 use std::time::Duration;
 
@@ -17,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::metrics::Metrics;
 use crate::plan::Config;
-use crate::stats::{error, resident_bytes, Result};
+use crate::stats::{error, process_cpu, resident_bytes, Result};
 use crate::target::{self, Target};
 
 /// Poll period of the channel count.
@@ -34,7 +40,7 @@ const WAITER_WAIT: Duration = Duration::from_secs(300);
 /// Channels the server lists (classic and sharded) for this scenario's locks: dlock's
 /// channels of the run's key prefix `prefix` for lock names starting `sub:`. A waiter
 /// listens on its client's wake channel of the lock (`dlock:unlock:<scope>#<client>:<name>`).
-async fn channels(conn: &mut MultiplexedConnection, prefix: &str) -> Result<usize> {
+async fn listed_channels(conn: &mut MultiplexedConnection, prefix: &str) -> Result<usize> {
     let pattern = format!("dlock:unlock:{prefix}*");
     let mut count = 0;
     for kind in ["CHANNELS", "SHARDCHANNELS"] {
@@ -48,15 +54,27 @@ async fn channels(conn: &mut MultiplexedConnection, prefix: &str) -> Result<usiz
     Ok(count)
 }
 
-/// Polls until `done(count)`; returns the elapsed time since `from` and the last count.
+/// Channels subscribed on the whole server, classic and sharded (`INFO stats`).
+async fn subscribed_channels(conn: &mut MultiplexedConnection) -> Result<usize> {
+    let stats = target::info(conn, "stats").await?;
+    let count = |field: &str| {
+        stats
+            .get(field)
+            .and_then(|value| value.parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    Ok(count("pubsub_channels") + count("pubsubshard_channels"))
+}
+
+/// Polls the server's channel count until `done(count)`; returns the elapsed time since
+/// `from` and the last count.
 async fn until(
     conn: &mut MultiplexedConnection,
-    stem: &str,
     from: Instant,
     done: impl Fn(usize) -> bool,
 ) -> Result<(Duration, usize, bool)> {
     loop {
-        let count = channels(conn, stem).await?;
+        let count = subscribed_channels(conn).await?;
         if done(count) {
             return Ok((from.elapsed(), count, true));
         }
@@ -91,8 +109,12 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         .await?;
     let mut admin = target.connection().await?;
     let stem = target.prefix().to_owned();
+    // Channels of others on a shared server (none on the scenario's own server).
+    let before = subscribed_channels(&mut admin).await?;
     target::reset_stats(&mut admin).await?;
     let resident_before = resident_bytes();
+    let (client_cpu_before, server_cpu_before) =
+        (process_cpu(), target::server_cpu(&mut admin).await?);
     let tasks: Vec<_> = names
         .iter()
         .map(|name| {
@@ -112,7 +134,18 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         }
         tokio::time::sleep(POLL_EVERY).await;
     };
-    let (subscribed, reached, all_in) = until(&mut admin, &stem, last_started, |c| c >= n).await?;
+    // What the first tries cost each side: the phase is bound by CPU, not by waiting.
+    let client_cpu = process_cpu().saturating_sub(client_cpu_before);
+    let server_cpu = target::server_cpu(&mut admin).await? - server_cpu_before;
+    let (subscribed, reached, all_in) =
+        until(&mut admin, last_started, |c| c >= before + n).await?;
+    let reached = reached.saturating_sub(before);
+    // The count is the server's: the channels must be this run's.
+    if all_in && listed_channels(&mut admin, &stem).await? != n {
+        return Err(error(
+            "the server counts a channel per waiter, but not all of them are the waiters'",
+        ));
+    }
     // Every waiter is now waiting in Redis: its task, its acquisition and its share of
     // the subscriptions are what the process grew by.
     let per_waiter = resident_bytes()
@@ -133,7 +166,13 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
             Ok(Err(e)) => return Err(error(format!("a waiter failed: {e}"))),
         }
     }
-    let (unsubscribed, left, all_out) = until(&mut admin, &stem, aborted, |c| c == 0).await?;
+    let (unsubscribed, left, all_out) = until(&mut admin, aborted, |c| c <= before).await?;
+    let left = left.saturating_sub(before);
+    if all_out && listed_channels(&mut admin, &stem).await? != 0 {
+        return Err(error(
+            "the server counts no waiter's channel, but lists some of them",
+        ));
+    }
     for guard in guards {
         guard.unlock().await?;
     }
@@ -155,6 +194,18 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         "first_tries_ms",
         "last waiter started → the server ran one acquire script per waiter (ms)",
         first_tries.as_secs_f64() * 1e3,
+        1,
+    );
+    m.add(
+        "first_try_client_us",
+        "client CPU per waiter until the first tries ran (µs)",
+        client_cpu.as_secs_f64() * 1e6 / n as f64,
+        1,
+    );
+    m.add(
+        "first_try_server_us",
+        "server CPU per waiter until the first tries ran (µs)",
+        server_cpu * 1e6 / n as f64,
         1,
     );
     m.add(
@@ -189,7 +240,7 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
     }
     m.note(format!(
         "subscribe: a rival client holds {n} locks; one LockClient starts a try_lock_for waiter \
-         on each; channels counted with PUBSUB CHANNELS / SHARDCHANNELS every {} ms",
+         on each; channels counted with INFO stats (pubsub_channels + pubsubshard_channels) every {} ms",
         POLL_EVERY.as_millis()
     ));
     Ok(m)
