@@ -582,7 +582,7 @@ async fn a_fair_locks_queue_is_shown_and_its_head_gets_the_lock_after_force_unlo
     let config = ConfigFile::single(&server);
     let billing = config.client("billing").await;
     // A waiter that re-checks only every 10 s: only the fair lock's own wake-up (on the
-    // head's channel) gets it the lock within the 2 s below.
+    // head's client's channel) gets it the lock within the 2 s below.
     let worker = LockClient::builder()
         .key_prefix("shop:")
         .client_name("worker")

@@ -118,3 +118,72 @@ async fn cancelled_acquisitions_of_a_free_lock_leave_no_hold() {
     // And it is free for the next one.
     lock.try_lock().await.unwrap().unlock().await.unwrap();
 }
+
+/// A client's waiters share its wake channel, and a wake-up naming a waiter of the client
+/// that stopped waiting is dropped there: the stopped waiter's own leave must wake the
+/// next head. Its head is cancelled around the release that wakes it (before it, at once
+/// after it, or after 0..3 ms, when the wake-up may be on its way or taken), and the
+/// client's next waiter must get the lock long before its heartbeat (a third of the
+/// 10 s entry timeout) would have found it free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_for_a_cancelled_head_reaches_the_next_waiter_of_its_client() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        LockClient::connect(&server.url()).await.unwrap(),
+        LockClient::builder()
+            .max_wait_recheck(Duration::from_secs(30))
+            .connect(&server.url())
+            .await
+            .unwrap(),
+    );
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    for round in 0..24 {
+        let holder = a.fair_lock("handed").lock().await.unwrap();
+        let lock = b.fair_lock("handed");
+        // The head keeps whatever it gets until it is cancelled.
+        let head = tokio::spawn({
+            let lock = lock.clone();
+            async move {
+                let _guard = lock.lock().await;
+                std::future::pending::<()>().await;
+            }
+        });
+        while lock.queue_len().await.unwrap() < 1 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let next = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.lock().await.map(|guard| (guard, Instant::now())) }
+        });
+        while lock.queue_len().await.unwrap() < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let released = Instant::now();
+        match round % 3 {
+            0 => {
+                head.abort();
+                holder.unlock().await.unwrap();
+            }
+            1 => {
+                holder.unlock().await.unwrap();
+                head.abort();
+            }
+            _ => {
+                holder.unlock().await.unwrap();
+                tokio::time::sleep(Duration::from_micros(rng.below(3_000))).await;
+                head.abort();
+            }
+        }
+        let (guard, granted) = tokio::time::timeout(Duration::from_secs(3), next)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the next waiter was never woken"))
+            .unwrap()
+            .unwrap();
+        assert!(
+            granted - released < Duration::from_secs(1),
+            "round {round}: the next waiter got the lock {:?} after the release",
+            granted - released
+        );
+        guard.unlock().await.unwrap();
+    }
+}

@@ -1,11 +1,12 @@
 //! The fair lock in one process's view: live waiters keep their place through a long
-//! hold, re-entries release through the fair path (and the last one wakes the head), and
-//! the lock keeps a non-atomic counter exact.
+//! hold, re-entries release through the fair path (and the last one wakes the head), a
+//! client's waiters share one wake channel, and the lock keeps a non-atomic counter exact.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock::{FairLock, LockClient};
+use dlock_tests::commandstats::command_calls;
 use dlock_tests::RedisServer;
 use redis::AsyncCommands;
 
@@ -32,6 +33,79 @@ async fn wait_queue_len(lock: &FairLock, n: usize) {
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+}
+
+/// A client's waiters on one fair lock share its wake channel: while one of them waits, a
+/// new waiter of the client hears its wake-up from its first try on, so queueing costs
+/// that one try and no subscription (with a channel per waiter, each new waiter
+/// subscribed its own and tried again once Redis confirmed it: two tries and a
+/// subscription per queued waiter). The wake-ups then go to each waiter by name, in
+/// queue order, with no recheck to fall back on (30 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_waiters_share_one_wake_channel_and_queue_with_one_try_each() {
+    const LATER: usize = 4;
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiting = LockClient::builder()
+        .max_wait_recheck(Duration::from_secs(30))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let guard = holder.fair_lock("shared").lock().await.unwrap();
+    let lock = waiting.fair_lock("shared");
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = vec![spawn_waiter(&lock, 0, &grants)];
+    wait_queue_len(&lock, 1).await;
+    // The first waiter's channel is subscribed and confirmed, and its second try made.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The queue's length read with ZCARD: `queue_len` is a script call, which the count
+    // below would take for a try.
+    let mut admin = server.connection();
+    let queues: Vec<String> = redis::cmd("KEYS")
+        .arg("dlock:fair:*:queue")
+        .query(&mut admin)
+        .unwrap();
+    let [queue] = queues.as_slice() else {
+        panic!("one fair queue, found {queues:?}");
+    };
+    let before = command_calls(&mut admin);
+    for id in 1..=LATER {
+        waiters.push(spawn_waiter(&lock, id, &grants));
+        let started = Instant::now();
+        while redis::cmd("ZCARD")
+            .arg(queue)
+            .query::<usize>(&mut admin)
+            .unwrap()
+            < id + 1
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "waiter {id} never queued"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    // Room for the tries and subscriptions a waiter would make after its first try.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = command_calls(&mut admin);
+    let delta = |command: &str| {
+        after.get(command).copied().unwrap_or(0) - before.get(command).copied().unwrap_or(0)
+    };
+    assert_eq!(
+        (delta("evalsha"), delta("subscribe")),
+        (LATER as u64, 0),
+        "(tries, subscriptions) of {LATER} waiters queueing behind one of their client's"
+    );
+
+    guard.unlock().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("every waiter is woken by name, without a recheck")
+            .unwrap();
+    }
+    assert_eq!(*grants.lock().unwrap(), (0..=LATER).collect::<Vec<_>>());
 }
 
 /// Entries of 300 ms and a holder keeping the lock for more than 3 of them: each waiter

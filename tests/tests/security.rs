@@ -455,7 +455,7 @@ async fn exercise(clients: &[LockClient; 3], names: &[String]) -> Vec<Duration> 
 
 /// The fair lock's operations on `name` (with a `fair:` prefix, so that they never meet
 /// the plain lock of the same name): a waiter of `b` queued behind `a`'s hold and woken by
-/// the release on its own channel (within 100 ms; returned), `queue_len`, a bounded wait
+/// the release on its client's channel (within 100 ms; returned), `queue_len`, a bounded wait
 /// that leaves the queue, force unlock.
 async fn exercise_fair(a: &LockClient, b: &LockClient, name: &str) -> Duration {
     let name = format!("fair:{name}");
@@ -620,7 +620,7 @@ async fn touch_everything(topology: &Topology) {
         let _ = a.lock("goods:2").force_unlock().await;
         drop(guard);
     }
-    // The fair lock: a queued waiter (ZADD, ZSCORE), woken on its own channel, the queue
+    // The fair lock: a queued waiter (ZADD, ZSCORE), woken on its client's channel, the queue
     // length (ZCOUNT).
     let fair = a.fair_lock("queue:1");
     if let Ok(guard) = fair.try_lock().await {

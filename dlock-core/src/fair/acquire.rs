@@ -151,9 +151,9 @@ impl FairLock {
     }
 
     /// A new waiter: one queue entry of its own, renewed by every try (the try is the
-    /// heartbeat), woken on its own channel by the release, purge or leave that makes it
-    /// the head of a free lock, and never napping longer than a third of its entry
-    /// timeout. Leaves the queue when it gives up.
+    /// heartbeat), woken on its client's channel by a message naming it from the
+    /// release, purge or leave that makes it the head of a free lock, and never napping
+    /// longer than a third of its entry timeout. Leaves the queue when it gives up.
     async fn acquire_new(
         &self,
         wait: Option<Duration>,
@@ -170,7 +170,7 @@ impl FairLock {
         let patient = wait != Some(Duration::ZERO);
         let owner = inner.next_owner();
         let field: Arc<str> = format!("{}:{owner}", inner.id_text).into();
-        let channel = format!("{}{field}", self.fair.wake_prefix);
+        let channel = format!("{}{}", self.fair.wake_prefix, inner.id_text);
         let mut call = fair_scripts().acquire.prepare_invoke();
         call.key(&self.keys.key)
             .key(&self.fair.queue)
@@ -192,9 +192,14 @@ impl FairLock {
         })
         .replicated()
         .waiting(patient, None);
-        let mut waiter = Waiter::new(
+        // Adopts the channel while the client's other waiters keep it subscribed: a
+        // wake-up is heard from the first try on. A wake-up for an owner of this client
+        // that no longer waits is dropped: it only asked that owner to try, and the
+        // owner's own leave (its `TryStep`'s cleanup) wakes the next head.
+        let mut waiter = Waiter::for_owner(
             &inner.pubsub,
-            &channel,
+            &[(&channel, None)],
+            &field,
             WaitPolicy {
                 // Every try renews the entry: at a third of its timeout, two tries can be
                 // lost or late before a live waiter is taken for dead.

@@ -3,14 +3,15 @@
 use crate::lock::keys::LockKeys;
 
 /// The fair lock's extra names (`FairLock`), in the lock key's slot: its queue of waiters,
-/// their entries' deadlines, and the start of each waiter's wake-up channel.
+/// their entries' deadlines, and the start of each client's wake-up channel.
 #[derive(Debug, Clone)]
 pub(crate) struct FairKeys {
     /// Sorted set: waiter → place in the queue.
     pub(crate) queue: String,
     /// Sorted set: waiter → server time (ms) at which its entry dies.
     pub(crate) deadlines: String,
-    /// A waiter's channel is this + the waiter (its owner field).
+    /// A client's wake-up channel for this lock is this + its client id; each message
+    /// names the waiter it wakes (`wake:<owner field>`).
     pub(crate) wake_prefix: String,
 }
 

@@ -2,8 +2,9 @@
 //!
 //! The files: `mod.rs`: `FairLock` and `LockClient::fair_lock`; `keys.rs`: `FairKeys`;
 //! `acquire.rs`: a re-entry (the lock's acquire script, same hash layout), or a new waiter
-//! with its own queue entry in Redis whose every try is its heartbeat, waiting on its own
-//! wake-up channel (recheck ≤ entry timeout / 3), its `TryStep` leaving the queue when it
+//! with its own queue entry in Redis whose every try is its heartbeat, waiting on its
+//! client's wake-up channel for messages naming it (recheck ≤ entry timeout / 3), its
+//! `TryStep` leaving the queue when it
 //! ends without a guard; `release_ops.rs`: `one` / `leave` / `undo` releases;
 //! `scripts/*.lua`, each prefixed with `scripts/naps.lua` and `queue.lua` (purge of every
 //! dead entry, wake the head). No local line: one Redis entry per waiting task keeps the
@@ -46,7 +47,7 @@ const MIN_ENTRY_TIMEOUT: Duration = Duration::from_millis(30);
 /// [`LockGuard::scope`], watchdog or explicit lease, same [`LockGuard`]); what differs is
 /// who gets it next. Each waiting task has its own entry in a queue in Redis, so a
 /// process's later waiters never overtake other processes' earlier ones. A release wakes
-/// the head of the queue only, on its own channel.
+/// the head of the queue only, by a message naming it on its client's channel.
 ///
 /// | method | waits | lease |
 /// |---|---|---|

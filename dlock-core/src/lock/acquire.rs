@@ -452,7 +452,7 @@ impl Lock {
         // did): a hand-off to this owner is heard from its first try on.
         let mut waiter = Waiter::for_owner(
             &inner.pubsub,
-            &[(&self.wake, &self.abandon)],
+            &[(&self.wake, Some(&self.abandon))],
             &field,
             WaitPolicy {
                 recheck: settings.max_wait_recheck,

@@ -176,10 +176,10 @@ impl MultiLock {
         // The waiter listens, as the owner, on every lock's wake channel from before its
         // first try on: each try may register it with another lock (the one that blocked
         // it), whose hand-off must find it listening.
-        let channels: Vec<(&str, &Abandon)> = self
+        let channels: Vec<(&str, Option<&Abandon>)> = self
             .locks
             .iter()
-            .map(|lock| (lock.wake_channel(), lock.abandon()))
+            .map(|lock| (lock.wake_channel(), Some(lock.abandon())))
             .collect();
         let mut waiter = Waiter::for_owner(
             &inner.pubsub,

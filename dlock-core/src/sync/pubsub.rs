@@ -3,7 +3,8 @@
 //! waiters on a lock and reference-counted.
 //!
 //! Two kinds of channel:
-//! - **A lock's wake channel for this client** (the lock and the multi-lock): a release
+//! - **A lock's wake channel for this client** (the lock, the multi-lock and the fair
+//!   lock): a release
 //!   names the one waiting owner it passes the lock to (`pass:<owner>`, see
 //!   `lock/scripts/handoff.lua`) and publishes on that owner's client's channel only, so
 //!   one release costs one try at Redis however many clients wait. The message wakes that
@@ -13,10 +14,13 @@
 //!   recheck. `next:<ms>:<owner>` asks the owner to try when the reservation made for
 //!   another lapses, `<ms>` ms from now, `wake:<owner>` to try again now (the
 //!   lock's expiry moved closer), and `lost:<owner>` tells the client that one of its
-//!   holds was deleted: all reach the channel's watchers too.
-//! - **A shared channel** (the read-write lock, the semaphore, a fair waiter's own
-//!   channel): each message wakes one local waiter (`Notify::notify_one`), or every
-//!   waiter that asked to be woken by every message, and every watcher.
+//!   holds was deleted: all reach the channel's watchers too. The fair lock sends only
+//!   `wake:<owner>` (its head may take the lock now) and gives up nothing: a message
+//!   for an owner that no longer waits is dropped, since that owner's own leave wakes the
+//!   next head (see `fair/scripts/queue.lua`).
+//! - **A shared channel** (the read-write lock, the semaphore): each message wakes one
+//!   local waiter (`Notify::notify_one`), or every waiter that asked to be woken by every
+//!   message, and every watcher.
 //!
 //! If a woken waiter is cancelled before it runs, tokio passes the wake-up to the next one.
 //! When the subscriber connection is re-established every waiter is woken, because
@@ -267,15 +271,16 @@ impl PubSubService {
     /// Registers interest in the wake channel `channel` as the waiting `owner`: the
     /// messages naming it notify `wake` (one owner waiting on several channels, a
     /// multi-lock, shares one); messages naming an owner that does not wait here are given
-    /// up with `abandon`.
+    /// up with `abandon`, or dropped without one (a fair lock's wake-up only asks its
+    /// owner to try, and an owner that stopped waiting leaves the queue by itself).
     pub(crate) fn subscribe_owner(
         &self,
         channel: &str,
         owner: &Arc<str>,
         wake: &Arc<OwnerWake>,
-        abandon: &Abandon,
+        abandon: Option<&Abandon>,
     ) -> Subscription {
-        self.subscribe_to(channel, Some((owner, wake)), Some(abandon))
+        self.subscribe_to(channel, Some((owner, wake)), abandon)
     }
 
     /// [`subscribe_owner`](PubSubService::subscribe_owner), but only if the channel is
@@ -287,7 +292,7 @@ impl PubSubService {
         channel: &str,
         owner: &Arc<str>,
         wake: &Arc<OwnerWake>,
-        abandon: &Abandon,
+        abandon: Option<&Abandon>,
     ) -> Option<Subscription> {
         let present = self.shared.lock_channels().contains_key(channel);
         present.then(|| self.subscribe_owner(channel, owner, wake, abandon))

@@ -85,8 +85,9 @@ impl<'a> Waiter<'a> {
     }
 
     /// A waiter as `owner` on its client's wake channels `channels` (one per lock it
-    /// waits for, with the lock's way to give up a message): the release that passes a
-    /// lock to it names it (see `sync::pubsub`), on whichever lock's channel. If every
+    /// waits for, with the lock's way to give up a message, if it has one): the release
+    /// that passes a lock to it, or wakes it, names it (see `sync::pubsub`), on whichever
+    /// lock's channel. If every
     /// channel is subscribed already, the waiter adopts them at once, so that a hand-off
     /// to it is heard from its first try on (and needs no re-try once confirmed).
     ///
@@ -95,7 +96,7 @@ impl<'a> Waiter<'a> {
     /// owner that no longer waits.
     pub(crate) fn for_owner(
         pubsub: &'a PubSubService,
-        channels: &[(&'a str, &'a Abandon)],
+        channels: &[(&'a str, Option<&'a Abandon>)],
         owner: &'a Arc<str>,
         policy: WaitPolicy,
     ) -> Self {
@@ -103,17 +104,14 @@ impl<'a> Waiter<'a> {
         let adopted: Vec<Subscription> = channels
             .iter()
             .filter_map(|(channel, abandon)| {
-                pubsub.subscribe_owner_if_present(channel, owner, &wake, abandon)
+                pubsub.subscribe_owner_if_present(channel, owner, &wake, *abandon)
             })
             .collect();
         let confirmed =
             adopted.len() == channels.len() && adopted.iter().all(Subscription::is_confirmed);
         Waiter {
             pubsub,
-            channels: channels
-                .iter()
-                .map(|(channel, abandon)| (*channel, Some(*abandon)))
-                .collect(),
+            channels: channels.to_vec(),
             owner: Some((owner, wake)),
             policy,
             subscriptions: adopted,
@@ -194,11 +192,9 @@ impl<'a> Waiter<'a> {
                 if let Some(at) = adopted.iter().position(|s| s.channel() == channel) {
                     return adopted.swap_remove(at);
                 }
-                match (owner, abandon) {
-                    (Some((owner, wake)), Some(abandon)) => {
-                        pubsub.subscribe_owner(channel, owner, wake, abandon)
-                    }
-                    _ => pubsub.subscribe(channel),
+                match owner {
+                    Some((owner, wake)) => pubsub.subscribe_owner(channel, owner, wake, abandon),
+                    None => pubsub.subscribe(channel),
                 }
             })
             .collect();

@@ -4,8 +4,13 @@
 -- The queue is two sorted sets in the lock key's slot:
 --   queue     waiter -> place (enqueue order: the last place + 1)
 --   deadlines waiter -> server time in ms after which the entry is dead
--- A waiter is an owner field "<client-id>:<owner-id>" and is woken on the channel
--- "<wake prefix><waiter>". Every deadline comes from redis.call('time'), never from a client.
+-- A waiter is an owner field "<client-id>:<owner-id>". It is woken on its client's channel
+-- "<wake prefix><client-id>" by a message naming it ('wake:<waiter>'): one channel per
+-- client and lock carries the wake-ups of all that client's waiters, so it stays
+-- subscribed while any of them waits (and briefly after), and a waiter that comes while
+-- it is subscribed hears its wake-up from its first try on, with no subscription of its
+-- own to wait for and no try to repeat once it is confirmed. Every deadline comes from
+-- redis.call('time'), never from a client.
 
 -- Removes the entries whose deadline has passed (not only the head's), at most MAX_BATCH
 -- per call (the longest dead first); nobody else's deadline is touched. Dead entries
@@ -24,11 +29,12 @@ local function head_of(queue)
   return redis.call('zrange', queue, 0, 0)[1]
 end
 
--- Tells `head` (if any) to try again now.
-local function wake(head, prefix, publish)
-  if head then
+-- Tells `waiter` (if any) to try again now, on its client's channel.
+local function wake(waiter, prefix, publish)
+  if waiter then
+    local client = string.match(waiter, '^[^:]*')
     -- The command comes from dlock's two, whatever the caller passed.
-    redis.call(publish == 'spublish' and 'spublish' or 'publish', prefix .. head, 'wake')
+    redis.call(publish == 'spublish' and 'spublish' or 'publish', prefix .. client, 'wake:' .. waiter)
   end
 end
 
