@@ -56,6 +56,7 @@
 //! Redis must be installed: `apt-get install -y redis-server redis-sentinel redis-tools`.
 
 mod cluster;
+pub mod command_log;
 pub mod commandstats;
 mod hold_process;
 pub mod liveness;

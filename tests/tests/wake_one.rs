@@ -10,69 +10,13 @@
 use std::time::Duration;
 
 use dlock::{LockClient, LockGuard};
+use dlock_tests::command_log::{log_every_command, logged_commands, reset_log};
 use dlock_tests::RedisServer;
 use redis::aio::MultiplexedConnection;
-use redis::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 const WAITERS: usize = 6;
-
-/// Makes the server log every command, and empties the log.
-async fn log_every_command(admin: &mut MultiplexedConnection) {
-    for (name, value) in [
-        ("slowlog-log-slower-than", "0"),
-        ("slowlog-max-len", "100000"),
-    ] {
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg(name)
-            .arg(value)
-            .exec_async(admin)
-            .await
-            .unwrap();
-    }
-    reset_log(admin).await;
-}
-
-async fn reset_log(admin: &mut MultiplexedConnection) {
-    redis::cmd("SLOWLOG")
-        .arg("RESET")
-        .exec_async(admin)
-        .await
-        .unwrap();
-}
-
-fn text(value: &Value) -> String {
-    match value {
-        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::Int(n) => n.to_string(),
-        other => format!("{other:?}"),
-    }
-}
-
-/// The argument lists of every command logged since the last reset, oldest first.
-async fn logged_commands(admin: &mut MultiplexedConnection) -> Vec<Vec<String>> {
-    let entries: Vec<Value> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(-1)
-        .query_async(admin)
-        .await
-        .unwrap();
-    let mut commands: Vec<Vec<String>> = entries
-        .iter()
-        .map(|entry| match entry {
-            Value::Array(fields) => match &fields[3] {
-                Value::Array(args) => args.iter().map(text).collect(),
-                other => panic!("slow log arguments: {other:?}"),
-            },
-            other => panic!("slow log entry: {other:?}"),
-        })
-        .collect();
-    commands.reverse();
-    commands
-}
 
 /// How many `SUBSCRIBE` / `UNSUBSCRIBE` commands the server saw since the last reset.
 async fn subscription_changes(admin: &mut MultiplexedConnection) -> usize {
