@@ -1,12 +1,15 @@
 //! Waiting for the read-write lock: a writer is not starved by a flood of readers, one
-//! write release wakes every waiting reader of a process, and acquisitions cancelled at
-//! any point leave no hold and no waiting writer's entry behind.
+//! write release wakes every waiting reader of a process, a release only a waiting
+//! writer can use wakes no reader (and still tells readers when a dead writer's entry
+//! lapses), and acquisitions cancelled at any point leave no hold and no waiting writer's
+//! entry behind.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use dlock::LockClient;
+use dlock_tests::command_log::{log_every_command, logged_commands};
 use dlock_tests::RedisServer;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
@@ -100,6 +103,144 @@ async fn one_write_release_wakes_every_waiting_reader_of_a_process() {
         guards.push(guard);
     }
     for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+}
+
+/// The acquire scripts of fresh readers logged since the last reset.
+async fn reader_tries(admin: &mut MultiplexedConnection) -> usize {
+    logged_commands(admin)
+        .await
+        .iter()
+        .filter(|args| args[0].eq_ignore_ascii_case("evalsha"))
+        .filter(|args| args.iter().any(|a| a == "read") && args.iter().any(|a| a == "fresh"))
+        .count()
+}
+
+/// Writers go first, so a lock freed while live writers wait can only go to a writer:
+/// its release must wake no reader. Four readers and two writers of one client wait
+/// behind another client's writer; the two releases that pass the lock to a waiting
+/// writer cost no reader's try, and the last writer's release wakes each reader once:
+/// four reader tries in all (each release woke all four before: twelve).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_only_a_waiting_writer_can_use_wakes_no_reader() {
+    const READERS: usize = 4;
+    let server = RedisServer::start();
+    let mut admin = admin(&server).await;
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiting = LockClient::builder()
+        .max_wait_recheck(Duration::from_secs(30))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let write = holder
+        .rw_lock("writers-first")
+        .write()
+        .lock()
+        .await
+        .unwrap();
+    let mut tasks = vec![];
+    for _ in 0..READERS {
+        let rw = waiting.rw_lock("writers-first");
+        tasks.push(tokio::spawn(async move {
+            rw.read().lock().await.unwrap().unlock().await.unwrap();
+        }));
+    }
+    for _ in 0..2 {
+        let rw = waiting.rw_lock("writers-first");
+        tasks.push(tokio::spawn(async move {
+            let guard = rw.write().lock().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            guard.unlock().await.unwrap();
+        }));
+    }
+    // Every waiter tried, subscribed, and tried again once the subscription was confirmed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    log_every_command(&mut admin).await;
+    write.unlock().await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(3), task)
+            .await
+            .expect("every waiter got the lock without a recheck")
+            .unwrap();
+    }
+    assert_eq!(
+        reader_tries(&mut admin).await,
+        READERS,
+        "reader tries after the release, through two writers' turns"
+    );
+}
+
+/// A release to waiting writers tells the readers to try when the last writer's entry
+/// lapses, should no writer take the lock: a writer that died while it waited (its entry
+/// written here, lapsing 600 ms from now) holds the readers back until then, and no
+/// longer. Without that, they would sleep to their recheck (here about 3.3 s, a third of
+/// a waiting writer's entry lifetime) or the released writer's lease (20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_get_in_when_a_dead_waiting_writers_entry_lapses() {
+    let server = RedisServer::start();
+    let mut admin = admin(&server).await;
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiting = LockClient::builder()
+        .max_wait_recheck(Duration::from_secs(30))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let rw = holder.rw_lock("dead-writer");
+    let write = rw
+        .write()
+        .lock_with_lease(Duration::from_secs(20))
+        .await
+        .unwrap();
+    // The waiting writers' set, as a writer that waits writes it (its name is the
+    // layout's; the writer leaves it when it gives up).
+    let writer = tokio::spawn({
+        let rw = waiting.rw_lock("dead-writer");
+        async move { rw.write().try_lock_for(Duration::from_secs(10)).await }
+    });
+    let writers_set = loop {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("dlock:rwwait:*")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if let Some(key) = keys.into_iter().next() {
+            break key;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    writer.abort();
+    let _ = writer.await;
+    let mut readers = vec![];
+    for _ in 0..2 {
+        let rw = waiting.rw_lock("dead-writer");
+        readers.push(tokio::spawn(async move {
+            let guard = rw.read().lock().await.unwrap();
+            (guard, Instant::now())
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut admin).await.unwrap();
+    let lapses_at = seconds * 1000 + micros / 1000 + 600;
+    let () = redis::cmd("ZADD")
+        .arg(&writers_set)
+        .arg(lapses_at)
+        .arg("gone:1")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let released = Instant::now();
+    write.unlock().await.unwrap();
+    for reader in readers {
+        let (guard, at) = tokio::time::timeout(Duration::from_secs(10), reader)
+            .await
+            .expect("a reader never got in")
+            .unwrap();
+        let after = at - released;
+        assert!(
+            after >= Duration::from_millis(450) && after < Duration::from_millis(1500),
+            "a reader got in {after:?} after the release; the dead writer's entry lapsed after 600 ms"
+        );
         guard.unlock().await.unwrap();
     }
 }

@@ -20,7 +20,10 @@
 //!   next head (see `fair/scripts/queue.lua`).
 //! - **A shared channel** (the read-write lock, the semaphore): each message wakes one
 //!   local waiter (`Notify::notify_one`), or every waiter that asked to be woken by every
-//!   message, and every watcher.
+//!   message, and every watcher. One message is for the one-per-message waiters only:
+//!   `writers:<ms>` (a read-write lock freed while writers wait, which only a writer can
+//!   take) wakes one of them and only moves the others' next try to `<ms>` ms from now
+//!   at the latest, when the waiting writers' entries lapse should none of them take it.
 //!
 //! If a woken waiter is cancelled before it runs, tokio passes the wake-up to the next one.
 //! When the subscriber connection is re-established every waiter is woken, because
@@ -161,12 +164,24 @@ struct Channel {
     /// How to give up a message for an owner that is not in `owners` (wake channels).
     abandon: Option<Abandon>,
     /// Counts unlock messages (and reconnections, which may have lost some) for watchers
-    /// that must see every one without taking the wake-up meant for a waiter.
-    notices: Arc<watch::Sender<u64>>,
+    /// and waiters that must see every one without taking the wake-up meant for a waiter.
+    notices: Arc<watch::Sender<Notices>>,
     confirmed: watch::Receiver<bool>,
     confirm: watch::Sender<bool>,
     /// When the last waiter left: the channel stays subscribed for [`LINGER`].
     idle_since: Option<Instant>,
+}
+
+/// What a channel's unlock messages said so far, for the subscriptions that see every one.
+#[derive(Clone, Copy, Default)]
+struct Notices {
+    /// Every message (and reconnection).
+    seen: u64,
+    /// The messages that ask every waiter to try again: all but `writers:<ms>`.
+    for_all: u64,
+    /// When the last `writers:<ms>` message asked the waiters it does not wake to try
+    /// by at the latest.
+    others_by: Option<Instant>,
 }
 
 impl Channel {
@@ -174,8 +189,21 @@ impl Channel {
     /// missed: wake whom it concerns, and tell every watcher. Returns the release to run
     /// for a message meant for an owner that no longer waits here.
     fn deliver(&self, payload: Option<&str>) -> Option<ReleaseJob> {
-        self.notices
-            .send_modify(|count| *count = count.wrapping_add(1));
+        let writers_only = payload
+            .and_then(|payload| payload.strip_prefix("writers:"))
+            .and_then(|lapse_in| lapse_in.parse().ok())
+            .map(|lapse_in| Instant::now() + Duration::from_millis(lapse_in));
+        self.notices.send_modify(|notices| {
+            notices.seen = notices.seen.wrapping_add(1);
+            match writers_only {
+                Some(by) => notices.others_by = Some(by),
+                None => notices.for_all = notices.for_all.wrapping_add(1),
+            }
+        });
+        if writers_only.is_some() {
+            self.wake.notify_one();
+            return None;
+        }
         let Some(payload) = payload else {
             self.wake.notify_waiters();
             self.wake.notify_one();
@@ -215,7 +243,10 @@ pub(crate) struct Subscription {
     /// The owner this subscription waits as on a wake channel (its wake-up is the
     /// subscriber's own).
     owner: Option<Arc<str>>,
-    notices: watch::Receiver<u64>,
+    notices: watch::Receiver<Notices>,
+    /// The notices this subscription has taken into account (see
+    /// [`Subscription::called_by_every`]).
+    seen: Notices,
     confirmed: watch::Receiver<bool>,
 }
 
@@ -319,7 +350,7 @@ impl PubSubService {
                 wake: Arc::new(Notify::new()),
                 owners: HashMap::new(),
                 abandon: None,
-                notices: Arc::new(watch::channel(0).0),
+                notices: Arc::new(watch::channel(Notices::default()).0),
                 confirmed,
                 confirm,
                 idle_since: None,
@@ -333,12 +364,15 @@ impl PubSubService {
             entry.owners.insert(Arc::clone(owner), Arc::clone(wake));
             Arc::clone(owner)
         });
+        let notices = entry.notices.subscribe();
+        let seen = *notices.borrow();
         Subscription {
             shared: Arc::clone(&self.shared),
             channel: channel.to_owned(),
             wake: Arc::clone(&entry.wake),
             owner,
-            notices: entry.notices.subscribe(),
+            notices,
+            seen,
             confirmed: entry.confirmed.clone(),
         }
     }
@@ -415,6 +449,38 @@ impl Subscription {
     pub(crate) async fn noticed(&mut self) {
         // The sender lives in the shared map as long as this subscription exists.
         let _ = self.notices.changed().await;
+    }
+
+    /// Completes at the first unlock message for the channel since the last call (or a
+    /// reconnection) that asks every waiter to try again, whoever else is woken by it,
+    /// or at `until`, brought forward to the time a writers-only message names: for a
+    /// waiter that every release which may admit it must reach (a read-write lock's
+    /// reader).
+    pub(crate) async fn called_by_every(&mut self, until: Instant) {
+        let mut until = until;
+        loop {
+            let notices = *self.notices.borrow_and_update();
+            if notices.seen != self.seen.seen {
+                let asked_all = notices.for_all != self.seen.for_all;
+                self.seen = notices;
+                if asked_all {
+                    return;
+                }
+                if let Some(by) = notices.others_by {
+                    until = until.min(by);
+                }
+            }
+            tokio::select! {
+                changed = self.notices.changed() => {
+                    // The sender lives in the shared map as long as this subscription
+                    // exists: an error is a service being dropped.
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                () = tokio::time::sleep_until(until) => return,
+            }
+        }
     }
 }
 

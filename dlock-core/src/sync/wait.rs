@@ -121,12 +121,14 @@ impl<'a> Waiter<'a> {
         }
     }
 
-    /// Makes every unlock message on the channel wake this waiter, whoever else it wakes.
+    /// Makes every unlock message on the channel wake this waiter, whoever else it wakes,
+    /// but for a writers-only message, which only brings its next try forward.
     ///
     /// A message normally wakes one waiter of the client: one hand-off admits one owner.
     /// When one release admits many owners at once (a writer's release admits every
     /// waiting reader), each of them must try again, and waking them one per message
-    /// would serialise them behind messages that never come.
+    /// would serialise them behind messages that never come. A release that only a writer
+    /// can use (the lock freed while writers wait, who go first) wakes none of them.
     pub(crate) fn woken_by_every_message(mut self) -> Self {
         self.every_message = true;
         self
@@ -169,7 +171,7 @@ impl<'a> Waiter<'a> {
             wake.called(now + nap).await;
         } else if let Some(subscription) = self.subscriptions.first_mut() {
             if self.every_message {
-                let _ = tokio::time::timeout(nap, subscription.noticed()).await;
+                subscription.called_by_every(now + nap).await;
             } else {
                 let _ = tokio::time::timeout(nap, subscription.notified()).await;
             }

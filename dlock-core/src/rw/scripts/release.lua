@@ -21,7 +21,11 @@
 -- Publishes 'unlocked' when the lock becomes free, when a writer's last write hold goes
 -- while its downgraded read holds stay (readers may join now), when the last waiting
 -- writer leaves (readers it held back may pass), and for each waiter told it could sleep
--- past the end of the holds left.
+-- past the end of the holds left. A lock that becomes free while live writers wait can
+-- only go to one of them (new readers are refused while a writer waits): it publishes
+-- 'writers:<ms>' instead, which wakes one waiting writer per client and no reader, and
+-- tells the readers to try by the time the last of those writers' entries lapses (<ms>
+-- ms from now), should none of them take the lock.
 local owner = ARGV[1]
 local write = ARGV[2] == 'write'
 local mode = ARGV[3]
@@ -54,6 +58,20 @@ local function wake()
 end
 
 local now = now_ms()
+
+-- The lock is free: the waiting writers go first, if any is live.
+local function wake_free()
+  if published then
+    return
+  end
+  local last = redis.call('zrevrangebyscore', KEYS[2], '+inf', '(' .. now, 'withscores', 'limit', 0, 1)
+  if last[2] then
+    redis.call(publish, KEYS[3], 'writers:' .. string.format('%d', tonumber(last[2]) - now))
+    published = true
+  else
+    wake()
+  end
+end
 if mode == 'all' then
   redis.call('zrem', KEYS[5], owner)
 end
@@ -95,7 +113,7 @@ else
   end
   if next(deadlines) == nil then
     redis.call('del', KEYS[1])
-    wake()
+    wake_free()
   else
     if write and writes == 0 then
       -- The last write hold went, the owner's read holds stay (a downgrade): readers may
