@@ -81,6 +81,20 @@ pub use sentinel::RedisSentinelGroup;
 pub use server::{RedisServer, REDIS_SERVER_ENV};
 pub use tls::{TestCertificates, TlsCluster, TlsSentinelGroup};
 
+/// A client of `url` that rechecks a lock only every 30 s: a wake-up it should get and
+/// does not shows as a wait of that long, so a test can tell a hand-off from a recheck.
+///
+/// # Panics
+///
+/// If the client cannot connect.
+pub async fn patient_client(url: &str) -> dlock::LockClient {
+    dlock::LockClient::builder()
+        .max_wait_recheck(std::time::Duration::from_secs(30))
+        .connect(url)
+        .await
+        .unwrap()
+}
+
 /// How many cases a property test against real Redis runs: the `DLOCK_PROPTEST_CASES`
 /// environment variable, else `default` (CI keeps the default small; a soak run raises
 /// it).

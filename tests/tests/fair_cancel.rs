@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use dlock::{FairLock, LockClient};
-use dlock_tests::RedisServer;
+use dlock_tests::{patient_client, RedisServer};
 use redis::Commands;
 
 /// A small deterministic pseudo-random sequence (xorshift), so a failure can be replayed.
@@ -130,11 +130,7 @@ async fn a_wake_up_for_a_cancelled_head_reaches_the_next_waiter_of_its_client() 
     let server = RedisServer::start();
     let (a, b) = (
         LockClient::connect(&server.url()).await.unwrap(),
-        LockClient::builder()
-            .max_wait_recheck(Duration::from_secs(30))
-            .connect(&server.url())
-            .await
-            .unwrap(),
+        patient_client(&server.url()).await,
     );
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     for round in 0..24 {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use dlock::{FairLock, LockClient};
 use dlock_tests::commandstats::command_calls;
-use dlock_tests::RedisServer;
+use dlock_tests::{patient_client, RedisServer};
 use redis::AsyncCommands;
 
 /// Spawns a task that acquires `lock`, records `id` in `grants`, and releases it.
@@ -46,11 +46,7 @@ async fn a_clients_waiters_share_one_wake_channel_and_queue_with_one_try_each() 
     const LATER: usize = 4;
     let server = RedisServer::start();
     let holder = LockClient::connect(&server.url()).await.unwrap();
-    let waiting = LockClient::builder()
-        .max_wait_recheck(Duration::from_secs(30))
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let waiting = patient_client(&server.url()).await;
     let guard = holder.fair_lock("shared").lock().await.unwrap();
     let lock = waiting.fair_lock("shared");
     let grants = Arc::new(Mutex::new(Vec::new()));

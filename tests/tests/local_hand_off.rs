@@ -13,20 +13,10 @@ use std::time::{Duration, Instant};
 use dlock::fencing::Fence;
 use dlock::{Lock, LockClient, LockGuard, Topology};
 use dlock_tests::commandstats::command_calls;
-use dlock_tests::{HoldProcess, RedisReplicaSet, RedisServer, TcpProxy};
+use dlock_tests::{patient_client, HoldProcess, RedisReplicaSet, RedisServer, TcpProxy};
 use redis::Commands;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
-
-/// A client that rechecks a lock only every 30 s: a hand-off it should get and does not
-/// shows as a wait of that long.
-async fn patient_client(url: &str) -> LockClient {
-    LockClient::builder()
-        .max_wait_recheck(Duration::from_secs(30))
-        .connect(url)
-        .await
-        .unwrap()
-}
 
 /// Script calls Redis ran since `before` (both script commands).
 fn script_calls(server: &RedisServer, before: &std::collections::HashMap<String, u64>) -> u64 {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dlock::LockClient;
 use dlock_tests::command_log::{log_every_command, logged_commands};
-use dlock_tests::RedisServer;
+use dlock_tests::{patient_client, RedisServer};
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
@@ -128,11 +128,7 @@ async fn a_release_that_only_a_waiting_writer_can_use_wakes_no_reader() {
     let server = RedisServer::start();
     let mut admin = admin(&server).await;
     let holder = LockClient::connect(&server.url()).await.unwrap();
-    let waiting = LockClient::builder()
-        .max_wait_recheck(Duration::from_secs(30))
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let waiting = patient_client(&server.url()).await;
     let write = holder
         .rw_lock("writers-first")
         .write()
@@ -181,11 +177,7 @@ async fn readers_get_in_when_a_dead_waiting_writers_entry_lapses() {
     let server = RedisServer::start();
     let mut admin = admin(&server).await;
     let holder = LockClient::connect(&server.url()).await.unwrap();
-    let waiting = LockClient::builder()
-        .max_wait_recheck(Duration::from_secs(30))
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let waiting = patient_client(&server.url()).await;
     let rw = holder.rw_lock("dead-writer");
     let write = rw
         .write()
