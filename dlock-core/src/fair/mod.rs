@@ -4,8 +4,8 @@
 //! `acquire.rs`: a re-entry (the lock's acquire script, same hash layout), or a new waiter
 //! with its own queue entry in Redis whose every try is its heartbeat, waiting on its
 //! client's wake-up channel for messages naming it (recheck ≤ entry timeout / 3), its
-//! `TryStep` leaving the queue when it
-//! ends without a guard; `release_ops.rs`: `one` / `leave` / `undo` releases;
+//! `TryStep` leaving the queue when it ends without a guard; `release_ops.rs`: `one` /
+//! `leave` / `undo` releases;
 //! `scripts/*.lua`, each prefixed with `scripts/naps.lua` and `queue.lua` (purge of every
 //! dead entry, wake the head). No local line: one Redis entry per waiting task keeps the
 //! order across processes. The hash carries `'!fair'`, so the other kinds refuse it; the

@@ -4,9 +4,8 @@
 //!
 //! Two kinds of channel:
 //! - **A lock's wake channel for this client** (the lock, the multi-lock and the fair
-//!   lock): a release
-//!   names the one waiting owner it passes the lock to (`pass:<owner>`, see
-//!   `lock/scripts/handoff.lua`) and publishes on that owner's client's channel only, so
+//!   lock): a release names the one waiting owner it passes the lock to (`pass:<owner>`,
+//!   see `lock/scripts/handoff.lua`) and publishes on that owner's client's channel only, so
 //!   one release costs one try at Redis however many clients wait. The message wakes that
 //!   owner's waiter alone. A message for an owner that no longer waits here (cancelled,
 //!   timed out, or not yet subscribed) is handed back at once: the lock goes to the next

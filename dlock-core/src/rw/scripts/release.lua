@@ -59,19 +59,21 @@ end
 
 local now = now_ms()
 
--- The lock is free: the waiting writers go first, if any is live.
+-- The lock is free: the waiting writers go first, if any is live (the set is ordered by
+-- entry deadline, so its last entry is the latest to lapse).
 local function wake_free()
   if published then
     return
   end
-  local last = redis.call('zrevrangebyscore', KEYS[2], '+inf', '(' .. now, 'withscores', 'limit', 0, 1)
-  if last[2] then
+  local last = redis.call('zrange', KEYS[2], -1, -1, 'withscores')
+  if last[2] and tonumber(last[2]) > now then
     redis.call(publish, KEYS[3], 'writers:' .. string.format('%d', tonumber(last[2]) - now))
     published = true
   else
     wake()
   end
 end
+
 if mode == 'all' then
   redis.call('zrem', KEYS[5], owner)
 end
