@@ -237,6 +237,64 @@ async fn readers_get_in_when_a_dead_waiting_writers_entry_lapses() {
     }
 }
 
+/// The writer a writers-only release wakes may stop waiting instead of taking the lock:
+/// its leave must wake the readers, who were only told to try when its entry lapses
+/// (10 s). The client's only waiting writer is cancelled before the release, at once
+/// after it, or 0–3 ms after it (on its way to its try, or holding the lock it took, whose
+/// dropped guard frees it), and the client's two readers must get in within 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_writer_that_stops_waiting_lets_the_readers_in() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiting = patient_client(&server.url()).await;
+    for round in 0..12u64 {
+        let write = holder.rw_lock("gone-writer").write().lock().await.unwrap();
+        let writer = tokio::spawn({
+            let rw = waiting.rw_lock("gone-writer");
+            async move {
+                let _guard = rw.write().lock().await;
+                std::future::pending::<()>().await;
+            }
+        });
+        // The writer waits (its entry holds readers back) before the readers come.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut readers = vec![];
+        for _ in 0..2 {
+            let rw = waiting.rw_lock("gone-writer");
+            readers.push(tokio::spawn(async move { rw.read().lock().await.unwrap() }));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        match round % 3 {
+            0 => {
+                writer.abort();
+                write.unlock().await.unwrap();
+            }
+            1 => {
+                write.unlock().await.unwrap();
+                writer.abort();
+            }
+            _ => {
+                write.unlock().await.unwrap();
+                tokio::time::sleep(Duration::from_micros(round * 250)).await;
+                writer.abort();
+            }
+        }
+        for reader in readers {
+            let guard = tokio::time::timeout(Duration::from_secs(15), reader)
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: a reader never got in"))
+                .unwrap();
+            assert!(
+                released.elapsed() < Duration::from_secs(1),
+                "round {round}: a reader got in {:?} after the release",
+                released.elapsed()
+            );
+            guard.unlock().await.unwrap();
+        }
+    }
+}
+
 /// Polls `future` until it completes or `delay` passed (sub-millisecond delays by
 /// yielding), then drops it.
 async fn cancel_after<F: std::future::Future>(future: F, delay: Duration) -> Option<F::Output> {
