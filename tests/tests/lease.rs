@@ -1,9 +1,10 @@
 //! Explicit leases: expiry, safe release after expiry, and validation before Redis.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dlock::{limits::MAX_LEASE, LockClient, LockError};
+use dlock_tests::liveness::Guard;
 use dlock_tests::RedisServer;
 use redis::Commands;
 
@@ -170,4 +171,135 @@ async fn a_bad_address_is_a_config_error_that_hides_the_password() {
     let message = err.to_string();
     assert!(matches!(err, LockError::Config(_)), "{message}");
     assert!(!message.contains("hunter2"), "{message}");
+}
+
+/// How a kind is taken in [`no_kind_lets_another_client_in_before_the_holders_deadline`]:
+/// by `holder` with an explicit lease, or by `taker` at once (no wait).
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Plain,
+    Fair,
+    ReadThenWrite,
+    WriteThenRead,
+    Semaphore,
+}
+
+impl Kind {
+    async fn hold(self, client: &LockClient, lease: Duration) -> Guard {
+        let wait = Duration::from_secs(1);
+        match self {
+            Kind::Plain => client
+                .lock("edge")
+                .try_lock_with_lease(wait, lease)
+                .await
+                .map(Guard::One),
+            Kind::Fair => client
+                .fair_lock("edge:fair")
+                .try_lock_with_lease(wait, lease)
+                .await
+                .map(Guard::One),
+            Kind::ReadThenWrite => client
+                .rw_lock("edge:rw")
+                .read()
+                .try_lock_with_lease(wait, lease)
+                .await
+                .map(Guard::One),
+            Kind::WriteThenRead => client
+                .rw_lock("edge:rw")
+                .write()
+                .try_lock_with_lease(wait, lease)
+                .await
+                .map(Guard::One),
+            Kind::Semaphore => client
+                .semaphore("edge:sem", 1)
+                .try_acquire_with_lease(1, wait, lease)
+                .await
+                .map(Guard::Permit),
+        }
+        .unwrap_or_else(|e| panic!("{self:?}: the holder: {e}"))
+    }
+
+    async fn try_take(self, client: &LockClient) -> Result<Guard, LockError> {
+        match self {
+            Kind::Plain => client.lock("edge").try_lock().await.map(Guard::One),
+            Kind::Fair => client
+                .fair_lock("edge:fair")
+                .try_lock()
+                .await
+                .map(Guard::One),
+            Kind::ReadThenWrite => client
+                .rw_lock("edge:rw")
+                .write()
+                .try_lock()
+                .await
+                .map(Guard::One),
+            Kind::WriteThenRead => client
+                .rw_lock("edge:rw")
+                .read()
+                .try_lock()
+                .await
+                .map(Guard::One),
+            Kind::Semaphore => client
+                .semaphore("edge:sem", 1)
+                .try_acquire(1)
+                .await
+                .map(Guard::Permit),
+        }
+    }
+}
+
+/// A guard's `deadline()` promises that Redis cannot have let anyone else in before it.
+/// Redis counts leases in whole milliseconds: a hold taken 0.9 ms into a millisecond and
+/// judged by deadlines in whole ms (read-write locks and semaphores keep per-holder
+/// deadlines in their hash) could end up to a millisecond before the holder's deadline,
+/// which is counted from when its request was sent. Another client spinning on tries
+/// around the lease's end finds any such gap: it must never get in while the holder's
+/// deadline is still ahead.
+#[tokio::test]
+async fn no_kind_lets_another_client_in_before_the_holders_deadline() {
+    const ROUNDS: usize = 25;
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let taker = LockClient::connect(&server.url()).await.unwrap();
+    let lease = Duration::from_millis(20);
+    let mut early = Vec::new();
+    for kind in [
+        Kind::Plain,
+        Kind::Fair,
+        Kind::ReadThenWrite,
+        Kind::WriteThenRead,
+        Kind::Semaphore,
+    ] {
+        for round in 0..ROUNDS {
+            let held = kind.hold(&holder, lease).await;
+            let deadline = held.deadline();
+            tokio::time::sleep_until((deadline - Duration::from_millis(3)).into()).await;
+            let give_up = deadline + Duration::from_secs(1);
+            let taken = loop {
+                match kind.try_take(&taker).await {
+                    Ok(guard) => break guard,
+                    Err(e) if e.is_timeout() => {}
+                    Err(e) => panic!("{kind:?}: the taker: {e}"),
+                }
+                assert!(
+                    Instant::now() < give_up,
+                    "{kind:?}: never free after the lease"
+                );
+            };
+            let now = Instant::now();
+            if now < deadline {
+                early.push(format!(
+                    "{kind:?} round {round}: {:?} early",
+                    deadline - now
+                ));
+            }
+            taken.unlock().await.unwrap();
+            drop(held);
+        }
+    }
+    assert!(
+        early.is_empty(),
+        "another client got in before the holder's deadline:\n{}",
+        early.join("\n")
+    );
 }

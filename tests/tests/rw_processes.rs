@@ -216,8 +216,9 @@ fn deadlines(server: &RedisServer, key: &str) -> std::collections::HashMap<Strin
 }
 
 /// Compared on Redis' own clock, from the deadlines the scripts wrote: the reader's
-/// (grant + its lease) and the writer's (grant + the writer's lease), so the writer's
-/// grant time is exact, not when a process got to read the clock afterwards.
+/// (grant + its lease + 1 ms) and the writer's (grant + the writer's lease + 1 ms: a hold
+/// lasts to the end of the millisecond its lease ends in), so the writer's grant time is
+/// exact, not when a process got to read the clock afterwards.
 #[tokio::test]
 async fn a_killed_readers_hold_ends_on_its_own_lease() {
     let server = RedisServer::start();
@@ -235,9 +236,9 @@ async fn a_killed_readers_hold_ends_on_its_own_lease() {
     let [(reader_owner, reader_deadline)] =
         <[_; 1]>::try_from(before.into_iter().collect::<Vec<_>>())
             .unwrap_or_else(|all| panic!("one reader expected: {all:?}"));
-    // The reader's deadline is its grant + its lease: the grant came before the reader
-    // reported it, at most a few ms before.
-    let reported_end = held_at_us / 1000 + lease_ms;
+    // The reader's deadline is its grant + its lease + 1 ms: the grant came before the
+    // reader reported it, at most a few ms before.
+    let reported_end = held_at_us / 1000 + lease_ms + 1;
     assert!(
         reader_deadline <= reported_end && reader_deadline + 50 >= reported_end,
         "the reader's deadline {reader_deadline} is not its lease after its grant (~{reported_end})"
@@ -258,7 +259,7 @@ async fn a_killed_readers_hold_ends_on_its_own_lease() {
     );
     let [(_, writer_deadline)] = <[_; 1]>::try_from(after.into_iter().collect::<Vec<_>>())
         .unwrap_or_else(|all| panic!("one writer expected: {all:?}"));
-    let granted = writer_deadline - writer_lease.as_millis() as u64;
+    let granted = writer_deadline - writer_lease.as_millis() as u64 - 1;
     assert!(
         granted >= reader_deadline && granted <= reader_deadline + 200,
         "the writer was granted {} ms after the reader's lease ended (at {reader_deadline})",

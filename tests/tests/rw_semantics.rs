@@ -154,8 +154,10 @@ async fn nested_writes_never_stretch_the_ttl_past_the_lease() {
     }
     assert_eq!(current.hold_count().await.unwrap(), 5);
     let pttl: i64 = server.connection().pttl("nested").unwrap();
+    // The lease and the one millisecond every server-side deadline adds (a hold taken
+    // during a millisecond lasts to its end: see `scripts/clock.lua`).
     assert!(
-        pttl > 0 && pttl <= lease.as_millis() as i64,
+        pttl > 0 && pttl <= lease.as_millis() as i64 + 1,
         "PTTL {pttl} ms after 5 nested writes of {lease:?}"
     );
     current.unlock().await.unwrap();

@@ -337,7 +337,7 @@ async fn futures_join(sem: &Semaphore, count: usize) -> Vec<dlock::SemaphorePerm
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_deadline_is_server_time_plus_the_lease() {
+async fn a_grant_deadline_is_server_time_plus_the_lease_to_the_end_of_its_millisecond() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
     let mut redis = redis(&server).await;
@@ -350,13 +350,14 @@ async fn a_grant_deadline_is_server_time_plus_the_lease() {
     let after = server_ms(&mut redis).await;
     let grant = grants(&mut redis, &sem).await.remove(0);
     let deadline: i64 = redis.hget(sem.key(), format!("{grant}:t")).await.unwrap();
+    // The first millisecond at which the grant is void: the one after the lease's last.
     assert!(
-        (before + 10_000..=after + 10_000).contains(&deadline),
+        (before + 10_001..=after + 10_001).contains(&deadline),
         "deadline {deadline}, server time {before}..{after}"
     );
     let pttl: i64 = redis.pttl(sem.key()).await.unwrap();
     assert!(
-        (9_000..=10_000).contains(&pttl),
+        (9_000..=10_001).contains(&pttl),
         "the hash expires with the grant: {pttl}"
     );
     guard.unlock().await.unwrap();

@@ -52,7 +52,8 @@ end
 if not reenter and redis.call('exists', KEYS[1]) == 0 and redis.call('exists', KEYS[2]) == 0
     and redis.call('exists', KEYS[5]) == 0 then
   local time = redis.call('time')
-  local deadline = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + lease
+  -- scripts/clock.lua's hold_deadline, written out: it is not defined yet here.
+  local deadline = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + lease + 1
   if not write then
     redis.call('hset', KEYS[1], 'mode', 'read', owner, 1, owner .. ':t', deadline)
     redis.call('pexpire', KEYS[1], lease)
@@ -98,7 +99,7 @@ end
 local reads = tonumber(redis.call('hget', KEYS[1], owner)) or 0
 local writes = tonumber(redis.call('hget', KEYS[1], owner .. ':w')) or 0
 
--- Extends `owner`'s deadline to now + lease (never shortens it) and the hash with it.
+-- Extends `owner`'s deadline to `deadline` (never shortens it) and the hash with it.
 local function hold_until(deadline)
   local mine = deadlines[owner] or 0
   if deadline > mine then
@@ -120,7 +121,7 @@ if reenter then
     redis.call('set', KEYS[3], 1, 'px', ARGV[5])
   end
   if lease > 0 then
-    hold_until(now + lease)
+    hold_until(hold_deadline(now, lease))
   end
   return nil
 end
@@ -142,7 +143,7 @@ local function granted()
 end
 
 if (write and writes > 0) or (not write and reads > 0) then
-  hold_until(now + lease)
+  hold_until(hold_deadline(now, lease))
   if write then
     redis.call('zrem', KEYS[2], owner)
     return granted()
@@ -182,7 +183,7 @@ if write then
     return busy(latest)
   end
   redis.call('zrem', KEYS[2], owner)
-  redis.call('hset', KEYS[1], 'mode', 'write', field, 1, owner .. ':t', now + lease)
+  redis.call('hset', KEYS[1], 'mode', 'write', field, 1, owner .. ':t', hold_deadline(now, lease))
   redis.call('pexpire', KEYS[1], lease)
   taken(lease)
   return granted()
@@ -202,7 +203,8 @@ end
 if holders >= MAX_HOLDERS then
   return 'crowded:' .. MAX_HOLDERS
 end
-redis.call('hset', KEYS[1], 'mode', 'read', field, 1, owner .. ':t', now + lease)
-redis.call('pexpire', KEYS[1], math.max(latest, now + lease) - now)
-taken(math.max(latest, now + lease) - now)
+local deadline = hold_deadline(now, lease)
+redis.call('hset', KEYS[1], 'mode', 'read', field, 1, owner .. ':t', deadline)
+redis.call('pexpire', KEYS[1], math.max(latest, deadline) - now)
+taken(math.max(latest, deadline) - now)
 return nil

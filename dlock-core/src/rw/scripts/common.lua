@@ -5,7 +5,8 @@
 --   mode         'read' or 'write'
 --   <owner>      that owner's read holds
 --   <owner>:w    that owner's write holds (only one owner has them, and only in mode 'write')
---   <owner>:t    that owner's deadline: server time in ms after which its holds are void
+--   <owner>:t    that owner's deadline: the first server millisecond at which its holds are
+--                void (scripts/clock.lua's hold_deadline)
 --   <owner>:f    the fencing token minted when that owner took the write lock (while it
 --                has write holds, and only with tokens on)
 -- An owner is "<client-id>:<owner-id>", so it never ends in ':w', ':t' or ':f' and is never
@@ -102,8 +103,9 @@ local function rw_renew(key, owner, field, lease, now)
     end
     return 0
   end
-  if deadline < now + lease then
-    redis.call('hset', key, owner .. ':t', now + lease)
+  local renewed_until = hold_deadline(now, lease)
+  if deadline < renewed_until then
+    redis.call('hset', key, owner .. ':t', renewed_until)
   end
   if redis.call('pttl', key) < lease then
     redis.call('pexpire', key, lease)

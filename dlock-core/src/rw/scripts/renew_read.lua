@@ -4,8 +4,8 @@
 -- ARGV[1]    lease in ms
 -- ARGV[i+1]  the owner of a read hold in KEYS[i] (its read count's field)
 --
--- Moves each owner's deadline to at least now + lease. An owner whose deadline passed is
--- never revived (0): its hold may already have let a writer in.
+-- Moves each owner's deadline to at least hold_deadline(now, lease). An owner whose
+-- deadline passed is never revived (0): its hold may already have let a writer in.
 local lease = tonumber(ARGV[1])
 if lease == nil or lease < 1 or lease > MAX_LEASE_MS then
   return redis.error_reply('ERR dlock rw renew: lease must be 1..' .. MAX_LEASE_MS .. ' ms, got ' .. tostring(ARGV[1]))

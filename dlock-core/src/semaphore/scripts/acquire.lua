@@ -31,7 +31,7 @@ if foreign then
   return 'wrongtype:' .. foreign
 end
 
-local now = sem_now()
+local now = now_ms()
 local held, earliest, latest, reclaimed = sem_reclaim(KEYS[1], now)
 local cap = tonumber(redis.call('get', KEYS[2]))
 if cap == nil then
@@ -41,7 +41,7 @@ end
 
 local grant = ARGV[1]
 local function take()
-  local deadline = now + lease
+  local deadline = hold_deadline(now, lease)
   redis.call('hset', KEYS[1], grant, n, grant .. ':t', deadline)
   redis.call('pexpire', KEYS[1], math.max(latest, deadline) - now)
 end

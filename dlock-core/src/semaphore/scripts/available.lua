@@ -10,7 +10,7 @@ local foreign = sem_foreign(KEYS[1], 'hash') or sem_foreign(KEYS[2], 'string')
 if foreign then
   return 'wrongtype:' .. foreign
 end
-local held, _, _, reclaimed = sem_reclaim(KEYS[1], sem_now())
+local held, _, _, reclaimed = sem_reclaim(KEYS[1], now_ms())
 local cap = tonumber(redis.call('get', KEYS[2]))
 if reclaimed > 0 then
   sem_publish(ARGV[1], KEYS[1], cap, held)

@@ -2,7 +2,8 @@
 --
 -- The grants hash (one per semaphore, `dlock:sem:<prefix>{tag}:<name>`):
 --   <grant>     the permits of one grant (one guard); a grant is "<client-id>:<owner-id>"
---   <grant>:t   that grant's deadline: server time in ms after which its permits return
+--   <grant>:t   that grant's deadline: the first server millisecond at which its permits
+--               return (scripts/clock.lua's hold_deadline)
 -- A grant id never ends in ':t'. The hash expires at its latest deadline (so a semaphore
 -- whose holders all died leaves nothing but its capacity), and every script first
 -- reclaims the grants whose deadline passed. The permits held are the sum over the live
@@ -10,12 +11,6 @@
 -- The capacity is a string key of its own (`dlock:semcap:<prefix>{tag}:...`), without a TTL.
 -- Releases and reclaims publish the permits available on the channel named like the
 -- grants hash.
-
--- Server time in milliseconds: every deadline comes from the server's clock.
-local function sem_now()
-  local time = redis.call('time')
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-end
 
 -- Reclaims the grants of `key` whose deadline passed. Returns the permits held by the
 -- live grants, the earliest and the latest live deadline (nil and 0 when none is live),

@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 
 use crate::scripts::{lua_script, Script};
 
-/// The semaphore's scripts (`semaphore/scripts/`), each with the shared `common.lua`.
+/// The semaphore's scripts (`semaphore/scripts/`), each with `scripts/clock.lua` and the
+/// semaphore's `common.lua`.
 pub(crate) struct SemScripts {
     pub(crate) acquire: Script,
     pub(crate) release: Script,
@@ -23,30 +24,35 @@ pub(crate) fn sem_scripts() -> &'static SemScripts {
             creating,
             "sem_acquire",
             "semaphore/scripts/acquire.lua",
+            "scripts/clock.lua",
             "semaphore/scripts/common.lua"
         ),
         release: lua_script!(
             new,
             "sem_release",
             "semaphore/scripts/release.lua",
+            "scripts/clock.lua",
             "semaphore/scripts/common.lua"
         ),
         renew: lua_script!(
             new,
             "sem_renew",
             "semaphore/scripts/renew.lua",
+            "scripts/clock.lua",
             "semaphore/scripts/common.lua"
         ),
         available: lua_script!(
             new,
             "sem_available",
             "semaphore/scripts/available.lua",
+            "scripts/clock.lua",
             "semaphore/scripts/common.lua"
         ),
         set_permits: lua_script!(
             creating,
             "sem_set_permits",
             "semaphore/scripts/set_permits.lua",
+            "scripts/clock.lua",
             "semaphore/scripts/common.lua"
         ),
     })

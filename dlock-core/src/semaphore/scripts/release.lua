@@ -23,7 +23,7 @@ if ARGV[7] ~= '0' then
 end
 local outcome = -1
 if redis.call('type', KEYS[1]).ok == 'hash' then
-  local now = sem_now()
+  local now = now_ms()
   local held, _, _, reclaimed = sem_reclaim(KEYS[1], now)
   local grant = ARGV[1]
   local permits = tonumber(redis.call('hget', KEYS[1], grant))

@@ -4,14 +4,15 @@
 -- ARGV[1]    lease in ms
 -- ARGV[i+1]  a grant id in KEYS[i]
 --
--- Moves each grant's deadline to at least now + lease: 1 renewed, 0 when the grant is
--- gone or its deadline passed (an expired grant is never revived: its permits may already
--- be someone else's), the Redis type when the key holds another type of value.
+-- Moves each grant's deadline to at least hold_deadline(now, lease): 1 renewed, 0 when
+-- the grant is gone or its deadline passed (an expired grant is never revived: its
+-- permits may already be someone else's), the Redis type when the key holds another type
+-- of value.
 local lease = tonumber(ARGV[1])
 if lease == nil or lease < 1 or lease > MAX_LEASE_MS then
   return redis.error_reply('ERR dlock semaphore renew: lease must be 1..' .. MAX_LEASE_MS .. ' ms, got ' .. tostring(ARGV[1]))
 end
-local now = sem_now()
+local now = now_ms()
 local renewed = {}
 for i, key in ipairs(KEYS) do
   local grant = ARGV[i + 1]
@@ -27,8 +28,9 @@ for i, key in ipairs(KEYS) do
     if deadline == nil or deadline <= now or redis.call('hexists', key, grant) == 0 then
       renewed[i] = 0
     else
-      if deadline < now + lease then
-        redis.call('hset', key, grant .. ':t', now + lease)
+      local renewed_until = hold_deadline(now, lease)
+      if deadline < renewed_until then
+        redis.call('hset', key, grant .. ':t', renewed_until)
       end
       if redis.call('pttl', key) < lease then
         redis.call('pexpire', key, lease)

@@ -16,7 +16,7 @@ local foreign = sem_foreign(KEYS[1], 'hash') or sem_foreign(KEYS[2], 'string')
 if foreign then
   return 'wrongtype:' .. foreign
 end
-local held = sem_reclaim(KEYS[1], sem_now())
+local held = sem_reclaim(KEYS[1], now_ms())
 redis.call('set', KEYS[2], permits)
 sem_publish(ARGV[2], KEYS[1], permits, held)
 return 'ok'
