@@ -36,18 +36,18 @@ pub(super) fn release_job(
     };
     ReleaseJob {
         name: Arc::clone(name),
-        op: ReleaseOp {
-            script: &fair_scripts().release,
-            keys: vec![
-                keys.key.clone(),
-                fair.queue.clone(),
-                fair.deadlines.clone(),
-                once_key,
-                keys.naps.clone(),
+        op: ReleaseOp::new(
+            &fair_scripts().release,
+            &[
+                &keys.key,
+                &fair.queue,
+                &fair.deadlines,
+                &once_key,
+                &keys.naps,
             ],
-            args: vec![field.to_owned(), mode.to_owned(), fair.wake_prefix.clone()],
-            finds_nothing_once_done: false,
-        },
+            &[field, mode, &fair.wake_prefix],
+            false,
+        ),
         label: None,
         counted: true,
     }

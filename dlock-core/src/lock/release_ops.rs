@@ -2,6 +2,7 @@
 //! (`sync::release`): which hold goes, under which memo, and what a waiter that stops
 //! waiting gives back.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::lock::keys::LockKeys;
@@ -39,26 +40,20 @@ pub(crate) fn release_job(
 ) -> ReleaseJob {
     // `all` and `leave` are idempotent without a memo; the lock key fills the slot (same
     // slot as every key).
-    let (mode, once_key, field) = match kind {
-        ReleaseKind::Hold { op } => ("one", keys.memo(field, op), field),
-        ReleaseKind::Owner => ("all", keys.key.clone(), field),
-        ReleaseKind::Unheard => ("leave", keys.key.clone(), field),
-        ReleaseKind::Reentry { op } => ("undo", keys.marker(field, op), field),
+    let (mode, once_key): (_, Cow<'_, str>) = match kind {
+        ReleaseKind::Hold { op } => ("one", keys.memo(field, op).into()),
+        ReleaseKind::Owner => ("all", keys.key.as_str().into()),
+        ReleaseKind::Unheard => ("leave", keys.key.as_str().into()),
+        ReleaseKind::Reentry { op } => ("undo", keys.marker(field, op).into()),
     };
     ReleaseJob {
         name: Arc::clone(name),
-        op: ReleaseOp {
-            script: &scripts().release,
-            keys: vec![
-                keys.key.clone(),
-                keys.channel.clone(),
-                once_key,
-                keys.naps.clone(),
-                keys.fence.clone(),
-            ],
-            args: vec![field.to_owned(), mode.to_owned()],
-            finds_nothing_once_done: true,
-        },
+        op: ReleaseOp::new(
+            &scripts().release,
+            &[&keys.key, &keys.channel, &once_key, &keys.naps, &keys.fence],
+            &[field, mode],
+            true,
+        ),
         label: None,
         counted: true,
     }

@@ -37,18 +37,18 @@ pub(super) fn release_job(
     };
     ReleaseJob {
         name: Arc::clone(&lock.name),
-        op: ReleaseOp {
-            script: &rw_scripts().release,
-            keys: vec![
-                keys.key.clone(),
-                lock.writers.clone(),
-                keys.channel.clone(),
-                once_key,
-                keys.naps.clone(),
+        op: ReleaseOp::new(
+            &rw_scripts().release,
+            &[
+                &keys.key,
+                &lock.writers,
+                &keys.channel,
+                &once_key,
+                &keys.naps,
             ],
-            args: vec![owner.to_owned(), kind.as_str().to_owned(), mode.to_owned()],
-            finds_nothing_once_done: false,
-        },
+            &[owner, kind.as_str(), mode],
+            false,
+        ),
         label: None,
         counted: true,
     }

@@ -64,38 +64,77 @@ impl Script {
     pub(crate) fn prepare_invoke(&'static self) -> ScriptCall {
         ScriptCall {
             script: self,
-            keys: Values::with_capacity(KEYS_BYTES, 8),
-            args: Values::with_capacity(ARGS_BYTES, 12),
+            bytes: Vec::with_capacity(CALL_BYTES),
+            values: Vec::with_capacity(CALL_VALUES),
+            keys: 0,
         }
     }
 }
 
 /// A script with its keys and arguments, ready to be sent (see `Backend::invoke`).
 ///
-/// Keys and arguments are written into one buffer each, as Redis reads them, rather
-/// than one allocation per value: an acquisition passes a dozen of them on every call.
+/// Keys and arguments are written into one buffer, as Redis reads them, with where each
+/// ends, rather than one allocation per value: an acquisition passes a dozen of them on
+/// every call. Keys and arguments may be added in any order (a batch adds a key and its
+/// argument at a time); each keeps its own order.
 pub(crate) struct ScriptCall {
     script: &'static Script,
-    keys: Values,
-    args: Values,
+    bytes: Vec<u8>,
+    values: Vec<Written>,
+    /// How many of `values` are keys.
+    keys: usize,
 }
+
+/// Where one value ends in [`ScriptCall`]'s buffer (it starts where the one before it
+/// ends), and whether it is a key.
+#[derive(Clone, Copy)]
+struct Written {
+    end: usize,
+    key: bool,
+}
+
+/// Room made up front: a lock's five keys and its arguments fit, so the common calls
+/// never grow their buffers.
+const CALL_BYTES: usize = 448;
+const CALL_VALUES: usize = 20;
 
 impl ScriptCall {
     /// Adds a key (`KEYS[n]`).
     pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut ScriptCall {
-        key.write_redis_args(&mut self.keys);
+        key.write_redis_args(&mut Writer {
+            call: self,
+            key: true,
+        });
         self
     }
 
     /// Adds an argument (`ARGV[n]`).
     pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut ScriptCall {
-        arg.write_redis_args(&mut self.args);
+        arg.write_redis_args(&mut Writer {
+            call: self,
+            key: false,
+        });
         self
     }
 
     /// Replaces argument `index` (0-based: `ARGV[index + 1]`), which must exist.
     pub(crate) fn set_arg(&mut self, index: usize, arg: &str) {
-        self.args.replace(index, arg.as_bytes());
+        let Some(at) = self
+            .values
+            .iter()
+            .enumerate()
+            .filter(|(_, value)| !value.key)
+            .nth(index)
+            .map(|(at, _)| at)
+        else {
+            return;
+        };
+        let (start, end) = (self.start(at), self.values[at].end);
+        self.bytes.splice(start..end, arg.bytes());
+        let moved = arg.len() as isize - (end - start) as isize;
+        for later in &mut self.values[at..] {
+            later.end = later.end.wrapping_add_signed(moved);
+        }
     }
 
     pub(crate) fn script(&self) -> &'static Script {
@@ -103,62 +142,103 @@ impl ScriptCall {
     }
 
     pub(crate) fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
-        self.keys.iter()
+        self.of_kind(true, self.keys)
     }
 
     pub(crate) fn args(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
-        self.args.iter()
+        self.of_kind(false, self.values.len() - self.keys)
     }
 
     /// The bytes of every key and argument together.
     pub(crate) fn len_bytes(&self) -> usize {
-        self.keys.bytes.len() + self.args.bytes.len()
-    }
-}
-
-/// Values written one after another into one buffer, with where each ends.
-#[derive(Default)]
-struct Values {
-    bytes: Vec<u8>,
-    ends: Vec<usize>,
-}
-
-/// Room for a call's keys and arguments made up front: a lock's five keys and its
-/// arguments fit, so the common calls never grow their buffers.
-const KEYS_BYTES: usize = 320;
-const ARGS_BYTES: usize = 128;
-
-impl Values {
-    fn with_capacity(bytes: usize, values: usize) -> Values {
-        Values {
-            bytes: Vec::with_capacity(bytes),
-            ends: Vec::with_capacity(values),
-        }
+        self.bytes.len()
     }
 
-    fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
-        (0..self.ends.len()).map(|i| {
-            let start = i.checked_sub(1).map_or(0, |before| self.ends[before]);
-            &self.bytes[start..self.ends[i]]
-        })
+    fn start(&self, at: usize) -> usize {
+        at.checked_sub(1)
+            .map_or(0, |before| self.values[before].end)
     }
 
-    /// Replaces value `index` with `value`.
-    fn replace(&mut self, index: usize, value: &[u8]) {
-        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
-        let end = self.ends[index];
-        self.bytes.splice(start..end, value.iter().copied());
-        let moved = value.len() as isize - (end - start) as isize;
-        for later in &mut self.ends[index..] {
-            *later = later.wrapping_add_signed(moved);
+    fn of_kind(&self, key: bool, count: usize) -> OfKind<'_> {
+        OfKind {
+            call: self,
+            key,
+            at: 0,
+            left: count,
         }
     }
 }
 
-impl redis::RedisWrite for Values {
+/// A copy with as much room as the original, so that the arguments a release adds to its
+/// operation's call on every send fit without growing it.
+impl Clone for ScriptCall {
+    fn clone(&self) -> ScriptCall {
+        let mut bytes = Vec::with_capacity(self.bytes.capacity());
+        bytes.extend_from_slice(&self.bytes);
+        let mut values = Vec::with_capacity(self.values.capacity());
+        values.extend_from_slice(&self.values);
+        ScriptCall {
+            script: self.script,
+            bytes,
+            values,
+            keys: self.keys,
+        }
+    }
+}
+
+/// The keys, or the arguments, of a [`ScriptCall`] in their order.
+struct OfKind<'a> {
+    call: &'a ScriptCall,
+    key: bool,
+    at: usize,
+    left: usize,
+}
+
+impl<'a> Iterator for OfKind<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let call = self.call;
+        while self.at < call.values.len() {
+            let at = self.at;
+            self.at += 1;
+            if call.values[at].key == self.key {
+                self.left -= 1;
+                return Some(&call.bytes[call.start(at)..call.values[at].end]);
+            }
+        }
+        None
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for OfKind<'_> {}
+
+/// Writes keys or arguments into a [`ScriptCall`].
+struct Writer<'a> {
+    call: &'a mut ScriptCall,
+    key: bool,
+}
+
+impl Writer<'_> {
+    fn end_value(&mut self) {
+        self.call.values.push(Written {
+            end: self.call.bytes.len(),
+            key: self.key,
+        });
+        if self.key {
+            self.call.keys += 1;
+        }
+    }
+}
+
+impl redis::RedisWrite for Writer<'_> {
     fn write_arg(&mut self, arg: &[u8]) {
-        self.bytes.extend_from_slice(arg);
-        self.ends.push(self.bytes.len());
+        self.call.bytes.extend_from_slice(arg);
+        self.end_value();
     }
 
     /// Formats in place (numbers, mostly), where the default would allocate a `String`.
@@ -173,12 +253,12 @@ impl redis::RedisWrite for Values {
     }
 }
 
-/// Writes one value into [`Values`]; it ends when the writer is dropped.
-struct ValueWriter<'a>(&'a mut Values);
+/// Writes one value; it ends when the writer is dropped.
+struct ValueWriter<'a, 'b>(&'a mut Writer<'b>);
 
-impl std::io::Write for ValueWriter<'_> {
+impl std::io::Write for ValueWriter<'_, '_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.bytes.extend_from_slice(buf);
+        self.0.call.bytes.extend_from_slice(buf);
         Ok(buf.len())
     }
 
@@ -187,41 +267,63 @@ impl std::io::Write for ValueWriter<'_> {
     }
 }
 
-impl Drop for ValueWriter<'_> {
+impl Drop for ValueWriter<'_, '_> {
     fn drop(&mut self) {
-        self.0.ends.push(self.0.bytes.len());
+        self.0.end_value();
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Values;
-    use redis::RedisWrite;
+    use super::{Script, ScriptCall};
+    use std::sync::OnceLock;
 
-    fn values(values: &Values) -> Vec<String> {
+    fn script() -> &'static Script {
+        static SCRIPT: OnceLock<Script> = OnceLock::new();
+        SCRIPT.get_or_init(|| Script::new("test", "return 1".to_owned()))
+    }
+
+    fn text<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
         values
-            .iter()
             .map(|v| String::from_utf8(v.to_vec()).unwrap())
             .collect()
     }
 
     #[test]
-    fn values_are_kept_in_order_and_replaced_in_place() {
-        let mut v = Values::default();
-        v.write_arg(b"lock");
-        v.write_arg(b"");
-        v.write_arg_fmt(30_000);
+    fn keys_and_arguments_keep_their_order_and_are_replaced_in_place() {
+        let mut call: ScriptCall = script().prepare_invoke();
+        call.key("lock").arg("").key("channel").arg(30_000);
+        call.arg(&["pub", "lish"][..]);
         {
+            use redis::RedisWrite;
             use std::io::Write;
-            let mut w = v.writer_for_next_arg();
-            w.write_all(b"pub").unwrap();
-            w.write_all(b"lish").unwrap();
+            let mut writer = super::Writer {
+                call: &mut call,
+                key: false,
+            };
+            let mut w = writer.writer_for_next_arg();
+            w.write_all(b"writ").unwrap();
+            w.write_all(b"ten").unwrap();
         }
-        assert_eq!(values(&v), ["lock", "", "30000", "publish"]);
-        v.replace(1, b"1");
-        v.replace(2, b"5");
-        v.replace(0, b"a-longer-key");
-        assert_eq!(values(&v), ["a-longer-key", "1", "5", "publish"]);
-        assert_eq!(v.iter().len(), 4);
+        assert_eq!(text(call.keys()), ["lock", "channel"]);
+        assert_eq!(text(call.args()), ["", "30000", "pub", "lish", "written"]);
+        call.set_arg(0, "1");
+        call.set_arg(1, "5");
+        call.set_arg(4, "a-longer-value");
+        call.set_arg(9, "no such argument");
+        assert_eq!(text(call.keys()), ["lock", "channel"]);
+        assert_eq!(
+            text(call.args()),
+            ["1", "5", "pub", "lish", "a-longer-value"]
+        );
+        assert_eq!((call.keys().len(), call.args().len()), (2, 5));
+
+        let copy = call.clone();
+        assert_eq!(text(copy.keys()), ["lock", "channel"]);
+        assert_eq!(
+            text(copy.args()),
+            ["1", "5", "pub", "lish", "a-longer-value"]
+        );
+        assert_eq!(copy.len_bytes(), call.len_bytes());
     }
 }

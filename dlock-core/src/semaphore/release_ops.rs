@@ -13,16 +13,16 @@ use crate::sync::release::{ReleaseJob, ReleaseOp};
 pub(super) fn release_job(sem: &Shared, grant: &str, op: u64) -> ReleaseJob {
     ReleaseJob {
         name: Arc::clone(&sem.name),
-        op: ReleaseOp {
-            script: &sem_scripts().release,
-            keys: vec![
-                sem.keys.grants.clone(),
-                sem.keys.capacity.clone(),
-                sem.keys.lock.memo(grant, op),
+        op: ReleaseOp::new(
+            &sem_scripts().release,
+            &[
+                &sem.keys.grants,
+                &sem.keys.capacity,
+                &sem.keys.lock.memo(grant, op),
             ],
-            args: vec![grant.to_owned()],
-            finds_nothing_once_done: false,
-        },
+            &[grant],
+            false,
+        ),
         label: None,
         counted: true,
     }

@@ -448,12 +448,7 @@ mod tests {
     fn give_back() -> GiveBack {
         Arc::new(|field: &str| ReleaseJob {
             name: field.into(),
-            op: ReleaseOp {
-                script: &scripts().release,
-                keys: Vec::new(),
-                args: Vec::new(),
-                finds_nothing_once_done: true,
-            },
+            op: ReleaseOp::new(&scripts().release, &[], &[], true),
             label: None,
             counted: false,
         })

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::fence::Fence;
-use crate::scripts::Script;
+use crate::scripts::{Script, ScriptCall};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
@@ -120,13 +120,36 @@ pub(crate) struct ReleaseTiming {
 ///   answer `{0, 'given' | 'kept', token?}` or `{0, 'passed'}` (see [`NextHolder`]).
 #[derive(Clone)]
 pub(crate) struct ReleaseOp {
-    pub(crate) script: &'static Script,
-    pub(crate) keys: Vec<String>,
-    pub(crate) args: Vec<String>,
+    /// The script's call with the op's keys and its own arguments: each send adds the
+    /// eight of the contract to a copy.
+    call: ScriptCall,
     /// The script keeps no memo when it gives back the owner's last hold, because that
     /// release leaves nothing of the owner's: a retry that finds nothing of the owner's
     /// reports the first attempt's success (its reply was lost) rather than "not held".
     pub(crate) finds_nothing_once_done: bool,
+}
+
+impl ReleaseOp {
+    /// The release of `script` with `keys` and the op's own `args`, written into one
+    /// call once (a job is made with every guard, and sent from a copy of it).
+    pub(crate) fn new(
+        script: &'static Script,
+        keys: &[&str],
+        args: &[&str],
+        finds_nothing_once_done: bool,
+    ) -> ReleaseOp {
+        let mut call = script.prepare_invoke();
+        for key in keys {
+            call.key(*key);
+        }
+        for arg in args {
+            call.arg(*arg);
+        }
+        ReleaseOp {
+            call,
+            finds_nothing_once_done,
+        }
+    }
 }
 
 /// One release to perform, with the lock name it is logged under.
@@ -161,13 +184,7 @@ pub(crate) async fn release(
     send: Sending,
 ) -> Result<Released, CallError> {
     let flag = |on: bool| if on { "1" } else { "0" };
-    let mut invocation = job.op.script.prepare_invoke();
-    for key in &job.op.keys {
-        invocation.key(key);
-    }
-    for arg in &job.op.args {
-        invocation.arg(arg);
-    }
+    let mut invocation = job.op.call.clone();
     let next_task = hand_off.next.as_ref();
     invocation
         .arg(timing.memo_ttl.as_millis() as u64)
