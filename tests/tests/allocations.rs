@@ -14,16 +14,16 @@ use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 #[global_allocator]
 static COUNTING: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
 
-/// What dlock may allocate per cycle beyond the bare client: measured 20 (47 against 27;
-/// 32 in `lock`, 12 in `unlock`, 3 in the background) when this test was written, with
-/// the `metrics` feature on (every test of this crate has it), plus room for 2.
+/// What dlock may allocate per cycle beyond the bare client: measured 6 (33 against 27)
+/// with the `metrics` feature on (every test of this crate has it), plus room for 2.
+/// The first count was 47: see docs/PERFORMANCE.md for what brought it down.
 ///
-/// Where they come from, as read from the code (not counted one by one): the new owner's
-/// field and its `Arc`, the waiter's wake-up and channel list, the acquisition's boxed
-/// future, the lock's `Held`, the local line's ticket, the release's job (its key and
-/// argument vectors and memo name), each call's key and argument buffers (the bare client
-/// writes straight into its command), and a key per metric update.
-const EXTRA_ALLOCATIONS: f64 = 22.0;
+/// The gap is net: the bare client's commands grow their buffers as arguments are added
+/// (reallocations count), which dlock's pre-sized calls avoid, while dlock makes things
+/// the bare client has no need of (the acquisition's boxed future, the lock's `Held`,
+/// the local line's ticket, the owner's field, the release's memo name and copy of its
+/// call).
+const EXTRA_ALLOCATIONS: f64 = 8.0;
 
 /// Cycles counted (after as many to warm up: connections, scripts, caches).
 const CYCLES: u64 = 2_000;

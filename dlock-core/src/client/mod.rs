@@ -305,6 +305,24 @@ pub(crate) fn deployment_identity(topology: &Topology) -> String {
     }
 }
 
+/// `<client id>:<n>` with one allocation when it fits in [`OWNER_FIELD_ROOM`] (a client
+/// id is a UUID, 36 bytes, and `n` at most 20 digits: it always does).
+fn owner_field(client_id: &str, n: u64) -> Arc<str> {
+    use std::io::Write;
+    let mut room = [0u8; OWNER_FIELD_ROOM];
+    let mut rest = &mut room[..];
+    if write!(rest, "{client_id}:{n}").is_ok() {
+        let written = OWNER_FIELD_ROOM - rest.len();
+        if let Ok(field) = std::str::from_utf8(&room[..written]) {
+            return Arc::from(field);
+        }
+    }
+    format!("{client_id}:{n}").into()
+}
+
+/// Room on the stack for an owner field (see [`owner_field`]).
+const OWNER_FIELD_ROOM: usize = 64;
+
 impl Drop for ClientInner {
     fn drop(&mut self) {
         if let Some(key) = &self.registration_key {
@@ -316,6 +334,13 @@ impl Drop for ClientInner {
 impl ClientInner {
     pub(crate) fn next_owner(&self) -> u64 {
         self.next_owner.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A new owner's field, `<client id>:<n>` with the next `n`: every acquisition makes
+    /// one, so it is written on the stack and copied once, into its `Arc` (a `format!`
+    /// and the `Arc` made from it were two allocations).
+    pub(crate) fn new_owner_field(&self) -> Arc<str> {
+        owner_field(&self.id_text, self.next_owner())
     }
 
     pub(crate) fn next_op(&self) -> u64 {
@@ -473,5 +498,21 @@ impl LockClient {
                 next_op: AtomicU64::new(1),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::owner_field;
+
+    #[test]
+    fn an_owner_field_is_the_client_id_and_the_number() {
+        let id = uuid::Uuid::new_v4().to_string();
+        for n in [0, 7, 1_000_000, u64::MAX] {
+            assert_eq!(&*owner_field(&id, n), format!("{id}:{n}"));
+        }
+        // Longer than the room on the stack (no client id is): written all the same.
+        let long = "x".repeat(100);
+        assert_eq!(&*owner_field(&long, 42), format!("{long}:42"));
     }
 }

@@ -168,8 +168,7 @@ impl FairLock {
         let lease = lease.unwrap_or(settings.watchdog_timeout);
         let lease_ms = lease_millis("lease", lease)?;
         let patient = wait != Some(Duration::ZERO);
-        let owner = inner.next_owner();
-        let field: Arc<str> = format!("{}:{owner}", inner.id_text).into();
+        let field = inner.new_owner_field();
         let channel = format!("{}{}", self.fair.wake_prefix, inner.id_text);
         let mut call = fair_scripts().acquire.prepare_invoke();
         call.key(&self.keys.key)
@@ -196,9 +195,10 @@ impl FairLock {
         // wake-up is heard from the first try on. A wake-up for an owner of this client
         // that no longer waits is dropped: it only asked that owner to try, and the
         // owner's own leave (its `TryStep`'s cleanup) wakes the next head.
+        let channels = [(channel.as_str(), None)];
         let mut waiter = Waiter::for_owner(
             &inner.pubsub,
-            &[(&channel, None)],
+            &channels,
             &field,
             WaitPolicy {
                 // Every try renews the entry: at a third of its timeout, two tries can be
@@ -225,7 +225,7 @@ impl FairLock {
                         .with_fence(fence),
                     );
                     inner.metrics.acquired(started.elapsed());
-                    tracing::debug!(lock = %self.name, owner, waited = ?started.elapsed(), "dlock: acquired (fair)");
+                    tracing::debug!(lock = %self.name, owner = %field, waited = ?started.elapsed(), "dlock: acquired (fair)");
                     return Ok(self.guard(held));
                 }
                 Ok((_, Reply::Busy { wait_ms, .. })) => NotYet::Busy { ttl_ms: wait_ms },

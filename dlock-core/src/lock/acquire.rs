@@ -80,7 +80,7 @@ impl Lock {
         let renewal = lease.is_none().then_some(settings.watchdog_timeout);
         let lease = lease.unwrap_or(settings.watchdog_timeout);
         let lease_ms = lease_millis("lease", lease)?;
-        let field: Arc<str> = format!("{}:{}", inner.id_text, inner.next_owner()).into();
+        let field = inner.new_owner_field();
         let fresh = Fresh {
             field,
             lease,
@@ -450,9 +450,10 @@ impl Lock {
         .waiting(waits, Some(REGISTERED_FLAG));
         // Adopts the channel the line kept subscribed (or this client's other waiters
         // did): a hand-off to this owner is heard from its first try on.
+        let channels = [(&*self.wake, Some(&self.abandon))];
         let mut waiter = Waiter::for_owner(
             &inner.pubsub,
-            &[(&self.wake, Some(&self.abandon))],
+            &channels,
             &field,
             WaitPolicy {
                 recheck: settings.max_wait_recheck,

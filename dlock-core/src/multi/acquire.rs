@@ -1,7 +1,6 @@
 //! Acquiring a [`MultiLock`]: one lock after the other in canonical order (sequential),
 //! or all at once by one script (same slot).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -137,7 +136,7 @@ impl MultiLock {
         let lease = lease.unwrap_or(settings.watchdog_timeout);
         let lease_ms = lease_millis("lease", lease)?;
         let waits = wait != Some(Duration::ZERO);
-        let field: Arc<str> = format!("{}:{}", inner.id_text, inner.next_owner()).into();
+        let field = inner.new_owner_field();
         let mut call = multi_scripts().acquire.prepare_invoke();
         for lock in self.locks.iter() {
             call.key(lock.key());

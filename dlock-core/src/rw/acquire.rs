@@ -266,7 +266,7 @@ impl ReadWriteLock {
         } else {
             0
         };
-        let owner: Arc<str> = format!("{}:{}", inner.id, inner.next_owner()).into();
+        let owner = inner.new_owner_field();
         let promise_ms = if patient {
             settings.registry_ttl().as_millis() as u64
         } else {

@@ -82,7 +82,7 @@ impl Semaphore {
             // handle (or a clone) while it waits is this waiter's capacity too.
             let permits = self.checked_n(n)?;
             if current.as_ref().is_none_or(|(built, ..)| *built != permits) {
-                let grant: Arc<str> = format!("{}:{}", inner.id, inner.next_owner()).into();
+                let grant = inner.new_owner_field();
                 let step = self.try_step(Arc::clone(&grant), n, lease_ms, permits);
                 current = Some((permits, grant, step));
             }

@@ -313,19 +313,12 @@ impl PubSubService {
         self.subscribe_to(channel, Some((owner, wake)), abandon)
     }
 
-    /// [`subscribe_owner`](PubSubService::subscribe_owner), but only if the channel is
-    /// subscribed already (other waiters of the client, or a channel lingering after its
-    /// last waiter), so that it costs nothing at Redis: a try made while holding it is
-    /// heard by its owner, and needs no re-try after a confirmation once it is confirmed.
-    pub(crate) fn subscribe_owner_if_present(
-        &self,
-        channel: &str,
-        owner: &Arc<str>,
-        wake: &Arc<OwnerWake>,
-        abandon: Option<&Abandon>,
-    ) -> Option<Subscription> {
-        let present = self.shared.lock_channels().contains_key(channel);
-        present.then(|| self.subscribe_owner(channel, owner, wake, abandon))
+    /// Whether `channel` is subscribed already (other waiters of the client, or a channel
+    /// lingering after its last waiter): a subscription to it costs nothing at Redis, so
+    /// an owner takes one before its first try, whose hand-off it then hears, and needs no
+    /// re-try after a confirmation once it is confirmed.
+    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        self.shared.lock_channels().contains_key(channel)
     }
 
     fn subscribe_to(

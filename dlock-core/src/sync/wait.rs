@@ -7,6 +7,7 @@
 //! that is not a success to [`Waiter::wait`], which either waits and returns so the
 //! primitive tries again, or says why to give up.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,11 +53,14 @@ pub(crate) struct Waiter<'a> {
     pubsub: &'a PubSubService,
     /// The channels it listens on: a shared channel, or the wake channels the owner
     /// waits on (a multi-lock's, one per lock), each with how to give up a message for an
-    /// owner of this client that no longer waits.
-    channels: Vec<(&'a str, Option<&'a Abandon>)>,
-    /// The owner this waiter waits as on wake channels (messages name it) and its wake-up,
-    /// shared by its subscriptions; `None` on a shared channel.
-    owner: Option<(&'a Arc<str>, Arc<OwnerWake>)>,
+    /// owner of this client that no longer waits. Borrowed from an owner's caller.
+    channels: Cow<'a, [(&'a str, Option<&'a Abandon>)]>,
+    /// The owner this waiter waits as on wake channels (messages name it); `None` on a
+    /// shared channel.
+    owner: Option<&'a Arc<str>>,
+    /// The owner's wake-up, shared by its subscriptions: made with the first of them, so
+    /// that an acquisition that never waits makes none.
+    wake: Option<Arc<OwnerWake>>,
     policy: WaitPolicy,
     /// One per channel once the waiter waited (or adopted them all before its first try).
     subscriptions: Vec<Subscription>,
@@ -74,8 +78,9 @@ impl<'a> Waiter<'a> {
     pub(crate) fn new(pubsub: &'a PubSubService, channel: &'a str, policy: WaitPolicy) -> Self {
         Waiter {
             pubsub,
-            channels: vec![(channel, None)],
+            channels: Cow::Owned(vec![(channel, None)]),
             owner: None,
+            wake: None,
             policy,
             subscriptions: Vec::new(),
             confirmed: false,
@@ -96,29 +101,31 @@ impl<'a> Waiter<'a> {
     /// owner that no longer waits.
     pub(crate) fn for_owner(
         pubsub: &'a PubSubService,
-        channels: &[(&'a str, Option<&'a Abandon>)],
+        channels: &'a [(&'a str, Option<&'a Abandon>)],
         owner: &'a Arc<str>,
         policy: WaitPolicy,
     ) -> Self {
-        let wake = Arc::new(OwnerWake::default());
-        let adopted: Vec<Subscription> = channels
-            .iter()
-            .filter_map(|(channel, abandon)| {
-                pubsub.subscribe_owner_if_present(channel, owner, &wake, *abandon)
-            })
-            .collect();
-        let confirmed =
-            adopted.len() == channels.len() && adopted.iter().all(Subscription::is_confirmed);
-        Waiter {
+        let mut waiter = Waiter {
             pubsub,
-            channels: channels.to_vec(),
-            owner: Some((owner, wake)),
+            channels: Cow::Borrowed(channels),
+            owner: Some(owner),
+            wake: None,
             policy,
-            subscriptions: adopted,
-            confirmed,
+            subscriptions: Vec::new(),
+            confirmed: false,
             outage: None,
             every_message: false,
+        };
+        for &(channel, abandon) in channels {
+            if pubsub.is_subscribed(channel) {
+                let wake = waiter.wake.get_or_insert_with(Arc::default);
+                let subscription = pubsub.subscribe_owner(channel, owner, wake, abandon);
+                waiter.subscriptions.push(subscription);
+            }
         }
+        waiter.confirmed = waiter.subscriptions.len() == channels.len()
+            && waiter.subscriptions.iter().all(Subscription::is_confirmed);
+        waiter
     }
 
     /// Makes every unlock message on the channel wake this waiter, whoever else it wakes,
@@ -167,7 +174,7 @@ impl<'a> Waiter<'a> {
                 self.subscriptions.iter_mut().map(Subscription::confirmed),
             );
             let _ = tokio::time::timeout(nap, confirmations).await;
-        } else if let Some((_, wake)) = &self.owner {
+        } else if let Some(wake) = &self.wake {
             wake.called(now + nap).await;
         } else if let Some(subscription) = self.subscriptions.first_mut() {
             if self.every_message {
@@ -185,7 +192,8 @@ impl<'a> Waiter<'a> {
         if self.subscriptions.len() == self.channels.len() {
             return;
         }
-        let (pubsub, owner) = (self.pubsub, self.owner.as_ref());
+        let (pubsub, owner) = (self.pubsub, self.owner);
+        let wake = &mut self.wake;
         let mut adopted = std::mem::take(&mut self.subscriptions);
         self.subscriptions = self
             .channels
@@ -195,7 +203,10 @@ impl<'a> Waiter<'a> {
                     return adopted.swap_remove(at);
                 }
                 match owner {
-                    Some((owner, wake)) => pubsub.subscribe_owner(channel, owner, wake, abandon),
+                    Some(owner) => {
+                        let wake = wake.get_or_insert_with(Arc::default);
+                        pubsub.subscribe_owner(channel, owner, wake, abandon)
+                    }
                     None => pubsub.subscribe(channel),
                 }
             })
