@@ -1,8 +1,9 @@
 //! Waiting for the read-write lock: a writer is not starved by a flood of readers, one
 //! write release wakes every waiting reader of a process, a release only a waiting
 //! writer can use wakes no reader (and still tells readers when a dead writer's entry
-//! lapses), and acquisitions cancelled at any point leave no hold and no waiting writer's
-//! entry behind.
+//! lapses), a reader joining waiting readers tries once before the release, and
+//! acquisitions cancelled at any point leave no hold and no waiting writer's entry
+//! behind.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -403,4 +404,45 @@ async fn cancelled_acquisitions_leave_no_hold_and_no_waiting_writer() {
     read.unlock().await.unwrap();
     let left = leftovers(&mut admin, &[]).await;
     assert!(left.is_empty(), "{left:?} left");
+}
+
+/// A reader that starts waiting beside readers of its client that already wait finds
+/// the lock's channel subscribed and confirmed: it takes that subscription before its
+/// first try, so the try needs no second one once a confirmation comes (which it already
+/// has). The first reader pays for the subscription; each later one tries once, then
+/// waits for the release. Before, every waiter tried twice before waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_joining_waiting_readers_tries_once_before_the_release() {
+    const LATER: usize = 3;
+    let server = RedisServer::start();
+    let mut admin = admin(&server).await;
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiting = patient_client(&server.url()).await;
+    let write = holder.rw_lock("joiners").write().lock().await.unwrap();
+    let read = |client: &LockClient| {
+        let rw = client.rw_lock("joiners");
+        tokio::spawn(async move {
+            rw.read().lock().await.unwrap().unlock().await.unwrap();
+        })
+    };
+    let mut tasks = vec![read(&waiting)];
+    // The first reader tried, subscribed, had it confirmed and tried again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    log_every_command(&mut admin).await;
+    for _ in 0..LATER {
+        tasks.push(read(&waiting));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        reader_tries(&mut admin).await,
+        LATER,
+        "tries of the readers that joined, before the release"
+    );
+    write.unlock().await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(3), task)
+            .await
+            .expect("every reader got in without a recheck")
+            .unwrap();
+    }
 }

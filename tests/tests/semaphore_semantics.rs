@@ -1,23 +1,16 @@
 //! The semaphore's accounting and waking on one server: releases count once per grant,
 //! a 2-permit waiter wakes after two single releases, a dead holder's grant wakes a waiter
-//! at its deadline, capacity rules, and deadlines written in server time.
+//! at its deadline, capacity rules, deadlines written in server time, and a waiter that
+//! joins others tries once before it waits. Waiting clients are `patient_client`s: every
+//! wake-up must come from a message or a grant deadline.
 
 use std::time::Duration;
 
 use dlock::{LockClient, LockError, Semaphore};
-use dlock_tests::RedisServer;
+use dlock_tests::command_log::{log_every_command, logged_commands};
+use dlock_tests::{patient_client, RedisServer};
 use redis::AsyncCommands;
 use tokio::time::Instant;
-
-/// A client whose waiters never re-check on their own within a test: every wake-up must
-/// come from a message or a grant deadline.
-async fn patient_client(server: &RedisServer) -> LockClient {
-    LockClient::builder()
-        .max_wait_recheck(Duration::from_secs(30))
-        .connect(&server.url())
-        .await
-        .unwrap()
-}
 
 async fn redis(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     server
@@ -132,7 +125,7 @@ async fn a_second_release_of_a_grant_and_a_release_after_expiry_change_nothing()
 async fn a_two_permit_waiter_wakes_after_two_single_releases() {
     let server = RedisServer::start();
     let holders = LockClient::connect(&server.url()).await.unwrap();
-    let waiting = patient_client(&server).await;
+    let waiting = patient_client(&server.url()).await;
     let sem = holders.semaphore("pair", 2);
     let first = sem.acquire(1).await.unwrap();
     let second = sem.acquire(1).await.unwrap();
@@ -165,7 +158,7 @@ async fn a_waiter_wakes_at_the_earliest_grant_deadline_when_the_holder_dies() {
     let server = RedisServer::start();
     let mut redis = redis(&server).await;
     let dying = LockClient::connect(&server.url()).await.unwrap();
-    let waiting = patient_client(&server).await;
+    let waiting = patient_client(&server.url()).await;
     let lease = Duration::from_millis(800);
     let sem = dying.semaphore("dead-holder", 1);
     let holder = sem.acquire_with_lease(1, lease).await.unwrap();
@@ -246,7 +239,7 @@ async fn bad_permit_counts_fail_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stored_capacity_is_checked_and_changes_only_through_set_permits() {
     let server = RedisServer::start();
-    let client = patient_client(&server).await;
+    let client = patient_client(&server.url()).await;
     let four = client.semaphore("capacity", 4);
     assert_eq!(
         four.total_permits().await.unwrap(),
@@ -361,4 +354,49 @@ async fn a_grant_deadline_is_server_time_plus_the_lease_to_the_end_of_its_millis
         "the hash expires with the grant: {pttl}"
     );
     guard.unlock().await.unwrap();
+}
+
+/// A waiter that starts beside waiters of its client finds the semaphore's channel
+/// subscribed and confirmed: it takes that subscription before its first try, so it
+/// tries once and waits for the release (before, every waiter tried twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_joining_waiting_ones_tries_once_before_the_release() {
+    const LATER: usize = 3;
+    let server = RedisServer::start();
+    let mut admin = redis(&server).await;
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiting = patient_client(&server.url()).await;
+    let held = holder.semaphore("joiners", 1).acquire(1).await.unwrap();
+    let wait = |client: &LockClient| {
+        let sem = client.semaphore("joiners", 1);
+        tokio::spawn(async move {
+            sem.acquire(1).await.unwrap().unlock().await.unwrap();
+        })
+    };
+    let mut tasks = vec![wait(&waiting)];
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    log_every_command(&mut admin).await;
+    for _ in 0..LATER {
+        tasks.push(wait(&waiting));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Acquire calls: the grants hash and the capacity as keys, no release memo.
+    let tries = logged_commands(&mut admin)
+        .await
+        .iter()
+        .filter(|args| args[0].eq_ignore_ascii_case("evalsha"))
+        .filter(|args| args.iter().any(|a| a.starts_with("dlock:semcap:")))
+        .filter(|args| !args.iter().any(|a| a.starts_with("dlock:release:")))
+        .count();
+    assert_eq!(
+        tries, LATER,
+        "tries of the waiters that joined, before the release"
+    );
+    held.unlock().await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(3), task)
+            .await
+            .expect("every waiter got its permit without a recheck")
+            .unwrap();
+    }
 }

@@ -74,16 +74,29 @@ pub(crate) struct Waiter<'a> {
 }
 
 impl<'a> Waiter<'a> {
-    /// A waiter on the shared `channel`.
+    /// A waiter on the shared `channel`. If the channel is subscribed already (other
+    /// waiters of the client, or a channel lingering after its last waiter), the waiter
+    /// takes its subscription at once, so that a release after its first try is heard
+    /// and, once confirmed, that try needs no re-try after a confirmation.
+    ///
+    /// Create it before the first try.
     pub(crate) fn new(pubsub: &'a PubSubService, channel: &'a str, policy: WaitPolicy) -> Self {
+        let subscriptions: Vec<Subscription> = pubsub
+            .is_subscribed(channel)
+            .then(|| pubsub.subscribe(channel))
+            .into_iter()
+            .collect();
+        let confirmed = subscriptions
+            .first()
+            .is_some_and(Subscription::is_confirmed);
         Waiter {
             pubsub,
             channels: Cow::Owned(vec![(channel, None)]),
             owner: None,
             wake: None,
             policy,
-            subscriptions: Vec::new(),
-            confirmed: false,
+            subscriptions,
+            confirmed,
             outage: None,
             every_message: false,
         }
