@@ -117,7 +117,8 @@ impl ScriptCall {
         self
     }
 
-    /// Replaces argument `index` (0-based: `ARGV[index + 1]`), which must exist.
+    /// Replaces argument `index` (0-based: `ARGV[index + 1]`); nothing changes when there
+    /// is no such argument.
     pub(crate) fn set_arg(&mut self, index: usize, arg: &str) {
         let Some(at) = self
             .values

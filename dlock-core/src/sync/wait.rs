@@ -74,40 +74,30 @@ pub(crate) struct Waiter<'a> {
 }
 
 impl<'a> Waiter<'a> {
-    /// A waiter on the shared `channel`. If the channel is subscribed already (other
-    /// waiters of the client, or a channel lingering after its last waiter), the waiter
-    /// takes its subscription at once, so that a release after its first try is heard
-    /// and, once confirmed, that try needs no re-try after a confirmation.
+    /// A waiter on the shared `channel`; it adopts the channel's subscription if its
+    /// client listens there already (see [`Waiter::adopt_subscribed`]).
     ///
     /// Create it before the first try.
     pub(crate) fn new(pubsub: &'a PubSubService, channel: &'a str, policy: WaitPolicy) -> Self {
-        let subscriptions: Vec<Subscription> = pubsub
-            .is_subscribed(channel)
-            .then(|| pubsub.subscribe(channel))
-            .into_iter()
-            .collect();
-        let confirmed = subscriptions
-            .first()
-            .is_some_and(Subscription::is_confirmed);
         Waiter {
             pubsub,
             channels: Cow::Owned(vec![(channel, None)]),
             owner: None,
             wake: None,
             policy,
-            subscriptions,
-            confirmed,
+            subscriptions: Vec::new(),
+            confirmed: false,
             outage: None,
             every_message: false,
         }
+        .adopt_subscribed()
     }
 
     /// A waiter as `owner` on its client's wake channels `channels` (one per lock it
     /// waits for, with the lock's way to give up a message, if it has one): the release
     /// that passes a lock to it, or wakes it, names it (see `sync::pubsub`), on whichever
-    /// lock's channel. If every
-    /// channel is subscribed already, the waiter adopts them at once, so that a hand-off
-    /// to it is heard from its first try on (and needs no re-try once confirmed).
+    /// lock's channel. It adopts the channels its client listens on already (see
+    /// [`Waiter::adopt_subscribed`]).
     ///
     /// Create it before the first try: a message for the owner that arrives on a
     /// subscribed channel before the waiter listens there is given up as meant for an
@@ -118,7 +108,7 @@ impl<'a> Waiter<'a> {
         owner: &'a Arc<str>,
         policy: WaitPolicy,
     ) -> Self {
-        let mut waiter = Waiter {
+        Waiter {
             pubsub,
             channels: Cow::Borrowed(channels),
             owner: Some(owner),
@@ -128,17 +118,26 @@ impl<'a> Waiter<'a> {
             confirmed: false,
             outage: None,
             every_message: false,
-        };
-        for &(channel, abandon) in channels {
-            if pubsub.is_subscribed(channel) {
-                let wake = waiter.wake.get_or_insert_with(Arc::default);
-                let subscription = pubsub.subscribe_owner(channel, owner, wake, abandon);
-                waiter.subscriptions.push(subscription);
+        }
+        .adopt_subscribed()
+    }
+
+    /// Before the first try, subscribes to the channels its client listens on already
+    /// (other waiters of the lock, or a channel lingering after its last waiter), which
+    /// costs nothing at Redis: a release after the first try is heard there, and when
+    /// every channel is adopted and confirmed, a busy first try goes straight to waiting
+    /// instead of trying again once its subscriptions are confirmed.
+    fn adopt_subscribed(mut self) -> Self {
+        for &(channel, abandon) in self.channels.iter() {
+            if self.pubsub.is_subscribed(channel) {
+                let subscription =
+                    subscribe(self.pubsub, self.owner, &mut self.wake, channel, abandon);
+                self.subscriptions.push(subscription);
             }
         }
-        waiter.confirmed = waiter.subscriptions.len() == channels.len()
-            && waiter.subscriptions.iter().all(Subscription::is_confirmed);
-        waiter
+        self.confirmed = self.subscriptions.len() == self.channels.len()
+            && self.subscriptions.iter().all(Subscription::is_confirmed);
+        self
     }
 
     /// Makes every unlock message on the channel wake this waiter, whoever else it wakes,
@@ -215,13 +214,7 @@ impl<'a> Waiter<'a> {
                 if let Some(at) = adopted.iter().position(|s| s.channel() == channel) {
                     return adopted.swap_remove(at);
                 }
-                match owner {
-                    Some(owner) => {
-                        let wake = wake.get_or_insert_with(Arc::default);
-                        pubsub.subscribe_owner(channel, owner, wake, abandon)
-                    }
-                    None => pubsub.subscribe(channel),
-                }
+                subscribe(pubsub, owner, wake, channel, abandon)
             })
             .collect();
     }
@@ -242,5 +235,23 @@ impl<'a> Waiter<'a> {
         tracing::debug!(channel = %self.channels[0].0, %error, "dlock: Redis unavailable while waiting; retrying");
         tokio::time::sleep(pause).await;
         Ok(())
+    }
+}
+
+/// A subscription to `channel`: as `owner` with its wake-up `wake` (made with its first
+/// subscription) on a wake channel, or on a shared channel without an owner.
+fn subscribe(
+    pubsub: &PubSubService,
+    owner: Option<&Arc<str>>,
+    wake: &mut Option<Arc<OwnerWake>>,
+    channel: &str,
+    abandon: Option<&Abandon>,
+) -> Subscription {
+    match owner {
+        Some(owner) => {
+            let wake = wake.get_or_insert_with(Arc::default);
+            pubsub.subscribe_owner(channel, owner, wake, abandon)
+        }
+        None => pubsub.subscribe(channel),
     }
 }
