@@ -288,6 +288,30 @@ fn registrations_within_one_millisecond_keep_their_arrival_order() {
     }
 }
 
+/// Waits until `tries` busy tries ran and `checks` waiters, their subscription confirmed,
+/// found themselves still registered (so nothing passed them over before they
+/// listened), counted at the server: each busy try sends two ZADDs, its registration (NX,
+/// so a waiter keeps its place) and the promise of its busy answer (see
+/// `scripts/naps.lua`), and the check is one ZSCORE. Such a waiter sleeps until a message
+/// or its recheck. Counting them at the server, rather than watching the registry's
+/// size, keeps a waiter's check from landing after a hand-off a test makes next.
+async fn settled(server: &RedisServer, tries: u64, checks: u64) {
+    let started = Instant::now();
+    loop {
+        let calls = command_calls(&mut server.connection());
+        let tries_ran = calls.get("zadd").copied().unwrap_or(0) / 2;
+        let checks_ran = calls.get("zscore").copied().unwrap_or(0);
+        if (tries_ran, checks_ran) == (tries, checks) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{tries_ran} busy tries and {checks_ran} registration checks ran, waiting for {tries} and {checks}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// A client that stops waiting leaves the registry; and if a release chose it before it
 /// left (the wake-up went to a client with nobody left to use it), it passes the wake-up
 /// on, so the next waiting client acquires at once instead of at its next recheck. Fails
@@ -308,35 +332,10 @@ async fn a_client_that_stops_waiting_passes_its_wake_up_on() {
         let lock = client.lock("{passed-on}");
         tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await })
     };
-    // Each busy try sends two ZADDs: its registration (NX, so a waiter keeps its place)
-    // and the promise of its busy answer (see `scripts/naps.lua`). A waiter has made both
-    // of its tries (the first, and the one after its subscription was confirmed) and
-    // sleeps for its 10 s recheck (the lock's expiry is a minute away) once its second
-    // try ran. Counting
-    // them at the server, rather than watching the registry's size, keeps a waiter's
-    // second try from landing after the hand-off below (it would take the lock itself).
-    let busy_tries_ran = |count: u64| {
-        let server = &server;
-        async move {
-            let started = Instant::now();
-            loop {
-                let calls = command_calls(&mut server.connection());
-                let now = calls.get("zadd").copied().unwrap_or(0) / 2;
-                if now == count {
-                    return;
-                }
-                assert!(
-                    started.elapsed() < Duration::from_secs(5),
-                    "{now} busy tries ran, waiting for {count}"
-                );
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    };
     let first_waiter = waiting(&first);
-    busy_tries_ran(2).await;
+    settled(&server, 1, 1).await;
     let second_waiter = waiting(&second);
-    busy_tries_ran(4).await;
+    settled(&server, 2, 2).await;
     let waiting_clients: usize = server.connection().zcard(registry("passed-on")).unwrap();
     assert_eq!(waiting_clients, 2);
 
@@ -420,14 +419,8 @@ async fn a_waiter_cancelled_during_its_first_try_leaves_the_registry() {
     // `still_waiting` waits behind it (registered later), then the holder releases.
     let lock = still_waiting.lock("{ghost}");
     let waiter = tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });
-    let started = Instant::now();
-    while still_waiting.stats().acquire_attempts < 2 {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the waiter did not try twice"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // Two busy tries (the cancelled one's and its own) and its own registration check.
+    settled(&server, 2, 1).await;
     let released = Instant::now();
     guard.unlock().await.unwrap();
     let acquired = tokio::time::timeout(Duration::from_secs(3), waiter)

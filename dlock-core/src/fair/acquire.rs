@@ -237,7 +237,7 @@ impl FairLock {
                 Err(error) => NotYet::Unavailable(error),
             };
             match waiter.wait(not_yet).await {
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(GiveUp::TimedOut) => {
                     tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent (fair)");
                     step.give_up().await;

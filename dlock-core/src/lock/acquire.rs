@@ -24,7 +24,7 @@ use crate::sync::owner;
 use crate::sync::pubsub::Subscription;
 use crate::sync::release::{NextTask, ReleaseJob};
 use crate::sync::verbs::Acquire;
-use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
+use crate::sync::wait::{GiveUp, NotYet, Resumed, WaitPolicy, Waiter};
 
 /// The acquisition, traced and measured (`sync::observe`): every public way to take the
 /// lock comes here.
@@ -415,6 +415,23 @@ impl Lock {
         }
     }
 
+    /// Whether the waiting owner `field` is still in the lock's waiter registry, once its
+    /// client listens on its wake channel: then no release passed the lock to it, or told
+    /// it anything, while it did not listen yet. Every such message goes to a registered
+    /// waiter and, when nobody receives it, takes the waiter out of the registry (see
+    /// `handoff.lua`); a message received since then is waiting for the owner. One
+    /// `ZSCORE` instead of a second busy try, which registers again and records a
+    /// promise. An error answers no: the owner tries.
+    async fn still_registered(&self, field: &str) -> bool {
+        let score: std::result::Result<Option<String>, CallError> = self
+            .client
+            .inner
+            .backend
+            .query(redis::cmd("ZSCORE").arg(&self.keys.channel).arg(field))
+            .await;
+        matches!(score, Ok(Some(_)))
+    }
+
     /// A new owner's acquisition, once it has the local turn: tries, then waits for its
     /// hand-off (or the time the lock can change hands, or `max_wait_recheck`) and tries
     /// again, riding out Redis errors for up to `failover_wait`.
@@ -490,8 +507,14 @@ impl Lock {
                 Err(error) => NotYet::Unavailable(error),
             };
             // Boxed, as the give-ups: only a lock that is not free waits.
-            match Box::pin(waiter.wait(not_yet)).await {
-                Ok(()) => {}
+            let mut resumed = Box::pin(waiter.wait(not_yet)).await;
+            if let Ok(Resumed::Subscribed { nap_until }) = resumed {
+                if self.still_registered(&field).await {
+                    resumed = Box::pin(waiter.wait(Resumed::rest_of_nap(nap_until))).await;
+                }
+            }
+            match resumed {
+                Ok(_) => {}
                 Err(GiveUp::TimedOut) => {
                     tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
                     Box::pin(step.give_up()).await;

@@ -223,7 +223,7 @@ impl MultiLock {
                 Err(error) => NotYet::Unavailable(error),
             };
             match waiter.wait(not_yet).await {
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(GiveUp::TimedOut) => {
                     step.give_up().await;
                     inner.metrics.timed_out();

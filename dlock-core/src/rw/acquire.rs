@@ -329,7 +329,7 @@ impl ReadWriteLock {
                 Err(error) => NotYet::Unavailable(error),
             };
             match waiter.wait(not_yet).await {
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(GiveUp::TimedOut) => {
                     tracing::debug!(lock = %self.shared.name, ?kind, waited = ?started.elapsed(), "dlock: wait budget spent");
                     step.give_up().await;

@@ -135,7 +135,7 @@ impl Semaphore {
                 Err(error) => NotYet::Unavailable(error),
             };
             match waiter.wait(not_yet).await {
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(GiveUp::TimedOut) => {
                     step.give_up().await;
                     inner.metrics.timed_out();

@@ -25,6 +25,29 @@ pub(crate) enum NotYet {
     Unavailable(CallError),
 }
 
+/// Why a wait ended without giving up.
+pub(crate) enum Resumed {
+    /// Try again: a message came, the nap ended, or an outage's pause passed.
+    Try,
+    /// The waiter's subscriptions were just confirmed, after a busy try sent before they
+    /// were: a release published in between was not heard. Trying again finds out; a
+    /// primitive that can tell more cheaply whether a release passed it over meanwhile
+    /// may ask that instead and, if none did, wait on until `nap_until` (the end of the
+    /// busy answer's nap) without trying.
+    Subscribed { nap_until: Instant },
+}
+
+impl Resumed {
+    /// The busy answer to wait on after a check found nothing missed: the rest of the
+    /// nap it ended early.
+    pub(crate) fn rest_of_nap(nap_until: Instant) -> NotYet {
+        let rest = nap_until.saturating_duration_since(Instant::now());
+        NotYet::Busy {
+            ttl_ms: i64::try_from(rest.as_millis()).unwrap_or(i64::MAX),
+        }
+    }
+}
+
 /// Why to stop trying.
 #[derive(Debug)]
 pub(crate) enum GiveUp {
@@ -154,17 +177,17 @@ impl<'a> Waiter<'a> {
     }
 
     /// Waits after `outcome` until the next try is worth it, or says why to give up.
-    pub(crate) async fn wait(&mut self, outcome: NotYet) -> Result<(), GiveUp> {
+    pub(crate) async fn wait(&mut self, outcome: NotYet) -> Result<Resumed, GiveUp> {
         match outcome {
             NotYet::Busy { ttl_ms } => {
                 self.outage = None;
                 self.wait_for_release(ttl_ms).await
             }
-            NotYet::Unavailable(error) => self.ride_out(error).await,
+            NotYet::Unavailable(error) => self.ride_out(error).await.map(|()| Resumed::Try),
         }
     }
 
-    async fn wait_for_release(&mut self, ttl_ms: i64) -> Result<(), GiveUp> {
+    async fn wait_for_release(&mut self, ttl_ms: i64) -> Result<Resumed, GiveUp> {
         let now = Instant::now();
         let remaining = match self.policy.give_up_at {
             Some(at) if at <= now => return Err(GiveUp::TimedOut),
@@ -179,13 +202,18 @@ impl<'a> Waiter<'a> {
             .map(Duration::from_millis)
             .map_or(recheck, |ttl| ttl.min(recheck));
         if !std::mem::replace(&mut self.confirmed, true) {
-            // Try again once Redis confirmed the subscriptions: a release published between
-            // the try and a subscription would otherwise be missed.
+            // Once Redis confirmed the subscriptions, a release published between the try
+            // and a subscription may have been missed: the caller finds out.
             tracing::trace!(channel = %self.channels[0].0, ttl_ms, "dlock: waiting for release");
             let confirmations = futures_util::future::join_all(
                 self.subscriptions.iter_mut().map(Subscription::confirmed),
             );
             let _ = tokio::time::timeout(nap, confirmations).await;
+            if self.subscriptions.iter().all(Subscription::is_confirmed) {
+                return Ok(Resumed::Subscribed {
+                    nap_until: now + nap,
+                });
+            }
         } else if let Some(wake) = &self.wake {
             wake.called(now + nap).await;
         } else if let Some(subscription) = self.subscriptions.first_mut() {
@@ -195,7 +223,7 @@ impl<'a> Waiter<'a> {
                 let _ = tokio::time::timeout(nap, subscription.notified()).await;
             }
         }
-        Ok(())
+        Ok(Resumed::Try)
     }
 
     /// Subscribes to every channel not subscribed yet (all of them, or the ones an owner
