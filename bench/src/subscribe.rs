@@ -6,7 +6,10 @@
 //! a subscribed channel per lock (`INFO stats`: `pubsub_channels` + `pubsubshard_channels`,
 //! polled every [`POLL_EVERY`]); then the waiters are aborted (the futures dropped) and the
 //! time until the count is back where it started is the second figure. A waiter that is not
-//! subscribed yet would only learn of a release from its fallback timer.
+//! subscribed yet would only learn of a release from its fallback timer. Subscribed, a
+//! waiter may still send something before it sleeps (a lock's waiter checks that it is
+//! still registered): the time until the waiters' commands stop, and the CPU both sides
+//! spent until then per waiter, are the whole cost of starting to wait.
 //!
 //! The counts are what the server keeps anyway, so a poll costs it nothing and the client
 //! little. Listing the channels (`PUBSUB CHANNELS`) instead returned 10,000 names per
@@ -85,6 +88,46 @@ async fn until(
     }
 }
 
+/// How long the waiters' commands must have stopped for them to count as asleep.
+const SETTLE_QUIET: Duration = Duration::from_millis(25);
+
+/// The waiters' commands the server ran so far: acquire scripts, registration checks
+/// and subscriptions (the admin connection's `INFO` and `PUBSUB` are not counted).
+async fn waiter_calls(conn: &mut MultiplexedConnection) -> Result<(u64, u64, u64)> {
+    let calls = target::command_calls(conn).await?;
+    let count = |names: &[&str]| -> u64 {
+        names
+            .iter()
+            .map(|name| calls.get(*name).copied().unwrap_or(0))
+            .sum()
+    };
+    Ok((
+        count(&["evalsha", "eval"]),
+        count(&["zscore"]),
+        count(&["subscribe", "ssubscribe"]),
+    ))
+}
+
+/// Polls until the waiters' commands stop for [`SETTLE_QUIET`]; returns the time of their
+/// last one since `from`, and the counts then.
+async fn until_settled(
+    conn: &mut MultiplexedConnection,
+    from: Instant,
+) -> Result<(Duration, (u64, u64, u64))> {
+    let mut last = waiter_calls(conn).await?;
+    let mut last_change = from.elapsed();
+    loop {
+        tokio::time::sleep(POLL_EVERY).await;
+        let now = waiter_calls(conn).await?;
+        if now != last {
+            last = now;
+            last_change = from.elapsed();
+        } else if from.elapsed() >= last_change + SETTLE_QUIET || from.elapsed() >= GIVE_UP {
+            return Ok((last_change, last));
+        }
+    }
+}
+
 /// Runs the subscribe scenario once.
 pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
     let n = cfg.locks;
@@ -146,6 +189,12 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
             "the server counts a channel per waiter, but not all of them are the waiters'",
         ));
     }
+    // Subscribed, a waiter may still send something before it sleeps (a lock's waiter
+    // checks its registration): the whole cost of starting to wait is counted until the
+    // waiters' commands stop.
+    let (settled, (scripts, checks, _)) = until_settled(&mut admin, last_started).await?;
+    let settle_client_cpu = process_cpu().saturating_sub(client_cpu_before);
+    let settle_server_cpu = target::server_cpu(&mut admin).await? - server_cpu_before;
     // Every waiter is now waiting in Redis: its task, its acquisition and its share of
     // the subscriptions are what the process grew by.
     let per_waiter = resident_bytes()
@@ -213,6 +262,36 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         "… → all channels subscribed, after those first tries (ms)",
         subscribed.saturating_sub(first_tries).as_secs_f64() * 1e3,
         1,
+    );
+    m.add(
+        "settled_ms",
+        "… → the waiters' last command before they all sleep (ms)",
+        settled.as_secs_f64() * 1e3,
+        1,
+    );
+    m.add(
+        "settle_client_us",
+        "client CPU per waiter until they all sleep (µs)",
+        settle_client_cpu.as_secs_f64() * 1e6 / n as f64,
+        1,
+    );
+    m.add(
+        "settle_server_us",
+        "server CPU per waiter until they all sleep (µs)",
+        settle_server_cpu * 1e6 / n as f64,
+        1,
+    );
+    m.add(
+        "scripts_per_waiter",
+        "acquire scripts per waiter until they all sleep",
+        scripts as f64 / n as f64,
+        2,
+    );
+    m.add(
+        "checks_per_waiter",
+        "registration checks (ZSCORE) per waiter until they all sleep",
+        checks as f64 / n as f64,
+        2,
     );
     m.add(
         "unsubscribed_ms",
