@@ -23,6 +23,12 @@ pub struct Cli {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     pub scenarios: Vec<Scenario>,
 
+    /// Of the selected scenarios' rows, only these, comma-separated, each as its scenario
+    /// and implementation appear in the table (e.g. `s2:dlock,s2:rslock`): to compare two
+    /// rows with nothing else run in between.
+    #[arg(long, value_delimiter = ',', value_name = "SCENARIO:IMPL")]
+    pub only: Vec<String>,
+
     /// Runs per scenario; the report shows the medians [default: 3, 1 with --quick].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub runs: Option<u32>,

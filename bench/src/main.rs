@@ -44,7 +44,7 @@ use crate::machine::Machine;
 use crate::metrics::Metrics;
 use crate::plan::{Config, Job};
 use crate::report::JobResult;
-use crate::stats::Result;
+use crate::stats::{error, Result};
 use crate::target::Target;
 
 fn main() -> ExitCode {
@@ -77,7 +77,19 @@ fn main() -> ExitCode {
 /// Runs the selected jobs; `Ok(false)` when one of them failed (the others still ran).
 async fn bench(cli: &Cli) -> Result<bool> {
     let config = Config::from_cli(cli);
-    let jobs = Job::selected(&cli.scenarios);
+    let mut jobs = Job::selected(&cli.scenarios);
+    if !cli.only.is_empty() {
+        jobs.retain(|job| {
+            let row = format!("{}:{}", job.scenario(), job.implementation());
+            cli.only.contains(&row)
+        });
+        if jobs.is_empty() {
+            return Err(error(format!(
+                "--only {} names no row of the selected scenarios (rows are <scenario>:<implementation>, as in the table, e.g. s2:dlock)",
+                cli.only.join(",")
+            )));
+        }
+    }
     let command = reproduce_command();
     let mut machine = Machine::collect(config.redis_url.as_deref()).await?;
     eprintln!(
