@@ -28,6 +28,31 @@ pub fn command_calls(conn: &mut impl redis::ConnectionLike) -> HashMap<String, u
     parse_command_calls(&info)
 }
 
+/// Polls the server behind `conn` every 5 ms until its command counts satisfy `done`: a
+/// test waits for work dlock sends in the background (a waiter's tries and checks).
+///
+/// # Panics
+///
+/// After 5 s without it, with `what` and the last counts.
+pub async fn wait_for_calls(
+    conn: &mut impl redis::ConnectionLike,
+    what: &str,
+    done: impl Fn(&HashMap<String, u64>) -> bool,
+) {
+    let started = std::time::Instant::now();
+    loop {
+        let calls = command_calls(conn);
+        if done(&calls) {
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "waited 5 s for {what}: {calls:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse_command_calls;

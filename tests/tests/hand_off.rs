@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock::LockClient;
-use dlock_tests::commandstats::command_calls;
+use dlock_tests::commandstats::{command_calls, wait_for_calls};
 use dlock_tests::RedisServer;
 use redis::Commands;
 use tokio::time::Instant;
@@ -296,20 +296,12 @@ fn registrations_within_one_millisecond_keep_their_arrival_order() {
 /// or its recheck. Counting them at the server, rather than watching the registry's
 /// size, keeps a waiter's check from landing after a hand-off a test makes next.
 async fn settled(server: &RedisServer, tries: u64, checks: u64) {
-    let started = Instant::now();
-    loop {
-        let calls = command_calls(&mut server.connection());
-        let tries_ran = calls.get("zadd").copied().unwrap_or(0) / 2;
-        let checks_ran = calls.get("zscore").copied().unwrap_or(0);
-        if (tries_ran, checks_ran) == (tries, checks) {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{tries_ran} busy tries and {checks_ran} registration checks ran, waiting for {tries} and {checks}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let what = format!("{tries} busy tries and {checks} registration checks");
+    wait_for_calls(&mut server.connection(), &what, |calls| {
+        let count = |name: &str| calls.get(name).copied().unwrap_or(0);
+        (count("zadd") / 2, count("zscore")) == (tries, checks)
+    })
+    .await;
 }
 
 /// A client that stops waiting leaves the registry; and if a release chose it before it

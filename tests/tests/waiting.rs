@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dlock::LockClient;
-use dlock_tests::commandstats::command_calls;
+use dlock_tests::commandstats::{command_calls, wait_for_calls};
+use dlock_tests::patient_client;
 use dlock_tests::RedisServer;
 use redis::Commands;
 
@@ -186,35 +187,15 @@ async fn local_waiters_hand_the_lock_on_one_by_one_without_waiting_for_rechecks(
     );
 }
 
-/// A client whose rechecks are far apart (10 s), so that a waiter woken in time was woken
-/// by a message or a check, not by its recheck.
-async fn slow_recheck(url: &str) -> LockClient {
-    LockClient::builder()
-        .max_wait_recheck(Duration::from_secs(10))
-        .connect(url)
-        .await
-        .unwrap()
-}
-
 /// Waits until the server ran `checks` registration checks (`ZSCORE`s): a waiter runs one
 /// once its first subscription to its wake channel is confirmed. (A release that passes a
 /// lock on runs one too, for the runner-up: count before any.)
 async fn checks_ran(server: &RedisServer, checks: u64) {
-    let started = Instant::now();
-    loop {
-        let ran = command_calls(&mut server.connection())
-            .get("zscore")
-            .copied()
-            .unwrap_or(0);
-        if ran == checks {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{ran} registration checks ran, waiting for {checks}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let what = format!("{checks} registration checks");
+    wait_for_calls(&mut server.connection(), &what, |calls| {
+        calls.get("zscore").copied().unwrap_or(0) == checks
+    })
+    .await;
 }
 
 /// A waiter whose client does not listen on the lock's wake channel yet makes one busy try,
@@ -226,7 +207,7 @@ async fn checks_ran(server: &RedisServer, checks: u64) {
 async fn a_waiter_on_a_cold_channel_tries_once_before_the_release() {
     let server = RedisServer::start();
     let holder = LockClient::connect(&server.url()).await.unwrap();
-    let waiter = slow_recheck(&server.url()).await;
+    let waiter = patient_client(&server.url()).await;
     let guard = holder.lock("cold").lock().await.unwrap();
 
     let lock = waiter.lock("cold");
@@ -257,13 +238,13 @@ async fn a_waiter_on_a_cold_channel_tries_once_before_the_release() {
 /// receives the message, and the release passes it over (the lock is left free). Once its
 /// subscription is confirmed, the waiter's check finds it no longer registered, and it tries
 /// at once. Fails when the check is skipped, or answers "still registered": the waiter then
-/// sleeps until its 10 s recheck while the lock is free.
+/// sleeps until its 30 s recheck while the lock is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_before_the_waiter_listens_is_noticed_when_it_does() {
     let server = RedisServer::start();
     let proxy = dlock_tests::TcpProxy::start(server.addr());
     let holder = LockClient::connect(&server.url()).await.unwrap();
-    let waiter = slow_recheck(&proxy.url()).await;
+    let waiter = patient_client(&proxy.url()).await;
     let guard = holder.lock("{deaf}").lock().await.unwrap();
 
     // The waiter's subscriber connection (opened by its first wait) is held.
