@@ -293,3 +293,77 @@ async fn a_release_before_the_waiter_listens_is_noticed_when_it_does() {
     );
     acquired.unlock().await.unwrap();
 }
+
+/// As above, but the waiter that cannot listen yet is the runner-up: the release passes
+/// the lock to an older waiter of another client and tells the deaf one when that
+/// reservation lapses; nobody receives it, so the deaf waiter leaves the registry. Once it
+/// listens, its check sends it to try (busy: the older waiter holds the lock now), which
+/// registers it again, so the older waiter's release passes the lock to it. Fails when the
+/// check answers "registered": the deaf waiter is not in the registry, no release tells it
+/// anything, and it sleeps until its 30 s recheck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_up_told_before_it_listens_is_served_after_the_next_holder() {
+    let server = RedisServer::start();
+    let proxy = dlock_tests::TcpProxy::start(server.addr());
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let (older, deaf) = (
+        patient_client(&server.url()).await,
+        patient_client(&proxy.url()).await,
+    );
+    let registry = "dlock:unlock:{runner}:{runner}";
+    let guard = holder.lock("{runner}").lock().await.unwrap();
+
+    let lock = older.lock("{runner}");
+    let older_waiting =
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });
+    checks_ran(&server, 1).await;
+
+    // The deaf waiter registers behind it; its subscriber connection is held.
+    let before = proxy.accepted();
+    proxy.hold_new_connections();
+    let lock = deaf.lock("{runner}");
+    let deaf_waiting =
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });
+    let started = Instant::now();
+    while proxy.accepted() == before || server.connection().zcard::<_, usize>(registry).unwrap() < 2
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the deaf waiter never registered and opened its subscriber connection"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    guard.unlock().await.unwrap();
+    let older_guard = tokio::time::timeout(Duration::from_secs(3), older_waiting)
+        .await
+        .expect("the older waiter was passed the lock")
+        .unwrap()
+        .unwrap();
+    let registered: usize = server.connection().zcard(registry).unwrap();
+    assert_eq!(registered, 0, "the runner-up nobody heard was passed over");
+
+    proxy.release_held();
+    let started = Instant::now();
+    while deaf.stats().acquire_attempts < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the deaf waiter did not try again once it listened"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let released = Instant::now();
+    older_guard.unlock().await.unwrap();
+    let acquired = tokio::time::timeout(Duration::from_secs(3), deaf_waiting)
+        .await
+        .expect("the older waiter's release passed the lock to the deaf one")
+        .unwrap()
+        .unwrap();
+    eprintln!("acquired {:?} after the release", released.elapsed());
+    assert_eq!(
+        deaf.stats().acquire_attempts,
+        3,
+        "tries: first, after listening, passed"
+    );
+    acquired.unlock().await.unwrap();
+}
