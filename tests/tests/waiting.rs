@@ -233,6 +233,30 @@ async fn a_waiter_on_a_cold_channel_tries_once_before_the_release() {
     acquired.unlock().await.unwrap();
 }
 
+/// Starts a waiter for `name` on `client`, which connects through `proxy`, with the
+/// subscriber connection its first wait opens held back by the proxy; returns once that
+/// connection is open, so the waiter's busy try has registered it and it cannot hear a
+/// release until [`TcpProxy::release_held`](dlock_tests::TcpProxy::release_held).
+async fn deaf_waiter(
+    proxy: &dlock_tests::TcpProxy,
+    client: &LockClient,
+    name: &str,
+) -> tokio::task::JoinHandle<dlock::Result<dlock::LockGuard>> {
+    let before = proxy.accepted();
+    proxy.hold_new_connections();
+    let lock = client.lock(name);
+    let waiting = tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });
+    let started = Instant::now();
+    while proxy.accepted() == before {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the waiter never opened its subscriber connection"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    waiting
+}
+
 /// The release comes while the waiter is registered but its client cannot listen yet (its
 /// subscriber connection is held back by a proxy): the release passes the lock to it, nobody
 /// receives the message, and the release passes it over (the lock is left free). Once its
@@ -247,19 +271,7 @@ async fn a_release_before_the_waiter_listens_is_noticed_when_it_does() {
     let waiter = patient_client(&proxy.url()).await;
     let guard = holder.lock("{deaf}").lock().await.unwrap();
 
-    // The waiter's subscriber connection (opened by its first wait) is held.
-    let before = proxy.accepted();
-    proxy.hold_new_connections();
-    let lock = waiter.lock("{deaf}");
-    let waiting = tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });
-    let started = Instant::now();
-    while proxy.accepted() == before {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the waiter never opened its subscriber connection"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let waiting = deaf_waiter(&proxy, &waiter, "{deaf}").await;
     assert_eq!(waiter.stats().acquire_attempts, 1);
     let registered: usize = server
         .connection()
@@ -318,21 +330,10 @@ async fn a_runner_up_told_before_it_listens_is_served_after_the_next_holder() {
         tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });
     checks_ran(&server, 1).await;
 
-    // The deaf waiter registers behind it; its subscriber connection is held.
-    let before = proxy.accepted();
-    proxy.hold_new_connections();
-    let lock = deaf.lock("{runner}");
-    let deaf_waiting =
-        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });
-    let started = Instant::now();
-    while proxy.accepted() == before || server.connection().zcard::<_, usize>(registry).unwrap() < 2
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the deaf waiter never registered and opened its subscriber connection"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // The deaf waiter registers behind it.
+    let deaf_waiting = deaf_waiter(&proxy, &deaf, "{runner}").await;
+    let registered: usize = server.connection().zcard(registry).unwrap();
+    assert_eq!(registered, 2, "both waiters registered");
 
     guard.unlock().await.unwrap();
     let older_guard = tokio::time::timeout(Duration::from_secs(3), older_waiting)
@@ -364,6 +365,57 @@ async fn a_runner_up_told_before_it_listens_is_served_after_the_next_holder() {
         deaf.stats().acquire_attempts,
         3,
         "tries: first, after listening, passed"
+    );
+    acquired.unlock().await.unwrap();
+}
+
+/// A waiter cancelled while its registration check is at Redis (the check's reply is
+/// delayed by a proxy) leaves the registry like a waiter cancelled at any other point, so
+/// the next release goes to a waiter that still waits. Fails when a cancelled check leaves
+/// the entry behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_cancelled_during_its_registration_check_leaves_the_registry() {
+    let server = RedisServer::start();
+    let proxy = dlock_tests::TcpProxy::start(server.addr());
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let cancelled_client = patient_client(&proxy.url()).await;
+    let registry = "dlock:unlock:{checked}:{checked}";
+    let guard = holder.lock("{checked}").lock().await.unwrap();
+
+    // Every reply to the cancelled waiter's client comes 300 ms late: its busy try, its
+    // subscription's confirmation, then its check.
+    proxy.delay_replies(Duration::from_millis(300));
+    let lock = cancelled_client.lock("{checked}");
+    let cancelled = tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });
+    checks_ran(&server, 1).await;
+    cancelled.abort();
+    assert!(cancelled.await.unwrap_err().is_cancelled());
+    proxy.delay_replies(Duration::ZERO);
+    let started = Instant::now();
+    while server.connection().zcard::<_, usize>(registry).unwrap() != 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the cancelled waiter stayed registered"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // A waiter that still waits gets the lock at the release, not after a reservation.
+    let waiter = patient_client(&server.url()).await;
+    let lock = waiter.lock("{checked}");
+    let waiting = tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });
+    checks_ran(&server, 2).await;
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let acquired = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the release woke the waiter that still waits")
+        .unwrap()
+        .unwrap();
+    let handed = released.elapsed();
+    assert!(
+        handed < Duration::from_secs(1),
+        "the lock reached the waiter {handed:?} after the release, not by its message"
     );
     acquired.unlock().await.unwrap();
 }

@@ -510,7 +510,7 @@ impl Lock {
             let mut resumed = Box::pin(waiter.wait(not_yet)).await;
             if let Ok(Resumed::Subscribed { nap_until }) = resumed {
                 if self.still_registered(&field).await {
-                    resumed = Box::pin(waiter.wait(Resumed::rest_of_nap(nap_until))).await;
+                    resumed = Box::pin(waiter.wait(NotYet::busy_until(nap_until))).await;
                 }
             }
             match resumed {

@@ -25,6 +25,17 @@ pub(crate) enum NotYet {
     Unavailable(CallError),
 }
 
+impl NotYet {
+    /// Busy until `at`: the rest of a nap a check ended early having found nothing missed
+    /// (see [`Resumed::Subscribed`]).
+    pub(crate) fn busy_until(at: Instant) -> NotYet {
+        let rest = at.saturating_duration_since(Instant::now());
+        NotYet::Busy {
+            ttl_ms: i64::try_from(rest.as_millis()).unwrap_or(i64::MAX),
+        }
+    }
+}
+
 /// Why a wait ended without giving up.
 pub(crate) enum Resumed {
     /// Try again: a message came, the nap ended, or an outage's pause passed.
@@ -35,17 +46,6 @@ pub(crate) enum Resumed {
     /// may ask that instead and, if none did, wait on until `nap_until` (the end of the
     /// busy answer's nap) without trying.
     Subscribed { nap_until: Instant },
-}
-
-impl Resumed {
-    /// The busy answer to wait on after a check found nothing missed: the rest of the
-    /// nap it ended early.
-    pub(crate) fn rest_of_nap(nap_until: Instant) -> NotYet {
-        let rest = nap_until.saturating_duration_since(Instant::now());
-        NotYet::Busy {
-            ttl_ms: i64::try_from(rest.as_millis()).unwrap_or(i64::MAX),
-        }
-    }
 }
 
 /// Why to stop trying.
