@@ -509,7 +509,7 @@ impl Lock {
             // Boxed, as the give-ups: only a lock that is not free waits.
             let mut resumed = Box::pin(waiter.wait(not_yet)).await;
             if let Ok(Resumed::Subscribed { nap_until }) = resumed {
-                if self.still_registered(&field).await {
+                if Box::pin(self.still_registered(&field)).await {
                     resumed = Box::pin(waiter.wait(NotYet::busy_until(nap_until))).await;
                 }
             }

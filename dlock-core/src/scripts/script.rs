@@ -117,6 +117,14 @@ impl ScriptCall {
         self
     }
 
+    /// Gives back the room made up front that the call does not use: for a call kept
+    /// while its caller waits (an acquisition between tries), which it sends again as it
+    /// is.
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.bytes.shrink_to_fit();
+        self.values.shrink_to_fit();
+    }
+
     /// Replaces argument `index` (0-based: `ARGV[index + 1]`); nothing changes when there
     /// is no such argument.
     pub(crate) fn set_arg(&mut self, index: usize, arg: &str) {
@@ -326,5 +334,20 @@ mod tests {
             ["1", "5", "pub", "lish", "a-longer-value"]
         );
         assert_eq!(copy.len_bytes(), call.len_bytes());
+
+        // A call kept while its caller waits gives back its spare room, and stays the
+        // same call: sent as it was, its arguments still replaceable.
+        call.shrink_to_fit();
+        assert!(call.bytes.capacity() < super::CALL_BYTES);
+        assert_eq!(text(call.keys()), ["lock", "channel"]);
+        assert_eq!(
+            text(call.args()),
+            ["1", "5", "pub", "lish", "a-longer-value"]
+        );
+        call.set_arg(4, "a-value-longer-than-before");
+        assert_eq!(
+            text(call.args()),
+            ["1", "5", "pub", "lish", "a-value-longer-than-before"]
+        );
     }
 }

@@ -282,26 +282,26 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
         let host = self.host;
         let (call, name) = (&self.call, self.name);
         let acks = self.replicated.then(|| host.replica_acks()).flatten();
-        let outcome = host
-            .retry()
-            .run(name, give_up_at, || async move {
-                host.metrics().attempted();
-                match acks {
-                    None => host.backend().invoke::<Reply>(call).await,
-                    // The script followed by `WAIT` (see `Backend::invoke_replicated`);
-                    // boxed, so that the common call's future stays small.
-                    Some(acks) => {
-                        Box::pin(host.backend().invoke_replicated(
-                            name,
-                            call,
-                            acks,
-                            Reply::is_granted,
-                        ))
-                        .await
-                    }
+        // Boxed: the call's future is the largest state of an acquisition (about 1 KB,
+        // most of it the client library's), and unboxed it would stay in the acquisition's
+        // own future for as long as that waits between tries; boxed, a waiting task holds
+        // only what it needs to wait.
+        let outcome = Box::pin(host.retry().run(name, give_up_at, || async move {
+            host.metrics().attempted();
+            match acks {
+                None => host.backend().invoke::<Reply>(call).await,
+                // The script followed by `WAIT` (see `Backend::invoke_replicated`);
+                // boxed, so that the common call's future stays small.
+                Some(acks) => {
+                    Box::pin(
+                        host.backend()
+                            .invoke_replicated(name, call, acks, Reply::is_granted),
+                    )
+                    .await
                 }
-            })
-            .await;
+            }
+        }))
+        .await;
         // Replicas that did not confirm in time: Redis itself answered.
         self.answered = matches!(outcome, Ok(_) | Err(CallError::NotReplicated { .. }));
         match &outcome {
@@ -312,6 +312,8 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
             if !reply.is_granted() {
                 // Busy or refused before writing a hold: no hold of ours is there.
                 self.maybe_applied = false;
+                // Kept as it is while the acquisition waits: a try sends it again.
+                self.call.shrink_to_fit();
             }
         }
         outcome

@@ -42,6 +42,7 @@
 //! `key_template` (`*` for the manual API), never by name
 
 pub(crate) mod attempt;
+pub(crate) mod heard;
 pub(crate) mod held;
 pub(crate) mod local;
 pub(crate) mod metrics;

@@ -33,11 +33,12 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::{RedisError, RedisResult};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::redis::{Backend, Subscriber, SubscriberEvent};
+use crate::sync::heard::{Heard, Notices};
 use crate::sync::release::{BackgroundReleases, ReleaseJob};
 use crate::sync::retry::backoff;
 
@@ -162,25 +163,12 @@ struct Channel {
     owners: HashMap<Arc<str>, Arc<OwnerWake>>,
     /// How to give up a message for an owner that is not in `owners` (wake channels).
     abandon: Option<Abandon>,
-    /// Counts unlock messages (and reconnections, which may have lost some) for watchers
-    /// and waiters that must see every one without taking the wake-up meant for a waiter.
-    notices: Arc<watch::Sender<Notices>>,
-    confirmed: watch::Receiver<bool>,
-    confirm: watch::Sender<bool>,
+    /// Whether Redis confirmed the subscription, and the unlock messages (and
+    /// reconnections, which may have lost some) counted for watchers and waiters that must
+    /// see every one without taking the wake-up meant for a waiter.
+    heard: Arc<Heard>,
     /// When the last waiter left: the channel stays subscribed for [`LINGER`].
     idle_since: Option<Instant>,
-}
-
-/// What a channel's unlock messages said so far, for the subscriptions that see every one.
-#[derive(Clone, Copy, Default)]
-struct Notices {
-    /// Every message (and reconnection).
-    seen: u64,
-    /// The messages that ask every waiter to try again: all but `writers:<ms>`.
-    for_all: u64,
-    /// When the last `writers:<ms>` message asked the waiters it does not wake to try
-    /// by at the latest.
-    others_by: Option<Instant>,
 }
 
 impl Channel {
@@ -192,7 +180,7 @@ impl Channel {
             .and_then(|payload| payload.strip_prefix("writers:"))
             .and_then(|lapse_in| lapse_in.parse().ok())
             .map(|lapse_in| Instant::now() + Duration::from_millis(lapse_in));
-        self.notices.send_modify(|notices| {
+        self.heard.notice(|notices| {
             notices.seen = notices.seen.wrapping_add(1);
             match writers_only {
                 Some(by) => notices.others_by = Some(by),
@@ -242,11 +230,12 @@ pub(crate) struct Subscription {
     /// The owner this subscription waits as on a wake channel (its wake-up is the
     /// subscriber's own).
     owner: Option<Arc<str>>,
-    notices: watch::Receiver<Notices>,
+    heard: Arc<Heard>,
+    /// The message count [`Subscription::noticed`] has reported up to.
+    noticed: u64,
     /// The notices this subscription has taken into account (see
     /// [`Subscription::called_by_every`]).
     seen: Notices,
-    confirmed: watch::Receiver<bool>,
 }
 
 impl PubSubService {
@@ -335,16 +324,13 @@ impl PubSubService {
             }
         }
         let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
-            let (confirm, confirmed) = watch::channel(false);
             let _ = self.shared.changes.send(channel.to_owned());
             Channel {
                 waiters: 0,
                 wake: Arc::new(Notify::new()),
                 owners: HashMap::new(),
                 abandon: None,
-                notices: Arc::new(watch::channel(Notices::default()).0),
-                confirmed,
-                confirm,
+                heard: Arc::default(),
                 idle_since: None,
             }
         });
@@ -356,16 +342,15 @@ impl PubSubService {
             entry.owners.insert(Arc::clone(owner), Arc::clone(wake));
             Arc::clone(owner)
         });
-        let notices = entry.notices.subscribe();
-        let seen = *notices.borrow();
+        let seen = entry.heard.notices();
         Subscription {
             shared: Arc::clone(&self.shared),
             channel: channel.to_owned(),
             wake: Arc::clone(&entry.wake),
             owner,
-            notices,
+            heard: Arc::clone(&entry.heard),
+            noticed: seen.seen,
             seen,
-            confirmed: entry.confirmed.clone(),
         }
     }
 }
@@ -420,13 +405,12 @@ impl Subscription {
 
     /// Whether Redis has confirmed the subscription (unlock messages arrive).
     pub(crate) fn is_confirmed(&self) -> bool {
-        *self.confirmed.borrow()
+        self.heard.is_confirmed()
     }
 
     /// Completes once Redis confirmed the subscription (unlock messages will arrive).
     pub(crate) async fn confirmed(&mut self) {
-        // The sender lives in the shared map as long as this subscription exists.
-        let _ = self.confirmed.wait_for(|confirmed| *confirmed).await;
+        self.heard.confirmed().await;
     }
 
     /// Completes when an unlock message for the shared channel arrives (or the subscriber
@@ -439,8 +423,7 @@ impl Subscription {
     /// Completes at the next unlock message for the channel (or reconnection), whoever
     /// else is woken by it: for watching a lock rather than re-trying it.
     pub(crate) async fn noticed(&mut self) {
-        // The sender lives in the shared map as long as this subscription exists.
-        let _ = self.notices.changed().await;
+        self.noticed = self.heard.noticed_since(self.noticed).await.seen;
     }
 
     /// Completes at the first unlock message for the channel since the last call (or a
@@ -451,7 +434,7 @@ impl Subscription {
     pub(crate) async fn called_by_every(&mut self, until: Instant) {
         let mut until = until;
         loop {
-            let notices = *self.notices.borrow_and_update();
+            let notices = self.heard.notices();
             if notices.seen != self.seen.seen {
                 let asked_all = notices.for_all != self.seen.for_all;
                 self.seen = notices;
@@ -463,13 +446,7 @@ impl Subscription {
                 }
             }
             tokio::select! {
-                changed = self.notices.changed() => {
-                    // The sender lives in the shared map as long as this subscription
-                    // exists: an error is a service being dropped.
-                    if changed.is_err() {
-                        return;
-                    }
-                }
+                _ = self.heard.noticed_since(self.seen.seen) => {}
                 () = tokio::time::sleep_until(until) => return,
             }
         }
@@ -619,7 +596,7 @@ async fn run(
                         // A slot moved: subscribe again (routed to the new owner) and let
                         // the waiters re-check, since a release may have been missed.
                         subscribed.remove(&channel);
-                        if confirmation(&shared, &channel).is_some() {
+                        if is_wanted(&shared, &channel) {
                             tracing::debug!(%channel, "dlock: sharded subscription dropped by the server; resubscribing");
                             let again = [channel];
                             if within(command_timeout, subscriber.subscribe(&again)).await.is_err() {
@@ -711,12 +688,12 @@ async fn apply(
         .cloned()
         .collect();
     let mut missing = Vec::with_capacity(wanted.len());
-    for (channel, confirm) in wanted {
+    for (channel, heard) in wanted {
         if subscribed.contains(&channel) {
             // Wanted again before its unsubscription was sent: still subscribed.
-            confirm.send_replace(true);
+            heard.set_confirmed(true);
         } else {
-            missing.push((channel, confirm));
+            missing.push((channel, heard));
         }
     }
     subscribe(subscriber, subscribed, &missing, timeout).await?;
@@ -735,27 +712,24 @@ async fn apply(
 async fn subscribe(
     subscriber: &mut Subscriber,
     subscribed: &mut HashSet<String>,
-    channels: &[(String, watch::Sender<bool>)],
+    channels: &[(String, Arc<Heard>)],
     timeout: Duration,
 ) -> RedisResult<()> {
     let names: Vec<String> = channels.iter().map(|(name, _)| name.clone()).collect();
     within(timeout, subscriber.subscribe(&names)).await?;
-    for (name, confirm) in channels {
-        confirm.send_replace(true);
+    for (name, heard) in channels {
+        heard.set_confirmed(true);
         subscribed.insert(name.clone());
     }
     Ok(())
 }
 
-/// The wanted channels (all of them, or those of `among`) with their confirmation
-/// senders; `None` when the service is gone.
-fn wanted(
-    shared: &Weak<Shared>,
-    among: Option<&[String]>,
-) -> Option<Vec<(String, watch::Sender<bool>)>> {
+/// The wanted channels (all of them, or those of `among`) with what each has heard (where
+/// its confirmation goes); `None` when the service is gone.
+fn wanted(shared: &Weak<Shared>, among: Option<&[String]>) -> Option<Vec<(String, Arc<Heard>)>> {
     let shared = shared.upgrade()?;
     let channels = shared.lock_channels();
-    let entry = |name: &String, channel: &Channel| (name.clone(), channel.confirm.clone());
+    let entry = |name: &String, channel: &Channel| (name.clone(), Arc::clone(&channel.heard));
     Some(match among {
         None => channels.iter().map(|(name, c)| entry(name, c)).collect(),
         Some(names) => names
@@ -792,15 +766,16 @@ async fn back_off(retry_delay: Duration, failures: &mut u32) {
 fn unconfirm_all(shared: &Weak<Shared>) {
     if let Some(shared) = shared.upgrade() {
         for channel in shared.lock_channels().values() {
-            channel.confirm.send_replace(false);
+            channel.heard.set_confirmed(false);
         }
     }
 }
 
-fn confirmation(shared: &Weak<Shared>, channel: &str) -> Option<watch::Sender<bool>> {
-    let shared = shared.upgrade()?;
-    let channels = shared.lock_channels();
-    channels.get(channel).map(|c| c.confirm.clone())
+/// Whether a waiter (or a lingering subscription) still wants `channel`.
+fn is_wanted(shared: &Weak<Shared>, channel: &str) -> bool {
+    shared
+        .upgrade()
+        .is_some_and(|shared| shared.lock_channels().contains_key(channel))
 }
 
 /// Passes an unlock message with `payload` on (see [`Channel::deliver`]); `None` means
