@@ -18,7 +18,9 @@
 //! line's next task in its own script (that task's hold, lease and token: no try of its
 //! own), given back (`GiveBack`) when that task stopped waiting; `owner.rs`: which hold a call
 //! chain (`scope`) re-enters, and the innermost hold of a kind (a read-write lock's write
-//! hold, say) up the chain; `pubsub.rs`: channel subscriptions shared by a client's
+//! hold, say) up the chain; `heard.rs`: what a subscribed channel has heard (Redis's
+//! confirmation, the messages so far), one small state shared by the channel's
+//! subscriptions; `pubsub.rs`: channel subscriptions shared by a client's
 //! waiters, changes sent in batches (one `SUBSCRIBE` / `UNSUBSCRIBE` for every change
 //! queued, one `SSUBSCRIBE` per slot in a cluster), a channel kept subscribed 50 ms after
 //! its last waiter (`LINGER`); a lock's wake channel routes each message to the waiting
