@@ -42,6 +42,12 @@ pub struct Cli {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub acquisitions: Option<u64>,
 
+    /// Tasks in S1 (and the scenarios built on its loop: S3, the limit, the floors,
+    /// rslock's S1, the family's S1 rows, `scripts`, `memory`); the headings say 64, the
+    /// report's settings line the number used [default: 64].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub s1_tasks: Option<u64>,
+
     /// Locks held at once in S4, and waiters in `subscribe` [default: 10000, 1000 with
     /// --quick].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]

@@ -88,7 +88,7 @@ impl Config {
                 .map_or(if quick { 1_000 } else { 10_000 }, |n| n as usize),
             quick,
             redis_url: cli.redis_url.clone(),
-            s1_tasks: 64,
+            s1_tasks: cli.s1_tasks.map_or(64, |n| n as usize),
             s2_tasks: 16,
             processes: 4,
             tasks_per_process: 4,

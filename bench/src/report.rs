@@ -828,9 +828,10 @@ pub fn markdown(
         (
             "settings",
             format!(
-                "duration {} (warm-up {}), {} S2/S5 acquisitions, {} S4 locks, S4 watchdog timeout {} over {} periods; a run is repeated (at most twice) when other processes use more than {:.0}% of a core during it",
+                "duration {} (warm-up {}), {} S1 tasks, {} S2/S5 acquisitions, {} S4 locks, S4 watchdog timeout {} over {} periods; a run is repeated (at most twice) when other processes use more than {:.0}% of a core during it",
                 humantime::format_duration(config.duration),
                 humantime::format_duration(config.warmup),
+                config.s1_tasks,
                 config.acquisitions,
                 config.locks,
                 humantime::format_duration(config.s4_watchdog),
