@@ -369,6 +369,66 @@ async fn a_runner_up_told_before_it_listens_is_served_after_the_next_holder() {
     acquired.unlock().await.unwrap();
 }
 
+/// As above, with the message a waiter cannot hear being `wake`: a release gives the lock to
+/// the next task of its own client with a lease (1 s) shorter than the sleep the deaf
+/// waiter was promised (the old hold's 10 s), and tells the waiters promised a longer
+/// sleep to try again; nobody receives it, so the deaf waiter leaves the registry. Once it
+/// listens, its check sends it to try, which promises it the new hold's remaining second,
+/// and it takes the lock when that lease runs out (the new holder neither releases nor
+/// renews). Fails when an unheard `wake` leaves the waiter registered, or the check
+/// answers "registered": the waiter then sleeps until the 10 s it was first promised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_told_to_wake_before_it_listens_tries_by_the_new_expiry() {
+    let server = RedisServer::start();
+    let proxy = dlock_tests::TcpProxy::start(server.addr());
+    let holder = patient_client(&server.url()).await;
+    let deaf = patient_client(&proxy.url()).await;
+    let registry = "dlock:unlock:{woken}:{woken}";
+    let lock = holder.lock("{woken}");
+    let long = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
+    // The holder's next task waits in its client's line, not in Redis.
+    let next = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock_with_lease(Duration::from_secs(1)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let deaf_waiting = deaf_waiter(&proxy, &deaf, "{woken}").await;
+    let registered: usize = server.connection().zcard(registry).unwrap();
+    assert_eq!(registered, 1, "the deaf waiter registered");
+
+    let released = Instant::now();
+    long.unlock().await.unwrap();
+    let short = tokio::time::timeout(Duration::from_secs(3), next)
+        .await
+        .expect("the release gave the lock to the holder's next task")
+        .unwrap()
+        .unwrap();
+    let registered: usize = server.connection().zcard(registry).unwrap();
+    assert_eq!(
+        registered, 0,
+        "the wake-up nobody heard took the deaf waiter out of the registry"
+    );
+
+    proxy.release_held();
+    let acquired = tokio::time::timeout(Duration::from_secs(4), deaf_waiting)
+        .await
+        .expect("the deaf waiter took the lock once the 1 s lease ran out, not after 10 s")
+        .unwrap()
+        .unwrap();
+    let waited = released.elapsed();
+    eprintln!("acquired {waited:?} after the release");
+    assert!(
+        waited >= Duration::from_millis(900),
+        "the deaf waiter took the lock after {waited:?}, inside the new hold's lease"
+    );
+    acquired.unlock().await.unwrap();
+    assert!(
+        matches!(short.unlock().await, Err(dlock::LockError::NotHeld { .. })),
+        "the short hold ran out"
+    );
+}
+
 /// A waiter cancelled while its registration check is at Redis (the check's reply is
 /// delayed by a proxy) leaves the registry like a waiter cancelled at any other point, so
 /// the next release goes to a waiter that still waits. Fails when a cancelled check leaves
