@@ -435,7 +435,11 @@ impl Lock {
     /// A new owner's acquisition, once it has the local turn: tries, then waits for its
     /// hand-off (or the time the lock can change hands, or `max_wait_recheck`) and tries
     /// again, riding out Redis errors for up to `failover_wait`.
-    async fn acquire_new(
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps its arguments twice in the state a waiting task keeps"
+    )]
+    fn acquire_new(
         &self,
         fresh: Fresh,
         turn: Turn<Held>,
@@ -443,88 +447,93 @@ impl Lock {
         wait: Option<Duration>,
         started: Instant,
         give_up_at: Option<Instant>,
-    ) -> Result<LockGuard> {
-        let inner = &self.client.inner;
-        let settings = &inner.settings;
-        let Fresh {
-            field,
-            lease,
-            lease_ms,
-            renewal,
-        } = fresh;
-        let waits = wait != Some(Duration::ZERO);
-        // A single try does not wait, so it must not be passed the lock in anyone's turn.
-        let registry_ms = if waits {
-            settings.registry_ttl().as_millis() as u64
-        } else {
-            0
-        };
-        let call = self.acquire_call(&field, lease_ms, None, registry_ms);
-        let mut step = TryStep::new(&**inner, &self.name, call, || {
-            vec![self.abandoned_release(&field)]
-        })
-        .replicated()
-        .waiting(waits, Some(REGISTERED_FLAG));
-        // Adopts the channel the line kept subscribed (or this client's other waiters
-        // did): a hand-off to this owner is heard from its first try on.
-        let channels = [(&*self.wake, Some(&self.abandon))];
-        let mut waiter = Waiter::for_owner(
-            &inner.pubsub,
-            &channels,
-            &field,
-            WaitPolicy {
-                recheck: settings.max_wait_recheck,
-                failover_wait: settings.failover_wait,
-                give_up_at,
-                patient: waits,
-            },
-        );
-        drop(line_subscription);
-        loop {
-            let not_yet = match step.run(give_up_at).await {
-                Ok((sent_at, Reply::Granted(fence))) => {
-                    step.granted();
-                    let held = Arc::new(
-                        Held::new(
-                            self.hold_owner(&field),
-                            renewal,
-                            sent_at + lease,
-                            Arc::clone(&inner.metrics),
-                        )
-                        .with_fence(fence),
-                    );
-                    held.keep_turn(turn);
-                    inner.metrics.acquired(started.elapsed());
-                    tracing::debug!(lock = %self.name, owner = %field, waited = ?started.elapsed(), "dlock: acquired");
-                    return Ok(self.guard(held));
-                }
-                Ok((_, Reply::Busy { wait_ms, .. })) => NotYet::Busy { ttl_ms: wait_ms },
-                Ok((_, other)) => {
-                    Box::pin(step.give_up()).await;
-                    inner.metrics.acquire_failed();
-                    return Err(other.refusal(&self.name, "acquire", LockKind::Lock));
-                }
-                Err(error) => NotYet::Unavailable(error),
+    ) -> impl std::future::Future<Output = Result<LockGuard>> + '_ {
+        // An async block rather than an `async fn`: an `async fn` keeps its arguments
+        // twice in its state (as arguments and as the locals they move into), and this
+        // state is what a waiting task keeps.
+        async move {
+            let inner = &self.client.inner;
+            let settings = &inner.settings;
+            let Fresh {
+                field,
+                lease,
+                lease_ms,
+                renewal,
+            } = fresh;
+            let waits = wait != Some(Duration::ZERO);
+            // A single try does not wait, so it must not be passed the lock in anyone's turn.
+            let registry_ms = if waits {
+                settings.registry_ttl().as_millis() as u64
+            } else {
+                0
             };
-            // Boxed, as the give-ups: only a lock that is not free waits.
-            let mut resumed = Box::pin(waiter.wait(not_yet)).await;
-            if let Ok(Resumed::Subscribed { nap_until }) = resumed {
-                if Box::pin(self.still_registered(&field)).await {
-                    resumed = Box::pin(waiter.wait(NotYet::busy_until(nap_until))).await;
+            let call = self.acquire_call(&field, lease_ms, None, registry_ms);
+            let mut step = TryStep::new(&**inner, &self.name, call, || {
+                vec![self.abandoned_release(&field)]
+            })
+            .replicated()
+            .waiting(waits, Some(REGISTERED_FLAG));
+            // Adopts the channel the line kept subscribed (or this client's other waiters
+            // did): a hand-off to this owner is heard from its first try on.
+            let channels = [(&*self.wake, Some(&self.abandon))];
+            let mut waiter = Waiter::for_owner(
+                &inner.pubsub,
+                &channels,
+                &field,
+                WaitPolicy {
+                    recheck: settings.max_wait_recheck,
+                    failover_wait: settings.failover_wait,
+                    give_up_at,
+                    patient: waits,
+                },
+            );
+            drop(line_subscription);
+            loop {
+                let not_yet = match step.run(give_up_at).await {
+                    Ok((sent_at, Reply::Granted(fence))) => {
+                        step.granted();
+                        let held = Arc::new(
+                            Held::new(
+                                self.hold_owner(&field),
+                                renewal,
+                                sent_at + lease,
+                                Arc::clone(&inner.metrics),
+                            )
+                            .with_fence(fence),
+                        );
+                        held.keep_turn(turn);
+                        inner.metrics.acquired(started.elapsed());
+                        tracing::debug!(lock = %self.name, owner = %field, waited = ?started.elapsed(), "dlock: acquired");
+                        return Ok(self.guard(held));
+                    }
+                    Ok((_, Reply::Busy { wait_ms, .. })) => NotYet::Busy { ttl_ms: wait_ms },
+                    Ok((_, other)) => {
+                        Box::pin(step.give_up()).await;
+                        inner.metrics.acquire_failed();
+                        return Err(other.refusal(&self.name, "acquire", LockKind::Lock));
+                    }
+                    Err(error) => NotYet::Unavailable(error),
+                };
+                // Boxed, as the give-ups: only a lock that is not free waits.
+                let mut resumed = Box::pin(waiter.wait(not_yet)).await;
+                if let Ok(Resumed::Subscribed { nap_until }) = resumed {
+                    if Box::pin(self.still_registered(&field)).await {
+                        resumed = Box::pin(waiter.wait(NotYet::busy_until(nap_until))).await;
+                    }
                 }
-            }
-            match resumed {
-                Ok(_) => {}
-                Err(GiveUp::TimedOut) => {
-                    tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
-                    Box::pin(step.give_up()).await;
-                    inner.metrics.timed_out();
-                    return Err(self.timeout(wait));
-                }
-                Err(GiveUp::Unavailable(error)) => {
-                    Box::pin(step.give_up()).await;
-                    inner.metrics.acquire_failed();
-                    return Err(error.into_lock_error(&self.name, "acquire"));
+                match resumed {
+                    Ok(_) => {}
+                    Err(GiveUp::TimedOut) => {
+                        tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
+                        Box::pin(step.give_up()).await;
+                        inner.metrics.timed_out();
+                        return Err(self.timeout(wait));
+                    }
+                    Err(GiveUp::Unavailable(error)) => {
+                        Box::pin(step.give_up()).await;
+                        inner.metrics.acquire_failed();
+                        return Err(error.into_lock_error(&self.name, "acquire"));
+                    }
                 }
             }
         }
