@@ -133,6 +133,7 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
     let n = cfg.locks;
     let names: Vec<String> = (0..n).map(|i| format!("sub:{i}")).collect();
     let rival = target.lock_client(None).await?;
+    let rival_started = Instant::now();
     let guards: Vec<dlock::LockGuard> = stream::iter(names.iter())
         .map(|name| {
             let lock = rival.lock(name);
@@ -211,6 +212,12 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         match task.await {
             Err(e) if e.is_cancelled() => {}
             Err(e) => return Err(error(format!("waiter task: {e}"))),
+            Ok(Ok(_)) if rival_started.elapsed() >= RIVAL_LEASE => {
+                return Err(error(format!(
+                    "the run outlasted the rival's {} lease, and a waiter took its lock",
+                    humantime::format_duration(RIVAL_LEASE)
+                )))
+            }
             Ok(Ok(_)) => return Err(error("a waiter acquired a lock the rival holds")),
             Ok(Err(e)) => return Err(error(format!("a waiter failed: {e}"))),
         }

@@ -479,3 +479,57 @@ async fn a_waiter_cancelled_during_its_registration_check_leaves_the_registry() 
     );
     acquired.unlock().await.unwrap();
 }
+
+/// A recheck is a fallback for a lost message, and a client with many waiting tasks
+/// spaces its waiters' rechecks out, to about a thousand a second between them: 2,000
+/// waiters with a 100 ms recheck interval would otherwise try 20,000 times a second
+/// while nothing changes (with 100,000 waiters and the default 1 s, every try a server
+/// can run). Fails when each waiter rechecks at its own interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiting_tasks_space_their_rechecks_out() {
+    const WAITERS: usize = 2_000;
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let mut held = Vec::with_capacity(WAITERS);
+    for i in 0..WAITERS {
+        let lock = holder.lock(&format!("spaced:{i}"));
+        held.push(lock.lock_with_lease(Duration::from_secs(60)).await.unwrap());
+    }
+    let client = LockClient::builder()
+        .max_wait_recheck(Duration::from_millis(100))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|i| {
+            let lock = client.lock(&format!("spaced:{i}"));
+            tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(60)).await })
+        })
+        .collect();
+    wait_for_calls(
+        &mut server.connection(),
+        "every waiter's registration check",
+        |calls| calls.get("zscore").copied().unwrap_or(0) >= WAITERS as u64,
+    )
+    .await;
+    // The first waiters to sleep counted few others: their first rechecks come early.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let before = client.stats().acquire_attempts;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let tries = client.stats().acquire_attempts - before;
+    eprintln!("{tries} rechecks in 2 s by {WAITERS} waiters");
+    assert!(
+        tries <= 8_000,
+        "{WAITERS} waiters tried {tries} times in 2 s while nothing changed (each at its own \
+         100 ms: 40,000; spaced: about 2,000)"
+    );
+    assert!(tries > 0, "the rechecks still come");
+    for waiter in &waiters {
+        assert!(!waiter.is_finished(), "no waiter took a held lock");
+    }
+    for waiter in waiters {
+        waiter.abort();
+    }
+    drop(held);
+}
