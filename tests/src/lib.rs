@@ -81,6 +81,30 @@ pub use sentinel::RedisSentinelGroup;
 pub use server::{RedisServer, REDIS_SERVER_ENV};
 pub use tls::{TestCertificates, TlsCluster, TlsSentinelGroup};
 
+/// `count` locks named `<stem>:<n>`, held for a minute by a client of `url` of their own:
+/// busy locks for as many waiters, one each. Returns the holder and its guards.
+///
+/// # Panics
+///
+/// If the client cannot connect or a lock cannot be taken.
+pub async fn hold_distinct_locks(
+    url: &str,
+    stem: &str,
+    count: usize,
+) -> (dlock::LockClient, Vec<dlock::LockGuard>) {
+    let holder = dlock::LockClient::connect(url).await.unwrap();
+    let mut held = Vec::with_capacity(count);
+    for n in 0..count {
+        let lock = holder.lock(&format!("{stem}:{n}"));
+        held.push(
+            lock.lock_with_lease(std::time::Duration::from_secs(60))
+                .await
+                .unwrap(),
+        );
+    }
+    (holder, held)
+}
+
 /// A client of `url` that rechecks a lock only every 30 s: a wake-up it should get and
 /// does not shows as a wait of that long, so a test can tell a hand-off from a recheck.
 ///

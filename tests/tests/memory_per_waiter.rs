@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use dlock::LockClient;
-use dlock_tests::{commandstats, RedisServer};
+use dlock_tests::{commandstats, hold_distinct_locks, RedisServer};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
 #[global_allocator]
@@ -26,12 +26,7 @@ const WAITERS: usize = 1_000;
 #[tokio::test(flavor = "current_thread")]
 async fn a_waiting_task_keeps_little_memory() {
     let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await.unwrap();
-    let mut held = Vec::with_capacity(WAITERS);
-    for i in 0..WAITERS {
-        let lock = holder.lock(&format!("waited:{i}"));
-        held.push(lock.lock_with_lease(Duration::from_secs(60)).await.unwrap());
-    }
+    let (_holder, held) = hold_distinct_locks(&server.url(), "waited", WAITERS).await;
     // No recheck while counting: every waiter sleeps until its lock is released.
     let client = LockClient::builder()
         .max_wait_recheck(Duration::from_secs(60))

@@ -489,12 +489,7 @@ async fn a_waiter_cancelled_during_its_registration_check_leaves_the_registry() 
 async fn many_waiting_tasks_space_their_rechecks_out() {
     const WAITERS: usize = 2_000;
     let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await.unwrap();
-    let mut held = Vec::with_capacity(WAITERS);
-    for i in 0..WAITERS {
-        let lock = holder.lock(&format!("spaced:{i}"));
-        held.push(lock.lock_with_lease(Duration::from_secs(60)).await.unwrap());
-    }
+    let (_holder, held) = dlock_tests::hold_distinct_locks(&server.url(), "spaced", WAITERS).await;
     let client = LockClient::builder()
         .max_wait_recheck(Duration::from_millis(100))
         .connect(&server.url())
