@@ -116,12 +116,6 @@ impl LockClientBuilder {
 
     /// A waiter re-checks the lock at least this often even without an unlock message,
     /// bounding the cost of a lost pub/sub message. Default 1 s.
-    ///
-    /// A recheck is a try, so a client with many waiting tasks spaces their rechecks out
-    /// to about a thousand a second in all: each task's interval is this one, or its share
-    /// of that rate (1 ms per waiting task, spread over half to one and a half times
-    /// that), whichever is longer. Unspaced, 100,000 waiting tasks with the default would
-    /// send 100,000 tries a second, all a server can run.
     #[must_use]
     pub fn max_wait_recheck(mut self, interval: Duration) -> Self {
         self.max_wait_recheck = interval;

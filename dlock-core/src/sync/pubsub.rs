@@ -29,7 +29,6 @@
 //! messages published while it was down are gone.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -72,19 +71,9 @@ const MAX_BATCH: usize = 1_000;
 /// channels nobody waits on go within a fraction of a second.
 const LINGER: Duration = Duration::from_millis(50);
 
-/// The spacing of a client's waiters' rechecks: a client with many waiting tasks spaces
-/// their rechecks (see [`PubSubService::recheck_after`]) so that they come about this far
-/// apart on average, about a thousand a second, however many tasks wait. A recheck is a
-/// try; unspaced, 100,000 waiters with the default 1 s recheck sent 100,000 tries a
-/// second, all a server can run, to find out what their messages tell them anyway.
-const RECHECK_SPACING: Duration = Duration::from_millis(1);
-
 /// The client's subscription service.
 pub(crate) struct PubSubService {
     shared: Arc<Shared>,
-    /// Hands each waiter its place in the spread of rechecks (see
-    /// [`PubSubService::recheck_after`]).
-    next_spread: AtomicU64,
 }
 
 /// How a primitive gives up, for an owner of this client that no longer waits, a message
@@ -158,9 +147,6 @@ impl OwnerWake {
 
 struct Shared {
     channels: Mutex<HashMap<String, Channel>>,
-    /// Live subscriptions: about one per waiting task (a multi-lock's owner has one per
-    /// lock).
-    subscriptions: AtomicUsize,
     /// Channels whose wanted state changed (an entry added to or removed from `channels`):
     /// the subscriber task brings the connection in line with the map.
     changes: mpsc::UnboundedSender<String>,
@@ -268,7 +254,6 @@ impl PubSubService {
         let (changes, receiver) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
-            subscriptions: AtomicUsize::new(0),
             changes,
             releases,
             lingering: Mutex::default(),
@@ -286,27 +271,7 @@ impl PubSubService {
                 },
             )
         });
-        PubSubService {
-            shared,
-            next_spread: AtomicU64::new(0),
-        }
-    }
-
-    /// A waiter's place in the spread of rechecks: a fraction in `[0, 1)`, evenly spread
-    /// over successive waiters (the golden ratio's fractional parts), so that waiters that
-    /// started together do not recheck together.
-    pub(crate) fn recheck_spread(&self) -> f64 {
-        let n = self.next_spread.fetch_add(1, Ordering::Relaxed);
-        (n as f64 * 0.618_033_988_749_895).fract()
-    }
-
-    /// How long a waiter at `spread` (see [`PubSubService::recheck_spread`]) sleeps at most
-    /// without a message: `max_wait_recheck`, or with many tasks of this client waiting,
-    /// their number times [`RECHECK_SPACING`], scaled by 0.5 to 1.5 with `spread`,
-    /// whichever is longer.
-    pub(crate) fn recheck_after(&self, max_wait_recheck: Duration, spread: f64) -> Duration {
-        let waiting = self.shared.subscriptions.load(Ordering::Relaxed);
-        spaced_recheck(max_wait_recheck, waiting, spread)
+        PubSubService { shared }
     }
 
     /// Registers interest in the shared `channel`; the subscription may not be confirmed
@@ -378,7 +343,6 @@ impl PubSubService {
             Arc::clone(owner)
         });
         let seen = entry.heard.notices();
-        self.shared.subscriptions.fetch_add(1, Ordering::Relaxed);
         Subscription {
             shared: Arc::clone(&self.shared),
             channel: channel.to_owned(),
@@ -491,7 +455,6 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.shared.subscriptions.fetch_sub(1, Ordering::Relaxed);
         let mut channels = self.shared.lock_channels();
         if let Some(entry) = channels.get_mut(&self.channel) {
             if let Some(owner) = &self.owner {
@@ -704,22 +667,6 @@ fn drain(first: String, changes: &mut mpsc::UnboundedReceiver<String>) -> Vec<St
     batch
 }
 
-/// The longest sleep without a message of a waiter at `spread` (in `[0, 1)`) while
-/// `waiting` subscriptions of its client wait: see [`PubSubService::recheck_after`].
-fn spaced_recheck(max_wait_recheck: Duration, waiting: usize, spread: f64) -> Duration {
-    let waiting = u32::try_from(waiting).unwrap_or(u32::MAX);
-    // `mul_f64` panics on NaN.
-    let spread = if spread.is_nan() {
-        0.5
-    } else {
-        spread.clamp(0.0, 1.0)
-    };
-    let spaced = RECHECK_SPACING
-        .saturating_mul(waiting)
-        .mul_f64(0.5 + spread);
-    max_wait_recheck.max(spaced)
-}
-
 /// Brings the connection in line with the shared map for the channels of `batch`: one
 /// command subscribes those now wanted and not subscribed, one unsubscribes those
 /// subscribed and no longer wanted (a channel wanted and dropped again within the batch
@@ -844,31 +791,5 @@ fn notify(shared: &Weak<Shared>, channel: &str, payload: Option<&str>) {
     if let Some(job) = unheard {
         tracing::debug!(%channel, "dlock: a hand-off reached no waiter here; passing it on");
         shared.releases.send(job);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{spaced_recheck, RECHECK_SPACING};
-    use std::time::Duration;
-
-    #[test]
-    fn rechecks_keep_their_interval_until_many_tasks_wait_then_spread_out() {
-        let second = Duration::from_secs(1);
-        // A few hundred waiters: the client's own interval.
-        assert_eq!(spaced_recheck(second, 0, 0.3), second);
-        assert_eq!(spaced_recheck(second, 600, 0.9), second);
-        // 100,000 waiters: about a thousand rechecks a second between them, each waiter
-        // somewhere between half and one and a half times the mean interval.
-        let mean = RECHECK_SPACING * 100_000;
-        assert_eq!(mean, Duration::from_secs(100));
-        assert_eq!(spaced_recheck(second, 100_000, 0.0), mean / 2);
-        assert_eq!(spaced_recheck(second, 100_000, 0.5), mean);
-        assert!(spaced_recheck(second, 100_000, 0.999_999) < mean * 3 / 2);
-        // Out-of-range spreads and counts are clamped, never a panic.
-        assert_eq!(spaced_recheck(second, 100_000, 7.0), mean * 3 / 2);
-        assert_eq!(spaced_recheck(second, 100_000, f64::NAN), mean);
-        assert_eq!(spaced_recheck(second, 100_000, -1.0), mean / 2);
-        assert!(spaced_recheck(second, usize::MAX, 0.5) > mean);
     }
 }

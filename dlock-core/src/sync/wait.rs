@@ -60,8 +60,7 @@ pub(crate) enum GiveUp {
 
 /// How long and how to wait.
 pub(crate) struct WaitPolicy {
-    /// The longest sleep without trying again (a missed unlock message costs this), unless
-    /// many tasks of the client wait (see `PubSubService::recheck_after`).
+    /// The longest sleep without trying again (a missed unlock message costs this).
     pub(crate) recheck: Duration,
     /// How long a run of Redis errors is ridden out.
     pub(crate) failover_wait: Duration,
@@ -95,9 +94,6 @@ pub(crate) struct Waiter<'a> {
     /// Whether every unlock message on the channel wakes this waiter (see
     /// [`Waiter::woken_by_every_message`]) rather than one waiter per message.
     every_message: bool,
-    /// Its place in the spread of its client's rechecks (see
-    /// `PubSubService::recheck_after`), taken when it first waits.
-    recheck_spread: Option<f64>,
 }
 
 impl<'a> Waiter<'a> {
@@ -116,7 +112,6 @@ impl<'a> Waiter<'a> {
             confirmed: false,
             outage: None,
             every_message: false,
-            recheck_spread: None,
         }
         .adopt_subscribed()
     }
@@ -146,7 +141,6 @@ impl<'a> Waiter<'a> {
             confirmed: false,
             outage: None,
             every_message: false,
-            recheck_spread: None,
         }
         .adopt_subscribed()
     }
@@ -200,13 +194,7 @@ impl<'a> Waiter<'a> {
             Some(at) => at - now,
             None => Duration::MAX,
         };
-        let pubsub = self.pubsub;
-        let spread = *self
-            .recheck_spread
-            .get_or_insert_with(|| pubsub.recheck_spread());
-        let recheck = pubsub
-            .recheck_after(self.policy.recheck, spread)
-            .min(remaining);
+        let recheck = self.policy.recheck.min(remaining);
         self.subscribe_all();
         // Never sleep past the time the lock can change hands, the recheck interval or
         // the deadline.
