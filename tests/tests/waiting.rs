@@ -536,3 +536,52 @@ async fn a_release_wakes_its_waiter_at_once_among_thousands_of_waiting_tasks() {
     }
     drop(held);
 }
+
+/// Two clients with different recheck intervals wait for one lock: the one that rechecks
+/// every 100 ms registers for 1.3 s at each try, the one that rechecks every 20 s for
+/// 61 s. The registry must live as long as the longer of them needs: when the first
+/// client's tries set it to their own 1.3 s, the registry was gone a moment after that
+/// client stopped waiting, and the release found nobody to tell while the other client's
+/// waiter slept through it to its next recheck. Many waiting tasks make a client space
+/// its rechecks out the same way, so this is also what keeps them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_rechecks_often_leaves_the_registration_of_one_that_rechecks_rarely() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let held = holder
+        .lock("mixed")
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let rare = LockClient::builder()
+        .max_wait_recheck(Duration::from_secs(20))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let frequent = LockClient::builder()
+        .max_wait_recheck(Duration::from_millis(100))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let lock = rare.lock("mixed");
+    let waiting = tokio::spawn(async move { lock.lock().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopped = frequent
+        .lock("mixed")
+        .try_lock_for(Duration::from_millis(600))
+        .await
+        .unwrap_err();
+    assert!(stopped.is_timeout(), "{stopped}");
+    // Well past the 1.3 s the frequent client's last registration asked for.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_millis(500), waiting)
+        .await
+        .expect("the rarely rechecking waiter had the lock within 500 ms of the release")
+        .unwrap()
+        .unwrap();
+    eprintln!("served {:?} after the release", released.elapsed());
+    guard.unlock().await.unwrap();
+}

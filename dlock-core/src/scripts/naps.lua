@@ -10,11 +10,22 @@
 -- guard past its lease), they would sleep while it is free. With uniform leases this never
 -- happens: a new holder's expiry is later than every promise made before it.
 
--- Promises that `owner` may sleep until `until_ms` (server ms); the set lives `lifetime` ms
--- after its last promise (it only bounds an abandoned set's life).
+-- Makes `key` (a set of waiters) live at least `lifetime` ms from now, never less than it
+-- lives already: several clients' waiters share it, and a client whose waiters sleep
+-- longer between tries (many of its tasks wait, so it spaces their rechecks out) asks
+-- for a longer life than another client's next try would; shortening it would drop the
+-- sleeping waiters' places.
+local function live_at_least(key, lifetime)
+  if redis.call('pttl', key) < tonumber(lifetime) then
+    redis.call('pexpire', key, lifetime)
+  end
+end
+
+-- Promises that `owner` may sleep until `until_ms` (server ms); the set lives at least
+-- `lifetime` ms after this promise (it only bounds an abandoned set's life).
 local function promise(naps, owner, until_ms, lifetime)
   redis.call('zadd', naps, until_ms, owner)
-  redis.call('pexpire', naps, lifetime)
+  live_at_least(naps, lifetime)
 end
 
 -- The owners told they may sleep past `expiry` (server ms: the lock's new expiry), taken

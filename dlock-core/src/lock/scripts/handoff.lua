@@ -104,14 +104,14 @@ local function hand_off(key, registry, naps, publish, reservation)
 end
 
 -- Registers `owner` as waiting since `time` (a TIME reply; keeping its place if it is
--- there already) and renews the registry's lifetime (`lifetime` ms; it only bounds an
--- abandoned registry's life). The score is the server time in microseconds, written as
+-- there already) and makes the registry live at least `lifetime` ms more (it only bounds
+-- an abandoned registry's life; see live_at_least). The score is the server time in microseconds, written as
 -- the integer it is (16 digits, exact as a double): tries of several clients often reach
 -- Redis within one millisecond, and equal scores are ordered by owner field, that is by
 -- client id, which would let one client's waiters overtake another's at every such tie.
 local function register(registry, owner, time, lifetime)
   redis.call('zadd', registry, 'nx', time[1] .. string.format('%06d', tonumber(time[2])), owner)
-  redis.call('pexpire', registry, lifetime)
+  live_at_least(registry, lifetime)
 end
 
 -- Tells every waiter of `registry` that was promised a longer sleep than `expires_in` ms
