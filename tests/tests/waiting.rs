@@ -481,19 +481,27 @@ async fn a_waiter_cancelled_during_its_registration_check_leaves_the_registry() 
 }
 
 /// A waiter gets its lock within moments of the release even while thousands of tasks of
-/// its client wait: each waiter keeps its place in its lock's registry (which lives 1.3 s
-/// past a registration with a 100 ms recheck) for as long as it waits. Releases some of
-/// 3,000 held locks after the waiters slept for four seconds and expects each of their
-/// waiters within 500 ms. Fails when waiters recheck less often than their registration
-/// lives, as they did when a client spaced its rechecks out: the release then finds
-/// nobody registered, and the waiter learns of it seconds later at its next recheck.
+/// its client wait, which spaces their rechecks out to seconds: each waiter keeps its
+/// place in its lock's registry for as long as it waits (its tries make the registry live
+/// three planned rechecks and a second, 1.3 s with this client's 100 ms recheck and no
+/// spacing). Releases some of 3,000 held locks, and the locks five multi-lock waiters
+/// wait for, after the waiters slept for four seconds, and expects each of their waiters
+/// within 500 ms. Fails when waiters recheck less often than their registration lives
+/// (spaced rechecks with registrations that lived 1.3 s): the release then finds nobody
+/// registered, and the waiter learns of it seconds later at its next recheck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_its_waiter_at_once_among_thousands_of_waiting_tasks() {
     const WAITERS: usize = 3_000;
     const RELEASED: usize = 10;
+    const MULTI: usize = 5;
     let server = RedisServer::start();
-    let (_holder, mut held) =
+    let (holder, mut held) =
         dlock_tests::hold_distinct_locks(&server.url(), "crowd", WAITERS).await;
+    let mut multi_held = Vec::with_capacity(MULTI);
+    for i in 0..MULTI {
+        let name = format!("{{crowd-multi:{i}}}:b");
+        multi_held.push(holder.lock(&name).lock().await.unwrap());
+    }
     let client = LockClient::builder()
         .max_wait_recheck(Duration::from_millis(100))
         .connect(&server.url())
@@ -502,7 +510,23 @@ async fn a_release_wakes_its_waiter_at_once_among_thousands_of_waiting_tasks() {
     let mut waiters: Vec<_> = (0..WAITERS)
         .map(|i| {
             let lock = client.lock(&format!("crowd:{i}"));
-            tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(60)).await })
+            tokio::spawn(async move {
+                let guard = lock.try_lock_for(Duration::from_secs(60)).await?;
+                guard.unlock().await
+            })
+        })
+        .collect();
+    let multi_waiters: Vec<_> = (0..MULTI)
+        .map(|i| {
+            let names = [
+                format!("{{crowd-multi:{i}}}:a"),
+                format!("{{crowd-multi:{i}}}:b"),
+            ];
+            let multi = client.multi_lock(names).unwrap();
+            tokio::spawn(async move {
+                let guard = multi.try_lock_for(Duration::from_secs(60)).await?;
+                guard.unlock().await
+            })
         })
         .collect();
     wait_for_calls(
@@ -513,24 +537,73 @@ async fn a_release_wakes_its_waiter_at_once_among_thousands_of_waiting_tasks() {
     .await;
     tokio::time::sleep(Duration::from_secs(4)).await;
 
-    let released: Vec<_> = held.drain(..RELEASED).collect();
-    let waiting: Vec<_> = waiters.drain(..RELEASED).collect();
+    let released: Vec<_> = held.drain(..RELEASED).chain(multi_held).collect();
+    let waiting: Vec<_> = waiters.drain(..RELEASED).chain(multi_waiters).collect();
     let start = Instant::now();
     for guard in released {
         guard.unlock().await.unwrap();
     }
     for waiter in waiting {
-        let guard = tokio::time::timeout(Duration::from_millis(500), waiter)
+        tokio::time::timeout(Duration::from_millis(500), waiter)
             .await
             .expect("the waiter had its lock within 500 ms of the release")
             .unwrap()
             .unwrap();
-        guard.unlock().await.unwrap();
     }
     eprintln!(
-        "{RELEASED} waiters served {:?} after the releases",
+        "{} waiters served {:?} after the releases",
+        RELEASED + MULTI,
         start.elapsed()
     );
+    for waiter in waiters {
+        waiter.abort();
+    }
+    drop(held);
+}
+
+/// A recheck is a fallback for a lost message, and a client with many waiting tasks
+/// spaces its waiters' rechecks out, to about a thousand a second between them: 2,000
+/// waiters with a 100 ms recheck interval would otherwise try 20,000 times a second
+/// while nothing changes (with 100,000 waiters and the default 1 s, every try a server
+/// can run). Fails when each waiter rechecks at its own interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiting_tasks_space_their_rechecks_out() {
+    const WAITERS: usize = 2_000;
+    let server = RedisServer::start();
+    let (_holder, held) = dlock_tests::hold_distinct_locks(&server.url(), "spaced", WAITERS).await;
+    let client = LockClient::builder()
+        .max_wait_recheck(Duration::from_millis(100))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|i| {
+            let lock = client.lock(&format!("spaced:{i}"));
+            tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(60)).await })
+        })
+        .collect();
+    wait_for_calls(
+        &mut server.connection(),
+        "every waiter's registration check",
+        |calls| calls.get("zscore").copied().unwrap_or(0) >= WAITERS as u64,
+    )
+    .await;
+    // The first waiters to sleep counted few others: their first rechecks come early.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let before = client.stats().acquire_attempts;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let tries = client.stats().acquire_attempts - before;
+    eprintln!("{tries} rechecks in 2 s by {WAITERS} waiters");
+    assert!(
+        tries <= 8_000,
+        "{WAITERS} waiters tried {tries} times in 2 s while nothing changed (each at its own \
+         100 ms: 40,000; spaced: about 2,000)"
+    );
+    assert!(tries > 0, "the rechecks still come");
+    for waiter in &waiters {
+        assert!(!waiter.is_finished(), "no waiter took a held lock");
+    }
     for waiter in waiters {
         waiter.abort();
     }

@@ -68,12 +68,22 @@ impl Settings {
         }
     }
 
-    /// How long a lock's waiter registry outlives its last registration. A waiting owner
-    /// registers again at every try, at least every `max_wait_recheck`, and leaves when it
-    /// stops waiting (or is passed over once its client is gone); this only bounds the
-    /// life of a registry every client abandoned.
+    /// How long a lock's waiter registry outlives its last registration, with the
+    /// client's own recheck interval (see [`Settings::registry_lifetime`]).
     pub(crate) fn registry_ttl(&self) -> Duration {
-        self.max_wait_recheck
+        Settings::registry_lifetime(self.max_wait_recheck)
+    }
+
+    /// How long a waiter's place among the waiters (its registration, the promise it was
+    /// made) lives past a try after which it sleeps at most `recheck` without a message:
+    /// three such sleeps and a second, so that two lost or late tries do not cost a live
+    /// waiter its place. A waiting owner registers again at every try and leaves when it
+    /// stops waiting (or is passed over once its client is gone): this only bounds the
+    /// life of a place every client abandoned. The scripts only ever lengthen a
+    /// registry's life, so a client whose waiters recheck less often (many of them wait,
+    /// see `sync::recheck`) keeps its places whatever other clients' tries set.
+    pub(crate) fn registry_lifetime(recheck: Duration) -> Duration {
+        recheck
             .saturating_mul(3)
             .saturating_add(Duration::from_secs(1))
             .min(Duration::from_secs(24 * 60 * 60))

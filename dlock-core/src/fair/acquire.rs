@@ -206,6 +206,7 @@ impl FairLock {
                 recheck: settings
                     .max_wait_recheck
                     .min(Duration::from_millis(entry_ms) / 3),
+                longest_recheck: Duration::from_millis(entry_ms) / 3,
                 failover_wait: settings.failover_wait,
                 give_up_at,
                 patient,
@@ -237,7 +238,11 @@ impl FairLock {
                 Err(error) => NotYet::Unavailable(error),
             };
             match waiter.wait(not_yet).await {
-                Ok(_) => {}
+                Ok(_) => {
+                    // Spaced out when many tasks of the client wait, up to what keeps its
+                    // queue entry alive (every try renews it).
+                    waiter.plan_recheck();
+                }
                 Err(GiveUp::TimedOut) => {
                     tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent (fair)");
                     step.give_up().await;

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use super::guard::LockGuard;
 use super::release_ops::{release_job, ReleaseKind};
 use super::Lock;
+use crate::client::Settings;
 use crate::error::{LossReason, Result};
 use crate::fence::Fence;
 use crate::kind::LockKind;
@@ -16,12 +17,13 @@ use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::scripts::scripts;
 use crate::redis::CallError;
 use crate::scripts::ScriptCall;
-use crate::sync::attempt::{RegisteredFlag, Reply, TryStep};
+use crate::sync::attempt::{PlaceLifetime, RegisteredFlag, Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::local::{Given, Place, Ticket, Turn};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::pubsub::Subscription;
+use crate::sync::recheck::LONGEST_SPACED_RECHECK;
 use crate::sync::release::{NextTask, ReleaseJob};
 use crate::sync::verbs::Acquire;
 use crate::sync::wait::{GiveUp, NotYet, Resumed, WaitPolicy, Waiter};
@@ -473,6 +475,9 @@ impl Lock {
             })
             .replicated()
             .waiting(waits, Some(REGISTERED_FLAG));
+            if waits {
+                step = step.keeping_place(REGISTRY_LIFETIME, registry_ms);
+            }
             // Adopts the channel the line kept subscribed (or this client's other waiters
             // did): a hand-off to this owner is heard from its first try on.
             let channels = [(&*self.wake, Some(&self.abandon))];
@@ -482,6 +487,7 @@ impl Lock {
                 &field,
                 WaitPolicy {
                     recheck: settings.max_wait_recheck,
+                    longest_recheck: LONGEST_SPACED_RECHECK,
                     failover_wait: settings.failover_wait,
                     give_up_at,
                     patient: waits,
@@ -522,7 +528,11 @@ impl Lock {
                     }
                 }
                 match resumed {
-                    Ok(_) => {}
+                    // The next try keeps the owner registered for as long as the wait
+                    // after it may last.
+                    Ok(_) => {
+                        step.keep_place_for(Settings::registry_lifetime(waiter.plan_recheck()))
+                    }
                     Err(GiveUp::TimedOut) => {
                         tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
                         Box::pin(step.give_up()).await;
@@ -552,6 +562,10 @@ struct Fresh {
 /// The acquire script's argument that says whether an earlier try of the acquisition may
 /// have registered its owner (`ARGV[7]`, see `scripts/acquire.lua`).
 const REGISTERED_FLAG: RegisteredFlag = RegisteredFlag(6);
+
+/// The acquire script's argument that says how long the registry lives past the
+/// registration (`ARGV[6]`).
+const REGISTRY_LIFETIME: PlaceLifetime = PlaceLifetime(5);
 
 /// How long the first waiter lets a new holder hold before watching it (see
 /// `Lock::wait_for_turn`): far below the promised bounds for noticing an expired lease

@@ -6,15 +6,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Mode, MultiGuard, MultiLock};
+use crate::client::Settings;
 use crate::error::{LockError, LossReason, Result};
 use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
 use crate::multi::scripts::multi_scripts;
-use crate::sync::attempt::{RegisteredFlag, Reply, TryStep};
+use crate::sync::attempt::{PlaceLifetime, RegisteredFlag, Reply, TryStep};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::pubsub::Abandon;
+use crate::sync::recheck::LONGEST_SPACED_RECHECK;
 use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::verbs::Acquire;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
@@ -137,6 +139,11 @@ impl MultiLock {
         let lease_ms = lease_millis("lease", lease)?;
         let waits = wait != Some(Duration::ZERO);
         let field = inner.new_owner_field();
+        let registry_ms = if waits {
+            settings.registry_ttl().as_millis() as u64
+        } else {
+            0
+        };
         let mut call = multi_scripts().acquire.prepare_invoke();
         for lock in self.locks.iter() {
             call.key(lock.key());
@@ -153,11 +160,7 @@ impl MultiLock {
         call.arg(lease_ms)
             .arg(&*field)
             .arg(settings.fence_arg())
-            .arg(if waits {
-                settings.registry_ttl().as_millis() as u64
-            } else {
-                0
-            })
+            .arg(registry_ms)
             // Whether an earlier try may have registered it: set by the try step.
             .arg("0")
             .arg(inner.backend.publish_command())
@@ -172,6 +175,9 @@ impl MultiLock {
         })
         .replicated()
         .waiting(waits, Some(REGISTERED_FLAG));
+        if waits {
+            step = step.keeping_place(REGISTRY_LIFETIME, registry_ms);
+        }
         // The waiter listens, as the owner, on every lock's wake channel from before its
         // first try on: each try may register it with another lock (the one that blocked
         // it), whose hand-off must find it listening.
@@ -186,6 +192,7 @@ impl MultiLock {
             &field,
             WaitPolicy {
                 recheck: settings.max_wait_recheck,
+                longest_recheck: LONGEST_SPACED_RECHECK,
                 failover_wait: settings.failover_wait,
                 give_up_at,
                 patient: waits,
@@ -223,7 +230,9 @@ impl MultiLock {
                 Err(error) => NotYet::Unavailable(error),
             };
             match waiter.wait(not_yet).await {
-                Ok(_) => {}
+                // The next try keeps the owner registered with the lock that blocks it
+                // for as long as the wait after it may last.
+                Ok(_) => step.keep_place_for(Settings::registry_lifetime(waiter.plan_recheck())),
                 Err(GiveUp::TimedOut) => {
                     step.give_up().await;
                     inner.metrics.timed_out();
@@ -245,6 +254,10 @@ impl MultiLock {
 /// The same-slot script's argument that says whether an earlier try of the acquisition
 /// may have registered its owner (`ARGV[5]`, see `scripts/acquire.lua`).
 const REGISTERED_FLAG: RegisteredFlag = RegisteredFlag(4);
+
+/// The same-slot script's argument that says how long a lock's registry lives past the
+/// owner's registration (`ARGV[4]`).
+const REGISTRY_LIFETIME: PlaceLifetime = PlaceLifetime(3);
 
 /// Runs `acquisition` while renewing the explicit-lease holds `held` to `lease` every
 /// third of it, so that the locks taken first do not expire while a later one is awaited.

@@ -13,22 +13,28 @@ use tokio::time::Instant;
 
 use super::release_ops::{release_job, ReleaseKind};
 use super::{Kind, ReadWriteLock, WRITE_SUFFIX};
+use crate::client::Settings;
 use crate::error::{LockError, LossReason, Result};
 use crate::kind::LockKind;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
 use crate::rw::scripts::rw_scripts;
 use crate::scripts::ScriptCall;
-use crate::sync::attempt::{Reply, TryStep};
+use crate::sync::attempt::{PlaceLifetime, Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
+use crate::sync::recheck::LONGEST_SPACED_RECHECK;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 /// How long a waiting writer's entry lives after its last try. A live writer tries again
 /// at least every third of it (see `acquire_new`); a dead one's entry holds readers back
 /// for at most this long.
 const WRITER_ENTRY_TTL: Duration = Duration::from_secs(10);
+
+/// The acquire script's argument that says how long a waiter's promise is kept
+/// (`ARGV[8]`, see `scripts/acquire.lua`).
+const PROMISE_LIFETIME: PlaceLifetime = PlaceLifetime(7);
 
 /// The kind of a hold of a read-write lock, `None` for holds of other primitives (told
 /// apart by their renew script, which every hold names).
@@ -287,12 +293,20 @@ impl ReadWriteLock {
         })
         .replicated()
         .waiting(entry_ms > 0, None);
+        if patient {
+            step = step.keeping_place(PROMISE_LIFETIME, promise_ms);
+        }
         let waiter = Waiter::new(
             &inner.pubsub,
             &self.shared.keys.channel,
             WaitPolicy {
                 // A waiting writer's tries are its entry's heartbeat.
                 recheck: settings.max_wait_recheck.min(WRITER_ENTRY_TTL / 3),
+                longest_recheck: if entry_ms > 0 {
+                    WRITER_ENTRY_TTL / 3
+                } else {
+                    LONGEST_SPACED_RECHECK
+                },
                 failover_wait: settings.failover_wait,
                 give_up_at,
                 patient,
@@ -329,7 +343,8 @@ impl ReadWriteLock {
                 Err(error) => NotYet::Unavailable(error),
             };
             match waiter.wait(not_yet).await {
-                Ok(_) => {}
+                // The next try's promise lasts as long as the wait after it may.
+                Ok(_) => step.keep_place_for(Settings::registry_lifetime(waiter.plan_recheck())),
                 Err(GiveUp::TimedOut) => {
                     tracing::debug!(lock = %self.shared.name, ?kind, waited = ?started.elapsed(), "dlock: wait budget spent");
                     step.give_up().await;

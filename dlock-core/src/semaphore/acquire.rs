@@ -18,6 +18,7 @@ use crate::semaphore::scripts::sem_scripts;
 use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::observe::{self, Label};
+use crate::sync::recheck::LONGEST_SPACED_RECHECK;
 use crate::sync::release::ReleaseJob;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
@@ -66,6 +67,8 @@ impl Semaphore {
             &self.shared.keys.grants,
             WaitPolicy {
                 recheck: settings.max_wait_recheck,
+                // No place among the waiters to keep: every message wakes every waiter.
+                longest_recheck: LONGEST_SPACED_RECHECK,
                 failover_wait: settings.failover_wait,
                 give_up_at,
                 patient: wait != Some(Duration::ZERO),
@@ -135,7 +138,10 @@ impl Semaphore {
                 Err(error) => NotYet::Unavailable(error),
             };
             match waiter.wait(not_yet).await {
-                Ok(_) => {}
+                Ok(_) => {
+                    // Spaced out when many tasks of the client wait.
+                    waiter.plan_recheck();
+                }
                 Err(GiveUp::TimedOut) => {
                     step.give_up().await;
                     inner.metrics.timed_out();

@@ -205,6 +205,12 @@ impl redis::FromRedisValue for Reply {
 #[derive(Clone, Copy)]
 pub(crate) struct RegisteredFlag(pub(crate) usize);
 
+/// Where a call's "how long the waiter's place lives" argument goes (in ms: the lock's
+/// registry, a read-write lock's promises), set before each try from the recheck planned
+/// after it (see [`TryStep::keep_place_for`]).
+#[derive(Clone, Copy)]
+pub(crate) struct PlaceLifetime(pub(crate) usize);
+
 /// One acquisition's tries of its acquire script (see the module documentation).
 ///
 /// `cleanup` builds the releases that undo whatever a call may have left: every hold the
@@ -220,6 +226,8 @@ pub(crate) struct TryStep<'a, C: Fn() -> Vec<ReleaseJob>> {
     /// The acquisition waits: its busy calls take a place among the waiters.
     waits: bool,
     registered_flag: Option<RegisteredFlag>,
+    /// The place-lifetime argument and the value the call has in it.
+    place_lifetime: Option<(PlaceLifetime, u64)>,
     /// A call may have taken a hold whose reply has not come (or was not confirmed).
     maybe_applied: bool,
     /// A call of this waiting acquisition was sent: it may have a place among the waiters.
@@ -239,6 +247,7 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
             replicated: false,
             waits: false,
             registered_flag: None,
+            place_lifetime: None,
             maybe_applied: false,
             may_be_waiting: false,
             answered: false,
@@ -262,6 +271,27 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
         self.waits = waits;
         self.registered_flag = flag;
         self
+    }
+
+    /// The call's argument `at` says how long a waiting try keeps its place (`ms` as
+    /// the call was built): see [`TryStep::keep_place_for`].
+    pub(crate) fn keeping_place(mut self, at: PlaceLifetime, ms: u64) -> Self {
+        self.place_lifetime = Some((at, ms));
+        self
+    }
+
+    /// The next tries keep the acquisition's place among the waiters for `lifetime`
+    /// (`Settings::registry_lifetime` of the recheck planned after them). Nothing
+    /// changes for a step without a place-lifetime argument (a single try keeps none).
+    pub(crate) fn keep_place_for(&mut self, lifetime: Duration) {
+        let Some((PlaceLifetime(at), sent)) = &mut self.place_lifetime else {
+            return;
+        };
+        let ms = u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX);
+        if ms != *sent {
+            *sent = ms;
+            self.call.set_arg(*at, &ms.to_string());
+        }
     }
 
     /// Runs the script until Redis answers, retrying fast transient failures while the

@@ -29,7 +29,9 @@
 //! wakes one waiter per message (or every waiter that asks); `wait.rs`: the wait between
 //! tries (subscribe — an owner to every channel a hand-off to it can come by, before its
 //! first try when they are subscribed already —, nap until a message, the time the busy
-//! answer gave or the recheck, ride out an outage, stop at the deadline); `watchdog.rs`:
+//! answer gave or the recheck, ride out an outage, stop at the deadline); `recheck.rs`:
+//! how long a waiter sleeps without a message (its primitive's interval, spaced out to
+//! about a thousand rechecks a second per client when many tasks wait); `watchdog.rs`:
 //! batched renewals; `release.rs`: running, retrying, logging and replaying a release, with
 //! the releasing client's `HandOff` (a local task waits next; it may keep the lock) and the
 //! script's `NextHolder` answer, and `BackgroundReleases`, the queue of releases nobody
@@ -51,6 +53,7 @@ pub(crate) mod metrics;
 pub(crate) mod observe;
 pub(crate) mod owner;
 pub(crate) mod pubsub;
+pub(crate) mod recheck;
 pub(crate) mod release;
 pub(crate) mod retry;
 pub(crate) mod verbs;

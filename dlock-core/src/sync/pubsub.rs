@@ -39,6 +39,7 @@ use tokio::time::Instant;
 use crate::background::Background;
 use crate::redis::{Backend, Subscriber, SubscriberEvent};
 use crate::sync::heard::{Heard, Notices};
+use crate::sync::recheck::RecheckSpacing;
 use crate::sync::release::{BackgroundReleases, ReleaseJob};
 use crate::sync::retry::backoff;
 
@@ -74,6 +75,8 @@ const LINGER: Duration = Duration::from_millis(50);
 /// The client's subscription service.
 pub(crate) struct PubSubService {
     shared: Arc<Shared>,
+    /// How many of the client's tasks wait, which spaces their rechecks out.
+    rechecks: RecheckSpacing,
 }
 
 /// How a primitive gives up, for an owner of this client that no longer waits, a message
@@ -271,7 +274,10 @@ impl PubSubService {
                 },
             )
         });
-        PubSubService { shared }
+        PubSubService {
+            shared,
+            rechecks: RecheckSpacing::default(),
+        }
     }
 
     /// Registers interest in the shared `channel`; the subscription may not be confirmed
@@ -300,6 +306,12 @@ impl PubSubService {
         abandon: Option<&Abandon>,
     ) -> Subscription {
         self.subscribe_to(channel, Some((owner, wake)), abandon)
+    }
+
+    /// The client's count of waiting tasks, which spaces their rechecks out (see
+    /// `sync::recheck`).
+    pub(crate) fn rechecks(&self) -> &RecheckSpacing {
+        &self.rechecks
     }
 
     /// Whether `channel` is subscribed already (other waiters of the client, or a channel

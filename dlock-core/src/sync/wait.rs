@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::redis::CallError;
 use crate::sync::pubsub::{Abandon, OwnerWake, PubSubService, Subscription};
+use crate::sync::recheck::SpacedPlace;
 use crate::sync::retry::ends_before;
 
 /// A try that did not acquire.
@@ -60,8 +61,14 @@ pub(crate) enum GiveUp {
 
 /// How long and how to wait.
 pub(crate) struct WaitPolicy {
-    /// The longest sleep without trying again (a missed unlock message costs this).
+    /// The longest sleep without trying again (a missed unlock message costs this) while
+    /// few tasks of the client wait; spaced out up to `longest_recheck` when many do (see
+    /// [`Waiter::plan_recheck`]).
     pub(crate) recheck: Duration,
+    /// How far spacing may stretch `recheck`: what keeps the waiter's place among the
+    /// waiters alive when its tries do not (a fair lock's queue entry, a waiting writer's
+    /// entry), else [`LONGEST_SPACED_RECHECK`](crate::sync::recheck::LONGEST_SPACED_RECHECK).
+    pub(crate) longest_recheck: Duration,
     /// How long a run of Redis errors is ridden out.
     pub(crate) failover_wait: Duration,
     /// When to give up; `None` waits as long as it takes.
@@ -94,6 +101,10 @@ pub(crate) struct Waiter<'a> {
     /// Whether every unlock message on the channel wakes this waiter (see
     /// [`Waiter::woken_by_every_message`]) rather than one waiter per message.
     every_message: bool,
+    /// Its share of its client's rechecks, taken when it first plans one.
+    place: Option<SpacedPlace<'a>>,
+    /// The recheck interval planned before the last try (see [`Waiter::plan_recheck`]).
+    planned: Option<Duration>,
 }
 
 impl<'a> Waiter<'a> {
@@ -112,6 +123,8 @@ impl<'a> Waiter<'a> {
             confirmed: false,
             outage: None,
             every_message: false,
+            place: None,
+            planned: None,
         }
         .adopt_subscribed()
     }
@@ -141,6 +154,8 @@ impl<'a> Waiter<'a> {
             confirmed: false,
             outage: None,
             every_message: false,
+            place: None,
+            planned: None,
         }
         .adopt_subscribed()
     }
@@ -176,6 +191,21 @@ impl<'a> Waiter<'a> {
         self
     }
 
+    /// Plans the longest sleep without a message after the next try, and returns it: the
+    /// policy's `recheck`, spaced out when many tasks of the client wait (see
+    /// `sync::recheck`). Called before every try but the first. A primitive whose place
+    /// among the waiters lives by its tries (the lock's registry, a waiter's promise)
+    /// makes that try keep it for three such intervals and a second
+    /// (`Settings::registry_lifetime`); a wait after a try planned for nothing (the
+    /// first) sleeps at most `recheck`, which the first try's place is made for.
+    pub(crate) fn plan_recheck(&mut self) -> Duration {
+        let pubsub = self.pubsub;
+        let place = self.place.get_or_insert_with(|| pubsub.rechecks().join());
+        let planned = place.interval(self.policy.recheck, self.policy.longest_recheck);
+        self.planned = Some(planned);
+        planned
+    }
+
     /// Waits after `outcome` until the next try is worth it, or says why to give up.
     pub(crate) async fn wait(&mut self, outcome: NotYet) -> Result<Resumed, GiveUp> {
         match outcome {
@@ -194,7 +224,7 @@ impl<'a> Waiter<'a> {
             Some(at) => at - now,
             None => Duration::MAX,
         };
-        let recheck = self.policy.recheck.min(remaining);
+        let recheck = self.planned.unwrap_or(self.policy.recheck).min(remaining);
         self.subscribe_all();
         // Never sleep past the time the lock can change hands, the recheck interval or
         // the deadline.
