@@ -11,6 +11,12 @@
 //! still registered): the time until the waiters' commands stop, and the CPU both sides
 //! spent until then per waiter, are the whole cost of starting to wait.
 //!
+//! Asleep, a waiter still tries now and then in case a message was lost (its recheck):
+//! the acquire scripts the server runs per second over [`RECHECK_WINDOW`], starting
+//! [`RECHECK_AFTER`] after the waiters' first tries (once every waiter's first recheck,
+//! which comes after the client's `max_wait_recheck`, is past), are what many sleeping
+//! waiters cost the server.
+//!
 //! The counts are what the server keeps anyway, so a poll costs it nothing and the client
 //! little. Listing the channels (`PUBSUB CHANNELS`) instead returned 10,000 names per
 //! poll: each poll took 30–40 ms of a machine the waiters share, which both slowed what it
@@ -87,6 +93,12 @@ async fn until(
         tokio::time::sleep(POLL_EVERY).await;
     }
 }
+
+/// How long after the waiters' first tries the count of their rechecks starts: past the
+/// first recheck of each (the default `max_wait_recheck`, 1 s, and some slack).
+const RECHECK_AFTER: Duration = Duration::from_millis(2_500);
+/// How long the rechecks of sleeping waiters are counted.
+const RECHECK_WINDOW: Duration = Duration::from_secs(3);
 
 /// How long the waiters' commands must have stopped for them to count as asleep.
 const SETTLE_QUIET: Duration = Duration::from_millis(25);
@@ -203,6 +215,17 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         .map_or(f64::NAN, |(after, before)| {
             after.saturating_sub(before) as f64 / n as f64
         });
+    // Asleep, the waiters only recheck.
+    tokio::time::sleep_until((last_started + first_tries + RECHECK_AFTER).max(Instant::now()))
+        .await;
+    let (rechecks_before, ..) = waiter_calls(&mut admin).await?;
+    let asleep_server_cpu_before = target::server_cpu(&mut admin).await?;
+    let window = Instant::now();
+    tokio::time::sleep(RECHECK_WINDOW).await;
+    let (rechecks_after, ..) = waiter_calls(&mut admin).await?;
+    let asleep_server_cpu = target::server_cpu(&mut admin).await? - asleep_server_cpu_before;
+    let window = window.elapsed().as_secs_f64();
+    let rechecks_per_s = rechecks_after.saturating_sub(rechecks_before) as f64 / window;
 
     for task in &tasks {
         task.abort();
@@ -299,6 +322,18 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         "registration checks (ZSCORE) per waiter until they all sleep",
         checks as f64 / n as f64,
         2,
+    );
+    m.add(
+        "rechecks_per_s",
+        "acquire scripts per second while the waiters sleep (their rechecks)",
+        rechecks_per_s,
+        0,
+    );
+    m.add(
+        "asleep_server_busy_pct",
+        "the server's CPU while the waiters sleep (% of one core)",
+        asleep_server_cpu / window * 100.0,
+        0,
     );
     m.add(
         "unsubscribed_ms",
