@@ -210,16 +210,13 @@ async fn cycles(
         let field = format!("{}:{task}:{owner}", s.client_id);
         let token: Vec<i64> = redis::cmd("EVALSHA")
             .arg(&s.acquire_sha)
-            .arg(5)
-            .arg(&key)
+            .arg(4)
             .arg(&key)
             .arg(&fence)
             .arg(&channel)
             .arg(&naps)
             .arg(LEASE_MS)
             .arg(&field)
-            .arg("fresh")
-            .arg(0)
             .arg("1")
             .arg(REGISTRY_TTL_MS)
             .arg("0")
@@ -233,23 +230,18 @@ async fn cycles(
         let memo = format!("dlock:release:{}{{x}}:{field}:{owner}", s.prefix);
         let remaining: i64 = redis::cmd("EVALSHA")
             .arg(&s.release_sha)
-            .arg(5)
+            .arg(4)
             .arg(&key)
             .arg(&channel)
             .arg(&memo)
             .arg(&naps)
-            .arg(&fence)
             .arg(&field)
             .arg("one")
             .arg(MEMO_TTL_MS)
             .arg("publish")
-            // No task of this client waits next.
-            .arg("")
-            .arg("0")
             .arg(RESERVATION_MS)
-            // A first send, as dlock's unlock sends it.
-            .arg("0")
-            .arg("0")
+            // A first send, as dlock's unlock sends it; no task of this client waits
+            // next, so nothing for one follows.
             .arg("0")
             .query_async(&mut conn)
             .await?;
@@ -327,16 +319,13 @@ async fn run_redis_benchmark(
         let args = [
             "EVALSHA",
             &scripts.acquire_sha,
-            "5",
-            &key,
+            "4",
             &key,
             &fence,
             &channel,
             &naps,
             &lease,
             field,
-            "fresh",
-            "0",
             "1",
             &registry,
             "0",
@@ -371,26 +360,20 @@ async fn run_redis_benchmark(
         let memo = format!("{prefix}rb:memo:{shape}:__rand_int__");
         let memo_ttl = MEMO_TTL_MS.to_string();
         let reservation = RESERVATION_MS.to_string();
-        let fence = format!("dlock:fence:{prefix}{{x}}");
         let args = [
             "EVALSHA",
             &scripts.release_sha,
-            "5",
+            "4",
             &key,
             &channel,
             &memo,
             &naps,
-            &fence,
             field,
             "one",
             &memo_ttl,
             "publish",
-            // No task of this client waits next.
-            "",
-            "0",
             &reservation,
-            "0",
-            "0",
+            // A first send; no task of this client waits next.
             "0",
         ];
         let rps = benchmark_rps(host, port, flags, release_requests, pool, &args).await?;

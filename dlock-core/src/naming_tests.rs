@@ -58,7 +58,7 @@ fn helper_names_start_with_their_kind_and_the_prefix_then_their_own_tag() {
                 ("unlock", keys.channel.clone()),
                 ("release", keys.memo("c:1", 7)),
                 ("release", keys.marker("c:1", 7)),
-                ("fence", keys.fence.clone()),
+                ("fence", keys.fence.to_string()),
                 ("rwwait", keys.waiting_writers()),
                 ("fair", fair.queue),
                 ("fair", format!("{}c:1", fair.wake_prefix)),

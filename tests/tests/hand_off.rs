@@ -259,9 +259,9 @@ fn registrations_within_one_millisecond_keep_their_arrival_order() {
     let try_as = |pipe: &mut redis::Pipeline, owner: &str| {
         pipe.cmd("FCALL")
             .arg(format!("{}_lock_acquire", library.name()))
-            .arg(5)
-            .arg(&[key, key, fence, registry.as_str(), naps][..])
-            .arg(&["30000", owner, "fresh", "0", "0", "60000", "0", "publish"][..]);
+            .arg(4)
+            .arg(&[key, fence, registry.as_str(), naps][..])
+            .arg(&["30000", owner, "0", "60000", "0", "publish"][..]);
     };
     for round in 0..20 {
         let (first, second) = (format!("z{round}:1"), format!("a{round}:1"));

@@ -190,7 +190,7 @@ fn release_functions_do_not_grow_a_full_server() {
             .arg("dlock:unlock:shop:{x}:goods:1")
             .arg(&huge)
             .arg("dlock:unlock:shop:{x}!goods:1")
-            .arg(&["c:1", "one", three_years, "publish", "", "0", "100"][..])
+            .arg(&["c:1", "one", three_years, "publish", "100", "1"][..])
             .query::<redis::Value>(&mut conn);
         assert!(lock.is_err(), "a 4 MiB memo name was taken: {lock:?}");
     }
@@ -203,7 +203,7 @@ fn release_functions_do_not_grow_a_full_server() {
         .arg("dlock:unlock:shop:{x}:goods:1")
         .arg(memo)
         .arg("dlock:unlock:shop:{x}!goods:1")
-        .arg(&["c:1", "one", three_years, "publish", "", "0", "100"][..])
+        .arg(&["c:1", "one", three_years, "publish", "100", "1"][..])
         .query(&mut conn)
         .unwrap();
     assert_eq!(released, 999);
@@ -244,15 +244,15 @@ fn a_lease_pexpire_cannot_read_is_refused_before_anything_is_written() {
     for lease in ["1e3", "030000", "+5", " 5", "5 ", "5.5", "-1", "", "0x10"] {
         let acquired = redis::cmd("FCALL")
             .arg(format!("{library}_lock_acquire"))
-            .arg(5)
-            .arg(&["shop:goods:1", "shop:goods:1", "dlock:fence:shop:{x}"][..])
+            .arg(4)
+            .arg(&["shop:goods:1", "dlock:fence:shop:{x}"][..])
             .arg(
                 &[
                     "dlock:unlock:shop:{x}:goods:1",
                     "dlock:unlock:shop:{x}!goods:1",
                 ][..],
             )
-            .arg(&[lease, "c:1", "fresh", "0", "1", "4000", "0", "publish"][..])
+            .arg(&[lease, "c:1", "1", "4000", "0", "publish"][..])
             .query::<redis::Value>(&mut conn);
         assert!(acquired.is_err(), "lease {lease:?} was taken: {acquired:?}");
         let exists: bool = redis::cmd("EXISTS")
@@ -306,7 +306,7 @@ fn a_lease_pexpire_cannot_read_is_refused_before_anything_is_written() {
             .arg(&["dlock:unlock:shop:{x}!goods:2", "dlock:fence:shop:{x}"][..])
             .arg(
                 &[
-                    "c:2", "one", "10000", "publish", "c:3", "1", "100", "0", lease, "1",
+                    "c:2", "one", "10000", "publish", "100", "0", "c:3", "1", lease, "1",
                 ][..],
             )
             .query::<redis::Value>(&mut conn);

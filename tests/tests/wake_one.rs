@@ -29,15 +29,16 @@ async fn subscription_changes(admin: &mut MultiplexedConnection) -> usize {
         .count()
 }
 
-/// How many runs of the acquire script the server saw since the last reset.
+/// How many runs of the lock's acquire script the server saw since the last reset.
 async fn acquire_attempts(admin: &mut MultiplexedConnection) -> usize {
+    let acquire = dlock::admin::FunctionLibrary::current()
+        .script("lock_acquire")
+        .expect("dlock has the lock's acquire script");
+    let sha = redis::Script::new(acquire).get_hash().to_owned();
     logged_commands(admin)
         .await
         .iter()
-        .filter(|args| {
-            args[0].eq_ignore_ascii_case("evalsha") || args[0].eq_ignore_ascii_case("eval")
-        })
-        .filter(|args| args.iter().any(|a| a == "fresh" || a == "reenter"))
+        .filter(|args| args[0].eq_ignore_ascii_case("evalsha") && args.get(1) == Some(&sha))
         .count()
 }
 

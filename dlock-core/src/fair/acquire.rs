@@ -13,7 +13,7 @@ use crate::fair::scripts::fair_scripts;
 use crate::kind::LockKind;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
-use crate::lock::scripts::scripts;
+use crate::lock::scripts::{acquire_call, scripts, AcquireArgs};
 use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::observe::{self, Label};
@@ -96,20 +96,17 @@ impl FairLock {
         let field = Arc::clone(&outer.field);
         let marker = self.keys.marker(&field, op);
         // The lock's acquire script, as a re-entry (see `lock/scripts/acquire.lua`).
-        let mut call = scripts().acquire.prepare_invoke();
-        call.key(&self.keys.key)
-            .key(&marker)
-            .key(&self.keys.fence)
-            .key(&self.keys.channel)
-            .key(&self.keys.naps)
-            .arg(lease_ms)
-            .arg(&*field)
-            .arg("reenter")
-            .arg(inner.settings.memo_ttl().as_millis() as u64)
-            .arg(inner.settings.fence_arg())
-            .arg(0)
-            .arg("0")
-            .arg(inner.backend.publish_command());
+        let call = acquire_call(
+            &self.keys,
+            &field,
+            AcquireArgs {
+                lease_ms,
+                fence: inner.settings.fence_arg(),
+                registry_ms: 0,
+                publish: inner.backend.publish_command(),
+                reentry: Some((&marker, inner.settings.memo_ttl().as_millis() as u64)),
+            },
+        );
         let mut step = TryStep::new(&**inner, &self.name, call, || {
             vec![self.job(&field, FairRelease::Undo { op })]
         })
@@ -174,7 +171,7 @@ impl FairLock {
         call.key(&self.keys.key)
             .key(&self.fair.queue)
             .key(&self.fair.deadlines)
-            .key(&self.keys.fence)
+            .key(&*self.keys.fence)
             .key(&self.keys.naps)
             .arg(lease_ms)
             .arg(&*field)

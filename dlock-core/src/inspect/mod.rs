@@ -113,7 +113,7 @@ impl Lock {
         let layout = self.layout().await?;
         let keys = self.keys();
         let fencing_counter: Option<u64> = self
-            .query("inspect", redis::cmd("GET").arg(&keys.fence))
+            .query("inspect", redis::cmd("GET").arg(&*keys.fence))
             .await?;
         let mut info = LockInfo {
             name: self.name().to_owned(),

@@ -14,7 +14,7 @@ use crate::error::{LossReason, Result};
 use crate::fence::Fence;
 use crate::kind::LockKind;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
-use crate::lock::scripts::scripts;
+use crate::lock::scripts::{acquire_call, scripts, AcquireArgs};
 use crate::redis::CallError;
 use crate::scripts::ScriptCall;
 use crate::sync::attempt::{PlaceLifetime, RegisteredFlag, Reply, TryStep};
@@ -218,28 +218,19 @@ impl Lock {
         marker: Option<&str>,
         registry_ms: u64,
     ) -> ScriptCall {
-        let settings = &self.client.inner.settings;
-        let (how, marker_ms) = match marker {
-            Some(_) => ("reenter", settings.memo_ttl().as_millis() as u64),
-            None => ("fresh", 0),
-        };
-        let mut call = scripts().acquire.prepare_invoke();
-        call.key(&self.keys.key)
-            // A fresh owner has no marker; the lock key fills the slot (one slot for all).
-            .key(marker.unwrap_or(&self.keys.key))
-            .key(&self.keys.fence)
-            .key(&self.keys.channel)
-            .key(&self.keys.naps)
-            .arg(lease_ms)
-            .arg(field)
-            .arg(how)
-            .arg(marker_ms)
-            .arg(settings.fence_arg())
-            .arg(registry_ms)
-            // Whether an earlier try may have registered it: set by the try step.
-            .arg("0")
-            .arg(self.client.inner.backend.publish_command());
-        call
+        let inner = &self.client.inner;
+        acquire_call(
+            &self.keys,
+            field,
+            AcquireArgs {
+                lease_ms,
+                fence: inner.settings.fence_arg(),
+                registry_ms,
+                publish: inner.backend.publish_command(),
+                reentry: marker
+                    .map(|marker| (marker, inner.settings.memo_ttl().as_millis() as u64)),
+            },
+        )
     }
 
     /// Waits in the client's local line until `ticket` has the turn, or `None` when
@@ -560,12 +551,12 @@ struct Fresh {
 }
 
 /// The acquire script's argument that says whether an earlier try of the acquisition may
-/// have registered its owner (`ARGV[7]`, see `scripts/acquire.lua`).
-const REGISTERED_FLAG: RegisteredFlag = RegisteredFlag(6);
+/// have registered its owner (`ARGV[5]`, see `scripts/acquire.lua`).
+const REGISTERED_FLAG: RegisteredFlag = RegisteredFlag(4);
 
 /// The acquire script's argument that says how long the registry lives past the
-/// registration (`ARGV[6]`).
-const REGISTRY_LIFETIME: PlaceLifetime = PlaceLifetime(5);
+/// registration (`ARGV[4]`).
+const REGISTRY_LIFETIME: PlaceLifetime = PlaceLifetime(3);
 
 /// How long the first waiter lets a new holder hold before watching it (see
 /// `Lock::wait_for_turn`): far below the promised bounds for noticing an expired lease

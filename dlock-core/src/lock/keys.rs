@@ -2,6 +2,8 @@
 //! read-write, multi-lock, RedLock, and the semaphore's release memos) share. See
 //! `names` for the convention and docs/LAYOUT.md for every name.
 
+use std::sync::Arc;
+
 use crate::names::helper_scope;
 
 /// The names dlock uses in Redis for one lock.
@@ -32,7 +34,7 @@ pub(crate) struct LockKeys {
     /// of counters is bounded (at most 16,384 for untagged names, plus one per hash tag in
     /// use) however many lock names come and go. It only ever grows, so the tokens of each
     /// lock still strictly increase (not consecutively). It never expires.
-    pub(crate) fence: String,
+    pub(crate) fence: Arc<str>,
 }
 
 impl LockKeys {
@@ -43,7 +45,7 @@ impl LockKeys {
             channel: format!("dlock:unlock:{scope}:{name}"),
             naps: format!("dlock:unlock:{scope}!{name}"),
             memo_prefix: format!("dlock:release:{scope}:"),
-            fence: format!("dlock:fence:{scope}"),
+            fence: format!("dlock:fence:{scope}").into(),
             name_at: prefix.len(),
             scope,
             key,

@@ -50,10 +50,12 @@ pub(crate) fn release_job(
         name: Arc::clone(name),
         op: ReleaseOp::new(
             &scripts().release,
-            &[&keys.key, &keys.channel, &once_key, &keys.naps, &keys.fence],
+            &[&keys.key, &keys.channel, &once_key, &keys.naps],
             &[field, mode],
             true,
-        ),
+        )
+        // A release that gives the lock to the client's next task mints its token.
+        .with_hand_off_key(&keys.fence),
         label: None,
         counted: true,
     }

@@ -149,7 +149,7 @@ impl MultiLock {
             call.key(lock.key());
         }
         for lock in self.locks.iter() {
-            call.key(&lock.keys().fence);
+            call.key(&*lock.keys().fence);
         }
         for lock in self.locks.iter() {
             call.key(&lock.keys().channel);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::lock::keys::LockKeys;
 use crate::lock::release_ops::{release_job, ReleaseKind};
-use crate::lock::scripts::scripts;
+use crate::lock::scripts::{acquire_call, scripts, AcquireArgs};
 use crate::redis::CallError;
 use crate::sync::attempt::Reply;
 use crate::sync::release::{self, HandOff, ReleaseJob, Released, Sending};
@@ -34,24 +34,19 @@ pub(super) async fn acquire(
     field: &str,
     lease_ms: u64,
 ) -> Result<Reply, CallError> {
-    let mut invocation = scripts().acquire.prepare_invoke();
-    // A fresh owner needs no marker: the lock key fills KEYS[2] (one slot for every key).
-    // No fencing token: counters on independent servers would not order the holders.
-    invocation
-        .key(&keys.key)
-        .key(&keys.key)
-        .key(&keys.fence)
-        .key(&keys.channel)
-        .key(&keys.naps)
-        .arg(lease_ms)
-        .arg(field)
-        .arg("fresh")
-        .arg(0)
-        .arg("0")
-        // A RedLock waits by rounds, not for unlock messages: it never registers.
-        .arg(0)
-        .arg("0")
-        .arg(node.inner.backend.publish_command());
+    // No fencing token: counters on independent servers would not order the holders. A
+    // RedLock waits by rounds, not for unlock messages: it never registers.
+    let invocation = acquire_call(
+        keys,
+        field,
+        AcquireArgs {
+            lease_ms,
+            fence: "0",
+            registry_ms: 0,
+            publish: node.inner.backend.publish_command(),
+            reentry: None,
+        },
+    );
     node.inner.backend.invoke(&invocation).await
 }
 

@@ -107,22 +107,28 @@ pub(crate) struct ReleaseTiming {
 ///   retry (or a replay on a new master) answers from it instead of applying again; or,
 ///   for an op declared [`finds_nothing_once_done`](ReleaseOp::finds_nothing_once_done),
 ///   the release is idempotent by itself and leaves nothing of the owner's behind;
-/// - after the primitive's own arguments it receives eight more: the memo's lifetime in
-///   ms, the command that announces a release (`publish`, `spublish` in a cluster), the
-///   [`HandOff`]: the owner field of the client's next task (`''`: none) and `'1'`/`'0'`
-///   (it may keep the lock while others wait), how long a lock passed on stays reserved
-///   for its next holder, in ms, `'0'` on the op's first send (which cannot find its own
-///   memo, so a script may skip the lookup) or `'1'` on a retry or a replay, then the
-///   next task's lease in ms (`'0'`: none) and `'1'`/`'0'` (it gets a fencing token);
-///   scripts without a waiter registry ignore the hand-off arguments;
+/// - after the primitive's own arguments it receives four more: the memo's lifetime in
+///   ms, the command that announces a release (`publish`, `spublish` in a cluster), how
+///   long a lock passed on stays reserved for its next holder, in ms, and `'0'` on the
+///   op's first send (which cannot find its own memo, so a script may skip the lookup) or
+///   `'1'` on a retry or a replay; then, only when the client has a task waiting next
+///   (the [`HandOff`]), four more: that task's owner field, `'1'`/`'0'` (it may keep the
+///   lock while others wait), its lease in ms and `'1'`/`'0'` (it gets a fencing token),
+///   and the op's hand-off key (the lock's: its fencing counter) after its keys. Every key
+///   and argument of a call costs the server a Lua string before the script runs, so the
+///   common release, with no task waiting next, sends none of them; scripts without a
+///   waiter registry ignore the hand-off;
 /// - it answers with an integer: the owner's holds left (0: the lock is free now), or a
 ///   negative number when the owner held nothing; a lock freed of the owner may also
 ///   answer `{0, 'given' | 'kept', token?}` or `{0, 'passed'}` (see [`NextHolder`]).
 #[derive(Clone)]
 pub(crate) struct ReleaseOp {
     /// The script's call with the op's keys and its own arguments: each send adds the
-    /// eight of the contract to a copy.
+    /// contract's to a copy.
     call: ScriptCall,
+    /// The key a release that hands the lock to the client's next task needs besides the
+    /// op's keys (the lock's fencing counter, for that task's token); sent only then.
+    hand_off_key: Option<Arc<str>>,
     /// The script keeps no memo when it gives back the owner's last hold, because that
     /// release leaves nothing of the owner's: a retry that finds nothing of the owner's
     /// reports the first attempt's success (its reply was lost) rather than "not held".
@@ -147,8 +153,16 @@ impl ReleaseOp {
         }
         ReleaseOp {
             call,
+            hand_off_key: None,
             finds_nothing_once_done,
         }
+    }
+
+    /// A release that hands the lock to the client's next task also passes `key`, after
+    /// the op's keys (see the contract above).
+    pub(crate) fn with_hand_off_key(mut self, key: &Arc<str>) -> ReleaseOp {
+        self.hand_off_key = Some(Arc::clone(key));
+        self
     }
 }
 
@@ -185,17 +199,25 @@ pub(crate) async fn release(
 ) -> Result<Released, CallError> {
     let flag = |on: bool| if on { "1" } else { "0" };
     let mut invocation = job.op.call.clone();
-    let next_task = hand_off.next.as_ref();
+    // The first-send flag's place (0-based): after the op's own arguments, the memo's
+    // lifetime, the publish command and the reservation.
+    let again = invocation.args().len() + 3;
     invocation
         .arg(timing.memo_ttl.as_millis() as u64)
         .arg(backend.publish_command())
-        .arg(next_task.map_or("", |task| &*task.field))
-        .arg(flag(hand_off.keep))
         .arg(timing.reservation.as_millis() as u64)
-        .arg(flag(send == Sending::Again))
-        .arg(next_task.map_or(0, |task| task.lease_ms))
-        .arg(flag(next_task.is_some_and(|task| task.fence)));
-    let again = invocation.args().len() - 3;
+        .arg(flag(send == Sending::Again));
+    let next_task = hand_off.next.as_ref();
+    if let Some(task) = next_task {
+        invocation
+            .arg(&*task.field)
+            .arg(flag(hand_off.keep))
+            .arg(task.lease_ms)
+            .arg(flag(task.fence));
+        if let Some(key) = &job.op.hand_off_key {
+            invocation.key(&**key);
+        }
+    }
     let started = Instant::now();
     let mut failures = 0;
     loop {

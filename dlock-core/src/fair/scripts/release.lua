@@ -17,7 +17,7 @@
 -- ARGV[3]  wake channel prefix
 -- ARGV[4]  memo lifetime in milliseconds
 -- ARGV[5]  publish command
--- ARGV[9]  '0' on the op's first send (see sync/release.rs), else '1'
+-- ARGV[7]  '0' on the op's first send (see sync/release.rs), else '1'
 --
 -- Returns -1 when the owner held nothing (or the key holds another type), 0 when its last
 -- hold is gone, n > 0 when it still holds the lock n times.
@@ -33,8 +33,8 @@ if mode == 'undo' then
   if redis.call('del', KEYS[4]) == 0 then
     return -1
   end
-elseif ARGV[9] ~= '0' then
-  -- (A first send, ARGV[9] = '0', cannot find its own memo.)
+elseif ARGV[7] ~= '0' then
+  -- (A first send, ARGV[7] = '0', cannot find its own memo.)
   local memo = redis.call('get', KEYS[4])
   if memo then
     return tonumber(memo)

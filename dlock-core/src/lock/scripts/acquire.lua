@@ -1,23 +1,25 @@
 -- Acquire a reentrant lock for a new owner, or re-enter it for an owner that holds it.
 --
 -- KEYS[1]  the lock hash: field = owner, value = hold count (one per live guard)
--- KEYS[2]  re-entries: this acquisition's marker (same slot as KEYS[1]); fresh: unused
--- KEYS[3]  the fencing-token counter of the lock's slot anchor (same slot; never expires)
--- KEYS[4]  the lock's waiter registry (see handoff.lua; same slot)
--- KEYS[5]  what its waiters were told (see naps.lua; same slot)
+-- KEYS[2]  the fencing-token counter of the lock's slot anchor (same slot; never expires)
+-- KEYS[3]  the lock's waiter registry (see handoff.lua; same slot)
+-- KEYS[4]  what its waiters were told (see naps.lua; same slot)
+-- KEYS[5]  a re-entry only: this acquisition's marker (same slot as KEYS[1]); its presence
+--          is what makes the call a re-entry (a fresh owner sends four keys: every key
+--          and argument costs the server a Lua string per call)
 -- ARGV[1]  lease in milliseconds; for a re-entry 0 leaves the expiry as it is (the client
 --          validated it; checked again before any write, because a PEXPIRE that fails
 --          after HSET would leave a lock that never expires)
--- ARGV[2]  owner field "<client-id>:<owner-id>"
--- ARGV[3]  'fresh' (a new owner id, used by this acquisition only) or 'reenter'
--- ARGV[4]  re-entries: marker lifetime in milliseconds
--- ARGV[5]  '1': mint a fencing token on a fresh grant; '0': no token (no INCR)
--- ARGV[6]  the registry's lifetime in ms, renewed by every registration: a fresh owner
+-- ARGV[2]  owner field "<client-id>:<owner-id>": a new owner id, used by this acquisition
+--          only, or for a re-entry the owner whose scope the caller runs in
+-- ARGV[3]  '1': mint a fencing token on a fresh grant; '0': no token (no INCR)
+-- ARGV[4]  the registry's lifetime in ms, lengthened by every registration: a fresh owner
 --          that finds the lock busy registers as waiting; 0 registers nothing (a single
 --          try, which does not wait)
--- ARGV[7]  '1' when an earlier try of this acquisition may have registered the owner: a
+-- ARGV[5]  '1' when an earlier try of this acquisition may have registered the owner: a
 --          grant then takes it out of the registry; '0' otherwise
--- ARGV[8]  publish command: 'publish' or 'spublish'
+-- ARGV[6]  publish command: 'publish' or 'spublish'
+-- ARGV[7]  a re-entry only: the marker's lifetime in milliseconds
 --
 -- Returns {token} when a fresh owner now holds the lock with fencing on (the token minted
 -- for it, kept in the hash field "<owner>:f" and deleted with the owner's last hold); nil
@@ -35,7 +37,7 @@
 -- A retry sets the expiry as the first attempt would have, counted from the retry: the
 -- client's deadline is counted from it.
 local lease = tonumber(ARGV[1])
-local reenter = ARGV[3] == 'reenter'
+local reenter = KEYS[5] ~= nil
 local lowest = 1
 if reenter then
   lowest = 0
@@ -53,8 +55,8 @@ end
 -- (Every value written is text: see the lease above; '%d' formats an integer cheaply.)
 local function take()
   local token = nil
-  if ARGV[5] == '1' then
-    token = redis.call('incr', KEYS[3])
+  if ARGV[3] == '1' then
+    token = redis.call('incr', KEYS[2])
     redis.call('hset', KEYS[1], ARGV[2], '1', ARGV[2] .. ':f', string.format('%d', token))
   else
     redis.call('hset', KEYS[1], ARGV[2], '1')
@@ -73,7 +75,7 @@ end
 -- lock freed early by its holder is reserved, not free (see release.lua), until a waiter
 -- or the client's next task takes it below.
 local free = not reenter and redis.call('exists', KEYS[1]) == 0
-if free and ARGV[7] ~= '1' then
+if free and ARGV[5] ~= '1' then
   return take()
 end
 
@@ -82,12 +84,12 @@ end
 -- A fresh owner takes the lock: out of the waiters, its hold, and the waiters told they
 -- may sleep past its lease are told to try again.
 local function grant()
-  if ARGV[7] == '1' then
+  if ARGV[5] == '1' then
+    redis.call('zrem', KEYS[3], ARGV[2])
     redis.call('zrem', KEYS[4], ARGV[2])
-    redis.call('zrem', KEYS[5], ARGV[2])
   end
   local reply = take()
-  wake_overslept(KEYS[4], KEYS[5], ARGV[8], lease)
+  wake_overslept(KEYS[3], KEYS[4], ARGV[6], lease)
   return reply
 end
 
@@ -112,7 +114,7 @@ if not reenter then
     redis.call('pexpire', KEYS[1], ARGV[1])
     -- The same token as the first attempt: the one stored with the hold.
     local token = redis.call('hget', KEYS[1], ARGV[2] .. ':f')
-    if ARGV[5] ~= '1' or not token then
+    if ARGV[3] ~= '1' or not token then
       return nil
     end
     return {tonumber(token)}
@@ -129,10 +131,10 @@ if not reenter then
     return grant()
   end
   local ttl = redis.call('pttl', KEYS[1])
-  if ARGV[6] ~= '0' then
+  if ARGV[4] ~= '0' then
     local time = redis.call('time')
-    register(KEYS[4], ARGV[2], time, ARGV[6])
-    promise(KEYS[5], ARGV[2], ms_of(time) + ttl, ARGV[6])
+    register(KEYS[3], ARGV[2], time, ARGV[4])
+    promise(KEYS[4], ARGV[2], ms_of(time) + ttl, ARGV[4])
   end
   return ttl
 end
@@ -141,9 +143,9 @@ if not mine then
   return 'notheld'
 end
 -- A retried re-entry finds its marker: its hold is there already.
-if redis.call('exists', KEYS[2]) == 0 then
+if redis.call('exists', KEYS[5]) == 0 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('set', KEYS[2], 1, 'px', ARGV[4])
+  redis.call('set', KEYS[5], 1, 'px', ARGV[7])
 end
 -- A re-entry never shortens the expiry, and only lengthens it when it asked for a lease.
 if lease > 0 and redis.call('pttl', KEYS[1]) < lease then

@@ -5,7 +5,8 @@
 
 use std::sync::OnceLock;
 
-use crate::scripts::{lua_script, Script};
+use crate::lock::keys::LockKeys;
+use crate::scripts::{lua_script, Script, ScriptCall};
 
 /// The reentrant lock's scripts (`lock/scripts/`); each but `renew` takes the shared
 /// `scripts/clock.lua`, `scripts/naps.lua` (what waiters were told) and the lock's
@@ -69,4 +70,41 @@ pub(crate) fn all() -> Vec<&'static Script> {
         &scripts.force_unlock,
         &scripts.hold_until,
     ]
+}
+
+/// What an acquire call is, besides the lock's keys and the owner.
+pub(crate) struct AcquireArgs<'a> {
+    /// The lease in ms (for a re-entry, 0 leaves the expiry as it is).
+    pub(crate) lease_ms: u64,
+    /// `'1'`: a fresh grant mints a fencing token.
+    pub(crate) fence: &'a str,
+    /// How long the registry lives past a busy try's registration; 0 registers nothing.
+    pub(crate) registry_ms: u64,
+    /// The client's publish command.
+    pub(crate) publish: &'a str,
+    /// A re-entry's marker and the marker's lifetime in ms; `None` for a fresh owner.
+    pub(crate) reentry: Option<(&'a str, u64)>,
+}
+
+/// A call of the acquire script (`acquire.lua`) for the owner `field` of the lock `keys`:
+/// one shape for every caller (the lock, the fair lock's re-entry, RedLock's nodes). A
+/// fresh owner's call, the common one, passes no re-entry marker: every key and argument
+/// costs the server a Lua string per call.
+pub(crate) fn acquire_call(keys: &LockKeys, field: &str, args: AcquireArgs<'_>) -> ScriptCall {
+    let mut call = scripts().acquire.prepare_invoke();
+    call.key(&keys.key)
+        .key(&*keys.fence)
+        .key(&keys.channel)
+        .key(&keys.naps)
+        .arg(args.lease_ms)
+        .arg(field)
+        .arg(args.fence)
+        .arg(args.registry_ms)
+        // Whether an earlier try may have registered the owner: set by its try step.
+        .arg("0")
+        .arg(args.publish);
+    if let Some((marker, marker_ms)) = args.reentry {
+        call.key(marker).arg(marker_ms);
+    }
+    call
 }

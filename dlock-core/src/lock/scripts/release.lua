@@ -6,8 +6,8 @@
 -- KEYS[3]  'one': the release memo for this release operation; 'all', 'leave': unused;
 --          'undo': the marker of the re-entry to undo (all in the slot of KEYS[1])
 -- KEYS[4]  what the lock's waiters were told (see naps.lua; same slot)
--- KEYS[5]  the fencing-token counter of the lock's slot anchor (see acquire.lua; same
---          slot): a lock given to the releasing client's next task gets its token here
+-- KEYS[5]  with a next task only (see ARGV[7]): the fencing-token counter of the lock's
+--          slot anchor (see acquire.lua; same slot), for that task's token
 -- ARGV[1]  owner field
 -- ARGV[2]  'one': a guard gives back its hold;
 --          'all': an acquisition of a fresh owner ended without a guard (cancelled,
@@ -24,20 +24,21 @@
 --                 back only if its marker shows it was applied
 -- ARGV[3]  memo lifetime in milliseconds
 -- ARGV[4]  publish command: 'publish' or 'spublish'
--- ARGV[5]  the owner field of the releasing client's task that waits for this lock next
---          (a fresh owner id, which has never tried in Redis), or '' when none waits
--- ARGV[6]  '1' when that task may have the lock next even if others wait (the client's
---          bound on consecutive local hand-offs is not reached), else '0'
--- ARGV[7]  how long the lock stays reserved for the waiter it is passed to, in ms
--- ARGV[8]  '0' on the first send of this release, which cannot find its own memo;
+-- ARGV[5]  how long the lock stays reserved for the waiter it is passed to, in ms
+-- ARGV[6]  '0' on the first send of this release, which cannot find its own memo;
 --          anything else (a retry, a replay on a new master) looks for it
--- ARGV[9]  the lease in ms of the task of ARGV[5] (as acquire.lua's ARGV[1])
--- ARGV[10] '1': mint a fencing token for the task of ARGV[5]; '0': no token
+-- The next four only when the releasing client has a task waiting for this lock next
+-- (the common release has none, and every argument costs a Lua string per call):
+-- ARGV[7]  that task's owner field (a fresh owner id, which has never tried in Redis)
+-- ARGV[8]  '1' when that task may have the lock next even if others wait (the client's
+--          bound on consecutive local hand-offs is not reached), else '0'
+-- ARGV[9]  the lease in ms of that task (as acquire.lua's ARGV[1])
+-- ARGV[10] '1': mint a fencing token for that task; '0': no token
 --
 -- Returns -1 when there is nothing of the owner's to give back (or the key holds another
 -- type, or another kind's lock), n > 0 when the owner still holds it n times, and when the
 -- lock is now free of the owner: 0 if nobody else waits for it (or it was passed on by
--- an 'all'); {0, 'given', token} when the task of ARGV[5] holds it now, as if its own
+-- an 'all'); {0, 'given', token} when the task of ARGV[7] holds it now, as if its own
 -- acquire had taken it (its hold, its lease from now, its token, the last element only
 -- with ARGV[10] = '1'), and nobody else waited; {0, 'kept', token} when that task holds
 -- it and others wait (they were not told); or {0, 'passed'} when the longest-waiting live
@@ -50,7 +51,7 @@
 -- holding (see acquire.lua), or its client gives the lock back with an 'all' for it.
 --
 -- One release wakes one waiter of another client: the message names it, on its client's
--- channel. The lock is reserved for it for ARGV[7] ms (the hash holds only the field
+-- channel. The lock is reserved for it for ARGV[5] ms (the hash holds only the field
 -- '!next' = that owner): a new caller elsewhere, which needs no pub/sub hop, would
 -- otherwise take the lock first nearly every time, and the woken waiter would go back to
 -- the end of the line. A waiter whose client is gone is passed over (see handoff.lua); a
@@ -67,7 +68,7 @@
 -- - giving back one of several holds (a re-entered lock) is a decrement, which a retry would
 --   repeat: its outcome is kept in the memo, which a retry answers from (a first send
 --   skips the lookup: the common last release reads no memo either);
--- - a retry that finds the owner's hold gone but the task of ARGV[5] holding answers as
+-- - a retry that finds the owner's hold gone but the task of ARGV[7] holding answers as
 --   the send that gave it the lock did (the task has not tried yet, so nothing else can
 --   have given it the lock);
 -- - 'all' deletes every hold of the owner, which is idempotent by itself; 'leave' gives
@@ -76,8 +77,8 @@
 local mode = ARGV[2]
 local owner = ARGV[1]
 local abandon = mode == 'all' or mode == 'leave'
-local next_task = ARGV[5]
-if next_task ~= '' and not abandon then
+local next_task = ARGV[7]
+if next_task and not abandon then
   -- Checked before anything is written, as acquire.lua checks its own lease.
   local lease = tonumber(ARGV[9])
   if lease == nil or lease < 1 or lease > MAX_LEASE_MS or not string.find(ARGV[9], '^[1-9]%d*$') then
@@ -90,7 +91,7 @@ if mode == 'undo' then
   if redis.call('del', KEYS[3]) == 0 then
     return -1
   end
-elseif mode == 'one' and ARGV[8] ~= '0' then
+elseif mode == 'one' and ARGV[6] ~= '0' then
   local memo = redis.call('get', KEYS[3])
   if memo then
     return tonumber(memo)
@@ -105,7 +106,7 @@ local handed = nil
 if not abandon then
   local count = redis.pcall('hget', KEYS[1], owner)
   if not count or type(count) == 'table' then
-    if next_task and not count and ARGV[8] ~= '0' and redis.call('hexists', KEYS[1], next_task) == 1 then
+    if next_task and not count and ARGV[6] ~= '0' and redis.call('hexists', KEYS[1], next_task) == 1 then
       -- A retry of a send that gave the lock to the client's next task: the same answer.
       local reply = {0, redis.call('exists', KEYS[2]) == 1 and 'kept' or 'given'}
       if ARGV[10] == '1' then
@@ -138,7 +139,7 @@ if not abandon then
   -- The owner's last hold: the hash holds nothing else (one owner at a time, its hold
   -- count and its fencing token), so the whole lock goes.
   local others = redis.call('exists', KEYS[2]) == 1
-  local give = next_task and (ARGV[6] == '1' or not others)
+  local give = next_task and (ARGV[8] == '1' or not others)
   local token = nil
   if give and ARGV[10] == '1' then
     -- The next task's token (the next of the counter), before anything is written. A
@@ -197,7 +198,7 @@ if abandon then
     elseif redis.call('exists', KEYS[1]) == 1 then
       return -1
     end
-    hand_off(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[7])
+    hand_off(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[5])
     return -1
   end
   -- Every hold of an owner whose acquisition ended without a guard goes.
@@ -213,7 +214,7 @@ if handed then
   wake_overslept(KEYS[2], KEYS[4], ARGV[4], tonumber(ARGV[9]))
   return handed
 end
-if hand_off(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[7]) then
+if hand_off(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[5]) then
   return {0, 'passed'}
 end
 return 0

@@ -14,7 +14,7 @@
 --          re-entry's hold goes if its marker shows it was applied
 -- ARGV[4]  memo lifetime in ms
 -- ARGV[5]  publish command: 'publish' or 'spublish'
--- ARGV[9]  '0' on the op's first send (see sync/release.rs), else '1'
+-- ARGV[7]  '0' on the op's first send (see sync/release.rs), else '1'
 --
 -- Returns the owner's holds of that kind left (0: none), or -1 when it had none.
 --
@@ -39,8 +39,8 @@ if mode == 'undo' then
   if redis.call('del', KEYS[4]) == 0 then
     return -1
   end
-elseif ARGV[9] ~= '0' then
-  -- (A first send, ARGV[9] = '0', cannot find its own memo.)
+elseif ARGV[7] ~= '0' then
+  -- (A first send, ARGV[7] = '0', cannot find its own memo.)
   local memo = redis.call('get', KEYS[4])
   if memo then
     return tonumber(memo)

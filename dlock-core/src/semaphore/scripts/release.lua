@@ -7,15 +7,15 @@
 -- ARGV[1]  grant id
 -- ARGV[2]  memo lifetime in ms
 -- ARGV[3]  publish command: 'publish' or 'spublish'
--- ARGV[7]  '0' on the op's first send (see sync/release.rs), else '1'
+-- ARGV[5]  '0' on the op's first send (see sync/release.rs), else '1'
 --
 -- Returns 0 when the grant's permits went back to the pool, -1 when the grant was not
 -- there (already released, reclaimed after its deadline, or never applied): then nothing
 -- changes, so a double release or a release after expiry cannot inflate the pool.
 -- Publishes the permits available whenever permits came back (this grant's or expired
 -- ones reclaimed on the way).
--- (A first send, ARGV[7] = '0', cannot find its own memo.)
-if ARGV[7] ~= '0' then
+-- (A first send, ARGV[5] = '0', cannot find its own memo.)
+if ARGV[5] ~= '0' then
   local memo = redis.call('get', KEYS[3])
   if memo then
     return tonumber(memo)
