@@ -13,6 +13,16 @@
 //! registry), which waiting by pub/sub instead of polling needs. What dlock's scripts cost
 //! beyond the design floor is what its scripts could still save; what the design floor
 //! costs beyond the lean floor is what the design asks.
+//!
+//! The design floor at dlock's arguments runs the design floor's bodies called as dlock
+//! calls its scripts: the same number of keys and arguments, of about the same lengths,
+//! the bodies reading theirs at dlock's positions. Every key and argument of a call
+//! becomes a Lua string before the script runs, so what it costs beyond the design floor
+//! is what dlock's calls pay for passing what their rarer branches need; what dlock's
+//! scripts cost beyond it is their bodies. dlock's own scripts are sent the same way
+//! (`Floor::DlockScripts`), so that the three are measured alike: driven through dlock's
+//! client, a script's time per call also grows with the client's CPU competing with the
+//! server's on a small machine (commandstats counts wall time).
 
 use redis::aio::MultiplexedConnection;
 use redis::Script;
@@ -62,6 +72,18 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
 end
 return 0";
 
+/// The design floor's acquire at the positions of dlock's acquire (`lock/scripts/acquire.lua`):
+/// `KEYS[1]` the hash, `KEYS[2]` the fencing counter, `ARGV[1]` the lease in ms, `ARGV[2]`
+/// the owner; the other keys and arguments are passed and not read.
+pub const DESIGN_ACQUIRE_AT_DLOCK_ARGUMENTS: &str = "\
+if redis.call('exists', KEYS[1]) == 0 then
+  local token = redis.call('incr', KEYS[2])
+  redis.call('hset', KEYS[1], ARGV[2], '1', ARGV[2] .. ':f', string.format('%d', token))
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {token}
+end
+return redis.call('pttl', KEYS[1])";
+
 /// Which floor a pair of scripts is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Floor {
@@ -69,6 +91,11 @@ pub enum Floor {
     Lean,
     /// The lean floor plus a fencing token and the release's check for waiters.
     Design,
+    /// The design floor's bodies, called with as many keys and arguments as dlock's.
+    DesignAtDlockArguments,
+    /// dlock's own acquire and release scripts, called as dlock's client calls them for
+    /// a fresh acquisition and a last release (the same calls as the previous).
+    DlockScripts,
 }
 
 /// Lease of the floor's locks: dlock's default watchdog lease, as S1 uses.
@@ -87,6 +114,16 @@ impl FloorScripts {
         let (acquire, release) = match floor {
             Floor::Lean => (ACQUIRE, RELEASE),
             Floor::Design => (DESIGN_ACQUIRE, DESIGN_RELEASE),
+            // The release reads the hash, the registry and the owner at the positions
+            // dlock's release has them too.
+            Floor::DesignAtDlockArguments => (DESIGN_ACQUIRE_AT_DLOCK_ARGUMENTS, DESIGN_RELEASE),
+            Floor::DlockScripts => {
+                let library = dlock::admin::FunctionLibrary::current();
+                (
+                    library.script("lock_acquire").unwrap_or_default(),
+                    library.script("lock_release").unwrap_or_default(),
+                )
+            }
         };
         FloorScripts {
             floor,
@@ -101,6 +138,8 @@ impl FloorScripts {
         match self.floor {
             Floor::Lean => format!("{prefix}floor:{n}"),
             Floor::Design => format!("{{{prefix}design:{n}}}"),
+            Floor::DesignAtDlockArguments => format!("{{{prefix}design-args:{n}}}"),
+            Floor::DlockScripts => format!("{{{prefix}dlock-bare:{n}}}"),
         }
     }
 
@@ -119,13 +158,35 @@ impl FloorScripts {
         owner: &str,
     ) -> Result<()> {
         let mut call = self.acquire.key(key);
-        if self.floor == Floor::Design {
-            call.key(format!("{key}:fence"));
+        match self.floor {
+            Floor::Lean => {
+                call.arg(owner).arg(LEASE_MS);
+            }
+            Floor::Design => {
+                call.key(format!("{key}:fence")).arg(owner).arg(LEASE_MS);
+            }
+            // dlock's 4 keys and 6 arguments for a fresh owner: the counter, the
+            // registry, the naps; the lease, the owner, the fencing flag, the registry's
+            // life, the registered flag and the publish command.
+            Floor::DesignAtDlockArguments | Floor::DlockScripts => {
+                call.key(format!("{key}:fence"))
+                    .key(format!("{key}:waiters"))
+                    .key(format!("{key}:naps"))
+                    .arg(LEASE_MS)
+                    .arg(owner)
+                    .arg("1")
+                    .arg(4_000)
+                    .arg("0")
+                    .arg("publish");
+            }
         }
-        let reply: redis::Value = call.arg(owner).arg(LEASE_MS).invoke_async(conn).await?;
+        let reply: redis::Value = call.invoke_async(conn).await?;
         match (self.floor, reply) {
             (Floor::Lean, redis::Value::Nil) => Ok(()),
-            (Floor::Design, redis::Value::Array(token)) if token.len() == 1 => Ok(()),
+            (
+                Floor::Design | Floor::DesignAtDlockArguments | Floor::DlockScripts,
+                redis::Value::Array(token),
+            ) if token.len() == 1 => Ok(()),
             (_, held) => Err(error(format!("floor: {key} is held ({held:?})"))),
         }
     }
@@ -138,11 +199,36 @@ impl FloorScripts {
         owner: &str,
     ) -> Result<()> {
         let mut call = self.release.key(key);
-        if self.floor == Floor::Design {
-            call.key(format!("{key}:waiters"));
+        match self.floor {
+            Floor::Lean => {
+                call.arg(owner);
+            }
+            Floor::Design => {
+                call.key(format!("{key}:waiters")).arg(owner);
+            }
+            // dlock's 4 keys and 6 arguments when no task of the client waits next: the
+            // registry, the memo (the hash itself on a first send), the naps; the owner,
+            // `one`, the memo's life, the publish command, the reservation and the
+            // first-send flag.
+            Floor::DesignAtDlockArguments | Floor::DlockScripts => {
+                call.key(format!("{key}:waiters"))
+                    .key(key)
+                    .key(format!("{key}:naps"))
+                    .arg(owner)
+                    .arg("one")
+                    .arg(10_000)
+                    .arg("publish")
+                    .arg(100)
+                    .arg("0");
+            }
         }
-        let released: i64 = call.arg(owner).invoke_async(conn).await?;
-        if !(1..=2).contains(&released) {
+        let released: i64 = call.invoke_async(conn).await?;
+        // dlock's release answers the holds left: 0, the lock is free.
+        let freed = match self.floor {
+            Floor::DlockScripts => released == 0,
+            _ => (1..=2).contains(&released),
+        };
+        if !freed {
             return Err(error(format!("floor: {key} was not held by {owner}")));
         }
         Ok(())

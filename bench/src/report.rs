@@ -141,7 +141,7 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                 num(g("cycle_vs_design"), 2)
             ),
             format!(
-                "per call: acquire {} µs ({} commands), release {} µs ({}); renewal {} µs per lock ({} calls for {} locks); floor acquire {} µs ({}), release {} µs ({}); design floor acquire {} µs ({}), release {} µs ({}), {} × floor",
+                "per call: acquire {} µs ({} commands), release {} µs ({}); renewal {} µs per lock ({} calls for {} locks); floor acquire {} µs ({}), release {} µs ({}); design floor acquire {} µs ({}), release {} µs ({}), {} × floor; the design floor at dlock's keys and arguments: acquire {} µs, release {} µs ({} × design floor); dlock's scripts sent alike from a bare connection: acquire {} µs, release {} µs ({} × design floor)",
                 num(g("acquire_us"), 2),
                 num(g("acquire_commands"), 1),
                 num(g("release_us"), 2),
@@ -158,6 +158,12 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                 num(g("design_release_us"), 2),
                 num(g("design_release_commands"), 1),
                 num(g("design_vs_floor"), 2),
+                num(g("args_acquire_us"), 2),
+                num(g("args_release_us"), 2),
+                num(g("args_vs_design"), 2),
+                num(g("bare_acquire_us"), 2),
+                num(g("bare_release_us"), 2),
+                num(g("bare_vs_design"), 2),
             ),
         ),
         Job::S1Dlock

@@ -221,17 +221,25 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
     // fencing counters of their slots) exist.
     release_all(acquire_all(&client, "scripts", keys, tasks).await?, tasks).await?;
     let conn = target.connection().await?;
-    let (floor, design) = (
+    let (floor, design, at_args, bare) = (
         FloorScripts::new(Floor::Lean),
         FloorScripts::new(Floor::Design),
+        FloorScripts::new(Floor::DesignAtDlockArguments),
+        FloorScripts::new(Floor::DlockScripts),
     );
     floor.load(&mut admin).await?;
     design.load(&mut admin).await?;
-    // The design floor's counters exist before its measured rounds, as dlock's do.
-    floor_round(&mut admin, &conn, &design, target.prefix(), keys, tasks).await?;
+    at_args.load(&mut admin).await?;
+    bare.load(&mut admin).await?;
+    // The counters exist before the measured rounds, as dlock's do.
+    for scripts in [&design, &at_args, &bare] {
+        floor_round(&mut admin, &conn, scripts, target.prefix(), keys, tasks).await?;
+    }
     let (mut acquires, mut releases, mut floor_acquires, mut floor_releases) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut design_acquires, mut design_releases) = (Vec::new(), Vec::new());
+    let (mut args_acquires, mut args_releases) = (Vec::new(), Vec::new());
+    let (mut bare_acquires, mut bare_releases) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let (guards, acquire) =
             phase(&mut admin, acquire_all(&client, "scripts", keys, tasks)).await?;
@@ -240,12 +248,20 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
             floor_round(&mut admin, &conn, &floor, target.prefix(), keys, tasks).await?;
         let (design_acquire, design_release) =
             floor_round(&mut admin, &conn, &design, target.prefix(), keys, tasks).await?;
+        let (args_acquire, args_release) =
+            floor_round(&mut admin, &conn, &at_args, target.prefix(), keys, tasks).await?;
+        let (bare_acquire, bare_release) =
+            floor_round(&mut admin, &conn, &bare, target.prefix(), keys, tasks).await?;
         acquires.push(acquire);
         releases.push(release);
         floor_acquires.push(floor_acquire);
         floor_releases.push(floor_release);
         design_acquires.push(design_acquire);
         design_releases.push(design_release);
+        args_acquires.push(args_acquire);
+        args_releases.push(args_release);
+        bare_acquires.push(bare_acquire);
+        bare_releases.push(bare_release);
     }
     let median = |phases: &[Phase]| Phase {
         calls: median_of(phases, |p| p.calls),
@@ -255,6 +271,8 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
     let (acquire, release) = (median(&acquires), median(&releases));
     let (floor_acquire, floor_release) = (median(&floor_acquires), median(&floor_releases));
     let (design_acquire, design_release) = (median(&design_acquires), median(&design_releases));
+    let (args_acquire, args_release) = (median(&args_acquires), median(&args_releases));
+    let (bare_acquire, bare_release) = (median(&bare_acquires), median(&bare_releases));
 
     // Renewals: a client renewing every half second, measured over rounds in which it
     // sends nothing else.
@@ -369,7 +387,43 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         design_release.inner_per_call,
         2,
     );
+    m.add(
+        "args_acquire_us",
+        "design floor acquire at dlock's arguments (µs per call)",
+        args_acquire.us_per_call,
+        2,
+    );
+    m.add(
+        "args_release_us",
+        "design floor release at dlock's arguments (µs per call)",
+        args_release.us_per_call,
+        2,
+    );
+    m.add(
+        "bare_acquire_us",
+        "dlock acquire from a bare connection (µs per call)",
+        bare_acquire.us_per_call,
+        2,
+    );
+    m.add(
+        "bare_release_us",
+        "dlock release from a bare connection (µs per call)",
+        bare_release.us_per_call,
+        2,
+    );
     let pair = |acquire: &Phase, release: &Phase| acquire.us_per_call + release.us_per_call;
+    m.add(
+        "bare_vs_design",
+        "dlock's pair from a bare connection over the design floor's (execution)",
+        pair(&bare_acquire, &bare_release) / pair(&design_acquire, &design_release),
+        2,
+    );
+    m.add(
+        "args_vs_design",
+        "the design floor's pair at dlock's arguments over the design floor's (execution)",
+        pair(&args_acquire, &args_release) / pair(&design_acquire, &design_release),
+        2,
+    );
     m.add(
         "cycle_vs_floor",
         "dlock acquire + release over the floor's pair (execution)",
@@ -395,6 +449,10 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         ("floor release", &floor_release),
         ("design floor acquire", &design_acquire),
         ("design floor release", &design_release),
+        ("design floor acquire at dlock's arguments", &args_acquire),
+        ("design floor release at dlock's arguments", &args_release),
+        ("dlock acquire from a bare connection", &bare_acquire),
+        ("dlock release from a bare connection", &bare_release),
     ] {
         if (p.calls - locks).abs() > locks * 0.01 {
             m.note(format!(

@@ -77,6 +77,11 @@ fn quick_limit_s1_s2() {
     // beyond it is arguments and Lua, not work Redis does.
     assert_eq!(of("scripts", "raw", "design_acquire_commands"), 4.0);
     assert_eq!(of("scripts", "raw", "design_release_commands"), 3.0);
+    // ... and the design floor called with dlock's keys and arguments is measured beside.
+    assert!(of("scripts", "raw", "args_acquire_us") > 0.0);
+    assert!(of("scripts", "raw", "args_release_us") > 0.0);
+    assert!(of("scripts", "raw", "bare_acquire_us") > 0.0);
+    assert!(of("scripts", "raw", "bare_release_us") > 0.0);
     assert!(summary("s2", "server_cpu_us_per_acquisition") > 0.0);
     assert!(summary("s2", "acquisitions_per_s") > 0.0);
     assert_eq!(summary("s2", "counter"), 500.0);
