@@ -14,9 +14,8 @@
 //! beyond the design floor is what its scripts could still save; what the design floor
 //! costs beyond the lean floor is what the design asks.
 //!
-//! The design floor at dlock's arguments runs the design floor's bodies called as dlock
-//! calls its scripts: the same number of keys and arguments, of about the same lengths,
-//! the bodies reading theirs at dlock's positions. Every key and argument of a call
+//! The design floor at dlock's arguments runs the design floor's bodies called with as
+//! many keys and arguments as dlock's calls pass, of about the same lengths. Every key and argument of a call
 //! becomes a Lua string before the script runs, so what it costs beyond the design floor
 //! is what dlock's calls pay for passing what their rarer branches need; what dlock's
 //! scripts cost beyond it is their bodies. dlock's own scripts are sent the same way
@@ -72,18 +71,6 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
 end
 return 0";
 
-/// The design floor's acquire at the positions of dlock's acquire (`lock/scripts/acquire.lua`):
-/// `KEYS[1]` the hash, `KEYS[2]` the fencing counter, `ARGV[1]` the lease in ms, `ARGV[2]`
-/// the owner; the other keys and arguments are passed and not read.
-pub const DESIGN_ACQUIRE_AT_DLOCK_ARGUMENTS: &str = "\
-if redis.call('exists', KEYS[1]) == 0 then
-  local token = redis.call('incr', KEYS[2])
-  redis.call('hset', KEYS[1], ARGV[2], '1', ARGV[2] .. ':f', string.format('%d', token))
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return {token}
-end
-return redis.call('pttl', KEYS[1])";
-
 /// Which floor a pair of scripts is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Floor {
@@ -114,9 +101,9 @@ impl FloorScripts {
         let (acquire, release) = match floor {
             Floor::Lean => (ACQUIRE, RELEASE),
             Floor::Design => (DESIGN_ACQUIRE, DESIGN_RELEASE),
-            // The release reads the hash, the registry and the owner at the positions
-            // dlock's release has them too.
-            Floor::DesignAtDlockArguments => (DESIGN_ACQUIRE_AT_DLOCK_ARGUMENTS, DESIGN_RELEASE),
+            // The bodies find what they read where the design floor's calls put it; the
+            // calls pass as much as dlock's (see `acquire` and `release`).
+            Floor::DesignAtDlockArguments => (DESIGN_ACQUIRE, DESIGN_RELEASE),
             Floor::DlockScripts => {
                 let library = dlock::admin::FunctionLibrary::current();
                 (
@@ -167,17 +154,17 @@ impl FloorScripts {
             }
             // dlock's 4 keys and 6 arguments for a fresh owner: the counter, the
             // registry, the naps; the lease, the owner, the fencing flag, the registry's
-            // life, the registered flag and the publish command.
+            // life, the registered flag and the publish command (the design floor's body
+            // reads the owner first, dlock's the lease).
             Floor::DesignAtDlockArguments | Floor::DlockScripts => {
                 call.key(format!("{key}:fence"))
                     .key(format!("{key}:waiters"))
-                    .key(format!("{key}:naps"))
-                    .arg(LEASE_MS)
-                    .arg(owner)
-                    .arg("1")
-                    .arg(4_000)
-                    .arg("0")
-                    .arg("publish");
+                    .key(format!("{key}:naps"));
+                match self.floor {
+                    Floor::DlockScripts => call.arg(LEASE_MS).arg(owner),
+                    _ => call.arg(owner).arg(LEASE_MS),
+                };
+                call.arg("1").arg(4_000).arg("0").arg("publish");
             }
         }
         let reply: redis::Value = call.invoke_async(conn).await?;

@@ -529,12 +529,7 @@ async fn a_release_wakes_its_waiter_at_once_among_thousands_of_waiting_tasks() {
             })
         })
         .collect();
-    wait_for_calls(
-        &mut server.connection(),
-        "every waiter's registration check",
-        |calls| calls.get("zscore").copied().unwrap_or(0) >= WAITERS as u64,
-    )
-    .await;
+    until_every_waiter_checked_in(&server, WAITERS).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
 
     let released: Vec<_> = held.drain(..RELEASED).chain(multi_held).collect();
@@ -582,12 +577,7 @@ async fn many_waiting_tasks_space_their_rechecks_out() {
             tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(60)).await })
         })
         .collect();
-    wait_for_calls(
-        &mut server.connection(),
-        "every waiter's registration check",
-        |calls| calls.get("zscore").copied().unwrap_or(0) >= WAITERS as u64,
-    )
-    .await;
+    until_every_waiter_checked_in(&server, WAITERS).await;
     // The first waiters to sleep counted few others: their first rechecks come early.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
@@ -657,4 +647,15 @@ async fn a_client_that_rechecks_often_leaves_the_registration_of_one_that_rechec
         .unwrap();
     eprintln!("served {:?} after the release", released.elapsed());
     guard.unlock().await.unwrap();
+}
+
+/// Waits until `count` waiters checked that they are registered (one `ZSCORE` each once
+/// subscribed, see `Lock::still_registered`): they all sleep then.
+async fn until_every_waiter_checked_in(server: &RedisServer, count: usize) {
+    wait_for_calls(
+        &mut server.connection(),
+        "every waiter's registration check",
+        |calls| calls.get("zscore").copied().unwrap_or(0) >= count as u64,
+    )
+    .await;
 }
