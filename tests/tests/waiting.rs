@@ -233,6 +233,40 @@ async fn a_waiter_on_a_cold_channel_tries_once_before_the_release() {
     acquired.unlock().await.unwrap();
 }
 
+/// The same for a same-slot multi-lock: its client listens on none of its locks' wake
+/// channels yet; its busy try registers it with the lock that blocks it, and once its
+/// subscriptions are confirmed it checks that registration (one `ZSCORE`) instead of
+/// trying again. Fails when it tries again after the confirmation (3 tries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_waiter_on_cold_channels_tries_once_before_the_release() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = patient_client(&server.url()).await;
+    let guard = holder.lock("{cold-set}:b").lock().await.unwrap();
+
+    let multi = waiter.multi_lock(["{cold-set}:a", "{cold-set}:b"]).unwrap();
+    let waiting = tokio::spawn(async move { multi.try_lock_for(Duration::from_secs(30)).await });
+    checks_ran(&server, 1).await;
+    // Nothing else runs until a message or the recheck.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        waiter.stats().acquire_attempts,
+        1,
+        "tries before the release"
+    );
+
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let acquired = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the release woke the waiter")
+        .unwrap()
+        .unwrap();
+    eprintln!("acquired {:?} after the release", released.elapsed());
+    assert_eq!(waiter.stats().acquire_attempts, 2, "tries in all");
+    acquired.unlock().await.unwrap();
+}
+
 /// Starts a waiter for `name` on `client`, which connects through `proxy`, with the
 /// subscriber connection its first wait opens held back by the proxy; returns once that
 /// connection is open, so the waiter's busy try has registered it and it cannot hear a
@@ -242,10 +276,22 @@ async fn deaf_waiter(
     client: &LockClient,
     name: &str,
 ) -> tokio::task::JoinHandle<dlock::Result<dlock::LockGuard>> {
+    let lock = client.lock(name);
+    deaf(proxy, || {
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await })
+    })
+    .await
+}
+
+/// Starts the waiter `start` spawns, as [`deaf_waiter`] does, and returns its task once
+/// its subscriber connection is open and held back.
+async fn deaf<T>(
+    proxy: &dlock_tests::TcpProxy,
+    start: impl FnOnce() -> tokio::task::JoinHandle<T>,
+) -> tokio::task::JoinHandle<T> {
     let before = proxy.accepted();
     proxy.hold_new_connections();
-    let lock = client.lock(name);
-    let waiting = tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });
+    let waiting = start();
     let started = Instant::now();
     while proxy.accepted() == before {
         assert!(
@@ -290,6 +336,54 @@ async fn a_release_before_the_waiter_listens_is_noticed_when_it_does() {
     );
     let exists: bool = server.connection().exists("{deaf}").unwrap();
     assert!(!exists, "the lock is free");
+
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let listening = Instant::now();
+    proxy.release_held();
+    let acquired = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the waiter noticed the release once it listened")
+        .unwrap()
+        .unwrap();
+    eprintln!(
+        "acquired {:?} after its client could listen",
+        listening.elapsed()
+    );
+    acquired.unlock().await.unwrap();
+}
+
+/// As the test above, for a same-slot multi-lock whose blocking lock is released while its
+/// client cannot listen yet: the release passes that lock over, and the multi-lock's check
+/// of its registration with it, once its subscriptions are confirmed, finds it gone and
+/// tries at once. Fails when the check answers "still registered": the waiter then sleeps
+/// until its 30 s recheck while both locks are free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_before_a_multi_lock_waiter_listens_is_noticed_when_it_does() {
+    let server = RedisServer::start();
+    let proxy = dlock_tests::TcpProxy::start(server.addr());
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = patient_client(&proxy.url()).await;
+    let guard = holder.lock("{deaf-set}:b").lock().await.unwrap();
+
+    let multi = waiter.multi_lock(["{deaf-set}:a", "{deaf-set}:b"]).unwrap();
+    let waiting = deaf(&proxy, || {
+        tokio::spawn(async move { multi.try_lock_for(Duration::from_secs(30)).await })
+    })
+    .await;
+    assert_eq!(waiter.stats().acquire_attempts, 1);
+    let registry = "dlock:unlock:{deaf-set}:{deaf-set}:b";
+    let registered: usize = server.connection().zcard(registry).unwrap();
+    assert_eq!(
+        registered, 1,
+        "the busy try registered the waiter with the blocker"
+    );
+
+    guard.unlock().await.unwrap();
+    let registered: usize = server.connection().zcard(registry).unwrap();
+    assert_eq!(
+        registered, 0,
+        "the release passed over the waiter nobody heard"
+    );
 
     tokio::time::sleep(Duration::from_millis(100)).await;
     let listening = Instant::now();

@@ -415,7 +415,7 @@ impl Lock {
     /// `handoff.lua`); a message received since then is waiting for the owner. One
     /// `ZSCORE` instead of a second busy try, which registers again and records a
     /// promise. An error answers no: the owner tries.
-    async fn still_registered(&self, field: &str) -> bool {
+    pub(crate) async fn still_registered(&self, field: &str) -> bool {
         let score: std::result::Result<Option<String>, CallError> = self
             .client
             .inner

@@ -19,7 +19,7 @@ use crate::sync::pubsub::Abandon;
 use crate::sync::recheck::LONGEST_SPACED_RECHECK;
 use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::verbs::Acquire;
-use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
+use crate::sync::wait::{GiveUp, NotYet, Resumed, WaitPolicy, Waiter};
 
 /// The acquisition, traced and measured (`sync::observe`) under the set's names.
 impl Acquire for MultiLock {
@@ -229,7 +229,17 @@ impl MultiLock {
                 }
                 Err(error) => NotYet::Unavailable(error),
             };
-            match waiter.wait(not_yet).await {
+            let mut resumed = waiter.wait(not_yet).await;
+            // A first wait on channels the client did not listen on yet: the owner is
+            // registered with the lock that blocked it, and still being there once its
+            // subscriptions are confirmed means no release told it anything meanwhile
+            // (see `Lock::still_registered`): one `ZSCORE` instead of a second try.
+            if let Ok(Resumed::Subscribed { nap_until }) = resumed {
+                if self.locks[blocker].still_registered(&field).await {
+                    resumed = waiter.wait(NotYet::busy_until(nap_until)).await;
+                }
+            }
+            match resumed {
                 // The next try keeps the owner registered with the lock that blocks it
                 // for as long as the wait after it may last.
                 Ok(_) => step.keep_place_for(Settings::registry_lifetime(waiter.plan_recheck())),
