@@ -2,8 +2,12 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
+use crate::sync::recheck::{place_lifetime, LONGEST_SPACED_RECHECK};
 use crate::sync::release::{ReleaseTiming, HAND_OFF_RESERVATION};
 use crate::sync::retry::RetryPolicy;
+use crate::sync::wait::WaitPolicy;
 
 /// Validated settings of a client.
 #[derive(Debug, Clone)]
@@ -69,23 +73,21 @@ impl Settings {
     }
 
     /// How long a lock's waiter registry outlives its last registration, with the
-    /// client's own recheck interval (see [`Settings::registry_lifetime`]).
+    /// client's own recheck interval (see `sync::recheck::place_lifetime`).
     pub(crate) fn registry_ttl(&self) -> Duration {
-        Settings::registry_lifetime(self.max_wait_recheck)
+        place_lifetime(self.max_wait_recheck)
     }
 
-    /// How long a waiter's place among the waiters (its registration, the promise it was
-    /// made) lives past a try after which it sleeps at most `recheck` without a message:
-    /// three such sleeps and a second, so that two lost or late tries do not cost a live
-    /// waiter its place. A waiting owner registers again at every try and leaves when it
-    /// stops waiting (or is passed over once its client is gone): this only bounds the
-    /// life of a place every client abandoned. The scripts only ever lengthen a
-    /// registry's life, so a client whose waiters recheck less often (many of them wait,
-    /// see `sync::recheck`) keeps its places whatever other clients' tries set.
-    pub(crate) fn registry_lifetime(recheck: Duration) -> Duration {
-        recheck
-            .saturating_mul(3)
-            .saturating_add(Duration::from_secs(1))
-            .min(Duration::from_secs(24 * 60 * 60))
+    /// How a primitive's waiter waits by default: the client's recheck interval, spaced
+    /// out when many tasks wait (see `sync::recheck`), its failover wait, until
+    /// `give_up_at`; `patient: false` for a single try.
+    pub(crate) fn wait_policy(&self, give_up_at: Option<Instant>, patient: bool) -> WaitPolicy {
+        WaitPolicy {
+            recheck: self.max_wait_recheck,
+            longest_recheck: LONGEST_SPACED_RECHECK,
+            failover_wait: self.failover_wait,
+            give_up_at,
+            patient,
+        }
     }
 }

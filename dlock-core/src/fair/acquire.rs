@@ -204,9 +204,7 @@ impl FairLock {
                     .max_wait_recheck
                     .min(Duration::from_millis(entry_ms) / 3),
                 longest_recheck: Duration::from_millis(entry_ms) / 3,
-                failover_wait: settings.failover_wait,
-                give_up_at,
-                patient,
+                ..settings.wait_policy(give_up_at, patient)
             },
         );
         loop {
@@ -238,7 +236,7 @@ impl FairLock {
                 Ok(_) => {
                     // Spaced out when many tasks of the client wait, up to what keeps its
                     // queue entry alive (every try renews it).
-                    waiter.plan_recheck();
+                    step.plan_next_wait(&mut waiter);
                 }
                 Err(GiveUp::TimedOut) => {
                     tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent (fair)");

@@ -9,7 +9,6 @@ use tokio::time::Instant;
 use super::guard::LockGuard;
 use super::release_ops::{release_job, ReleaseKind};
 use super::Lock;
-use crate::client::Settings;
 use crate::error::{LossReason, Result};
 use crate::fence::Fence;
 use crate::kind::LockKind;
@@ -23,10 +22,9 @@ use crate::sync::local::{Given, Place, Ticket, Turn};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::pubsub::Subscription;
-use crate::sync::recheck::LONGEST_SPACED_RECHECK;
 use crate::sync::release::{NextTask, ReleaseJob};
 use crate::sync::verbs::Acquire;
-use crate::sync::wait::{GiveUp, NotYet, Resumed, WaitPolicy, Waiter};
+use crate::sync::wait::{GiveUp, NotYet, Resumed, Waiter};
 
 /// The acquisition, traced and measured (`sync::observe`): every public way to take the
 /// lock comes here.
@@ -476,13 +474,7 @@ impl Lock {
                 &inner.pubsub,
                 &channels,
                 &field,
-                WaitPolicy {
-                    recheck: settings.max_wait_recheck,
-                    longest_recheck: LONGEST_SPACED_RECHECK,
-                    failover_wait: settings.failover_wait,
-                    give_up_at,
-                    patient: waits,
-                },
+                settings.wait_policy(give_up_at, waits),
             );
             drop(line_subscription);
             loop {
@@ -521,9 +513,7 @@ impl Lock {
                 match resumed {
                     // The next try keeps the owner registered for as long as the wait
                     // after it may last.
-                    Ok(_) => {
-                        step.keep_place_for(Settings::registry_lifetime(waiter.plan_recheck()))
-                    }
+                    Ok(_) => step.plan_next_wait(&mut waiter),
                     Err(GiveUp::TimedOut) => {
                         tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
                         Box::pin(step.give_up()).await;

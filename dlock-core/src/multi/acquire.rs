@@ -6,7 +6,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Mode, MultiGuard, MultiLock};
-use crate::client::Settings;
 use crate::error::{LockError, LossReason, Result};
 use crate::kind::LockKind;
 use crate::lease::lease_millis;
@@ -16,10 +15,9 @@ use crate::sync::attempt::{PlaceLifetime, RegisteredFlag, Reply, TryStep};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::pubsub::Abandon;
-use crate::sync::recheck::LONGEST_SPACED_RECHECK;
 use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::verbs::Acquire;
-use crate::sync::wait::{GiveUp, NotYet, Resumed, WaitPolicy, Waiter};
+use crate::sync::wait::{GiveUp, NotYet, Resumed, Waiter};
 
 /// The acquisition, traced and measured (`sync::observe`) under the set's names.
 impl Acquire for MultiLock {
@@ -190,13 +188,7 @@ impl MultiLock {
             &inner.pubsub,
             &channels,
             &field,
-            WaitPolicy {
-                recheck: settings.max_wait_recheck,
-                longest_recheck: LONGEST_SPACED_RECHECK,
-                failover_wait: settings.failover_wait,
-                give_up_at,
-                patient: waits,
-            },
+            settings.wait_policy(give_up_at, waits),
         );
         let mut blocker = 0;
         loop {
@@ -242,7 +234,7 @@ impl MultiLock {
             match resumed {
                 // The next try keeps the owner registered with the lock that blocks it
                 // for as long as the wait after it may last.
-                Ok(_) => step.keep_place_for(Settings::registry_lifetime(waiter.plan_recheck())),
+                Ok(_) => step.plan_next_wait(&mut waiter),
                 Err(GiveUp::TimedOut) => {
                     step.give_up().await;
                     inner.metrics.timed_out();

@@ -13,7 +13,6 @@ use tokio::time::Instant;
 
 use super::release_ops::{release_job, ReleaseKind};
 use super::{Kind, ReadWriteLock, WRITE_SUFFIX};
-use crate::client::Settings;
 use crate::error::{LockError, LossReason, Result};
 use crate::kind::LockKind;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
@@ -24,7 +23,6 @@ use crate::sync::attempt::{PlaceLifetime, Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
-use crate::sync::recheck::LONGEST_SPACED_RECHECK;
 use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 /// How long a waiting writer's entry lives after its last try. A live writer tries again
@@ -299,17 +297,15 @@ impl ReadWriteLock {
         let waiter = Waiter::new(
             &inner.pubsub,
             &self.shared.keys.channel,
-            WaitPolicy {
+            if entry_ms > 0 {
                 // A waiting writer's tries are its entry's heartbeat.
-                recheck: settings.max_wait_recheck.min(WRITER_ENTRY_TTL / 3),
-                longest_recheck: if entry_ms > 0 {
-                    WRITER_ENTRY_TTL / 3
-                } else {
-                    LONGEST_SPACED_RECHECK
-                },
-                failover_wait: settings.failover_wait,
-                give_up_at,
-                patient,
+                WaitPolicy {
+                    recheck: settings.max_wait_recheck.min(WRITER_ENTRY_TTL / 3),
+                    longest_recheck: WRITER_ENTRY_TTL / 3,
+                    ..settings.wait_policy(give_up_at, patient)
+                }
+            } else {
+                settings.wait_policy(give_up_at, patient)
             },
         );
         // One write release admits every waiting reader: each must try again.
@@ -344,7 +340,7 @@ impl ReadWriteLock {
             };
             match waiter.wait(not_yet).await {
                 // The next try's promise lasts as long as the wait after it may.
-                Ok(_) => step.keep_place_for(Settings::registry_lifetime(waiter.plan_recheck())),
+                Ok(_) => step.plan_next_wait(&mut waiter),
                 Err(GiveUp::TimedOut) => {
                     tracing::debug!(lock = %self.shared.name, ?kind, waited = ?started.elapsed(), "dlock: wait budget spent");
                     step.give_up().await;

@@ -18,9 +18,8 @@ use crate::semaphore::scripts::sem_scripts;
 use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::observe::{self, Label};
-use crate::sync::recheck::LONGEST_SPACED_RECHECK;
 use crate::sync::release::ReleaseJob;
-use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
+use crate::sync::wait::{GiveUp, NotYet, Waiter};
 
 impl Semaphore {
     /// A grant of `n` permits, traced and measured (`sync::observe`); every public way to
@@ -65,14 +64,7 @@ impl Semaphore {
         let mut waiter = Waiter::new(
             &inner.pubsub,
             &self.shared.keys.grants,
-            WaitPolicy {
-                recheck: settings.max_wait_recheck,
-                // No place among the waiters to keep: every message wakes every waiter.
-                longest_recheck: LONGEST_SPACED_RECHECK,
-                failover_wait: settings.failover_wait,
-                give_up_at,
-                patient: wait != Some(Duration::ZERO),
-            },
+            settings.wait_policy(give_up_at, wait != Some(Duration::ZERO)),
         )
         .woken_by_every_message();
         // The capacity a call was built for, its grant id and the step that runs it;
@@ -140,7 +132,7 @@ impl Semaphore {
             match waiter.wait(not_yet).await {
                 Ok(_) => {
                     // Spaced out when many tasks of the client wait.
-                    waiter.plan_recheck();
+                    step.plan_next_wait(&mut waiter);
                 }
                 Err(GiveUp::TimedOut) => {
                     step.give_up().await;

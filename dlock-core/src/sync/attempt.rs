@@ -31,8 +31,10 @@ use crate::kind::LockKind;
 use crate::redis::{Backend, CallError};
 use crate::scripts::ScriptCall;
 use crate::sync::metrics::Metrics;
+use crate::sync::recheck::place_lifetime;
 use crate::sync::release::{self, HandOff, ReleaseJob, ReleaseTiming, Sending};
 use crate::sync::retry::RetryPolicy;
+use crate::sync::wait::Waiter;
 
 /// What a try step needs of the client it runs on.
 pub(crate) trait Host: Sync {
@@ -207,7 +209,7 @@ pub(crate) struct RegisteredFlag(pub(crate) usize);
 
 /// Where a call's "how long the waiter's place lives" argument goes (in ms: the lock's
 /// registry, a read-write lock's promises), set before each try from the recheck planned
-/// after it (see [`TryStep::keep_place_for`]).
+/// after it (see [`TryStep::plan_next_wait`]).
 #[derive(Clone, Copy)]
 pub(crate) struct PlaceLifetime(pub(crate) usize);
 
@@ -274,19 +276,23 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
     }
 
     /// The call's argument `at` says how long a waiting try keeps its place (`ms` as
-    /// the call was built): see [`TryStep::keep_place_for`].
+    /// the call was built): see [`TryStep::plan_next_wait`].
     pub(crate) fn keeping_place(mut self, at: PlaceLifetime, ms: u64) -> Self {
         self.place_lifetime = Some((at, ms));
         self
     }
 
-    /// The next tries keep the acquisition's place among the waiters for `lifetime`
-    /// (`Settings::registry_lifetime` of the recheck planned after them). Nothing
-    /// changes for a step without a place-lifetime argument (a single try keeps none).
-    pub(crate) fn keep_place_for(&mut self, lifetime: Duration) {
+    /// Before every try but the first: `waiter` plans the longest sleep after it (see
+    /// `Waiter::plan_recheck`), and the try keeps the acquisition's place among the
+    /// waiters that long (`sync::recheck::place_lifetime`), when the call has a
+    /// place-lifetime argument (a single try keeps none, and some primitives' places live
+    /// by other means).
+    pub(crate) fn plan_next_wait(&mut self, waiter: &mut Waiter<'_>) {
+        let recheck = waiter.plan_recheck();
         let Some((PlaceLifetime(at), sent)) = &mut self.place_lifetime else {
             return;
         };
+        let lifetime = place_lifetime(recheck);
         let ms = u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX);
         if ms != *sent {
             *sent = ms;

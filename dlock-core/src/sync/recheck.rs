@@ -27,6 +27,21 @@ const RECHECK_SPACING: Duration = Duration::from_millis(1);
 /// message never costs a waiter more than this.
 pub(crate) const LONGEST_SPACED_RECHECK: Duration = Duration::from_secs(60 * 60);
 
+/// How long a waiter's place among the waiters (its registration, the promise it was
+/// made) lives past a try after which it sleeps at most `recheck` without a message:
+/// three such sleeps and a second, so that two lost or late tries do not cost a live
+/// waiter its place. A waiting owner registers again at every try and leaves when it
+/// stops waiting (or is passed over once its client is gone): this only bounds the life
+/// of a place every client abandoned. The scripts only ever lengthen a registry's life,
+/// so a client whose waiters recheck less often keeps its places whatever other
+/// clients' tries set.
+pub(crate) fn place_lifetime(recheck: Duration) -> Duration {
+    recheck
+        .saturating_mul(3)
+        .saturating_add(Duration::from_secs(1))
+        .min(Duration::from_secs(24 * 60 * 60))
+}
+
 /// A client's count of waiting tasks, which spaces their rechecks.
 #[derive(Default)]
 pub(crate) struct RecheckSpacing {

@@ -196,7 +196,7 @@ impl<'a> Waiter<'a> {
     /// `sync::recheck`). Called before every try but the first. A primitive whose place
     /// among the waiters lives by its tries (the lock's registry, a waiter's promise)
     /// makes that try keep it for three such intervals and a second
-    /// (`Settings::registry_lifetime`); a wait after a try planned for nothing (the
+    /// (`sync::recheck::place_lifetime`); a wait after a try planned for nothing (the
     /// first) sleeps at most `recheck`, which the first try's place is made for.
     pub(crate) fn plan_recheck(&mut self) -> Duration {
         let pubsub = self.pubsub;
