@@ -753,3 +753,70 @@ async fn until_every_waiter_checked_in(server: &RedisServer, count: usize) {
     )
     .await;
 }
+
+/// A client with thousands of waiting tasks spaces their rechecks out to seconds, but a
+/// fair lock's waiter keeps its place in the queue: its tries are what renews its entry,
+/// so its rechecks stay within a third of the entry timeout. A fair waiter of that client
+/// (entry timeout 600 ms) queues before a waiter of another client; after 2 s the lock
+/// is released and must go to the first. Fails when the fair waiter's rechecks are
+/// spaced like the others': its entry lapses and the second waiter is served first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_among_thousands_of_waiting_tasks_keeps_its_place() {
+    const WAITERS: usize = 3_000;
+    let server = RedisServer::start();
+    let (holder, held) = dlock_tests::hold_distinct_locks(&server.url(), "crowd", WAITERS).await;
+    let fair_hold = holder
+        .fair_lock("queue")
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let crowded = LockClient::builder()
+        .max_wait_recheck(Duration::from_millis(100))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|i| {
+            let lock = crowded.lock(&format!("crowd:{i}"));
+            tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(60)).await })
+        })
+        .collect();
+    until_every_waiter_checked_in(&server, WAITERS).await;
+
+    let entry = Duration::from_millis(600);
+    let first = crowded.fair_lock("queue").with_entry_timeout(entry);
+    let first = tokio::spawn(async move { first.try_lock_for(Duration::from_secs(30)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let other = patient_client(&server.url()).await;
+    let second = other.fair_lock("queue").with_entry_timeout(entry);
+    let mut second =
+        tokio::spawn(async move { second.try_lock_for(Duration::from_secs(30)).await });
+    // Several entry timeouts, and the crowd's spaced rechecks (1.5-4.5 s) under way.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    fair_hold.unlock().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(1), first)
+        .await
+        .expect("the first fair waiter kept its place and was served first")
+        .unwrap()
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), &mut second)
+            .await
+            .is_err(),
+        "the second waiter was not served while the first holds the lock"
+    );
+    guard.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(1), second)
+        .await
+        .expect("the second fair waiter was served next")
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    for waiter in waiters {
+        waiter.abort();
+    }
+    drop(held);
+}
