@@ -121,3 +121,53 @@ async fn waiters_are_woken_within_100ms_after_connections_are_killed() {
         );
     }
 }
+
+/// A call sent just as the server closes its connection must fail over to a new
+/// connection at once, not wait out the command timeout: the client library can queue
+/// such a call behind a connection whose reader has already stopped, where nothing ever
+/// writes or fails it. Each round kills the client's command connection and releases
+/// right after; the rounds keep the timing tight enough to hit that window in a few
+/// hundred tries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_as_its_connection_is_killed_is_not_left_waiting() {
+    const ROUNDS: usize = 3000;
+    /// Far below the command timeout: a call that waited for it fails this.
+    const RELEASE_LIMIT: Duration = Duration::from_millis(1500);
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .command_timeout(Duration::from_secs(5))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let mut admin = server.connection();
+    let mut slowest = Duration::ZERO;
+    for round in 0..ROUNDS {
+        let name = format!("killed-release:{round}");
+        let guard = client.lock(&name).lock().await.unwrap();
+        let killed: u64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .arg("SKIPME")
+            .arg("yes")
+            .query(&mut admin)
+            .unwrap();
+        assert!(killed > 0, "round {round}: no connection to kill");
+        let started = Instant::now();
+        guard
+            .unlock()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the release failed: {e}"));
+        let took = started.elapsed();
+        slowest = slowest.max(took);
+        assert!(
+            took <= RELEASE_LIMIT,
+            "round {round}: the release took {took:?} after its connection was killed"
+        );
+        assert!(
+            !client.lock(&name).is_locked().await.unwrap(),
+            "round {round}: the lock is still held after its release"
+        );
+    }
+    println!("{ROUNDS} releases right after CLIENT KILL: slowest {slowest:?}");
+}

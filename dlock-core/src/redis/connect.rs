@@ -127,6 +127,12 @@ pub(super) async fn connect_node(
     let shown = redact(address);
     match tokio::time::timeout(options.connect_timeout, Node::connect(client, options)).await {
         Ok(Ok(node)) => Ok(node),
+        // The connection's own bound is the connect timeout too: whichever fires first,
+        // the error says the same.
+        Ok(Err(source)) if source.is_timeout() => Err(LockError::Connect {
+            address: shown,
+            source: None,
+        }),
         Ok(Err(source)) => Err(LockError::Connect {
             address: shown,
             source: Some(source),

@@ -6,6 +6,8 @@
 //! - `connect`: addresses, credentials and TLS, opening connections;
 //! - `sentinel`: finding, following and watching a Sentinel-managed master;
 //! - `subscriber`: the connection that receives unlock messages;
+//! - `managed`: the command connection to one server, reopened when it drops, that
+//!   never leaves a call waiting on a connection that is gone;
 //! - `exclusive`: connections lent to one blocking call (`WAIT`);
 //! - `runtime_probe`: noticing that the runtime driving the connections shut down;
 //! - `silent`: replacing a connection that stopped answering (half open);
@@ -18,6 +20,7 @@
 mod call;
 mod connect;
 mod exclusive;
+mod managed;
 mod replicated;
 mod runtime_probe;
 mod scan;
@@ -41,9 +44,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
-use redis::aio::{
-    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
-};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, Pipeline, PushInfo, RedisError, RedisFuture, RedisResult, Value};
@@ -58,6 +59,7 @@ use connect::{
     Transport,
 };
 use exclusive::ExclusivePool;
+use managed::{unless_lost, ManagedConnection};
 use runtime_probe::RuntimeProbe;
 use sentinel::SentinelRoute;
 
@@ -124,7 +126,7 @@ struct ClusterRoute {
 #[derive(Clone)]
 struct Node {
     client: redis::Client,
-    conn: ConnectionManager,
+    conn: ManagedConnection,
     /// Which connection this is (unique in the process): a call that got no answer names
     /// the connection it used, so that a silent connection is replaced once, not once per
     /// call that met it.
@@ -133,11 +135,7 @@ struct Node {
 
 impl Node {
     async fn connect(client: redis::Client, options: ConnectOptions) -> RedisResult<Node> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.command_timeout))
-            .set_number_of_retries(2);
-        let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+        let conn = ManagedConnection::connect(client.clone(), options.connect_timeout).await?;
         Ok(Node {
             client,
             conn,
@@ -153,7 +151,7 @@ impl Node {
 /// A connection for one call.
 enum Conn {
     /// A server's connection, and its [`Node::serial`].
-    Node(ConnectionManager, u64),
+    Node(ManagedConnection, u64),
     Cluster(ClusterConnection),
 }
 
@@ -394,7 +392,8 @@ impl Backend {
                     .take(generation, || self.open_exclusive())
                     .await
                     .map_err(CallError::Redis)?;
-                let result = pipeline.query_async(lent.conn()).await;
+                let checked = lent.conn().clone();
+                let result = unless_lost(checked, pipeline.query_async(lent.conn())).await;
                 if result.is_ok() {
                     lent.give_back();
                 }

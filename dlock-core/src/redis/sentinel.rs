@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::StreamExt;
-use redis::aio::ConnectionManager;
 use redis::{RedisError, RedisResult};
 use tokio::sync::mpsc;
 
 use super::connect::{master_client, Transport};
+use super::managed::ManagedConnection;
 use super::topology::Auth;
 use super::{Backend, CallError, ConnectOptions, Node, Route, Shared};
 use crate::background::Background;
@@ -154,7 +154,7 @@ impl SentinelRoute {
     }
 
     /// The connection to the current master, and its serial.
-    pub(super) fn connection(&self) -> (ConnectionManager, u64) {
+    pub(super) fn connection(&self) -> (ManagedConnection, u64) {
         let node = self.current.read().unwrap_or_else(|p| p.into_inner());
         (node.conn.clone(), node.serial)
     }

@@ -27,7 +27,7 @@ impl RetryPolicy {
     /// caller never waits much longer than `command_timeout` for an answer.
     ///
     /// The first retry goes out at once: the connection that failed is already being
-    /// replaced (the connection manager reconnects on the failure, a Sentinel or cluster
+    /// replaced (a dropped connection is reopened on the failure, a Sentinel or cluster
     /// route is re-resolved), and a retry simply waits for that. A killed connection then
     /// costs a reconnect, not a `retry_delay`. Later retries back off from `retry_delay`.
     pub(crate) fn retry_after(
