@@ -192,6 +192,66 @@ async fn a_watchdog_renewal_costs_two_commands_per_lock() {
     }
 }
 
+/// A try that finds the lock held registers its owner and the nap it was told, and makes
+/// each of those two sets live on with one `PEXPIRE … GT`: the only `PTTL` is the lock's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_try_lengthens_each_waiter_set_with_one_command() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    // Long rechecks: the waiter below sleeps through the count, and every try asks for
+    // the same life of the sets, so that each later try lengthens it.
+    let rechecking_rarely = || async {
+        let client = LockClient::builder()
+            .max_wait_recheck(Duration::from_secs(30))
+            .connect(&server.url())
+            .await
+            .unwrap();
+        client
+            .lock("budget:warm-up")
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+        client
+    };
+    let waiting = rechecking_rarely().await;
+    let name = "budget:busy";
+    let _held = holder.lock(name).lock().await.unwrap();
+    // A waiter that stays: the sets exist before the count, as they do under contention.
+    let lock = waiting.lock(name);
+    let stays = tokio::spawn(async move { lock.lock().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Another client's tries: the waiting client's would queue behind its waiter, in the
+    // process.
+    let trying = rechecking_rarely().await;
+    let (cost, outcomes) = cost_of(&server, 20, |_| {
+        let lock = trying.lock(name);
+        async move {
+            // Apart by more than the expiries' millisecond, so that each try's life ends
+            // later than the last one's.
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            lock.try_lock_for(Duration::from_millis(1)).await.is_err()
+        }
+    })
+    .await;
+    assert!(outcomes.iter().all(|&busy| busy), "every try found it held");
+    println!("busy tries and their give-up: {cost:?}");
+    // Each busy try reads the server's clock once, to register; the give-up runs no PTTL
+    // and no PEXPIRE.
+    let tries = cost.inner.get("time").copied().unwrap_or(0.0);
+    assert!(tries >= 1.0, "every round tried: {cost:?}");
+    let per_try = |command: &str| cost.inner.get(command).copied().unwrap_or(0.0) / tries;
+    assert_eq!(per_try("pttl"), 1.0, "the lock's PTTL only: {cost:?}");
+    assert_eq!(
+        per_try("pexpire"),
+        2.0,
+        "one PEXPIRE for the registry, one for the naps: {cost:?}"
+    );
+    stays.abort();
+}
+
 /// The rest of the family, pinned at their counts: one round trip each way, and the
 /// commands their scripts run on the common path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

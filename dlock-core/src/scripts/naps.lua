@@ -10,14 +10,18 @@
 -- guard past its lease), they would sleep while it is free. With uniform leases this never
 -- happens: a new holder's expiry is later than every promise made before it.
 
--- Makes `key` (a set of waiters) live at least `lifetime` ms from now, never less than it
--- lives already: several clients' waiters share it, and a client whose waiters sleep
--- longer between tries (many of its tasks wait, so it spaces their rechecks out) asks
--- for a longer life than another client's next try would; shortening it would drop the
--- sleeping waiters' places.
+-- Makes `key` (a set of waiters, which exists) live at least `lifetime` ms from now,
+-- never less than it lives already: several clients' waiters share it, and a client
+-- whose waiters sleep longer between tries (many of its tasks wait, so it spaces their
+-- rechecks out) asks for a longer life than another client's next try would; shortening
+-- it would drop the sleeping waiters' places.
+--
+-- `GT` sets a later expiry in one command, the common case (a waiter's next try asks for
+-- the life its last one did, some of which has passed). It takes a key without an expiry
+-- for one that never expires, so a set just created gets its expiry from the `NX`.
 local function live_at_least(key, lifetime)
-  if redis.call('pttl', key) < tonumber(lifetime) then
-    redis.call('pexpire', key, lifetime)
+  if redis.call('pexpire', key, lifetime, 'gt') == 0 then
+    redis.call('pexpire', key, lifetime, 'nx')
   end
 end
 
