@@ -694,6 +694,54 @@ async fn many_waiting_tasks_space_their_rechecks_out() {
     drop(held);
 }
 
+/// The first wait is spaced out like every later one once the client has many waiting
+/// tasks: 2,000 waiters that join 2,000 others at once must not all try again one
+/// interval (1 s) after their first try. In the second after they have all checked in,
+/// the client's rechecks stay at its spaced rate (about a thousand a second); with the
+/// first wait unspaced, the newcomers' rechecks (one each, 2,000) come on top.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_join_a_crowd_space_their_first_recheck_too() {
+    const CROWD: usize = 2_000;
+    const NEWCOMERS: usize = 2_000;
+    let server = RedisServer::start();
+    let (_holder, held) =
+        dlock_tests::hold_distinct_locks(&server.url(), "joining", CROWD + NEWCOMERS).await;
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let wait_for = |range: std::ops::Range<usize>| -> Vec<_> {
+        range
+            .map(|i| {
+                let lock = client.lock(&format!("joining:{i}"));
+                tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(60)).await })
+            })
+            .collect()
+    };
+    let mut waiters = wait_for(0..CROWD);
+    until_every_waiter_checked_in(&server, CROWD).await;
+    // Past the crowd's first rechecks, the earliest of which are not spaced (few tasks
+    // waited when they started).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    waiters.extend(wait_for(CROWD..CROWD + NEWCOMERS));
+    until_every_waiter_checked_in(&server, CROWD + NEWCOMERS).await;
+    let before = client.stats().acquire_attempts;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let tries = client.stats().acquire_attempts - before;
+    eprintln!("{tries} rechecks in the second after {NEWCOMERS} waiters joined {CROWD}");
+    assert!(
+        tries <= 2_000,
+        "{tries} rechecks in 1 s: the newcomers' first rechecks were not spaced out (spaced: \
+         about 1,000; unspaced, their 2,000 come on top)"
+    );
+    assert!(tries > 0, "the rechecks still come");
+    for waiter in &waiters {
+        assert!(!waiter.is_finished(), "no waiter took a held lock");
+    }
+    for waiter in waiters {
+        waiter.abort();
+    }
+    drop(held);
+}
+
 /// Two clients with different recheck intervals wait for one lock: the one that rechecks
 /// every 100 ms registers for 1.3 s at each try, the one that rechecks every 20 s for
 /// 61 s. The registry must live as long as the longer of them needs: when the first

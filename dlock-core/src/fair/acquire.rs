@@ -207,6 +207,7 @@ impl FairLock {
                 ..settings.wait_policy(give_up_at, patient)
             },
         );
+        step.plan_first_wait(&mut waiter);
         loop {
             let not_yet = match step.run(give_up_at).await {
                 Ok((sent_at, Reply::Granted(fence))) => {

@@ -477,6 +477,7 @@ impl Lock {
                 settings.wait_policy(give_up_at, waits),
             );
             drop(line_subscription);
+            step.plan_first_wait(&mut waiter);
             loop {
                 let not_yet = match step.run(give_up_at).await {
                     Ok((sent_at, Reply::Granted(fence))) => {

@@ -191,6 +191,7 @@ impl MultiLock {
             settings.wait_policy(give_up_at, waits),
         );
         let mut blocker = 0;
+        step.plan_first_wait(&mut waiter);
         loop {
             let not_yet = match step.run(give_up_at).await {
                 Ok((sent_at, Reply::GrantedAll(tokens))) if tokens.len() == self.locks.len() => {

@@ -313,6 +313,7 @@ impl ReadWriteLock {
             Kind::Read => waiter.woken_by_every_message(),
             Kind::Write => waiter,
         };
+        step.plan_first_wait(&mut waiter);
         loop {
             let not_yet = match step.run(give_up_at).await {
                 Ok((sent_at, Reply::Granted(fence))) => {

@@ -78,7 +78,10 @@ impl Semaphore {
             let permits = self.checked_n(n)?;
             if current.as_ref().is_none_or(|(built, ..)| *built != permits) {
                 let grant = inner.new_owner_field();
-                let step = self.try_step(Arc::clone(&grant), n, lease_ms, permits);
+                let mut step = self.try_step(Arc::clone(&grant), n, lease_ms, permits);
+                if current.is_none() {
+                    step.plan_first_wait(&mut waiter);
+                }
                 current = Some((permits, grant, step));
             }
             let Some((_, grant, step)) = current.as_mut() else {

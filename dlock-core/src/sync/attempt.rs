@@ -282,7 +282,7 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
         self
     }
 
-    /// Before every try but the first: `waiter` plans the longest sleep after it (see
+    /// Before every try: `waiter` plans the longest sleep after it (see
     /// `Waiter::plan_recheck`), and the try keeps the acquisition's place among the
     /// waiters that long (`sync::recheck::place_lifetime`), when the call has a
     /// place-lifetime argument (a single try keeps none, and some primitives' places live
@@ -297,6 +297,17 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
         if ms != *sent {
             *sent = ms;
             self.call.set_arg(*at, &ms.to_string());
+        }
+    }
+
+    /// Before the first try of an acquisition that waits: plans the wait after it as
+    /// [`plan_next_wait`](Self::plan_next_wait) does. The task counts among its client's
+    /// waiting tasks from then on, so that tasks that start waiting together space their
+    /// first rechecks out too: counted only once they had waited, thousands of them
+    /// would all try again one interval after their first try.
+    pub(crate) fn plan_first_wait(&mut self, waiter: &mut Waiter<'_>) {
+        if waiter.waits() {
+            self.plan_next_wait(waiter);
         }
     }
 

@@ -45,7 +45,7 @@ pub(crate) fn place_lifetime(recheck: Duration) -> Duration {
 /// A client's count of waiting tasks, which spaces their rechecks.
 #[derive(Default)]
 pub(crate) struct RecheckSpacing {
-    /// Tasks of the client that waited at least once and still wait.
+    /// Tasks of the client in an acquisition that waits, from its first try on.
     waiting: AtomicUsize,
     /// Hands each waiter its place in the spread (see [`RecheckSpacing::join`]).
     joined: AtomicU64,

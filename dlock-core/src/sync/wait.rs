@@ -193,17 +193,22 @@ impl<'a> Waiter<'a> {
 
     /// Plans the longest sleep without a message after the next try, and returns it: the
     /// policy's `recheck`, spaced out when many tasks of the client wait (see
-    /// `sync::recheck`). Called before every try but the first. A primitive whose place
-    /// among the waiters lives by its tries (the lock's registry, a waiter's promise)
-    /// makes that try keep it for three such intervals and a second
-    /// (`sync::recheck::place_lifetime`); a wait after a try planned for nothing (the
-    /// first) sleeps at most `recheck`, which the first try's place is made for.
+    /// `sync::recheck`). Called before every try of an acquisition that waits, the first
+    /// included. A primitive whose place among the waiters lives by its tries (the lock's
+    /// registry, a waiter's promise) makes that try keep it for three such intervals and
+    /// a second (`sync::recheck::place_lifetime`); a wait after a try planned for nothing
+    /// sleeps at most `recheck`, which a try's place is made for by default.
     pub(crate) fn plan_recheck(&mut self) -> Duration {
         let pubsub = self.pubsub;
         let place = self.place.get_or_insert_with(|| pubsub.rechecks().join());
         let planned = place.interval(self.policy.recheck, self.policy.longest_recheck);
         self.planned = Some(planned);
         planned
+    }
+
+    /// Whether the acquisition waits when it finds the lock taken (a single try does not).
+    pub(crate) fn waits(&self) -> bool {
+        self.policy.patient
     }
 
     /// Waits after `outcome` until the next try is worth it, or says why to give up.
