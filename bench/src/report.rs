@@ -307,7 +307,7 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
         Job::Subscribe => (
             format!("{} ms to subscribe", num(g("subscribed_ms"), 0)),
             format!(
-                "{} waiters on distinct locks: all channels subscribed {} ms after the last waiter started ({} seen; the server had run their first tries after {} ms, at {} µs of client CPU and {} µs of server CPU per waiter, so {} ms after those); all asleep after {} ms, having cost {} µs of client CPU and {} µs of server CPU per waiter ({} acquire scripts and {} registration checks each); asleep, {} rechecks a second in all (the server {} % busy); all gone {} ms after the waiters were aborted ({} left); client memory {} bytes per waiting task",
+                "{} waiters on distinct locks: all channels subscribed {} ms after the last waiter started ({} seen; the server had run their first tries after {} ms, at {} µs of client CPU and {} µs of server CPU per waiter, so {} ms after those); all asleep after {} ms, having cost {} µs of client CPU and {} µs of server CPU per waiter ({} acquire scripts and {} registration checks each); {} rechecks per waiter in the next 2.5 s; asleep, {} rechecks a second in all (the server {} % busy); all gone {} ms after the waiters were aborted ({} left); client memory {} bytes per waiting task",
                 num(g("waiters"), 0),
                 num(g("subscribed_ms"), 1),
                 num(g("subscribed_count"), 0),
@@ -320,6 +320,7 @@ fn cells(job: Job, m: &Metrics, done: &[JobResult]) -> (String, String) {
                 num(g("settle_server_us"), 1),
                 num(g("scripts_per_waiter"), 2),
                 num(g("checks_per_waiter"), 2),
+                num(g("first_rechecks_per_waiter"), 2),
                 num(g("rechecks_per_s"), 0),
                 num(g("asleep_server_busy_pct"), 0),
                 num(g("unsubscribed_ms"), 1),

@@ -324,6 +324,13 @@ pub async fn run(target: &Target, cfg: &Config) -> Result<Metrics> {
         2,
     );
     m.add(
+        "first_rechecks_per_waiter",
+        "acquire scripts per waiter once they all sleep, until the rechecks are counted \
+         (the first wait's rechecks, 2.5 s)",
+        rechecks_before.saturating_sub(scripts) as f64 / n as f64,
+        2,
+    );
+    m.add(
         "rechecks_per_s",
         "acquire scripts per second while the waiters sleep (their rechecks)",
         rechecks_per_s,
