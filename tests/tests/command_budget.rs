@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use dlock::{LockClient, LockGuard};
+use dlock::{LockClient, LockClientBuilder, LockGuard};
 use dlock_tests::commandstats::command_calls;
 use dlock_tests::RedisServer;
 
@@ -84,7 +84,12 @@ async fn unlock_cost(server: &RedisServer, guards: Vec<LockGuard>) -> Cost {
 /// A client past its first call: the one-time set-up (its connection's name, its
 /// registration) is not counted against any path.
 async fn client(server: &RedisServer) -> LockClient {
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    warmed_up(server, LockClient::builder()).await
+}
+
+/// [`client`] with the settings of `builder`.
+async fn warmed_up(server: &RedisServer, builder: LockClientBuilder) -> LockClient {
+    let client = builder.connect(&server.url()).await.unwrap();
     client
         .lock("budget:warm-up")
         .lock()
@@ -200,21 +205,11 @@ async fn a_busy_try_lengthens_each_waiter_set_with_one_command() {
     let holder = client(&server).await;
     // Long rechecks: the waiter below sleeps through the count, and every try asks for
     // the same life of the sets, so that each later try lengthens it.
-    let rechecking_rarely = || async {
-        let client = LockClient::builder()
-            .max_wait_recheck(Duration::from_secs(30))
-            .connect(&server.url())
-            .await
-            .unwrap();
-        client
-            .lock("budget:warm-up")
-            .lock()
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
-        client
+    let rechecking_rarely = || {
+        warmed_up(
+            &server,
+            LockClient::builder().max_wait_recheck(Duration::from_secs(30)),
+        )
     };
     let waiting = rechecking_rarely().await;
     let name = "budget:busy";

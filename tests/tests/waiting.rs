@@ -685,12 +685,7 @@ async fn many_waiting_tasks_space_their_rechecks_out() {
          100 ms: 40,000; spaced: about 2,000)"
     );
     assert!(tries > 0, "the rechecks still come");
-    for waiter in &waiters {
-        assert!(!waiter.is_finished(), "no waiter took a held lock");
-    }
-    for waiter in waiters {
-        waiter.abort();
-    }
+    stop_waiting(waiters);
     drop(held);
 }
 
@@ -733,12 +728,7 @@ async fn waiters_that_join_a_crowd_space_their_first_recheck_too() {
          about 1,000; unspaced, their 2,000 come on top)"
     );
     assert!(tries > 0, "the rechecks still come");
-    for waiter in &waiters {
-        assert!(!waiter.is_finished(), "no waiter took a held lock");
-    }
-    for waiter in waiters {
-        waiter.abort();
-    }
+    stop_waiting(waiters);
     drop(held);
 }
 
@@ -789,6 +779,16 @@ async fn a_client_that_rechecks_often_leaves_the_registration_of_one_that_rechec
         .unwrap();
     eprintln!("served {:?} after the release", released.elapsed());
     guard.unlock().await.unwrap();
+}
+
+/// Checks that none of `waiters` took its (held) lock, and stops them.
+fn stop_waiting(waiters: Vec<tokio::task::JoinHandle<dlock::Result<dlock::LockGuard>>>) {
+    for waiter in &waiters {
+        assert!(!waiter.is_finished(), "no waiter took a held lock");
+    }
+    for waiter in waiters {
+        waiter.abort();
+    }
 }
 
 /// Waits until `count` waiters checked that they are registered (one `ZSCORE` each once
