@@ -224,10 +224,11 @@ async fn a_busy_try_lengthens_each_waiter_set_with_one_command() {
     let (cost, outcomes) = cost_of(&server, 20, |_| {
         let lock = trying.lock(name);
         async move {
-            // Apart by more than the expiries' millisecond, so that each try's life ends
-            // later than the last one's.
+            // Every try apart from the last by more than the expiries' millisecond, so
+            // that each asks for a life that ends later: the rounds by this pause, the
+            // (at most two) tries of a round by its wait.
             tokio::time::sleep(Duration::from_millis(3)).await;
-            lock.try_lock_for(Duration::from_millis(1)).await.is_err()
+            lock.try_lock_for(Duration::from_millis(5)).await.is_err()
         }
     })
     .await;
