@@ -104,6 +104,74 @@ async fn a_clients_waiters_share_one_wake_channel_and_queue_with_one_try_each() 
     assert_eq!(*grants.lock().unwrap(), (0..=LATER).collect::<Vec<_>>());
 }
 
+/// A fair waiter whose client does not listen on the lock's wake channel yet makes one
+/// busy try, subscribes, and once Redis confirmed the subscription checks that the lock
+/// is still held (one `EXISTS`) instead of trying again: a cold wait costs the try before
+/// the release and the one its wake-up causes. Fails when the waiter tries again after
+/// the confirmation (3 tries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_on_a_cold_channel_tries_once_before_the_release() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiting = patient_client(&server.url()).await;
+    let guard = holder.fair_lock("cold").lock().await.unwrap();
+
+    let lock = waiting.fair_lock("cold");
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.try_lock_for(Duration::from_secs(30)).await }
+    });
+    wait_queue_len(&lock, 1).await;
+    // Subscribed and confirmed by then; nothing else runs until a message or the recheck
+    // (30 s).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        waiting.stats().acquire_attempts,
+        1,
+        "tries before the release"
+    );
+
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let acquired = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("the release woke the waiter")
+        .unwrap()
+        .unwrap();
+    eprintln!("acquired {:?} after the release", released.elapsed());
+    assert_eq!(waiting.stats().acquire_attempts, 2, "tries in all");
+    acquired.unlock().await.unwrap();
+}
+
+/// A release between a cold fair waiter's first try and its subscription is not heard,
+/// and the check after the subscription finds the lock free: the waiter tries then, and
+/// has the lock without waiting for its recheck (30 s). The release races the waiter's
+/// first try and subscription, 200 times at eight delays from 0 to 1.4 ms. Fails when the
+/// check takes a free lock for a held one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_a_cold_fair_waiter_did_not_hear_is_found_by_its_check() {
+    const ROUNDS: usize = 200;
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    for round in 0..ROUNDS {
+        // A new client each round: its channel is cold.
+        let waiting = patient_client(&server.url()).await;
+        let name = format!("cold-race:{round}");
+        let guard = holder.fair_lock(&name).lock().await.unwrap();
+        let lock = waiting.fair_lock(&name);
+        let waiter = tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });
+        // Released at some point between the first try and the confirmation.
+        tokio::time::sleep(Duration::from_micros(200 * (round as u64 % 8))).await;
+        guard.unlock().await.unwrap();
+        let acquired = tokio::time::timeout(Duration::from_secs(3), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the waiter slept through the release"))
+            .unwrap()
+            .unwrap();
+        acquired.unlock().await.unwrap();
+    }
+}
+
 /// Entries of 300 ms and a holder keeping the lock for more than 3 of them: each waiter
 /// renews its own entry, so none is evicted (the queue never shrinks) and none re-queues
 /// behind the others (the grant order is the enqueue order).

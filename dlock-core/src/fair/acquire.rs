@@ -14,13 +14,14 @@ use crate::kind::LockKind;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
 use crate::lock::scripts::{acquire_call, scripts, AcquireArgs};
+use crate::redis::CallError;
 use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::release::ReleaseJob;
 use crate::sync::verbs::Acquire;
-use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
+use crate::sync::wait::{GiveUp, NotYet, Resumed, WaitPolicy, Waiter};
 
 /// The acquisition, traced and measured (`sync::observe`).
 impl Acquire for FairLock {
@@ -233,7 +234,13 @@ impl FairLock {
                 }
                 Err(error) => NotYet::Unavailable(error),
             };
-            match waiter.wait(not_yet).await {
+            let mut resumed = waiter.wait(not_yet).await;
+            if let Ok(Resumed::Subscribed { nap_until }) = resumed {
+                if self.still_taken().await {
+                    resumed = waiter.wait(NotYet::busy_until(nap_until)).await;
+                }
+            }
+            match resumed {
                 Ok(_) => {
                     // Spaced out when many tasks of the client wait, up to what keeps its
                     // queue entry alive (every try renews it).
@@ -252,6 +259,23 @@ impl FairLock {
                 }
             }
         }
+    }
+
+    /// Whether the lock is held, once the waiter's client listens on its wake channel.
+    /// A release while it did not listen yet deleted the hash (the last hold goes with
+    /// it) and woke the head, which alone may take the lock then: found held, the lock
+    /// was not released, or was and the head took it, and either way the waiter missed
+    /// nothing it can use. The holder's release wakes the head, and the busy answer's
+    /// nap ends when the lock or the head's entry can lapse. One `EXISTS` instead of a
+    /// second busy try; an error answers no, and the waiter tries.
+    async fn still_taken(&self) -> bool {
+        let exists: std::result::Result<bool, CallError> = self
+            .client
+            .inner
+            .backend
+            .query(redis::cmd("EXISTS").arg(&*self.key))
+            .await;
+        matches!(exists, Ok(true))
     }
 
     /// The guard of `held`, given back with the fair release (which wakes the head).
