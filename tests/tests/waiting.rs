@@ -400,6 +400,81 @@ async fn a_release_before_a_multi_lock_waiter_listens_is_noticed_when_it_does() 
     acquired.unlock().await.unwrap();
 }
 
+/// A fair waiter whose client cannot listen yet (its subscriber connection held back by a
+/// proxy) is second in the queue, told it may sleep as long as the holder's 30 s lease.
+/// The holder releases, the head takes the lock with a 500 ms lease and dies holding it
+/// (its guard is leaked: no release comes). That new hold ends before the sleep the deaf
+/// waiter was told, so it was woken for it, but could not hear it. Once it listens, its
+/// check must bound its sleep by the new hold's expiry: it has the lock soon after, not at
+/// the end of its 30 s nap. Fails when the check only asks whether the lock is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_that_could_not_hear_a_shorter_hold_wakes_at_its_expiry() {
+    let server = RedisServer::start();
+    let proxy = dlock_tests::TcpProxy::start(server.addr());
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let (heads, deaf_client) = (
+        patient_client(&server.url()).await,
+        patient_client(&proxy.url()).await,
+    );
+    let long_entries = |client: &LockClient| {
+        client
+            .fair_lock("{short}")
+            .with_entry_timeout(Duration::from_secs(30))
+    };
+    let guard = long_entries(&holder)
+        .lock_with_lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let until_queued = |n: usize| {
+        let lock = long_entries(&holder);
+        async move {
+            let started = Instant::now();
+            while lock.queue_len().await.unwrap() < n {
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "never {n} queued"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    let head_lock = long_entries(&heads);
+    let head =
+        tokio::spawn(async move { head_lock.lock_with_lease(Duration::from_millis(500)).await });
+    until_queued(1).await;
+    let deaf_lock = long_entries(&deaf_client);
+    let waiting = deaf(&proxy, || {
+        tokio::spawn(async move { deaf_lock.try_lock_for(Duration::from_secs(60)).await })
+    })
+    .await;
+    until_queued(2).await;
+
+    guard.unlock().await.unwrap();
+    let head_guard = tokio::time::timeout(Duration::from_secs(3), head)
+        .await
+        .expect("the head was woken")
+        .unwrap()
+        .unwrap();
+    let taken = Instant::now();
+    // The head dies holding the lock: nothing releases it before its lease runs out.
+    std::mem::forget(head_guard);
+
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.release_held();
+    let acquired = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the deaf waiter woke when the short hold ran out, not at its 30 s nap")
+        .unwrap()
+        .unwrap();
+    let served = taken.elapsed();
+    eprintln!("served {served:?} after the 500 ms hold was taken");
+    assert!(
+        served >= Duration::from_millis(450),
+        "served {served:?} after a 500 ms hold was taken: before it ran out"
+    );
+    acquired.unlock().await.unwrap();
+}
+
 /// As above, but the waiter that cannot listen yet is the runner-up: the release passes
 /// the lock to an older waiter of another client and tells the deaf one when that
 /// reservation lapses; nobody receives it, so the deaf waiter leaves the registry. Once it

@@ -236,8 +236,11 @@ impl FairLock {
             };
             let mut resumed = waiter.wait(not_yet).await;
             if let Ok(Resumed::Subscribed { nap_until }) = resumed {
-                if self.still_taken().await {
-                    resumed = waiter.wait(NotYet::busy_until(nap_until)).await;
+                if let Some(held_for) = self.still_held_for().await {
+                    let until = Instant::now()
+                        .checked_add(held_for)
+                        .map_or(nap_until, |expiry| expiry.min(nap_until));
+                    resumed = waiter.wait(NotYet::busy_until(until)).await;
                 }
             }
             match resumed {
@@ -261,21 +264,31 @@ impl FairLock {
         }
     }
 
-    /// Whether the lock is held, once the waiter's client listens on its wake channel.
-    /// A release while it did not listen yet deleted the hash (the last hold goes with
-    /// it) and woke the head, which alone may take the lock then: found held, the lock
-    /// was not released, or was and the head took it, and either way the waiter missed
-    /// nothing it can use. The holder's release wakes the head, and the busy answer's
-    /// nap ends when the lock or the head's entry can lapse. One `EXISTS` instead of a
-    /// second busy try; an error answers no, and the waiter tries.
-    async fn still_taken(&self) -> bool {
-        let exists: std::result::Result<bool, CallError> = self
+    /// How long the lock stays held as far as Redis knows, once the waiter's client
+    /// listens on its wake channel; `None` when it is free. What the waiter may have
+    /// missed while it did not listen:
+    /// - a release, which deleted the hash (the last hold goes with it) and woke the
+    ///   head, which alone may take the lock then: found free, the waiter tries;
+    /// - the wake-up of a waiter told to sleep past the lease of a hold taken since (a
+    ///   new holder with a shorter lease, which may die holding it): the waiter sleeps
+    ///   no longer than that hold's remaining time.
+    ///
+    /// Otherwise the busy answer's nap stands (it ends when the head's entry can lapse).
+    /// One `PTTL` instead of a second busy try; an error answers `None`, and the waiter
+    /// tries.
+    async fn still_held_for(&self) -> Option<Duration> {
+        let pttl: std::result::Result<i64, CallError> = self
             .client
             .inner
             .backend
-            .query(redis::cmd("EXISTS").arg(&*self.key))
+            .query(redis::cmd("PTTL").arg(&*self.key))
             .await;
-        matches!(exists, Ok(true))
+        match pttl {
+            // A hold without an expiry (not one dlock wrote): its nap stands.
+            Ok(-1) => Some(Duration::MAX),
+            Ok(ms) => u64::try_from(ms).ok().map(Duration::from_millis),
+            Err(_) => None,
+        }
     }
 
     /// The guard of `held`, given back with the fair release (which wakes the head).
