@@ -283,6 +283,22 @@ async fn deaf_waiter(
     .await
 }
 
+/// Lets the client of a waiter started by [`deaf`] listen, and returns the guard `waiting`
+/// gets within `within`; `noticed` says what it should have noticed by then.
+async fn served_once_listening<G>(
+    proxy: &dlock_tests::TcpProxy,
+    waiting: tokio::task::JoinHandle<dlock::Result<G>>,
+    within: Duration,
+    noticed: &str,
+) -> G {
+    proxy.release_held();
+    tokio::time::timeout(within, waiting)
+        .await
+        .expect(noticed)
+        .unwrap()
+        .unwrap()
+}
+
 /// Starts the waiter `start` spawns, as [`deaf_waiter`] does, and returns its task once
 /// its subscriber connection is open and held back.
 async fn deaf<T>(
@@ -339,12 +355,13 @@ async fn a_release_before_the_waiter_listens_is_noticed_when_it_does() {
 
     tokio::time::sleep(Duration::from_millis(100)).await;
     let listening = Instant::now();
-    proxy.release_held();
-    let acquired = tokio::time::timeout(Duration::from_secs(3), waiting)
-        .await
-        .expect("the waiter noticed the release once it listened")
-        .unwrap()
-        .unwrap();
+    let acquired = served_once_listening(
+        &proxy,
+        waiting,
+        Duration::from_secs(3),
+        "the waiter noticed the release once it listened",
+    )
+    .await;
     eprintln!(
         "acquired {:?} after its client could listen",
         listening.elapsed()
@@ -387,12 +404,13 @@ async fn a_release_before_a_multi_lock_waiter_listens_is_noticed_when_it_does() 
 
     tokio::time::sleep(Duration::from_millis(100)).await;
     let listening = Instant::now();
-    proxy.release_held();
-    let acquired = tokio::time::timeout(Duration::from_secs(3), waiting)
-        .await
-        .expect("the waiter noticed the release once it listened")
-        .unwrap()
-        .unwrap();
+    let acquired = served_once_listening(
+        &proxy,
+        waiting,
+        Duration::from_secs(3),
+        "the waiter noticed the release once it listened",
+    )
+    .await;
     eprintln!(
         "acquired {:?} after its client could listen",
         listening.elapsed()
@@ -460,12 +478,13 @@ async fn a_fair_waiter_that_could_not_hear_a_shorter_hold_wakes_at_its_expiry() 
     std::mem::forget(head_guard);
 
     tokio::time::sleep(Duration::from_millis(100)).await;
-    proxy.release_held();
-    let acquired = tokio::time::timeout(Duration::from_secs(3), waiting)
-        .await
-        .expect("the deaf waiter woke when the short hold ran out, not at its 30 s nap")
-        .unwrap()
-        .unwrap();
+    let acquired = served_once_listening(
+        &proxy,
+        waiting,
+        Duration::from_secs(3),
+        "the deaf waiter woke when the short hold ran out, not at its 30 s nap",
+    )
+    .await;
     let served = taken.elapsed();
     eprintln!("served {served:?} after the 500 ms hold was taken");
     assert!(
@@ -579,12 +598,13 @@ async fn a_waiter_told_to_wake_before_it_listens_tries_by_the_new_expiry() {
         "the wake-up nobody heard took the deaf waiter out of the registry"
     );
 
-    proxy.release_held();
-    let acquired = tokio::time::timeout(Duration::from_secs(4), deaf_waiting)
-        .await
-        .expect("the deaf waiter took the lock once the 1 s lease ran out, not after 10 s")
-        .unwrap()
-        .unwrap();
+    let acquired = served_once_listening(
+        &proxy,
+        deaf_waiting,
+        Duration::from_secs(4),
+        "the deaf waiter took the lock once the 1 s lease ran out, not after 10 s",
+    )
+    .await;
     let waited = released.elapsed();
     eprintln!("acquired {waited:?} after the release");
     assert!(
