@@ -21,7 +21,7 @@ use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::release::ReleaseJob;
 use crate::sync::verbs::Acquire;
-use crate::sync::wait::{GiveUp, NotYet, Resumed, WaitPolicy, Waiter};
+use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
 
 /// The acquisition, traced and measured (`sync::observe`).
 impl Acquire for FairLock {
@@ -234,15 +234,12 @@ impl FairLock {
                 }
                 Err(error) => NotYet::Unavailable(error),
             };
-            let mut resumed = waiter.wait(not_yet).await;
-            if let Ok(Resumed::Subscribed { nap_until }) = resumed {
-                if let Some(held_for) = self.still_held_for().await {
-                    let until = Instant::now()
-                        .checked_add(held_for)
-                        .map_or(nap_until, |expiry| expiry.min(nap_until));
-                    resumed = waiter.wait(NotYet::busy_until(until)).await;
-                }
-            }
+            let resumed = waiter
+                .wait_or_check(not_yet, |nap_until| async move {
+                    let held_for = self.still_held_for().await?;
+                    Some(Instant::now().checked_add(held_for).unwrap_or(nap_until))
+                })
+                .await;
             match resumed {
                 Ok(_) => {
                     // Spaced out when many tasks of the client wait, up to what keeps its

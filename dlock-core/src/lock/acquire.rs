@@ -24,7 +24,7 @@ use crate::sync::owner;
 use crate::sync::pubsub::Subscription;
 use crate::sync::release::{NextTask, ReleaseJob};
 use crate::sync::verbs::Acquire;
-use crate::sync::wait::{GiveUp, NotYet, Resumed, Waiter};
+use crate::sync::wait::{GiveUp, NotYet, Waiter};
 
 /// The acquisition, traced and measured (`sync::observe`): every public way to take the
 /// lock comes here.
@@ -505,12 +505,11 @@ impl Lock {
                     Err(error) => NotYet::Unavailable(error),
                 };
                 // Boxed, as the give-ups: only a lock that is not free waits.
-                let mut resumed = Box::pin(waiter.wait(not_yet)).await;
-                if let Ok(Resumed::Subscribed { nap_until }) = resumed {
-                    if Box::pin(self.still_registered(&field)).await {
-                        resumed = Box::pin(waiter.wait(NotYet::busy_until(nap_until))).await;
-                    }
-                }
+                let field = &field;
+                let resumed = Box::pin(waiter.wait_or_check(not_yet, |nap_until| async move {
+                    self.still_registered(field).await.then_some(nap_until)
+                }))
+                .await;
                 match resumed {
                     // The next try keeps the owner registered for as long as the wait
                     // after it may last.

@@ -17,7 +17,7 @@ use crate::sync::owner;
 use crate::sync::pubsub::Abandon;
 use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::verbs::Acquire;
-use crate::sync::wait::{GiveUp, NotYet, Resumed, Waiter};
+use crate::sync::wait::{GiveUp, NotYet, Waiter};
 
 /// The acquisition, traced and measured (`sync::observe`) under the set's names.
 impl Acquire for MultiLock {
@@ -222,16 +222,17 @@ impl MultiLock {
                 }
                 Err(error) => NotYet::Unavailable(error),
             };
-            let mut resumed = waiter.wait(not_yet).await;
             // A first wait on channels the client did not listen on yet: the owner is
             // registered with the lock that blocked it, and still being there once its
             // subscriptions are confirmed means no release told it anything meanwhile
             // (see `Lock::still_registered`): one `ZSCORE` instead of a second try.
-            if let Ok(Resumed::Subscribed { nap_until }) = resumed {
-                if self.locks[blocker].still_registered(&field).await {
-                    resumed = waiter.wait(NotYet::busy_until(nap_until)).await;
-                }
-            }
+            let blocking = &self.locks[blocker];
+            let field = &field;
+            let resumed = waiter
+                .wait_or_check(not_yet, |nap_until| async move {
+                    blocking.still_registered(field).await.then_some(nap_until)
+                })
+                .await;
             match resumed {
                 // The next try keeps the owner registered with the lock that blocks it
                 // for as long as the wait after it may last.

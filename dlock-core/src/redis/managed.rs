@@ -106,21 +106,22 @@ impl ManagedConnection {
     }
 
     fn current(&self) -> Opening {
+        self.opening().clone()
+    }
+
+    /// The opening calls use now, also after a panic elsewhere poisoned its lock (it is
+    /// replaced whole, never left half-written).
+    fn opening(&self) -> std::sync::MutexGuard<'_, Opening> {
         self.shared
             .current
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
     }
 
     /// Starts opening a new connection in place of opening `failed`, unless that was done
     /// already. The opening starts now, not at the next call.
     fn reopen(&self, failed: u64) {
-        let mut current = self
-            .shared
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut current = self.opening();
         if current.attempt != failed {
             return;
         }

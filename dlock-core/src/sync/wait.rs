@@ -8,6 +8,7 @@
 //! primitive tries again, or says why to give up.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,8 +29,8 @@ pub(crate) enum NotYet {
 
 impl NotYet {
     /// Busy until `at`: the rest of a nap a check ended early having found nothing missed
-    /// (see [`Resumed::Subscribed`]).
-    pub(crate) fn busy_until(at: Instant) -> NotYet {
+    /// (see [`Waiter::wait_or_check`]).
+    fn busy_until(at: Instant) -> NotYet {
         let rest = at.saturating_duration_since(Instant::now());
         NotYet::Busy {
             ttl_ms: i64::try_from(rest.as_millis()).unwrap_or(i64::MAX),
@@ -44,8 +45,8 @@ pub(crate) enum Resumed {
     /// The waiter's subscriptions were just confirmed, after a busy try sent before they
     /// were: a release published in between was not heard. Trying again finds out; a
     /// primitive that can tell more cheaply whether a release passed it over meanwhile
-    /// may ask that instead and, if none did, wait on until `nap_until` (the end of the
-    /// busy answer's nap) without trying.
+    /// asks that instead ([`Waiter::wait_or_check`]) and, if none did, waits on without
+    /// trying, at most until `nap_until` (the end of the busy answer's nap).
     Subscribed { nap_until: Instant },
 }
 
@@ -209,6 +210,29 @@ impl<'a> Waiter<'a> {
     /// Whether the acquisition waits when it finds the lock taken (a single try does not).
     pub(crate) fn waits(&self) -> bool {
         self.policy.patient
+    }
+
+    /// [`wait`](Self::wait), and when that ends with the subscriptions just confirmed
+    /// (after a busy try sent before them), the primitive's cheap check of what it may
+    /// have missed meanwhile instead of a second try: `check` gets the end of the busy
+    /// answer's nap and answers until when the waiter may sleep on (no later than that),
+    /// or `None` to try now.
+    pub(crate) async fn wait_or_check<F>(
+        &mut self,
+        outcome: NotYet,
+        check: impl FnOnce(Instant) -> F,
+    ) -> Result<Resumed, GiveUp>
+    where
+        F: Future<Output = Option<Instant>>,
+    {
+        let resumed = self.wait(outcome).await;
+        let Ok(Resumed::Subscribed { nap_until }) = resumed else {
+            return resumed;
+        };
+        match check(nap_until).await {
+            Some(until) => self.wait(NotYet::busy_until(until.min(nap_until))).await,
+            None => resumed,
+        }
     }
 
     /// Waits after `outcome` until the next try is worth it, or says why to give up.
