@@ -1,6 +1,6 @@
 //! Guards the promise that tasks of one client waiting for the same lock do not stampede:
-//! only the first in the client's local line talks to Redis, so each release lets exactly
-//! one acquire attempt of that client reach Redis, and a woken waiter that is cancelled
+//! only the first in the client's local line talks to Redis, so no release lets more than
+//! that one's work reach Redis (a lock given to it is extended, not tried for), and a woken waiter that is cancelled
 //! passes its wake-up on to the next one at once (not after the 1 s `max_wait_recheck`).
 //!
 //! Acquire attempts are counted on the server, not in the client: the slow log records
@@ -31,10 +31,15 @@ async fn subscription_changes(admin: &mut MultiplexedConnection) -> usize {
 
 /// How many runs of the lock's acquire script the server saw since the last reset.
 async fn acquire_attempts(admin: &mut MultiplexedConnection) -> usize {
-    let acquire = dlock::admin::FunctionLibrary::current()
-        .script("lock_acquire")
-        .expect("dlock has the lock's acquire script");
-    let sha = redis::Script::new(acquire).get_hash().to_owned();
+    script_runs(admin, "lock_acquire").await
+}
+
+/// How many runs of dlock's script `name` the server saw since the last reset.
+async fn script_runs(admin: &mut MultiplexedConnection, name: &str) -> usize {
+    let script = dlock::admin::FunctionLibrary::current()
+        .script(name)
+        .expect("dlock has the script");
+    let sha = redis::Script::new(script).get_hash().to_owned();
     logged_commands(admin)
         .await
         .iter()
@@ -43,11 +48,11 @@ async fn acquire_attempts(admin: &mut MultiplexedConnection) -> usize {
 }
 
 /// `WAITERS` tasks of one client wait behind a holder of another client; then each
-/// acquirer releases in turn. The other client's release must let exactly one acquire
-/// attempt of the waiting client reach Redis (its head's, woken by the hand-off), each
-/// release within the waiting client none (it gives the lock to the next task itself),
-/// and lining up must cost the head's two attempts only (the try and the re-try once
-/// subscribed), not two per waiter.
+/// acquirer releases in turn. No release may let an acquire attempt of the waiting client
+/// reach Redis: the other client's release gives the lock to the waiting client's head,
+/// which only extends it (one renewal), and each release within the waiting client gives
+/// it to the next task itself. Lining up must cost the head's two attempts only (the try
+/// and the re-try once subscribed), not two per waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_release_lets_exactly_one_waiting_task_try_in_redis() {
     let server = RedisServer::start();
@@ -95,13 +100,13 @@ async fn each_release_lets_exactly_one_waiting_task_try_in_redis() {
         // Room for any other waiter that was (wrongly) woken to reach Redis too.
         tokio::time::sleep(Duration::from_millis(150)).await;
         let attempts = acquire_attempts(&mut admin).await;
+        let renewals = script_runs(&mut admin, "lock_renew").await;
         per_release.push(attempts);
         churn.push(subscription_changes(&mut admin).await);
-        let expected = usize::from(served.is_empty());
         assert_eq!(
-            attempts,
-            expected,
-            "release {} (hand-off to task {task} in {handoff:?}) let {attempts} acquire attempts reach Redis",
+            (attempts, renewals),
+            (0, usize::from(served.is_empty())),
+            "release {} (hand-off to task {task} in {handoff:?}): acquire attempts and renewals that reached Redis",
             served.len() + 1
         );
         served.push(task);

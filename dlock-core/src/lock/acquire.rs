@@ -17,6 +17,7 @@ use crate::lock::scripts::{acquire_call, scripts, AcquireArgs};
 use crate::redis::CallError;
 use crate::scripts::ScriptCall;
 use crate::sync::attempt::{PlaceLifetime, RegisteredFlag, Reply, TryStep};
+use crate::sync::grant::{self, Grant};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::local::{Given, Place, Ticket, Turn};
 use crate::sync::observe::{self, Label};
@@ -135,6 +136,43 @@ impl Lock {
         inner.metrics.acquired(started.elapsed());
         tracing::debug!(lock = %self.name, owner = %fresh.field, waited = ?started.elapsed(), "dlock: acquired from the release before it");
         self.guard(held)
+    }
+
+    /// The hold of the lock a release of another client gave the owner `field` (see
+    /// `sync::grant`), extended to `lease` in the background; `None` when the owner
+    /// cannot hold it as it is, and takes it with a try instead: with `replica_acks`,
+    /// without the fencing token it wants, or with too little of the grant left.
+    fn granted_hold(
+        &self,
+        field: &Arc<str>,
+        lease: Duration,
+        renewal: Option<Duration>,
+        grant: Grant,
+        first_sent: Instant,
+    ) -> Option<Arc<Held>> {
+        let inner = &self.client.inner;
+        let settings = &inner.settings;
+        if settings.replica_acks.is_some() || settings.fencing_tokens && grant.fence.is_none() {
+            return None;
+        }
+        let deadline = grant.deadline(first_sent)?;
+        let fence = grant.fence.filter(|_| settings.fencing_tokens);
+        let held = Arc::new(
+            Held::new(
+                self.hold_owner(field),
+                renewal,
+                deadline,
+                Arc::clone(&inner.metrics),
+            )
+            .with_fence(fence),
+        );
+        grant::extend(
+            inner.backend.clone(),
+            Arc::clone(&held),
+            lease,
+            settings.retry_delay,
+        );
+        Some(held)
     }
 
     /// A re-entry under `outer`'s owner: one more hold, or `None` when Redis no longer has
@@ -478,6 +516,9 @@ impl Lock {
             );
             drop(line_subscription);
             step.plan_first_wait(&mut waiter);
+            // Every try of this acquisition is sent from now on: a grant's deadline counts
+            // from here (see `sync::grant`).
+            let first_sent = Instant::now();
             loop {
                 let not_yet = match step.run(give_up_at).await {
                     Ok((sent_at, Reply::Granted(fence))) => {
@@ -510,6 +551,18 @@ impl Lock {
                     self.still_registered(field).await.then_some(nap_until)
                 }))
                 .await;
+                if resumed.is_ok() {
+                    let held_from = waiter.take_grant().and_then(|grant| {
+                        self.granted_hold(field, lease, renewal, grant, first_sent)
+                    });
+                    if let Some(held) = held_from {
+                        step.granted();
+                        held.keep_turn(turn);
+                        inner.metrics.acquired(started.elapsed());
+                        tracing::debug!(lock = %self.name, owner = %field, waited = ?started.elapsed(), "dlock: acquired from another client's release");
+                        return Ok(self.guard(held));
+                    }
+                }
                 match resumed {
                     // The next try keeps the owner registered for as long as the wait
                     // after it may last.

@@ -50,12 +50,11 @@ pub(crate) fn release_job(
         name: Arc::clone(name),
         op: ReleaseOp::new(
             &scripts().release,
-            &[&keys.key, &keys.channel, &once_key, &keys.naps],
+            // The fencing counter mints the token of whoever the lock goes to next.
+            &[&keys.key, &keys.channel, &once_key, &keys.naps, &keys.fence],
             &[field, mode],
             true,
-        )
-        // A release that gives the lock to the client's next task mints its token.
-        .with_hand_off_key(&keys.fence),
+        ),
         label: None,
         counted: true,
     }

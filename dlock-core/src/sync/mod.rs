@@ -47,6 +47,7 @@
 
 pub(crate) mod attempt;
 pub(crate) mod heard;
+pub(crate) mod grant;
 pub(crate) mod held;
 pub(crate) mod local;
 pub(crate) mod metrics;

@@ -38,6 +38,7 @@ use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::redis::{Backend, Subscriber, SubscriberEvent};
+use crate::sync::grant::Grant;
 use crate::sync::heard::{Heard, Notices};
 use crate::sync::recheck::RecheckSpacing;
 use crate::sync::release::{BackgroundReleases, ReleaseJob};
@@ -92,6 +93,8 @@ pub(crate) type Abandon = Arc<dyn Fn(&str) -> ReleaseJob + Send + Sync>;
 pub(crate) struct OwnerWake {
     notify: Notify,
     call: Mutex<Call>,
+    /// The last lock a release gave the owner (`held:`), until its waiter takes it.
+    grant: Mutex<Option<Grant>>,
 }
 
 /// What the messages since the owner's last wake-up asked for.
@@ -123,6 +126,18 @@ impl OwnerWake {
             drop(call);
             self.notify.notify_one();
         }
+    }
+
+    /// A release gave the owner the lock: it holds it, once its waiter takes the grant
+    /// (a primitive that cannot use it as it is tries now, and finds the hold its own).
+    fn granted(&self, grant: Grant) {
+        *self.grant.lock().unwrap_or_else(|p| p.into_inner()) = Some(grant);
+        self.now();
+    }
+
+    /// The grant a release made the owner since it was last taken, if any.
+    pub(crate) fn take_grant(&self) -> Option<Grant> {
+        self.grant.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     fn lock_call(&self) -> std::sync::MutexGuard<'_, Call> {
@@ -203,26 +218,43 @@ impl Channel {
             return None;
         };
         let named = match payload.split_once(':') {
-            Some(("pass" | "wake", owner)) => Some((owner, None)),
+            Some(("pass" | "wake", owner)) => Some((owner, Named::Now)),
+            Some(("held", rest)) => {
+                Grant::parse(rest).map(|(owner, grant)| (owner, Named::Granted(grant)))
+            }
             Some(("next", rest)) => rest.split_once(':').and_then(|(lapse_in, owner)| {
                 let lapse_in = Duration::from_millis(lapse_in.parse().ok()?);
-                Some((owner, Some(Instant::now() + lapse_in)))
+                Some((owner, Named::At(Instant::now() + lapse_in)))
             }),
             // Only the watchers care: the holder's client learns its hold is gone.
             Some(("lost", _)) => return None,
             _ => None,
         };
-        let Some((owner, lapse)) = named else {
+        let Some((owner, named)) = named else {
             self.wake.notify_one();
             return None;
         };
-        match (self.owners.get(owner), lapse) {
-            (Some(waiter), None) => waiter.now(),
-            (Some(waiter), Some(at)) => waiter.at(at),
+        // A grant to an owner that no longer waits here stays: the owner's guard holds it
+        // if the owner's own try took it up, and otherwise its acquisition ended and its
+        // cleanup gives it back (the `leave` leaves an owner's hold alone).
+        match (self.owners.get(owner), named) {
+            (Some(waiter), Named::Now) => waiter.now(),
+            (Some(waiter), Named::Granted(grant)) => waiter.granted(grant),
+            (Some(waiter), Named::At(at)) => waiter.at(at),
             (None, _) => return self.abandon.as_ref().map(|abandon| abandon(owner)),
         }
         None
     }
+}
+
+/// What a message naming an owner asks of it.
+enum Named {
+    /// Try now.
+    Now,
+    /// Hold the lock a release gave it.
+    Granted(Grant),
+    /// Try at this moment, when a reservation for another lapses.
+    At(Instant),
 }
 
 /// One waiter's interest in a channel; dropping it releases the interest.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::redis::CallError;
+use crate::sync::grant::Grant;
 use crate::sync::pubsub::{Abandon, OwnerWake, PubSubService, Subscription};
 use crate::sync::recheck::SpacedPlace;
 use crate::sync::retry::ends_before;
@@ -205,6 +206,11 @@ impl<'a> Waiter<'a> {
         let planned = place.interval(self.policy.recheck, self.policy.longest_recheck);
         self.planned = Some(planned);
         planned
+    }
+
+    /// The lock a release gave the owner since the last call, if any (see `sync::grant`).
+    pub(crate) fn take_grant(&self) -> Option<Grant> {
+        self.wake.as_ref().and_then(|wake| wake.take_grant())
     }
 
     /// Whether the acquisition waits when it finds the lock taken (a single try does not).

@@ -207,7 +207,7 @@ fn expire_overdue(registry: &Registry, held: &[(u64, Arc<Held>)]) {
 
 /// One lock's entry in the `renew` script's answer.
 #[derive(Debug, PartialEq, Eq)]
-enum Renewal {
+pub(crate) enum Renewal {
     Renewed,
     NotHeld,
     /// The key holds a value of this Redis type: something overwrote the lock.

@@ -107,15 +107,21 @@ local mine = found[1] ~= false
 if not reenter then
   if mine then
     -- An earlier attempt of this acquisition was applied (its reply was lost, or the
-    -- replicas did not confirm it in time), or a release of its client gave it the lock
-    -- and the client did not learn so (see release.lua). The client counts the lease from this
+    -- replicas did not confirm it in time), or a release gave it the lock and the
+    -- client did not learn so or could not use it (see release.lua). The client counts the lease from this
     -- attempt, so the expiry must start now too, or the lock would end before the
     -- holder's deadline.
     redis.call('pexpire', KEYS[1], ARGV[1])
-    -- The same token as the first attempt: the one stored with the hold.
-    local token = redis.call('hget', KEYS[1], ARGV[2] .. ':f')
-    if ARGV[3] ~= '1' or not token then
+    -- The same token as the first attempt: the one stored with the hold. A hold a
+    -- release gave the owner without one (nobody had minted a token of this lock yet)
+    -- gets its token now.
+    if ARGV[3] ~= '1' then
       return nil
+    end
+    local token = redis.call('hget', KEYS[1], ARGV[2] .. ':f')
+    if not token then
+      token = redis.call('incr', KEYS[2])
+      redis.call('hset', KEYS[1], ARGV[2] .. ':f', string.format('%d', token))
     end
     return {tonumber(token)}
   end

@@ -10,7 +10,8 @@
 --
 -- Messages go to the waiting owner's client on its own wake channel (the registry's name
 -- with '#<client-id>' after the hash tag, so it stays in the lock's slot), and name the
--- owner they are for: 'pass:<owner>' (the lock is reserved for it), 'next:<ms>:<owner>'
+-- owner they are for: 'held:<lasts_us>:<token>:<owner>' (the lock was given to it, see
+-- grant_to_oldest), 'pass:<owner>' (the lock is reserved for it), 'next:<ms>:<owner>'
 -- (the lock is reserved for another: try when that reservation lapses, in <ms> ms),
 -- 'wake:<owner>' (the lock's expiry moved closer than it was told: try again) or
 -- 'lost:<owner>' (its hold was deleted). PUBLISH answers how many connections received the message: none means
@@ -98,6 +99,58 @@ local function hand_off(key, registry, naps, publish, reservation)
     if tell(publish, registry, oldest, 'pass') then
       reserve(key, registry, naps, publish, reservation, oldest)
       return oldest
+    end
+  end
+  return nil
+end
+
+-- Gives the free lock `key` to the longest-waiting owner whose client still listens, as
+-- its own try would take it (its hold, and a fencing token when the lock's `counter`
+-- exists), for `grant_ms` ms only: the holder extends it (see `sync::grant`), and a chosen
+-- owner that never does (its process froze, died or was cut off after it was told) holds
+-- the others up for as long as a reservation would. Tells the owner
+-- 'held:<lasts_us>:<token>:<owner>': the hold lasts <lasts_us> µs from the server time its
+-- registration has as its score, which came after that registering try's send, so its
+-- client counts the hold's deadline from that send (no clock offset between hosts);
+-- <token> is 0 without one. The next waiter is told to try when the grant lapses, as for
+-- a reservation. Returns the owner, or nil when nobody (alive) waits.
+local function grant_to_oldest(key, registry, naps, publish, grant_ms, counter)
+  local time = redis.call('time')
+  -- The expiry as an absolute server time (PEXPIREAT), so that what the owner is told is
+  -- exactly what Redis keeps, whatever time the script started at.
+  local expires_ms = ms_of(time) + tonumber(grant_ms)
+  local token = nil
+  for _ = 1, MAX_PASSED_OVER do
+    local oldest = redis.call('zpopmin', registry)
+    if oldest[1] == nil then
+      return nil
+    end
+    if token == nil then
+      -- A counter that does not exist stays so (a client without tokens never makes
+      -- one); one that is not a number gives no token either.
+      token = 0
+      if redis.call('exists', counter) == 1 then
+        local minted = redis.pcall('incr', counter)
+        if type(minted) == 'number' then
+          token = minted
+        end
+      end
+    end
+    local lasts_us = expires_ms * 1000 - tonumber(oldest[2])
+    local what = 'held:' .. string.format('%d', lasts_us) .. ':' .. string.format('%d', token)
+    if tell(publish, registry, oldest[1], what) then
+      -- '!next' names the owner the lock was passed to, as for a reservation: a runner-up
+      -- that turns out to wait no more has the next waiter told (release.lua's 'leave').
+      -- It goes with the hold.
+      if token > 0 then
+        redis.call('hset', key, oldest[1], '1', oldest[1] .. ':f', string.format('%d', token), '!next', oldest[1])
+      else
+        redis.call('hset', key, oldest[1], '1', '!next', oldest[1])
+      end
+      redis.call('pexpireat', key, string.format('%d', expires_ms))
+      redis.call('zrem', naps, oldest[1])
+      tell_runner_up(registry, naps, publish, ms_of(time), tonumber(grant_ms))
+      return oldest[1]
     end
   end
   return nil

@@ -6,8 +6,8 @@
 -- KEYS[3]  'one': the release memo for this release operation; 'all', 'leave': unused;
 --          'undo': the marker of the re-entry to undo (all in the slot of KEYS[1])
 -- KEYS[4]  what the lock's waiters were told (see naps.lua; same slot)
--- KEYS[5]  with a next task only (see ARGV[7]): the fencing-token counter of the lock's
---          slot anchor (see acquire.lua; same slot), for that task's token
+-- KEYS[5]  the fencing-token counter of the lock's slot anchor (see acquire.lua; same
+--          slot), for the token of the owner the lock goes to
 -- ARGV[1]  owner field
 -- ARGV[2]  'one': a guard gives back its hold;
 --          'all': an acquisition of a fresh owner ended without a guard (cancelled,
@@ -24,7 +24,8 @@
 --                 back only if its marker shows it was applied
 -- ARGV[3]  memo lifetime in milliseconds
 -- ARGV[4]  publish command: 'publish' or 'spublish'
--- ARGV[5]  how long the lock stays reserved for the waiter it is passed to, in ms
+-- ARGV[5]  how long the lock stays reserved for, or given to, the waiter it is passed to
+--          until that waiter takes or extends it, in ms
 -- ARGV[6]  '0' on the first send of this release, which cannot find its own memo;
 --          anything else (a retry, a replay on a new master) looks for it
 -- The next four only when the releasing client has a task waiting for this lock next
@@ -41,8 +42,8 @@
 -- an 'all'); {0, 'given', token} when the task of ARGV[7] holds it now, as if its own
 -- acquire had taken it (its hold, its lease from now, its token, the last element only
 -- with ARGV[10] = '1'), and nobody else waited; {0, 'kept', token} when that task holds
--- it and others wait (they were not told); or {0, 'passed'} when the longest-waiting live
--- waiter was told and the lock is reserved for it.
+-- it and others wait (they were not told); or {0, 'passed'} when the lock went to the
+-- longest-waiting live waiter.
 --
 -- A release gives the lock to the client's next task itself, which saves that task the
 -- round trip of its own try: the client counts the task's deadline from the release's
@@ -50,13 +51,15 @@
 -- lost, the task was cancelled meanwhile), the task's own first try finds its owner
 -- holding (see acquire.lua), or its client gives the lock back with an 'all' for it.
 --
--- One release wakes one waiter of another client: the message names it, on its client's
--- channel. The lock is reserved for it for ARGV[5] ms (the hash holds only the field
--- '!next' = that owner): a new caller elsewhere, which needs no pub/sub hop, would
--- otherwise take the lock first nearly every time, and the woken waiter would go back to
--- the end of the line. A waiter whose client is gone is passed over (see handoff.lua); a
--- reservation nobody takes lapses, and the next waiter was told to try then (so was
--- whoever tried meanwhile).
+-- Otherwise one release gives the lock to one waiter of another client, for ARGV[5] ms
+-- (see handoff.lua's grant_to_oldest): the message names it, on its client's channel,
+-- and its client holds the lock from then on without a try of its own, extending the
+-- hold at once. A new caller elsewhere, which needs no pub/sub hop, would otherwise take
+-- the lock first nearly every time, and the woken waiter would go back to the end of the
+-- line. A waiter whose client is gone is passed over; a grant nobody extends lapses, and
+-- the next waiter was told to try then (so was whoever tried meanwhile). An owner that
+-- stops waiting reserves instead ('all', 'leave': its client is not the one releasing,
+-- and a reservation costs no token).
 --
 -- Each mode counts once however often it is retried (after a lost reply, or replayed on a
 -- new master), and a retry never touches a lock another owner acquired in the meantime
@@ -214,7 +217,7 @@ if handed then
   wake_overslept(KEYS[2], KEYS[4], ARGV[4], tonumber(ARGV[9]))
   return handed
 end
-if hand_off(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[5]) then
+if grant_to_oldest(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[5], KEYS[5]) then
   return {0, 'passed'}
 end
 return 0

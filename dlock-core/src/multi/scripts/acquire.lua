@@ -40,8 +40,10 @@ end
 local n = #KEYS / 4
 local owner = ARGV[2]
 local blocker, blocker_ttl = nil, nil
--- Locks a release passed to this owner (reserved for it: field '!next').
+-- Locks a release passed to this owner: reserved for it (field '!next'), or given to it
+-- (its hold; see lock/scripts/handoff.lua's grant_to_oldest).
 local reserved = {}
+local given = {}
 for i = 1, n do
   local key = KEYS[i]
   local found = redis.pcall('hmget', key, owner, '!next', 'mode', '!fair')
@@ -53,7 +55,9 @@ for i = 1, n do
   elseif found[4] then
     return 'kind:' .. i .. ':fair'
   end
-  if not found[1] and found[2] == owner then
+  if found[1] then
+    given[i] = true
+  elseif found[2] == owner then
     reserved[i] = true
   elseif not found[1] and redis.call('exists', key) == 1 then
     local ttl = redis.call('pttl', key)
@@ -115,7 +119,10 @@ if blocker ~= nil then
         redis.call('zrem', registry, owner)
         redis.call('zrem', KEYS[3 * n + i], owner)
       end
-      if reserved[i] then
+      -- A lock passed to the owner that it cannot take with the others now goes to
+      -- that lock's next waiter (a hold of the owner's found here was given, or taken
+      -- by an earlier attempt whose locks are not all this owner's any more).
+      if reserved[i] or given[i] then
         redis.call('del', KEYS[i])
         hand_off(KEYS[i], registry, KEYS[3 * n + i], ARGV[6], ARGV[7])
       end

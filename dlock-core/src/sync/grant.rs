@@ -1,0 +1,140 @@
+//! A lock a release gave to a waiter of another client (`held:` messages, see
+//! `lock/scripts/handoff.lua`'s `grant_to_oldest`): the waiter holds it from the message
+//! on, without a try of its own, and extends the short grant to its lease at once.
+//!
+//! Between clients a hand-off used to be the release, its message, and the woken waiter's
+//! own try; the grant saves that try's round trip. What makes it safe:
+//!
+//! - **The deadline is counted from a send of the waiter's own.** The release tells the
+//!   waiter how long the grant lasts past its registration's score, the server time at
+//!   which a try of this acquisition registered it. That try was sent after the
+//!   acquisition's first try was, so the first send plus what the release told is never
+//!   later than the grant's expiry in Redis, whatever the offset between the hosts' clocks
+//!   (only their rates matter, as for every lease).
+//! - **The grant is short** (the reservation's length): a chosen waiter that never takes
+//!   it up (its process froze, died or was cut off after its client received the message)
+//!   holds the others up no longer than a reservation would, and the next waiter was told
+//!   to try when it lapses. The holder extends it to its lease with its renew script,
+//!   which touches only a hold that is still its own.
+//! - **A grant the waiter cannot use as it is, it takes with a try**, which finds the hold
+//!   its own (`acquire.lua`) and sets its lease: with `replica_acks` (the grant counts
+//!   only once the replicas confirmed it, which the try's `WAIT` does), without the fencing
+//!   token the waiter wants (the release had no token counter to mint from), or with less
+//!   than [`MIN_LEFT`] of it left by the time the waiter reads it.
+//! - **An acquisition that ended meanwhile cleans up as always**: its `all` release, sent
+//!   after its last try, deletes any hold a grant gave its owner.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::LossReason;
+use crate::fence::Fence;
+use crate::redis::Backend;
+use crate::sync::held::Held;
+use crate::sync::retry::backoff;
+use crate::sync::watchdog::Renewal;
+
+/// The least a grant must have left for its waiter to hold it as it is: with less, the
+/// extension's round trip could not be confirmed before the grant's deadline, and the
+/// waiter's own try, which also takes one round trip, gives it its whole lease at once.
+const MIN_LEFT: Duration = Duration::from_millis(20);
+
+/// A `held:<lasts_us>:<token>:<owner>` message: a release gave the lock to the owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// How long the grant lasts past the server time of the owner's registration.
+    lasts: Duration,
+    /// The fencing token minted for the owner's hold, if the lock had a token counter.
+    pub(crate) fence: Option<Fence>,
+}
+
+impl Grant {
+    /// Parses the part of a `held:` message after `held:`: the grant and the owner it names.
+    pub(crate) fn parse(message: &str) -> Option<(&str, Grant)> {
+        let mut parts = message.splitn(3, ':');
+        let lasts_us: u64 = parts.next()?.parse().ok()?;
+        let token: u64 = parts.next()?.parse().ok()?;
+        let owner = parts.next()?;
+        let grant = Grant {
+            lasts: Duration::from_micros(lasts_us),
+            fence: (token > 0).then(|| Fence::new(token)),
+        };
+        Some((owner, grant))
+    }
+
+    /// The deadline of the granted hold for an acquisition whose first try was sent at
+    /// `first_sent`, or `None` when too little of it is left to hold it as it is.
+    pub(crate) fn deadline(&self, first_sent: Instant) -> Option<Instant> {
+        let deadline = first_sent.checked_add(self.lasts)?;
+        (deadline >= Instant::now() + MIN_LEFT).then_some(deadline)
+    }
+}
+
+/// Extends the granted hold `held` to `lease`, in a task of its own: the hold's guard is
+/// in its owner's hands already. A transient error is retried until the grant's deadline;
+/// a hold Redis no longer has for its owner is lost.
+pub(crate) fn extend(backend: Backend, held: Arc<Held>, lease: Duration, retry_delay: Duration) {
+    let lease_ms = lease.as_millis() as u64;
+    tokio::spawn(async move {
+        let mut call = held.renew_script.prepare_invoke();
+        call.arg(lease_ms).key(&*held.key).arg(&*held.field);
+        let mut failures = 0;
+        while held.is_live() {
+            let sent_at = Instant::now();
+            let reason = match backend.invoke::<Vec<Renewal>>(&call).await {
+                Ok(renewed) => match renewed.into_iter().next() {
+                    Some(Renewal::Renewed) => {
+                        held.extend_to(sent_at + lease);
+                        tracing::trace!(lock = %held.name, "dlock: granted hold extended");
+                        return;
+                    }
+                    Some(Renewal::WrongType(found)) => LossReason::WrongType { found },
+                    Some(Renewal::NotHeld) | None => LossReason::NotHeldOnRenewal,
+                },
+                Err(error) => {
+                    failures += 1;
+                    tracing::debug!(lock = %held.name, %error, "dlock: extending a granted hold failed; retrying");
+                    tokio::time::sleep(backoff(retry_delay, failures)).await;
+                    continue;
+                }
+            };
+            // A guard released while the extension was in flight is not "lost".
+            if !held.is_released() {
+                held.mark_lost(reason);
+            }
+            return;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_names_its_owner_whose_field_has_a_colon() {
+        let (owner, grant) = Grant::parse("1500:7:abc:12").unwrap();
+        assert_eq!(owner, "abc:12");
+        assert_eq!(grant.lasts, Duration::from_micros(1500));
+        assert_eq!(grant.fence, Some(Fence::new(7)));
+        assert_eq!(Grant::parse("1500:0:abc:12").unwrap().1.fence, None);
+    }
+
+    #[test]
+    fn a_malformed_message_is_no_grant() {
+        for message in ["", "x:1:o", "1:x:o", "1:2", "-5:1:o"] {
+            assert_eq!(Grant::parse(message), None, "{message}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_with_too_little_left_is_not_held_as_it_is() {
+        let sent = Instant::now();
+        let grant = Grant::parse("100000:0:o").unwrap();
+        assert_eq!(grant.deadline(sent), Some(sent + Duration::from_millis(100)));
+        tokio::time::advance(Duration::from_millis(81)).await;
+        assert_eq!(grant.deadline(sent), None);
+    }
+}
