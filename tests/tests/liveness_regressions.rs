@@ -39,6 +39,7 @@ use dlock::{
     MultiLock,
 };
 use dlock_tests::RedisServer;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -240,7 +241,9 @@ async fn a_release_does_not_reserve_the_lock_for_the_releasing_client() {
 // ---------------------------------------------------------------------------------------
 
 /// A `dlock-waiter` process; killed (SIGKILL) and reaped when dropped.
-struct WaiterProcess(Child);
+/// A `dlock-waiter` process, and the lines it printed after its first, each with when it
+/// was read.
+struct WaiterProcess(Child, mpsc::UnboundedReceiver<(String, Instant)>);
 
 impl Drop for WaiterProcess {
     fn drop(&mut self) {
@@ -257,32 +260,48 @@ impl WaiterProcess {
         rustix::process::kill_process(pid, rustix::process::Signal::STOP)
             .expect("SIGSTOP the waiter process");
     }
+
+    /// Thaws a frozen process (SIGCONT).
+    fn resume(&self) {
+        let pid = rustix::process::Pid::from_raw(self.0.id() as i32).expect("a child's pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::CONT)
+            .expect("SIGCONT the waiter process");
+    }
+
+    /// The next line the process prints within `within`, with when it was read.
+    async fn next_line(&mut self, within: Duration) -> Option<(String, Instant)> {
+        tokio::time::timeout(within, self.1.recv())
+            .await
+            .ok()
+            .flatten()
+    }
 }
 
 /// Starts a `dlock-waiter` process waiting for `name` and waits until it is registered
 /// as waiting. Returns the process and its client id.
 async fn a_registered_waiter(server: &RedisServer, name: &str) -> (WaiterProcess, String) {
-    let mut process = WaiterProcess(
-        Command::new(WAITER)
-            .arg(server.url())
-            .arg(name)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cannot start dlock-waiter"),
-    );
-    let stdout = process.0.stdout.take().expect("piped stdout");
-    let line = tokio::time::timeout(
-        Duration::from_secs(10),
-        tokio::task::spawn_blocking(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            line
-        }),
-    )
-    .await
-    .expect("dlock-waiter said nothing within 10 s")
-    .unwrap();
+    let mut child = Command::new(WAITER)
+        .arg(server.url())
+        .arg(name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("cannot start dlock-waiter");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (first_said, mut first) = mpsc::unbounded_channel();
+    let (said_later, later) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        let mut said = BufReader::new(stdout).lines().map_while(Result::ok);
+        let _ = first_said.send(said.next().unwrap_or_default());
+        for line in said {
+            let _ = said_later.send((line, Instant::now()));
+        }
+    });
+    let line = tokio::time::timeout(Duration::from_secs(10), first.recv())
+        .await
+        .expect("dlock-waiter said nothing within 10 s")
+        .unwrap_or_default();
+    let process = WaiterProcess(child, later);
     let id = line
         .trim()
         .strip_prefix("waiting ")
@@ -422,6 +441,38 @@ impl BehindAFrozenWaiter {
         drop(self.frozen);
         self.server
     }
+}
+
+/// The frozen waiter is given the lock (its client still listens, as far as Redis can
+/// tell), and thawed only once that grant lapsed and the live waiter took the lock. The
+/// thawed waiter then reads a grant whose deadline, counted from its own first try, has
+/// passed: it must try for the lock rather than hold it, and get it only after the live
+/// holder gave it back. Fails when a grant's deadline is counted from when its message
+/// is read: the thawed process holds the lock beside the live holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_thawed_after_its_grant_lapsed_does_not_hold_the_lock() {
+    let mut setup = BehindAFrozenWaiter::start("{thawed}").await;
+    let released = Instant::now();
+    setup.guard.unlock().await.unwrap();
+    let live = acquired_within_bound("thawed: the live waiter", released, setup.task).await;
+    setup.frozen.resume();
+    let early = setup.frozen.next_line(Duration::from_millis(700)).await;
+    assert_eq!(
+        early, None,
+        "the thawed waiter acted while the live waiter held the lock"
+    );
+    let given_back = Instant::now();
+    live.unlock().await.unwrap();
+    let (line, at) = setup
+        .frozen
+        .next_line(GIVE_UP)
+        .await
+        .expect("the thawed waiter did not get the lock once it was given back");
+    assert_eq!(line, "acquired");
+    assert!(
+        at > given_back,
+        "acquired before the live holder gave it back"
+    );
 }
 
 /// As above, but the waiter told to try when the frozen one's reservation lapses (the

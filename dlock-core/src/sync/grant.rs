@@ -133,7 +133,10 @@ mod tests {
     async fn a_grant_with_too_little_left_is_not_held_as_it_is() {
         let sent = Instant::now();
         let grant = Grant::parse("100000:0:o").unwrap();
-        assert_eq!(grant.deadline(sent), Some(sent + Duration::from_millis(100)));
+        assert_eq!(
+            grant.deadline(sent),
+            Some(sent + Duration::from_millis(100))
+        );
         tokio::time::advance(Duration::from_millis(81)).await;
         assert_eq!(grant.deadline(sent), None);
     }

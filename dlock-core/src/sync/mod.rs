@@ -46,8 +46,8 @@
 //! `key_template` (`*` for the manual API), never by name
 
 pub(crate) mod attempt;
-pub(crate) mod heard;
 pub(crate) mod grant;
+pub(crate) mod heard;
 pub(crate) mod held;
 pub(crate) mod local;
 pub(crate) mod metrics;

@@ -1,0 +1,247 @@
+//! A release gives the lock to the longest-waiting waiter of another client (`held:`
+//! messages): that waiter holds it without a try of its own and extends the short grant to
+//! its lease. These tests hold the promises around that step: the grantee's guard has the
+//! next fencing token and a deadline no later than Redis's expiry, its hold is extended
+//! past the grant, a grantee that wants a token the release could not mint gets one from
+//! its own try, a grantee cancelled as the lock is given to it passes it on at once, and a
+//! multi-lock given one of its locks while another is busy gives it back at once.
+//! (A grantee that is frozen, killed or cut off is in `liveness_regressions.rs`.)
+
+use std::time::{Duration, Instant};
+
+use dlock::LockClient;
+use dlock_tests::command_log::{log_every_command, logged_commands, reset_log};
+use dlock_tests::RedisServer;
+use redis::Commands;
+
+/// How soon a lock left by a grantee that stopped waiting must reach the next waiter:
+/// well below the 100 ms a grant nobody takes up lasts, which is what a grant left behind
+/// would cost.
+const PASSED_ON_WITHIN: Duration = Duration::from_millis(60);
+
+/// A client whose waiters recheck every 10 s: a hand-off it depends on shows.
+async fn slow_recheck(url: &str) -> LockClient {
+    LockClient::builder()
+        .max_wait_recheck(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+/// The waiter registry of the lock `name`, which starts with its hash tag.
+fn registry(name: &str) -> String {
+    let tag = &name[..=name.find('}').expect("a hash tag")];
+    format!("dlock:unlock:{tag}:{name}")
+}
+
+/// Waits until `count` waiters are registered for the lock `name`, then a little more
+/// for their tries and subscriptions to settle.
+async fn registered(server: &RedisServer, name: &str, count: usize) {
+    let started = Instant::now();
+    loop {
+        let entries: Vec<String> = server.connection().zrange(registry(name), 0, -1).unwrap();
+        if entries.len() >= count {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{count} waiters not registered for {name}: {entries:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+}
+
+/// How many runs of dlock's script `name` the server logged since the last reset.
+async fn script_runs(admin: &mut redis::aio::MultiplexedConnection, name: &str) -> usize {
+    let script = dlock::admin::FunctionLibrary::current()
+        .script(name)
+        .expect("dlock has the script");
+    let sha = redis::Script::new(script).get_hash().to_owned();
+    logged_commands(admin)
+        .await
+        .iter()
+        .filter(|args| args[0].eq_ignore_ascii_case("evalsha") && args.get(1) == Some(&sha))
+        .count()
+}
+
+/// A waiter of another client is given the lock by the release: it holds it without an
+/// acquire call of its own, with the next fencing token, a deadline no later than
+/// Redis's expiry, and its hold is extended to its 5 s lease (one renewal) so that it
+/// outlives the 100 ms grant. Fails without the extension: the hold lapses after 100 ms
+/// and the guard is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_granted_hold_has_the_next_token_and_is_extended_to_its_lease() {
+    let server = RedisServer::start();
+    let mut admin = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    log_every_command(&mut admin).await;
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = slow_recheck(&server.url()).await;
+    let guard = holder.lock("{given}").lock().await.unwrap();
+    let token = guard.fencing_token().expect("fencing is on by default");
+    let lock = waiter.lock("{given}");
+    let task =
+        tokio::spawn(async move { lock.lock_with_lease(Duration::from_secs(5)).await.unwrap() });
+    registered(&server, "{given}", 1).await;
+
+    reset_log(&mut admin).await;
+    guard.unlock().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("the waiter did not get the lock within 2 s of the release")
+        .unwrap();
+    let pttl: i64 = server.connection().pttl("{given}").unwrap();
+    let latest = Instant::now() + Duration::from_millis(u64::try_from(pttl).unwrap() + 1);
+    assert!(granted.deadline() <= latest, "deadline past Redis's expiry");
+    assert_eq!(
+        granted.fencing_token().map(|fence| fence.get()),
+        Some(token.get() + 1)
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!granted.is_lost(), "the granted hold was lost");
+    let pttl: i64 = server.connection().pttl("{given}").unwrap();
+    assert!(
+        pttl > 3_000,
+        "the granted hold was not extended: PTTL {pttl} ms"
+    );
+    assert_eq!(
+        (
+            script_runs(&mut admin, "lock_acquire").await,
+            script_runs(&mut admin, "lock_renew").await
+        ),
+        (0, 1),
+        "acquire calls and renewals after the release"
+    );
+    granted.unlock().await.unwrap();
+}
+
+/// The holder's client mints no tokens, so the lock has no token counter and the release
+/// cannot mint one for the waiter, whose client wants tokens: the waiter takes the lock
+/// with a try of its own, which finds the hold the release gave it and mints its token
+/// there. Fails when the waiter holds the grant as it is (no token), or when that try
+/// does not mint one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_without_the_token_its_waiter_wants_is_taken_with_a_try() {
+    let server = RedisServer::start();
+    let holder = LockClient::builder()
+        .fencing_tokens(false)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let waiter = slow_recheck(&server.url()).await;
+    let guard = holder.lock("{tokenless}").lock().await.unwrap();
+    assert_eq!(guard.fencing_token(), None);
+    let lock = waiter.lock("{tokenless}");
+    let task = tokio::spawn(async move { lock.lock().await.unwrap() });
+    registered(&server, "{tokenless}", 1).await;
+    guard.unlock().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("the waiter did not get the lock within 2 s of the release")
+        .unwrap();
+    assert_eq!(granted.fencing_token().map(|fence| fence.get()), Some(1));
+    let pttl: i64 = server.connection().pttl("{tokenless}").unwrap();
+    assert!(
+        pttl > 20_000,
+        "not held for its watchdog lease: PTTL {pttl} ms"
+    );
+    granted.unlock().await.unwrap();
+}
+
+/// A waiter's acquisition is cancelled just as the holder releases, 30 times with the two
+/// racing differently each time: the lock goes either straight to the waiter behind it, or
+/// to the cancelled one, whose cleanup gives it back. Either way the waiter behind gets it
+/// at once. Fails when a grant to an owner that stopped waiting is left to lapse (100 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_cancelled_as_the_lock_is_given_to_it_passes_it_on_at_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let holder = LockClient::connect(&url).await.unwrap();
+    let (cancelled, behind) = (slow_recheck(&url).await, slow_recheck(&url).await);
+    let mut slow = Vec::new();
+    for round in 0..30u64 {
+        let guard = holder.lock("{cancel}").lock().await.unwrap();
+        let lock = cancelled.lock("{cancel}");
+        let first = tokio::spawn(async move { lock.lock().await.unwrap() });
+        registered(&server, "{cancel}", 1).await;
+        let lock = behind.lock("{cancel}");
+        let second = tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            (guard, Instant::now())
+        });
+        registered(&server, "{cancel}", 2).await;
+        first.abort();
+        // From before the abort to well after it: the grant lands before the cleanup, or
+        // after it.
+        tokio::time::sleep(Duration::from_micros(round * 40)).await;
+        let released = Instant::now();
+        guard.unlock().await.unwrap();
+        let (next, at) = tokio::time::timeout(Duration::from_secs(2), second)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the waiter behind waited 2 s"))
+            .unwrap();
+        let waited = at.saturating_duration_since(released);
+        if waited > PASSED_ON_WITHIN {
+            slow.push((round, waited));
+        }
+        next.unlock().await.unwrap();
+    }
+    eprintln!("rounds slower than {PASSED_ON_WITHIN:?}: {slow:?}");
+    assert!(
+        slow.len() <= 2,
+        "the waiter behind a cancelled grantee waited over {PASSED_ON_WITHIN:?} in {} of 30 rounds: {slow:?}",
+        slow.len()
+    );
+}
+
+/// A multi-lock waits for `{m}a` (its lease ends first) while `{m}b` is held too; a plain
+/// waiter waits for `{m}a` behind it. The release of `{m}a` gives it to the multi-lock,
+/// which cannot take `{m}b`: it must give `{m}a` to the plain waiter at once, not keep it
+/// until the grant lapses, and must not end up holding anything. Fails when a multi-lock's
+/// try keeps a lock given to it while another is busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_given_one_of_its_locks_while_another_is_busy_passes_it_on() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let holder = LockClient::connect(&url).await.unwrap();
+    let (multi, plain) = (slow_recheck(&url).await, slow_recheck(&url).await);
+    let a = holder
+        .lock("{m}a")
+        .lock_with_lease(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let b = holder.lock("{m}b").lock().await.unwrap();
+    let both = multi.multi_lock(["{m}a", "{m}b"]).unwrap();
+    let multi_task = tokio::spawn(async move { both.lock().await.unwrap() });
+    registered(&server, "{m}a", 1).await;
+    let lock = plain.lock("{m}a");
+    let plain_task = tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        (guard, Instant::now())
+    });
+    registered(&server, "{m}a", 2).await;
+
+    let released = Instant::now();
+    a.unlock().await.unwrap();
+    let (guard, at) = tokio::time::timeout(Duration::from_secs(2), plain_task)
+        .await
+        .expect("the plain waiter did not get {m}a within 2 s")
+        .unwrap();
+    let waited = at.saturating_duration_since(released);
+    assert!(
+        waited <= PASSED_ON_WITHIN,
+        "the plain waiter got {{m}}a {waited:?} after its release"
+    );
+    assert!(!multi_task.is_finished(), "the multi-lock took a held lock");
+    guard.unlock().await.unwrap();
+    b.unlock().await.unwrap();
+    let both = tokio::time::timeout(Duration::from_secs(2), multi_task)
+        .await
+        .expect("the multi-lock did not get both locks once they were free")
+        .unwrap();
+    both.unlock().await.unwrap();
+}
