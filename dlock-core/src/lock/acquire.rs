@@ -164,7 +164,8 @@ impl Lock {
                 deadline,
                 Arc::clone(&inner.metrics),
             )
-            .with_fence(fence),
+            .with_fence(fence)
+            .extending(),
         );
         grant::extend(
             inner.backend.clone(),
@@ -219,6 +220,10 @@ impl Lock {
         match reply {
             Reply::Granted(_) => {
                 step.granted();
+                // An outer hold given by another client's release lives on the grant's
+                // deadline until its extension is answered (one round trip): the re-entry
+                // shares the extended one.
+                outer.extended().await;
                 let deadline = lease.map_or_else(|| outer.deadline(), |lease| sent_at + lease);
                 // A re-entry shares its outer hold's token: the script mints none for it.
                 let held = Held::new(

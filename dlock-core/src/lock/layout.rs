@@ -18,7 +18,9 @@ pub(crate) struct Fields {
     pub(crate) fair: bool,
 }
 
-/// The hash field that reserves a free lock for one waiting owner.
+/// The hash field that names the waiting owner a release passed the lock to: alone, it
+/// reserves the free lock for that owner; beside that owner's hold, the release gave it
+/// the lock.
 const RESERVATION: &str = "!next";
 /// The hash field that marks a fair lock's hash.
 const FAIR: &str = "!fair";
@@ -46,6 +48,13 @@ impl Fields {
             }
         }
         fields.holds.sort();
+        // A release that gave the lock to a waiter of another client names it as it
+        // names a reservee; beside that owner's hold, it is a hold, not a reservation.
+        if let Some(passed_to) = &fields.reserved_for {
+            if fields.holds.iter().any(|(owner, _)| owner == passed_to) {
+                fields.reserved_for = None;
+            }
+        }
         Some(fields)
     }
 }
@@ -70,6 +79,13 @@ mod tests {
         assert_eq!(fields.holds, [("c1:1".to_owned(), 2)]);
         assert_eq!(fields.fences.get("c1:1"), Some(&17));
         assert_eq!(fields.reserved_for.as_deref(), Some("c2"));
+        let granted = HashMap::from([
+            ("c2:5".to_owned(), "1".to_owned()),
+            ("!next".to_owned(), "c2:5".to_owned()),
+        ]);
+        let granted = Fields::parse(granted).unwrap();
+        assert_eq!(granted.holds, [("c2:5".to_owned(), 1)]);
+        assert_eq!(granted.reserved_for, None);
         for foreign in [
             ("mode", "read"),
             ("c1:1:w", "1"),

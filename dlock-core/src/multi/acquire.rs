@@ -294,14 +294,16 @@ where
 }
 
 /// Renews every hold but the last when it would expire noticeably (more than a
-/// twentieth of the lease) before the last one: every lock then lives `lease` from the
-/// moment the whole set is held. Fails when a hold is lost (found gone by a renewal
-/// while the later locks were awaited, or its deadline passed).
+/// twentieth of the lease) before `lease` from now: every lock then lives `lease` from
+/// the moment the whole set is held. (Not "before the last one": a last lock another
+/// client's release gave it is held for a short grant until its extension lands.) Fails
+/// when a hold is lost (found gone by a renewal while the later locks were awaited, or
+/// its deadline passed).
 async fn refresh_early(held: &[LockGuard], lease: Duration) -> Result<()> {
-    let Some((last, early)) = held.split_last() else {
+    let Some((_, early)) = held.split_last() else {
         return Ok(());
     };
-    let target = last.deadline().checked_sub(lease / 20);
+    let target = std::time::Instant::now().checked_add(lease - lease / 20);
     for guard in held {
         if let Some(reason) = guard.held().loss() {
             return Err(LockError::Lost {

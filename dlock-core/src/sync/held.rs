@@ -1,7 +1,7 @@
 //! The state one held lock shares between its guard, the watchdog, `lost()` futures, the
 //! call-chain scopes and the client's local line.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -39,6 +39,10 @@ pub(crate) struct Held {
     deadline: Mutex<Instant>,
     state: AtomicU8,
     reason: OnceLock<LossReason>,
+    /// Whether the hold is a grant from another client's release whose extension to the
+    /// lease is still on its way (see `sync::grant`): its deadline is the grant's until
+    /// then.
+    extending: AtomicBool,
     changed: Notify,
     /// This hold's place at the head of the client's local line, if it took one (fresh
     /// acquisitions do, re-entries do not). Given up when the hold ends: released, lost
@@ -90,6 +94,7 @@ impl Held {
             deadline: Mutex::new(deadline),
             state: AtomicU8::new(HELD),
             reason: OnceLock::new(),
+            extending: AtomicBool::new(false),
             changed: Notify::new(),
             turn: Mutex::new(None),
             acquired_in: tokio::task::try_id(),
@@ -104,6 +109,36 @@ impl Held {
     pub(crate) fn with_fence(mut self, fence: Option<Fence>) -> Held {
         self.fence = fence;
         self
+    }
+
+    /// This hold, granted by another client's release and held on the grant's deadline
+    /// until [`extension_settled`](Held::extension_settled) (set once, before the hold
+    /// is shared).
+    pub(crate) fn extending(self) -> Held {
+        self.extending.store(true, Ordering::Release);
+        self
+    }
+
+    /// The grant's extension was answered (its deadline moved, or the hold is lost), or
+    /// given up: what waits for it may read the deadline now.
+    pub(crate) fn extension_settled(&self) {
+        self.extending.store(false, Ordering::Release);
+        self.changed.notify_waiters();
+    }
+
+    /// Completes once the hold's deadline is its lease's rather than a grant's: at once
+    /// for every hold but a grant whose extension is on its way. A re-entry counts its
+    /// own deadline from its outer hold's, which must not be the short grant's.
+    pub(crate) async fn extended(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !self.extending.load(Ordering::Acquire) {
+                return;
+            }
+            changed.await;
+        }
     }
 
     /// Labels the hold's loss and release failures (the first label set stays).
