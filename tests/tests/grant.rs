@@ -210,7 +210,10 @@ async fn a_waiter_cancelled_as_the_lock_is_given_to_it_passes_it_on_at_once() {
         next.unlock().await.unwrap();
     }
     eprintln!("{timed} rounds cancelled in time; slower than {PASSED_ON_WITHIN:?}: {slow:?}");
-    assert!(timed >= 10, "only {timed} of 40 rounds cancelled the waiter in time");
+    assert!(
+        timed >= 10,
+        "only {timed} of 40 rounds cancelled the waiter in time"
+    );
     assert!(
         slow.len() <= 2,
         "the waiter behind a cancelled grantee waited over {PASSED_ON_WITHIN:?} in {} of {timed} rounds: {slow:?}",

@@ -142,11 +142,46 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn what_waits_for_an_extension_reads_the_extended_deadline() {
+        use crate::sync::held::HoldOwner;
+        use crate::sync::metrics::Metrics;
+        let grant_ends = Instant::now() + Duration::from_millis(100);
+        let owner = HoldOwner {
+            name: "l".into(),
+            key: "l".into(),
+            renew_script: &crate::lock::scripts::scripts().renew,
+            field: "c:1".into(),
+        };
+        let held =
+            Arc::new(Held::new(owner, None, grant_ends, Arc::new(Metrics::default())).extending());
+        let reader = tokio::spawn({
+            let held = Arc::clone(&held);
+            async move {
+                held.extended().await;
+                held.deadline()
+            }
+        });
+        tokio::task::yield_now().await;
+        assert!(!reader.is_finished(), "read before the extension settled");
+        let extended = grant_ends + Duration::from_secs(5);
+        held.extend_to(extended);
+        held.extension_settled();
+        assert_eq!(reader.await.unwrap(), extended);
+        // Once settled, nothing waits any more.
+        tokio::time::timeout(Duration::from_secs(1), held.extended())
+            .await
+            .unwrap();
+    }
+
     #[test]
     fn a_grant_with_too_little_left_is_not_held_as_it_is() {
         let (_, grant) = Grant::parse("100000:0:o").unwrap();
         let sent = Instant::now();
-        assert_eq!(grant.deadline(sent), Some(sent + Duration::from_millis(100)));
+        assert_eq!(
+            grant.deadline(sent),
+            Some(sent + Duration::from_millis(100))
+        );
         let long_ago = sent.checked_sub(Duration::from_millis(81)).unwrap();
         assert_eq!(grant.deadline(long_ago), None);
     }

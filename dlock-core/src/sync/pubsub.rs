@@ -4,10 +4,11 @@
 //!
 //! Two kinds of channel:
 //! - **A lock's wake channel for this client** (the lock, the multi-lock and the fair
-//!   lock): a release names the one waiting owner it passes the lock to (`pass:<owner>`,
-//!   see `lock/scripts/handoff.lua`) and publishes on that owner's client's channel only, so
-//!   one release costs one try at Redis however many clients wait. The message wakes that
-//!   owner's waiter alone. A message for an owner that no longer waits here (cancelled,
+//!   lock): a release names the one waiting owner it passes the lock to, given
+//!   (`held:<µs>:<token>:<owner>`, see `sync::grant`) or reserved (`pass:<owner>`, see
+//!   `lock/scripts/handoff.lua`), and publishes on that owner's client's channel only, so
+//!   one release costs at most one try at Redis however many clients wait. The message
+//!   wakes that owner's waiter alone, with the grant for it to take. A message for an owner that no longer waits here (cancelled,
 //!   timed out, or not yet subscribed) is handed back at once: the lock goes to the next
 //!   waiter (the primitive's [`Abandon`] release), so a hand-off never idles until a
 //!   recheck. `next:<ms>:<owner>` asks the owner to try when the reservation made for

@@ -46,8 +46,9 @@ pub(crate) enum NextHolder {
         others_wait: bool,
         fence: Option<Fence>,
     },
-    /// The longest-waiting live waiter was told, and the lock is reserved for it; this
-    /// client's next task, if any, finds it reserved and waits in line behind the others.
+    /// The lock went to the longest-waiting live waiter (given to it, or reserved for it
+    /// by an `all` release); this client's next task, if any, finds it taken and waits in
+    /// line behind the others.
     Another,
 }
 
