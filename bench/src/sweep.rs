@@ -433,8 +433,18 @@ pub struct Growth {
 }
 
 /// The growth of the curve through `points` (in increasing x); `None` with fewer than two
-/// points where both coordinates are positive (a log needs them).
+/// points where both coordinates are positive (a log needs them), unless the curve is
+/// zero at two or more points and nowhere else: constant (a count of something that
+/// never happens, such as tries nobody needed).
 pub fn growth(points: &[(f64, f64)]) -> Option<Growth> {
+    let measured = points.iter().filter(|(x, _)| *x > 0.0).count();
+    if measured >= 2 && points.iter().all(|(_, y)| *y == 0.0) {
+        return Some(Growth {
+            slope: 0.0,
+            class: class(0.0),
+            steps: vec![0.0; measured - 1],
+        });
+    }
     let logs: Vec<(f64, f64)> = points
         .iter()
         .filter(|(x, y)| *x > 0.0 && *y > 0.0)
@@ -683,7 +693,15 @@ mod tests {
     #[test]
     fn growth_needs_two_positive_points() {
         assert_eq!(growth(&[(1.0, 2.0)]), None);
-        assert_eq!(growth(&[(1.0, 0.0), (2.0, 0.0)]), None);
+        assert_eq!(growth(&[(1.0, 0.0), (2.0, 3.0)]), None);
         assert!(growth(&[(1.0, 0.0), (2.0, 1.0), (4.0, 2.0)]).is_some());
+    }
+
+    #[test]
+    fn a_curve_of_zeros_is_constant() {
+        let zeros = growth(&[(1.0, 0.0), (2.0, 0.0), (4.0, 0.0)]).unwrap();
+        assert_eq!((zeros.class, zeros.slope), ("constant", 0.0));
+        assert_eq!(zeros.steps, [0.0, 0.0]);
+        assert_eq!(growth(&[(1.0, 0.0)]), None);
     }
 }

@@ -73,3 +73,21 @@ pub async fn logged_commands(admin: &mut MultiplexedConnection) -> Vec<Vec<Strin
     commands.reverse();
     commands
 }
+
+/// How many runs of dlock's script `name` (`lock_acquire`, `lock_renew`, ...) the server
+/// logged since the last reset.
+///
+/// # Panics
+///
+/// If dlock has no script `name`, or as [`logged_commands`].
+pub async fn script_runs(admin: &mut MultiplexedConnection, name: &str) -> usize {
+    let script = dlock::admin::FunctionLibrary::current()
+        .script(name)
+        .unwrap_or_else(|| panic!("dlock has no script {name}"));
+    let sha = redis::Script::new(script).get_hash().to_owned();
+    logged_commands(admin)
+        .await
+        .iter()
+        .filter(|args| args[0].eq_ignore_ascii_case("evalsha") && args.get(1) == Some(&sha))
+        .count()
+}

@@ -1,8 +1,11 @@
 //! What the liveness test (`tests/proptest_liveness.rs`) and its worker process
 //! (`dlock-liveness`) share: the seeded generator that draws every actor's schedule, the
-//! names of one case's keys, and the guard either takes.
+//! names of one case's keys, and the guard either takes; and the slowly rechecking client
+//! every liveness test waits with.
 
-use dlock::{LockError, LockGuard, MultiGuard, SemaphorePermit};
+use std::time::Duration;
+
+use dlock::{LockClient, LockError, LockGuard, MultiGuard, SemaphorePermit};
 
 /// A small seeded generator (SplitMix64): the same seed draws the same schedule in the
 /// test process and in a worker, whatever crates are in the tree.
@@ -107,4 +110,18 @@ impl Guard {
             Guard::Multi(g) => g.unlock().await,
         }
     }
+}
+
+/// A client of `url` whose waiters recheck only every 10 s: a wake-up or hand-off that
+/// one of them depends on and misses shows as a 10 s stall.
+///
+/// # Panics
+///
+/// If the client cannot connect.
+pub async fn slow_recheck(url: &str) -> LockClient {
+    LockClient::builder()
+        .max_wait_recheck(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .unwrap()
 }

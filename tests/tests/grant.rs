@@ -10,7 +10,8 @@
 use std::time::{Duration, Instant};
 
 use dlock::LockClient;
-use dlock_tests::command_log::{log_every_command, logged_commands, reset_log};
+use dlock_tests::command_log::{log_every_command, reset_log, script_runs};
+use dlock_tests::liveness::slow_recheck;
 use dlock_tests::RedisServer;
 use redis::Commands;
 
@@ -18,15 +19,6 @@ use redis::Commands;
 /// well below the 100 ms a grant nobody takes up lasts, which is what a grant left behind
 /// would cost.
 const PASSED_ON_WITHIN: Duration = Duration::from_millis(60);
-
-/// A client whose waiters recheck every 10 s: a hand-off it depends on shows.
-async fn slow_recheck(url: &str) -> LockClient {
-    LockClient::builder()
-        .max_wait_recheck(Duration::from_secs(10))
-        .connect(url)
-        .await
-        .unwrap()
-}
 
 /// The waiter registry of the lock `name`, which starts with its hash tag.
 fn registry(name: &str) -> String {
@@ -50,19 +42,6 @@ async fn registered(server: &RedisServer, name: &str, count: usize) {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     tokio::time::sleep(Duration::from_millis(150)).await;
-}
-
-/// How many runs of dlock's script `name` the server logged since the last reset.
-async fn script_runs(admin: &mut redis::aio::MultiplexedConnection, name: &str) -> usize {
-    let script = dlock::admin::FunctionLibrary::current()
-        .script(name)
-        .expect("dlock has the script");
-    let sha = redis::Script::new(script).get_hash().to_owned();
-    logged_commands(admin)
-        .await
-        .iter()
-        .filter(|args| args[0].eq_ignore_ascii_case("evalsha") && args.get(1) == Some(&sha))
-        .count()
 }
 
 /// A waiter of another client is given the lock by the release: it holds it without an

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use dlock::LockClient;
 use dlock_tests::commandstats::{command_calls, wait_for_calls};
+use dlock_tests::liveness::slow_recheck;
 use dlock_tests::RedisServer;
 use redis::Commands;
 use tokio::time::Instant;
@@ -33,15 +34,6 @@ fn waiter_of(server: &RedisServer, tag: &str, client: &LockClient) -> String {
         .into_iter()
         .find(|entry| entry.starts_with(&prefix))
         .unwrap_or_else(|| panic!("no waiter of {prefix} registered for {{{tag}}}"))
-}
-
-/// A client that rechecks a lock only every 10 s, so that a wake-up it misses shows.
-async fn slow_recheck(url: &str) -> LockClient {
-    LockClient::builder()
-        .max_wait_recheck(Duration::from_secs(10))
-        .connect(url)
-        .await
-        .unwrap()
 }
 
 /// `clients` clients with `tasks` tasks each take the lock `name` of `server` in a loop

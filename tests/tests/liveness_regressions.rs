@@ -38,6 +38,7 @@ use dlock::{
     distributed_lock, redlock::RedLockClient, LockClient, LockError, LockGuard, MultiGuard,
     MultiLock,
 };
+use dlock_tests::liveness::slow_recheck;
 use dlock_tests::RedisServer;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -60,15 +61,6 @@ const SETTLE: Duration = Duration::from_millis(100);
 
 /// The `dlock-waiter` binary: waits for a lock in a separate OS process.
 const WAITER: &str = env!("CARGO_BIN_EXE_dlock-waiter");
-
-/// A client that rechecks a lock only every 10 s, so that a hand-off it misses shows.
-async fn slow_recheck(url: &str) -> LockClient {
-    LockClient::builder()
-        .max_wait_recheck(SLOW_RECHECK)
-        .connect(url)
-        .await
-        .unwrap()
-}
 
 /// The waiter registry of the lock `name` (no key prefix): named like the lock's unlock
 /// channel, `dlock:unlock:{<hash tag>}:<name>`. Every name here has a hash tag.

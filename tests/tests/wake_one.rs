@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use dlock::{LockClient, LockGuard};
-use dlock_tests::command_log::{log_every_command, logged_commands, reset_log};
+use dlock_tests::command_log::{log_every_command, logged_commands, reset_log, script_runs};
 use dlock_tests::RedisServer;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::mpsc;
@@ -32,19 +32,6 @@ async fn subscription_changes(admin: &mut MultiplexedConnection) -> usize {
 /// How many runs of the lock's acquire script the server saw since the last reset.
 async fn acquire_attempts(admin: &mut MultiplexedConnection) -> usize {
     script_runs(admin, "lock_acquire").await
-}
-
-/// How many runs of dlock's script `name` the server saw since the last reset.
-async fn script_runs(admin: &mut MultiplexedConnection, name: &str) -> usize {
-    let script = dlock::admin::FunctionLibrary::current()
-        .script(name)
-        .expect("dlock has the script");
-    let sha = redis::Script::new(script).get_hash().to_owned();
-    logged_commands(admin)
-        .await
-        .iter()
-        .filter(|args| args[0].eq_ignore_ascii_case("evalsha") && args.get(1) == Some(&sha))
-        .count()
 }
 
 /// `WAITERS` tasks of one client wait behind a holder of another client; then each
