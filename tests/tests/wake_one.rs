@@ -41,7 +41,7 @@ async fn acquire_attempts(admin: &mut MultiplexedConnection) -> usize {
 /// it to the next task itself. Lining up must cost the head's two attempts only (the try
 /// and the re-try once subscribed), not two per waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_release_lets_exactly_one_waiting_task_try_in_redis() {
+async fn no_release_lets_a_waiting_task_of_another_client_try_in_redis() {
     let server = RedisServer::start();
     let mut admin = server
         .client()
