@@ -33,6 +33,7 @@ use crate::error::LossReason;
 use crate::fence::Fence;
 use crate::redis::Backend;
 use crate::sync::held::Held;
+use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::retry::backoff;
 use crate::sync::watchdog::Renewal;
 
@@ -66,9 +67,18 @@ impl Grant {
 
     /// The deadline of the granted hold for an acquisition whose first try was sent at
     /// `first_sent`, or `None` when too little of it is left to hold it as it is.
+    ///
+    /// Never later than a grant's length from now either: the grant was made before its
+    /// message was read. That bound alone would not be safe (the message may have taken
+    /// any time to arrive); it only keeps an overstated `lasts` (a registration scored by
+    /// a master whose clock was behind the one that granted) from counting for more
+    /// than the message's delay.
     pub(crate) fn deadline(&self, first_sent: Instant) -> Option<Instant> {
-        let deadline = first_sent.checked_add(self.lasts)?;
-        (deadline >= Instant::now() + MIN_LEFT).then_some(deadline)
+        let now = Instant::now();
+        let deadline = first_sent
+            .checked_add(self.lasts)?
+            .min(now + HAND_OFF_RESERVATION);
+        (deadline >= now + MIN_LEFT).then_some(deadline)
     }
 }
 
@@ -176,13 +186,19 @@ mod tests {
 
     #[test]
     fn a_grant_with_too_little_left_is_not_held_as_it_is() {
-        let (_, grant) = Grant::parse("100000:0:o").unwrap();
+        let (_, grant) = Grant::parse("90000:0:o").unwrap();
         let sent = Instant::now();
-        assert_eq!(
-            grant.deadline(sent),
-            Some(sent + Duration::from_millis(100))
-        );
-        let long_ago = sent.checked_sub(Duration::from_millis(81)).unwrap();
+        assert_eq!(grant.deadline(sent), Some(sent + Duration::from_millis(90)));
+        let long_ago = sent.checked_sub(Duration::from_millis(71)).unwrap();
         assert_eq!(grant.deadline(long_ago), None);
+    }
+
+    #[test]
+    fn a_grant_counts_for_no_more_than_its_length_from_now() {
+        let (_, overstated) = Grant::parse("5000000:0:o").unwrap();
+        let before = Instant::now();
+        let deadline = overstated.deadline(before).unwrap();
+        assert!(deadline <= Instant::now() + HAND_OFF_RESERVATION);
+        assert!(deadline >= before + HAND_OFF_RESERVATION);
     }
 }

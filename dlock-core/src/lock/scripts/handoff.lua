@@ -104,7 +104,16 @@ local function hand_off(key, registry, naps, publish, reservation)
   return nil
 end
 
--- Gives the free lock `key` to the longest-waiting owner whose client still listens, as
+-- Whether `owner`'s client listens on its wake channel at this server. A message
+-- published here also reaches connections on this server's replicas (a client whose
+-- subscription is still on a master that was just demoted), which PUBLISH does not
+-- count: only a listener here is known to hear it.
+local function listens_here(publish, registry, owner)
+  local numsub = publish == 'spublish' and 'shardnumsub' or 'numsub'
+  return redis.call('pubsub', numsub, wake_channel(registry, owner))[2] > 0
+end
+
+-- Gives the free lock `key` to the longest-waiting owner whose client listens here, as
 -- its own try would take it (its hold, and a fencing token when the lock's `counter`
 -- exists), for `grant_ms` ms only: the holder extends it (see `sync::grant`), and a chosen
 -- owner that never does (its process froze, died or was cut off after it was told) holds
@@ -114,44 +123,51 @@ end
 -- client counts the hold's deadline from that send (no clock offset between hosts);
 -- <token> is 0 without one. The next waiter is told to try when the grant lapses, as for
 -- a reservation. Returns the owner, or nil when nobody (alive) waits.
+--
+-- The hold is written before the message goes out, and only for a listener here: a
+-- client that hears 'held' holds the lock, whichever connection the message reached it
+-- by. An owner whose client does not listen here is passed over, and told 'pass' all the
+-- same: a client listening on a replica (its subscription not yet moved after a
+-- failover) hears it and tries.
 local function grant_to_oldest(key, registry, naps, publish, grant_ms, counter)
   local time = redis.call('time')
   -- The expiry as an absolute server time (PEXPIREAT), so that what the owner is told is
   -- exactly what Redis keeps, whatever time the script started at.
   local expires_ms = ms_of(time) + tonumber(grant_ms)
-  local token = nil
   for _ = 1, MAX_PASSED_OVER do
     local oldest = redis.call('zpopmin', registry)
-    if oldest[1] == nil then
+    local owner = oldest[1]
+    if owner == nil then
       return nil
     end
-    if token == nil then
+    if listens_here(publish, registry, owner) then
       -- A counter that does not exist stays so (a client without tokens never makes
       -- one); one that is not a number gives no token either.
-      token = 0
+      local token = 0
       if redis.call('exists', counter) == 1 then
         local minted = redis.pcall('incr', counter)
         if type(minted) == 'number' then
           token = minted
         end
       end
-    end
-    local lasts_us = expires_ms * 1000 - tonumber(oldest[2])
-    local what = 'held:' .. string.format('%d', lasts_us) .. ':' .. string.format('%d', token)
-    if tell(publish, registry, oldest[1], what) then
-      -- '!next' names the owner the lock was passed to, as for a reservation: a runner-up
-      -- that turns out to wait no more has the next waiter told (release.lua's 'leave').
-      -- It goes with the hold.
+      -- '!next' names the owner the lock was passed to, as for a reservation: a
+      -- runner-up that turns out to wait no more has the next waiter told
+      -- (release.lua's 'leave'). It goes with the hold.
       if token > 0 then
-        redis.call('hset', key, oldest[1], '1', oldest[1] .. ':f', string.format('%d', token), '!next', oldest[1])
+        redis.call('hset', key, owner, '1', owner .. ':f', string.format('%d', token), '!next', owner)
       else
-        redis.call('hset', key, oldest[1], '1', '!next', oldest[1])
+        redis.call('hset', key, owner, '1', '!next', owner)
       end
       redis.call('pexpireat', key, string.format('%d', expires_ms))
-      redis.call('zrem', naps, oldest[1])
+      redis.call('zrem', naps, owner)
+      -- Never negative (a registration scored by a master whose clock was ahead of this
+      -- one's): the owner then finds too little left and takes the lock with a try.
+      local lasts_us = math.max(0, expires_ms * 1000 - tonumber(oldest[2]))
+      tell(publish, registry, owner, 'held:' .. string.format('%d', lasts_us) .. ':' .. string.format('%d', token))
       tell_runner_up(registry, naps, publish, ms_of(time), tonumber(grant_ms))
-      return oldest[1]
+      return owner
     end
+    tell(publish, registry, owner, 'pass')
   end
   return nil
 end
