@@ -44,11 +44,11 @@ async fn registered(server: &RedisServer, name: &str, count: usize) {
     tokio::time::sleep(Duration::from_millis(150)).await;
 }
 
-/// A waiter of another client is given the lock by the release: it holds it without an
-/// acquire call of its own, with the next fencing token, a deadline no later than
-/// Redis's expiry, and its hold is extended to its 5 s lease (one renewal) so that it
-/// outlives the 100 ms grant. Fails without the extension: the hold lapses after 100 ms
-/// and the guard is lost.
+/// A waiter of another client is given the lock by the release of a holder that had
+/// waited for it itself: it holds it without an acquire call of its own, with the next
+/// fencing token, a deadline no later than Redis's expiry, and its hold is extended to its
+/// 5 s lease (one renewal) so that it outlives the 100 ms grant. Fails without the
+/// extension: the hold lapses after 100 ms and the guard is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_granted_hold_has_the_next_token_and_is_extended_to_its_lease() {
     let server = RedisServer::start();
@@ -60,7 +60,15 @@ async fn a_granted_hold_has_the_next_token_and_is_extended_to_its_lease() {
     log_every_command(&mut admin).await;
     let holder = LockClient::connect(&server.url()).await.unwrap();
     let waiter = slow_recheck(&server.url()).await;
-    let guard = holder.lock("{given}").lock().await.unwrap();
+    // The holder waits for the lock first: a contended hold's release passes the token
+    // counter, so that the lock it gives away carries a token.
+    let first = LockClient::connect(&server.url()).await.unwrap();
+    let first = first.lock("{given}").lock().await.unwrap();
+    let lock = holder.lock("{given}");
+    let holding = tokio::spawn(async move { lock.lock().await.unwrap() });
+    registered(&server, "{given}", 1).await;
+    first.unlock().await.unwrap();
+    let guard = holding.await.unwrap();
     let token = guard.fencing_token().expect("fencing is on by default");
     let lock = waiter.lock("{given}");
     let task =
@@ -98,11 +106,11 @@ async fn a_granted_hold_has_the_next_token_and_is_extended_to_its_lease() {
     granted.unlock().await.unwrap();
 }
 
-/// The holder's client mints no tokens, so the lock has no token counter and the release
-/// cannot mint one for the waiter, whose client wants tokens: the waiter takes the lock
-/// with a try of its own, which finds the hold the release gave it and mints its token
-/// there. Fails when the waiter holds the grant as it is (no token), or when that try
-/// does not mint one.
+/// The holder's client mints no tokens, so the lock has no token counter (nor does an
+/// uncontended holder's release pass it), and the release cannot mint a token for the
+/// waiter, whose client wants tokens: the waiter takes the lock with a try of its own,
+/// which finds the hold the release gave it and mints its token there. Fails when the
+/// waiter holds the grant as it is (no token), or when that try does not mint one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_without_the_token_its_waiter_wants_is_taken_with_a_try() {
     let server = RedisServer::start();

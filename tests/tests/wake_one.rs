@@ -1,6 +1,6 @@
 //! Guards the promise that tasks of one client waiting for the same lock do not stampede:
 //! only the first in the client's local line talks to Redis, so no release lets more than
-//! that one's work reach Redis (a lock given to it is extended, not tried for), and a woken waiter that is cancelled
+//! that one's try reach Redis, and a woken waiter that is cancelled
 //! passes its wake-up on to the next one at once (not after the 1 s `max_wait_recheck`).
 //!
 //! Acquire attempts are counted on the server, not in the client: the slow log records
@@ -35,11 +35,12 @@ async fn acquire_attempts(admin: &mut MultiplexedConnection) -> usize {
 }
 
 /// `WAITERS` tasks of one client wait behind a holder of another client; then each
-/// acquirer releases in turn. No release may let an acquire attempt of the waiting client
-/// reach Redis: the other client's release gives the lock to the waiting client's head,
-/// which only extends it (one renewal), and each release within the waiting client gives
-/// it to the next task itself. Lining up must cost the head's two attempts only (the try
-/// and the re-try once subscribed), not two per waiter.
+/// acquirer releases in turn. The other client's release gives the lock to the waiting
+/// client's head; that holder took the lock without waiting, so its release passes no
+/// token counter, and the head, which wants a token, takes the given lock with one try
+/// of its own. Each release within the waiting client gives the lock to the next task
+/// itself: no acquire attempt reaches Redis. Lining up must cost the head's two attempts
+/// only (the try and the re-try once subscribed), not two per waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_release_lets_a_waiting_task_of_another_client_try_in_redis() {
     let server = RedisServer::start();
@@ -92,7 +93,7 @@ async fn no_release_lets_a_waiting_task_of_another_client_try_in_redis() {
         churn.push(subscription_changes(&mut admin).await);
         assert_eq!(
             (attempts, renewals),
-            (0, usize::from(served.is_empty())),
+            (usize::from(served.is_empty()), 0),
             "release {} (hand-off to task {task} in {handoff:?}): acquire attempts and renewals that reached Redis",
             served.len() + 1
         );

@@ -130,7 +130,8 @@ impl Lock {
                 given.sent_at + fresh.lease,
                 Arc::clone(&inner.metrics),
             )
-            .with_fence(given.fence),
+            .with_fence(given.fence)
+            .contended(true),
         );
         held.keep_turn(turn);
         inner.metrics.acquired(started.elapsed());
@@ -165,6 +166,7 @@ impl Lock {
                 Arc::clone(&inner.metrics),
             )
             .with_fence(fence)
+            .contended(true)
             .extending(),
         );
         grant::extend(
@@ -519,6 +521,8 @@ impl Lock {
                 &field,
                 settings.wait_policy(give_up_at, waits),
             );
+            // Waited in line, or found the lock busy: others may wait for it too.
+            let mut contended = line_subscription.is_some();
             drop(line_subscription);
             step.plan_first_wait(&mut waiter);
             // Every try of this acquisition is sent from now on: a grant's deadline counts
@@ -535,14 +539,18 @@ impl Lock {
                                 sent_at + lease,
                                 Arc::clone(&inner.metrics),
                             )
-                            .with_fence(fence),
+                            .with_fence(fence)
+                            .contended(contended),
                         );
                         held.keep_turn(turn);
                         inner.metrics.acquired(started.elapsed());
                         tracing::debug!(lock = %self.name, owner = %field, waited = ?started.elapsed(), "dlock: acquired");
                         return Ok(self.guard(held));
                     }
-                    Ok((_, Reply::Busy { wait_ms, .. })) => NotYet::Busy { ttl_ms: wait_ms },
+                    Ok((_, Reply::Busy { wait_ms, .. })) => {
+                        contended = true;
+                        NotYet::Busy { ttl_ms: wait_ms }
+                    }
                     Ok((_, other)) => {
                         Box::pin(step.give_up()).await;
                         inner.metrics.acquire_failed();

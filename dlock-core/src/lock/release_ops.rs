@@ -50,11 +50,12 @@ pub(crate) fn release_job(
         name: Arc::clone(name),
         op: ReleaseOp::new(
             &scripts().release,
-            // The fencing counter mints the token of whoever the lock goes to next.
-            &[&keys.key, &keys.channel, &once_key, &keys.naps, &keys.fence],
+            &[&keys.key, &keys.channel, &once_key, &keys.naps],
             &[field, mode],
             true,
-        ),
+        )
+        // A release that may give the lock away mints the token of whoever gets it.
+        .with_hand_off_key(&keys.fence),
         label: None,
         counted: true,
     }

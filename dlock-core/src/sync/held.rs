@@ -43,6 +43,8 @@ pub(crate) struct Held {
     /// lease is still on its way (see `sync::grant`): its deadline is the grant's until
     /// then.
     extending: AtomicBool,
+    /// It was taken only after a wait (see [`HandOff::contended`]).
+    contended: bool,
     changed: Notify,
     /// This hold's place at the head of the client's local line, if it took one (fresh
     /// acquisitions do, re-entries do not). Given up when the hold ends: released, lost
@@ -95,6 +97,7 @@ impl Held {
             state: AtomicU8::new(HELD),
             reason: OnceLock::new(),
             extending: AtomicBool::new(false),
+            contended: false,
             changed: Notify::new(),
             turn: Mutex::new(None),
             acquired_in: tokio::task::try_id(),
@@ -116,6 +119,13 @@ impl Held {
     /// is shared).
     pub(crate) fn extending(self) -> Held {
         self.extending.store(true, Ordering::Release);
+        self
+    }
+
+    /// This hold, taken only after a wait when `contended`: others may wait for it too
+    /// (set once, before the hold is shared).
+    pub(crate) fn contended(mut self, contended: bool) -> Held {
+        self.contended = contended;
         self
     }
 
@@ -161,13 +171,17 @@ impl Held {
         }
     }
 
-    /// What the release of this hold tells Redis about the client's local line.
+    /// What the release of this hold tells Redis about the client's local line, and
+    /// whether the hold was contended.
     pub(crate) fn hand_off(&self) -> HandOff {
-        self.turn
+        let mut hand_off = self
+            .turn
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .map_or(HandOff::NONE, Turn::hand_off)
+            .map_or(HandOff::NONE, Turn::hand_off);
+        hand_off.contended |= self.contended;
+        hand_off
     }
 
     /// Passes the local turn on after a release sent at `sent_at` freed the lock for

@@ -392,6 +392,7 @@ impl<H> Turn<H> {
             HandOff {
                 next: Some(first.offer.task.clone()),
                 keep: line.run < LOCAL_RUN_BOUND,
+                contended: true,
             }
         })
         .unwrap_or(HandOff::NONE)

@@ -61,6 +61,11 @@ pub(crate) struct HandOff {
     /// That task may have it even if other clients wait (the bound on consecutive local
     /// hand-offs is not reached).
     pub(crate) keep: bool,
+    /// Other clients' waiters may wait: the hold being released was taken only after a
+    /// wait. The release then passes the op's hand-off key (the lock's token counter), so
+    /// that the lock it gives to one of them carries a fencing token; the common,
+    /// uncontended release passes no such key.
+    pub(crate) contended: bool,
 }
 
 impl HandOff {
@@ -68,6 +73,7 @@ impl HandOff {
     pub(crate) const NONE: HandOff = HandOff {
         next: None,
         keep: false,
+        contended: false,
     };
 }
 
@@ -114,10 +120,12 @@ pub(crate) struct ReleaseTiming {
 ///   op's first send (which cannot find its own memo, so a script may skip the lookup) or
 ///   `'1'` on a retry or a replay; then, only when the client has a task waiting next
 ///   (the [`HandOff`]), four more: that task's owner field, `'1'`/`'0'` (it may keep the
-///   lock while others wait), its lease in ms and `'1'`/`'0'` (it gets a fencing token).
-///   Every argument of a call costs the server a Lua string before the script runs, so
-///   the common release, with no task waiting next, sends none of them; scripts without
-///   a waiter registry ignore the hand-off;
+///   lock while others wait), its lease in ms and `'1'`/`'0'` (it gets a fencing token);
+///   and after its keys the op's hand-off key (the lock's: its fencing counter) then, or
+///   when the hold was contended ([`HandOff::contended`]). Every key and argument of a
+///   call costs the server a Lua string before the script runs, so the common release,
+///   uncontended with no task waiting next, sends none of them; scripts without a waiter
+///   registry ignore the hand-off;
 /// - it answers with an integer: the owner's holds left (0: the lock is free now), or a
 ///   negative number when the owner held nothing; a lock freed of the owner may also
 ///   answer `{0, 'given' | 'kept', token?}` or `{0, 'passed'}` (see [`NextHolder`]).
@@ -126,6 +134,10 @@ pub(crate) struct ReleaseOp {
     /// The script's call with the op's keys and its own arguments: each send adds the
     /// contract's to a copy.
     call: ScriptCall,
+    /// The key a release that may give the lock away needs besides the op's keys (the
+    /// lock's fencing counter, for the token of whoever gets it): sent with a task waiting
+    /// next, or when other clients' waiters may wait ([`HandOff::contended`]).
+    hand_off_key: Option<Arc<str>>,
     /// The script keeps no memo when it gives back the owner's last hold, because that
     /// release leaves nothing of the owner's: a retry that finds nothing of the owner's
     /// reports the first attempt's success (its reply was lost) rather than "not held".
@@ -150,8 +162,16 @@ impl ReleaseOp {
         }
         ReleaseOp {
             call,
+            hand_off_key: None,
             finds_nothing_once_done,
         }
+    }
+
+    /// A release that may give the lock away also passes `key`, after the op's keys (see
+    /// the contract above).
+    pub(crate) fn with_hand_off_key(mut self, key: &Arc<str>) -> ReleaseOp {
+        self.hand_off_key = Some(Arc::clone(key));
+        self
     }
 }
 
@@ -203,6 +223,11 @@ pub(crate) async fn release(
             .arg(flag(hand_off.keep))
             .arg(task.lease_ms)
             .arg(flag(task.fence));
+    }
+    if next_task.is_some() || hand_off.contended {
+        if let Some(key) = &job.op.hand_off_key {
+            invocation.key(&**key);
+        }
     }
     let started = Instant::now();
     let mut failures = 0;

@@ -114,8 +114,8 @@ local function listens_here(publish, registry, owner)
 end
 
 -- Gives the free lock `key` to the longest-waiting owner whose client listens here, as
--- its own try would take it (its hold, and a fencing token when the lock's `counter`
--- exists), for `grant_ms` ms only: the holder extends it (see `sync::grant`), and a chosen
+-- its own try would take it (its hold, and a fencing token when the lock's `counter` is
+-- passed and exists), for `grant_ms` ms only: the holder extends it (see `sync::grant`), and a chosen
 -- owner that never does (its process froze, died or was cut off after it was told) holds
 -- the others up for as long as a reservation would. Tells the owner
 -- 'held:<lasts_us>:<token>:<owner>': the hold lasts <lasts_us> µs from the server time its
@@ -142,9 +142,9 @@ local function grant_to_oldest(key, registry, naps, publish, grant_ms, counter)
     end
     if listens_here(publish, registry, owner) then
       -- A counter that does not exist stays so (a client without tokens never makes
-      -- one); one that is not a number gives no token either.
+      -- one); one that is not a number, or none passed, gives no token either.
       local token = 0
-      if redis.call('exists', counter) == 1 then
+      if counter and redis.call('exists', counter) == 1 then
         local minted = redis.pcall('incr', counter)
         if type(minted) == 'number' then
           token = minted

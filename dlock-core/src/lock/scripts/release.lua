@@ -6,8 +6,11 @@
 -- KEYS[3]  'one': the release memo for this release operation; 'all', 'leave': unused;
 --          'undo': the marker of the re-entry to undo (all in the slot of KEYS[1])
 -- KEYS[4]  what the lock's waiters were told (see naps.lua; same slot)
--- KEYS[5]  the fencing-token counter of the lock's slot anchor (see acquire.lua; same
---          slot), for the token of the owner the lock goes to
+-- KEYS[5]  with a next task (see ARGV[7]), or when the hold was contended (others may
+--          wait): the fencing-token counter of the lock's slot anchor (see acquire.lua;
+--          same slot), for the token of the owner the lock goes to. Without it a waiter of
+--          another client is given the lock without a token (and takes it with a try of
+--          its own if it wants one): the common, uncontended release passes no such key
 -- ARGV[1]  owner field
 -- ARGV[2]  'one': a guard gives back its hold;
 --          'all': an acquisition of a fresh owner ended without a guard (cancelled,
