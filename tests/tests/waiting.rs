@@ -498,9 +498,11 @@ async fn a_fair_waiter_that_could_not_hear_a_shorter_hold_wakes_at_its_expiry() 
 /// the lock to an older waiter of another client and tells the deaf one when that
 /// reservation lapses; nobody receives it, so the deaf waiter leaves the registry. Once it
 /// listens, its check sends it to try (busy: the older waiter holds the lock now), which
-/// registers it again, so the older waiter's release passes the lock to it. Fails when the
-/// check answers "registered": the deaf waiter is not in the registry, no release tells it
-/// anything, and it sleeps until its 30 s recheck.
+/// registers it again, so the older waiter's release passes the lock to it: given to it,
+/// or (when too little of the grant is left counted from its first try, long before that
+/// registration) with one more try. Fails when the check answers "registered": the deaf
+/// waiter is not in the registry, no release tells it anything, and it sleeps until its
+/// 30 s recheck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_up_told_before_it_listens_is_served_after_the_next_holder() {
     let server = RedisServer::start();
@@ -549,10 +551,10 @@ async fn a_runner_up_told_before_it_listens_is_served_after_the_next_holder() {
         .unwrap()
         .unwrap();
     eprintln!("acquired {:?} after the release", released.elapsed());
-    assert_eq!(
-        deaf.stats().acquire_attempts,
-        3,
-        "tries: first, after listening, passed"
+    let tries = deaf.stats().acquire_attempts;
+    assert!(
+        (2..=3).contains(&tries),
+        "{tries} tries: first, after listening, and one for the lock passed to it at most"
     );
     acquired.unlock().await.unwrap();
 }
