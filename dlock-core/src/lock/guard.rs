@@ -371,7 +371,9 @@ impl LockGuard {
 
     /// The local deadline: until this instant Redis cannot have expired the lock (send
     /// time of the last confirmed acquire or renewal + lease). The watchdog moves it
-    /// forward; past it the guard counts as lost.
+    /// forward; past it the guard counts as lost. A lock another client's release gave
+    /// this guard's owner starts with the 100 ms grant's deadline, moved to the lease's
+    /// by the renewal sent as the guard is handed out (one round trip).
     pub fn deadline(&self) -> std::time::Instant {
         self.held.deadline().into_std()
     }
