@@ -16,11 +16,16 @@
 //!   holds the others up no longer than a reservation would, and the next waiter was told
 //!   to try when it lapses. The holder extends it to its lease with its renew script,
 //!   which touches only a hold that is still its own.
+//! - **Whoever hears `held:` holds a hold that exists.** The release writes the hold
+//!   before the message, and only for an owner whose client listens on that server: a
+//!   message also reaches a client still subscribed on a replica (after a failover),
+//!   which the server does not count, and that client is told `pass:` instead.
 //! - **A grant the waiter cannot use as it is, it takes with a try**, which finds the hold
 //!   its own (`acquire.lua`) and sets its lease: with `replica_acks` (the grant counts
 //!   only once the replicas confirmed it, which the try's `WAIT` does), without the fencing
-//!   token the waiter wants (the release had no token counter to mint from), or with less
-//!   than [`MIN_LEFT`] of it left by the time the waiter reads it.
+//!   token the waiter wants (a hold taken without a wait passes no token counter to its
+//!   release, and a lock may have none), or with less than [`MIN_LEFT`] of it left by the
+//!   time the waiter reads it.
 //! - **An acquisition that ended meanwhile cleans up as always**: its `all` release, sent
 //!   after its last try, deletes any hold a grant gave its owner.
 
