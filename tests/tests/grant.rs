@@ -16,9 +16,9 @@ use dlock_tests::RedisServer;
 use redis::Commands;
 
 /// How soon a lock left by a grantee that stopped waiting must reach the next waiter:
-/// well below the 100 ms a grant nobody takes up lasts, which is what a grant left behind
-/// would cost.
-const PASSED_ON_WITHIN: Duration = Duration::from_millis(60);
+/// below the 100 ms a grant nobody takes up lasts, which is the least a grant left behind
+/// costs (it takes a few round trips here; the margin is for a loaded machine).
+const PASSED_ON_WITHIN: Duration = Duration::from_millis(90);
 
 /// The waiter registry of the lock `name`, which starts with its hash tag.
 fn registry(name: &str) -> String {
