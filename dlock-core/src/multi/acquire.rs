@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Mode, MultiGuard, MultiLock};
-use crate::error::{LockError, LossReason, Result};
+use crate::error::{LockError, Result};
 use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
@@ -18,6 +18,7 @@ use crate::sync::pubsub::Abandon;
 use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::verbs::Acquire;
 use crate::sync::wait::{GiveUp, NotYet, Waiter};
+use crate::sync::watchdog::renew_once;
 
 /// The acquisition, traced and measured (`sync::observe`) under the set's names.
 impl Acquire for MultiLock {
@@ -320,28 +321,20 @@ async fn refresh_early(held: &[LockGuard], lease: Duration) -> Result<()> {
     Ok(())
 }
 
-/// One renewal of `guard`'s hold to `lease` by the lock's renew script; a confirmed one
-/// moves the hold's deadline, a hold found gone is marked lost.
+/// One renewal of `guard`'s hold to `lease` (see `sync::watchdog::renew_once`); a hold
+/// found gone is an error.
 async fn renew(guard: &LockGuard, lease: Duration) -> Result<()> {
     let held = guard.held();
-    let backend = &guard.client().inner.backend;
-    let lease_ms = lease_millis("lease", lease)?;
-    let mut invocation = held.renew_script.prepare_invoke();
-    invocation.key(&*held.key).arg(lease_ms).arg(&*held.field);
-    let sent_at = Instant::now();
-    let renewed: Vec<redis::Value> = backend
-        .invoke(&invocation)
+    let lost = renew_once(&guard.client().inner.backend, held, lease)
         .await
         .map_err(|e| e.into_lock_error(&held.name, "renew"))?;
-    if matches!(renewed.first(), Some(redis::Value::Int(1))) {
-        held.extend_to(sent_at + lease);
-        return Ok(());
+    match lost {
+        None => Ok(()),
+        Some(reason) => Err(LockError::Lost {
+            name: held.name.to_string(),
+            reason,
+        }),
     }
-    held.mark_lost(LossReason::NotHeldOnRenewal);
-    Err(LockError::Lost {
-        name: held.name.to_string(),
-        reason: LossReason::NotHeldOnRenewal,
-    })
 }
 
 /// Releases the guards of an acquisition that failed, all at once; a release that fails

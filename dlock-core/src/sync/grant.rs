@@ -34,13 +34,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::LossReason;
 use crate::fence::Fence;
 use crate::redis::Backend;
 use crate::sync::held::Held;
 use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::retry::backoff;
-use crate::sync::watchdog::Renewal;
+use crate::sync::watchdog::renew_once;
 
 /// The least a grant must have left for its waiter to hold it as it is: with less, the
 /// extension's round trip could not be confirmed before the grant's deadline, and the
@@ -92,38 +91,23 @@ impl Grant {
 /// is retried while the hold is live (until the grant's deadline at the latest); a hold
 /// Redis no longer has for its owner is lost.
 pub(crate) fn extend(backend: Backend, held: Arc<Held>, lease: Duration, retry_delay: Duration) {
-    let lease_ms = lease.as_millis() as u64;
     tokio::spawn(async move {
         // However the extension ends (its task dropped with its runtime included), what
         // waits for it goes on.
         let _settled = Settled(&held);
-        let mut call = held.renew_script.prepare_invoke();
-        call.arg(lease_ms).key(&*held.key).arg(&*held.field);
         let mut failures = 0;
         while held.is_live() {
-            let sent_at = Instant::now();
-            let reason = match backend.invoke::<Vec<Renewal>>(&call).await {
-                Ok(renewed) => match renewed.into_iter().next() {
-                    Some(Renewal::Renewed) => {
-                        held.extend_to(sent_at + lease);
-                        tracing::trace!(lock = %held.name, "dlock: granted hold extended");
-                        return;
-                    }
-                    Some(Renewal::WrongType(found)) => LossReason::WrongType { found },
-                    Some(Renewal::NotHeld) | None => LossReason::NotHeldOnRenewal,
-                },
+            match renew_once(&backend, &held, lease).await {
+                Ok(_) => {
+                    tracing::trace!(lock = %held.name, "dlock: granted hold extended (or found lost)");
+                    return;
+                }
                 Err(error) => {
                     failures += 1;
                     tracing::debug!(lock = %held.name, %error, "dlock: extending a granted hold failed; retrying");
                     tokio::time::sleep(backoff(retry_delay, failures)).await;
-                    continue;
                 }
-            };
-            // A guard released while the extension was in flight is not "lost".
-            if !held.is_released() {
-                held.mark_lost(reason);
             }
-            return;
         }
     });
 }

@@ -34,7 +34,8 @@
 //! answer gave or the recheck, ride out an outage, stop at the deadline); `recheck.rs`:
 //! how long a waiter sleeps without a message (its primitive's interval, spaced out to
 //! about a thousand rechecks a second per client when many tasks wait); `watchdog.rs`:
-//! batched renewals; `release.rs`: running, retrying, logging and replaying a release, with
+//! batched renewals, and one renewal outside its rounds (`renew_once`: a multi-lock's early
+//! holds, a grant's extension); `release.rs`: running, retrying, logging and replaying a release, with
 //! the releasing client's `HandOff` (a local task waits next; it may keep the lock) and the
 //! script's `NextHolder` answer, and `BackgroundReleases`, the queue of releases nobody
 //! awaits, counted until Redis answered each (`LockClient::shutdown`); `retry.rs`: when a

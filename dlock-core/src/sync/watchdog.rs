@@ -205,9 +205,40 @@ fn expire_overdue(registry: &Registry, held: &[(u64, Arc<Held>)]) {
     }
 }
 
+/// One renewal of `held` to `lease` outside the watchdog's rounds (a multi-lock keeping
+/// its early explicit-lease holds alive, a granted hold extended to its lease): a
+/// confirmed one moves the hold's deadline; one that finds the hold gone, or its key
+/// holding another type, marks it lost (unless it was released meanwhile) and returns
+/// why. An error is the caller's to retry or report.
+pub(crate) async fn renew_once(
+    backend: &Backend,
+    held: &Held,
+    lease: Duration,
+) -> Result<Option<LossReason>, crate::redis::CallError> {
+    let mut invocation = held.renew_script.prepare_invoke();
+    invocation
+        .arg(lease.as_millis() as u64)
+        .key(&*held.key)
+        .arg(&*held.field);
+    let sent_at = Instant::now();
+    let renewed: Vec<Renewal> = backend.invoke(&invocation).await?;
+    let reason = match renewed.into_iter().next() {
+        Some(Renewal::Renewed) => {
+            held.extend_to(sent_at + lease);
+            return Ok(None);
+        }
+        Some(Renewal::WrongType(found)) => LossReason::WrongType { found },
+        Some(Renewal::NotHeld) | None => LossReason::NotHeldOnRenewal,
+    };
+    if !held.is_released() {
+        held.mark_lost(reason);
+    }
+    Ok(Some(reason))
+}
+
 /// One lock's entry in the `renew` script's answer.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Renewal {
+enum Renewal {
     Renewed,
     NotHeld,
     /// The key holds a value of this Redis type: something overwrote the lock.
