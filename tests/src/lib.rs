@@ -27,6 +27,8 @@
 //! - [`HoldProcess`] runs the `dlock-hold` binary (a process holding one primitive) until
 //!   it is killed.
 //! - [`commandstats`] counts the commands a server ran (`INFO commandstats`).
+//! - [`keys`] names a lock's keys and reads what they hold (holders, marks, registry,
+//!   naps) as dlock's scripts read them; [`scripts`] calls dlock's scripts directly.
 //! - [`logs`] captures what dlock logs, for tests that check it; [`spans`] captures the
 //!   spans it opens, with their fields and how long they were open.
 //! - [`secret_urls`] generates Redis URLs with a known password, for the property tests
@@ -59,12 +61,14 @@ mod cluster;
 pub mod command_log;
 pub mod commandstats;
 mod hold_process;
+pub mod keys;
 pub mod liveness;
 pub mod logs;
 pub mod overlap;
 pub mod primitive;
 mod proxy;
 mod replicas;
+pub mod scripts;
 pub mod secret_urls;
 mod sentinel;
 mod server;
