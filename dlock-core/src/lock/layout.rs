@@ -20,7 +20,7 @@ pub(crate) struct Fields {
 
 /// The hash field that names the waiting owner a release passed the lock to: alone, it
 /// reserves the free lock for that owner; beside that owner's hold, the release gave it
-/// the lock.
+/// the lock (until the owner extends or re-takes it).
 const RESERVATION: &str = "!next";
 /// The hash field that marks a fair lock's hash.
 const FAIR: &str = "!fair";
@@ -48,12 +48,11 @@ impl Fields {
             }
         }
         fields.holds.sort();
-        // A release that gave the lock to a waiter of another client names it as it
-        // names a reservee; beside that owner's hold, it is a hold, not a reservation.
-        if let Some(passed_to) = &fields.reserved_for {
-            if fields.holds.iter().any(|(owner, _)| owner == passed_to) {
-                fields.reserved_for = None;
-            }
+        // A reservation is '!next' alone, as the scripts read it: beside a hold it names
+        // the owner a release gave the lock to (a hold, not a reservation), and beside a
+        // minimum hold's mark it is left from such a grant.
+        if !fields.holds.is_empty() || fields.min_hold.is_some() {
+            fields.reserved_for = None;
         }
         Some(fields)
     }
@@ -86,6 +85,15 @@ mod tests {
         let granted = Fields::parse(granted).unwrap();
         assert_eq!(granted.holds, [("c2:5".to_owned(), 1)]);
         assert_eq!(granted.reserved_for, None);
+        let kept = HashMap::from([
+            ("!held".to_owned(), "c2:5".to_owned()),
+            ("!next".to_owned(), "c2:5".to_owned()),
+        ]);
+        let kept = Fields::parse(kept).unwrap();
+        assert_eq!(
+            (kept.min_hold.as_deref(), kept.reserved_for),
+            (Some("c2:5"), None)
+        );
         for foreign in [
             ("mode", "read"),
             ("c1:1:w", "1"),

@@ -179,9 +179,10 @@ end
 -- @shared
 
 if abandon then
-  -- The owner's holds and the reservation; a key of another type, or another kind of
-  -- lock's hash (which never has this owner nor a reservation), is left alone.
-  local found = redis.pcall('hmget', KEYS[1], owner, '!next')
+  -- The owner's holds, the reservation and a minimum hold's mark; a key of another type,
+  -- or another kind of lock's hash (which never has this owner nor a reservation), is
+  -- left alone.
+  local found = redis.pcall('hmget', KEYS[1], owner, '!next', '!held')
   if found.err then
     return -1
   end
@@ -193,8 +194,14 @@ if abandon then
   end
   if not found[1] then
     -- Nothing of the owner's: a lock that is free, or reserved for the owner, which will
-    -- not take it, goes to the next live waiter; one held by another owner stays.
-    if found[2] == owner then
+    -- not take it, goes to the next live waiter; one held by another owner, or kept by a
+    -- minimum hold (whoever's: the owner's own finished hold included), stays.
+    if found[3] then
+      return -1
+    end
+    -- A reservation is '!next' alone: one beside a hold describes a grant, which is
+    -- that hold's to give back.
+    if found[2] == owner and redis.call('hlen', KEYS[1]) == 1 then
       redis.call('del', KEYS[1])
     elseif found[2] then
       -- Reserved for another, and the owner may have been the one told to try when
