@@ -327,24 +327,47 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
         self.maybe_applied = true;
         self.may_be_waiting |= self.waits;
         let host = self.host;
-        let (call, name) = (&self.call, self.name);
+        let (first, name) = (&self.call, self.name);
+        // A retry of a call whose first send's reply was lost: that send may have
+        // registered the owner, so the retry says so (a grant then takes it out of the
+        // waiters). Made only if a retry happens: the common call is sent once.
+        let flag_again = self
+            .registered_flag
+            .filter(|_| self.waits)
+            .map(|RegisteredFlag(index)| index);
+        // (Sync, as the acquisition's future is Send: the closure is kept across awaits.)
+        let retried = std::sync::OnceLock::new();
+        let sends = std::sync::atomic::AtomicBool::new(false);
         let acks = self.replicated.then(|| host.replica_acks()).flatten();
         // Boxed: the call's future is the largest state of an acquisition (about 1 KB,
         // most of it the client library's), and unboxed it would stay in the acquisition's
         // own future for as long as that waits between tries; boxed, a waiting task holds
         // only what it needs to wait.
-        let outcome = Box::pin(host.retry().run(name, give_up_at, || async move {
-            host.metrics().attempted();
-            match acks {
-                None => host.backend().invoke::<Reply>(call).await,
-                // The script followed by `WAIT` (see `Backend::invoke_replicated`);
-                // boxed, so that the common call's future stays small.
-                Some(acks) => {
-                    Box::pin(
-                        host.backend()
-                            .invoke_replicated(name, call, acks, Reply::is_granted),
-                    )
-                    .await
+        let outcome = Box::pin(host.retry().run(name, give_up_at, || {
+            let again = sends.swap(true, std::sync::atomic::Ordering::Relaxed);
+            let call = match flag_again {
+                Some(index) if again => retried.get_or_init(|| {
+                    let mut call = first.clone();
+                    call.set_arg(index, "1");
+                    call
+                }),
+                _ => first,
+            };
+            async move {
+                host.metrics().attempted();
+                match acks {
+                    None => host.backend().invoke::<Reply>(call).await,
+                    // The script followed by `WAIT` (see `Backend::invoke_replicated`);
+                    // boxed, so that the common call's future stays small.
+                    Some(acks) => {
+                        Box::pin(host.backend().invoke_replicated(
+                            name,
+                            call,
+                            acks,
+                            Reply::is_granted,
+                        ))
+                        .await
+                    }
                 }
             }
         }))

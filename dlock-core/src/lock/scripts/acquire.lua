@@ -112,6 +112,14 @@ if not reenter then
     -- attempt, so the expiry must start now too, or the lock would end before the
     -- holder's deadline.
     redis.call('pexpire', KEYS[1], ARGV[1])
+    -- The hold is the owner's now as if this try had taken it: out of the waiters (a
+    -- release would otherwise grant the lock again to an owner that holds it, maybe done
+    -- with it by then), and no '!next' left from a grant (see handoff.lua).
+    if ARGV[5] == '1' then
+      redis.call('zrem', KEYS[3], ARGV[2])
+      redis.call('zrem', KEYS[4], ARGV[2])
+    end
+    redis.call('hdel', KEYS[1], '!next')
     -- The same token as the first attempt: the one stored with the hold. A hold a
     -- release gave the owner without one (nobody had minted a token of this lock yet)
     -- gets its token now.
