@@ -166,6 +166,12 @@ impl OwnerWake {
 
 struct Shared {
     channels: Mutex<HashMap<String, Channel>>,
+    /// Every owner of this client whose acquisition may wait (from before its first try
+    /// until it ends), with its wake-up: a message naming one that does not listen on the
+    /// channel yet (its busy try came before its subscription) waits for it there instead
+    /// of being given up as meant for an owner that no longer waits, which would take it
+    /// out of the waiters while it still waits. Locked after `channels`, never before.
+    live_owners: Mutex<HashMap<Arc<str>, Arc<OwnerWake>>>,
     /// Channels whose wanted state changed (an entry added to or removed from `channels`):
     /// the subscriber task brings the connection in line with the map.
     changes: mpsc::UnboundedSender<String>,
@@ -194,7 +200,11 @@ impl Channel {
     /// An unlock message with `payload` arrived, or (`None`) messages may have been
     /// missed: wake whom it concerns, and tell every watcher. Returns the release to run
     /// for a message meant for an owner that no longer waits here.
-    fn deliver(&self, payload: Option<&str>) -> Option<ReleaseJob> {
+    fn deliver(
+        &self,
+        payload: Option<&str>,
+        live_owners: &Mutex<HashMap<Arc<str>, Arc<OwnerWake>>>,
+    ) -> Option<ReleaseJob> {
         let writers_only = payload
             .and_then(|payload| payload.strip_prefix("writers:"))
             .and_then(|lapse_in| lapse_in.parse().ok())
@@ -238,7 +248,14 @@ impl Channel {
         // A grant to an owner that no longer waits here stays: the owner's guard holds it
         // if the owner's own try took it up, and otherwise its acquisition ended and its
         // cleanup gives it back (the `leave` leaves an owner's hold alone).
-        match (self.owners.get(owner), named) {
+        let waiter = self.owners.get(owner).cloned().or_else(|| {
+            live_owners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(owner)
+                .cloned()
+        });
+        match (waiter, named) {
             (Some(waiter), Named::Now) => waiter.now(),
             (Some(waiter), Named::Granted(grant)) => waiter.granted(grant),
             (Some(waiter), Named::At(at)) => waiter.at(at),
@@ -256,6 +273,31 @@ enum Named {
     Granted(Grant),
     /// Try at this moment, when a reservation for another lapses.
     At(Instant),
+}
+
+/// A live waiting owner of the client (see [`PubSubService::live_owner`]); dropping it
+/// ends that: a message naming the owner then is given up.
+pub(crate) struct LiveOwner {
+    shared: Arc<Shared>,
+    owner: Arc<str>,
+    wake: Arc<OwnerWake>,
+}
+
+impl LiveOwner {
+    /// The owner's wake-up.
+    pub(crate) fn wake(&self) -> &Arc<OwnerWake> {
+        &self.wake
+    }
+}
+
+impl Drop for LiveOwner {
+    fn drop(&mut self) {
+        self.shared
+            .live_owners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.owner);
+    }
 }
 
 /// One waiter's interest in a channel; dropping it releases the interest.
@@ -290,6 +332,7 @@ impl PubSubService {
         let (changes, receiver) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
+            live_owners: Mutex::default(),
             changes,
             releases,
             lingering: Mutex::default(),
@@ -339,6 +382,24 @@ impl PubSubService {
         abandon: Option<&Abandon>,
     ) -> Subscription {
         self.subscribe_to(channel, Some((owner, wake)), abandon)
+    }
+
+    /// Counts `owner` among the client's live waiting owners until the returned entry is
+    /// dropped, with the wake-up its subscriptions will share: from before its first try,
+    /// so that a message naming it that arrives before it listens on the channel (another
+    /// waiter's subscription made the channel heard meanwhile) waits for it.
+    pub(crate) fn live_owner(&self, owner: &Arc<str>) -> LiveOwner {
+        let wake = Arc::<OwnerWake>::default();
+        self.shared
+            .live_owners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(Arc::clone(owner), Arc::clone(&wake));
+        LiveOwner {
+            shared: Arc::clone(&self.shared),
+            owner: Arc::clone(owner),
+            wake,
+        }
     }
 
     /// The client's count of waiting tasks, which spaces their rechecks out (see
@@ -407,7 +468,7 @@ impl Shared {
 
     fn wake_all(&self) {
         for channel in self.lock_channels().values() {
-            channel.deliver(None);
+            channel.deliver(None, &self.live_owners);
         }
     }
 
@@ -832,9 +893,65 @@ fn notify(shared: &Weak<Shared>, channel: &str, payload: Option<&str>) {
     let unheard = shared
         .lock_channels()
         .get(channel)
-        .and_then(|channel| channel.deliver(payload));
+        .and_then(|channel| channel.deliver(payload, &shared.live_owners));
     if let Some(job) = unheard {
         tracing::debug!(%channel, "dlock: a hand-off reached no waiter here; passing it on");
         shared.releases.send(job);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::keys::LockKeys;
+    use crate::lock::release_ops::{release_job, ReleaseKind};
+
+    /// A lock's wake channel whose messages for owners that do not wait here are given
+    /// up with the lock's `leave`, each recorded in `given_up`.
+    fn wake_channel(given_up: &Arc<Mutex<Vec<String>>>) -> Channel {
+        let given_up = Arc::clone(given_up);
+        let keys = LockKeys::new("", "l");
+        let abandon: Abandon = Arc::new(move |owner: &str| {
+            given_up.lock().unwrap().push(owner.to_owned());
+            release_job(&Arc::from("l"), &keys, owner, ReleaseKind::Unheard)
+        });
+        Channel {
+            waiters: 1,
+            wake: Arc::default(),
+            owners: HashMap::new(),
+            abandon: Some(abandon),
+            heard: Arc::default(),
+            idle_since: None,
+        }
+    }
+
+    /// An owner whose busy try came before it listened on the channel (another task of
+    /// its client made the channel heard meanwhile) still waits: a message naming it waits
+    /// for it rather than being given up, which would take it out of the lock's waiters
+    /// (the `leave`) while it waits, leaving it asleep until its recheck. Seen failing with
+    /// the dispatch not asking the live owners: each message was given up.
+    #[test]
+    fn a_message_for_a_live_owner_that_does_not_listen_yet_waits_for_it() {
+        let given_up = Arc::default();
+        let channel = wake_channel(&given_up);
+        let live = Mutex::new(HashMap::new());
+        let wake = Arc::<OwnerWake>::default();
+        live.lock()
+            .unwrap()
+            .insert(Arc::<str>::from("c:7"), Arc::clone(&wake));
+
+        for message in ["next:100:c:7", "wake:c:7", "pass:c:7"] {
+            assert!(channel.deliver(Some(message), &live).is_none(), "{message}");
+        }
+        assert!(channel.deliver(Some("held:90000:3:c:7"), &live).is_none());
+        assert_eq!(
+            wake.take_grant().and_then(|grant| grant.fence),
+            Some(crate::fence::Fence::new(3))
+        );
+        assert!(given_up.lock().unwrap().is_empty());
+
+        // An owner that no longer waits has its message given up.
+        assert!(channel.deliver(Some("wake:c:8"), &live).is_some());
+        assert_eq!(*given_up.lock().unwrap(), ["c:8"]);
     }
 }

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::redis::CallError;
 use crate::sync::grant::Grant;
-use crate::sync::pubsub::{Abandon, OwnerWake, PubSubService, Subscription};
+use crate::sync::pubsub::{Abandon, LiveOwner, OwnerWake, PubSubService, Subscription};
 use crate::sync::recheck::SpacedPlace;
 use crate::sync::retry::ends_before;
 
@@ -90,9 +90,12 @@ pub(crate) struct Waiter<'a> {
     /// The owner this waiter waits as on wake channels (messages name it); `None` on a
     /// shared channel.
     owner: Option<&'a Arc<str>>,
-    /// The owner's wake-up, shared by its subscriptions: made with the first of them, so
-    /// that an acquisition that never waits makes none.
+    /// The owner's wake-up, shared by its subscriptions: made with the first of them, or
+    /// with `live` for an acquisition that waits.
     wake: Option<Arc<OwnerWake>>,
+    /// The owner counted among its client's live waiting owners while this waiter lives,
+    /// for an acquisition that waits: a message naming it before it listens waits for it.
+    _live: Option<LiveOwner>,
     policy: WaitPolicy,
     /// One per channel once the waiter waited (or adopted them all before its first try).
     subscriptions: Vec<Subscription>,
@@ -120,6 +123,7 @@ impl<'a> Waiter<'a> {
             channels: Cow::Owned(vec![(channel, None)]),
             owner: None,
             wake: None,
+            _live: None,
             policy,
             subscriptions: Vec::new(),
             confirmed: false,
@@ -137,20 +141,24 @@ impl<'a> Waiter<'a> {
     /// lock's channel. It adopts the channels its client listens on already (see
     /// [`Waiter::adopt_subscribed`]).
     ///
-    /// Create it before the first try: a message for the owner that arrives on a
-    /// subscribed channel before the waiter listens there is given up as meant for an
-    /// owner that no longer waits.
+    /// Create it before the first try: an acquisition that waits counts its owner among
+    /// the client's live waiting owners from then on, so that a message naming it that
+    /// arrives before it listens on the channel waits for it (see
+    /// [`PubSubService::live_owner`]); one that does not wait registers nowhere in Redis,
+    /// so no message names it.
     pub(crate) fn for_owner(
         pubsub: &'a PubSubService,
         channels: &'a [(&'a str, Option<&'a Abandon>)],
         owner: &'a Arc<str>,
         policy: WaitPolicy,
     ) -> Self {
+        let live = policy.patient.then(|| pubsub.live_owner(owner));
         Waiter {
             pubsub,
             channels: Cow::Borrowed(channels),
             owner: Some(owner),
-            wake: None,
+            wake: live.as_ref().map(|live| Arc::clone(live.wake())),
+            _live: live,
             policy,
             subscriptions: Vec::new(),
             confirmed: false,
