@@ -29,6 +29,7 @@
 //! - **An acquisition that ended meanwhile cleans up as always**: its `all` release, sent
 //!   after its last try, deletes any hold a grant gave its owner.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,21 +91,22 @@ impl Grant {
 /// task of its own: the hold's guard is in its owner's hands already. A transient error
 /// is retried while the hold is live (until the grant's deadline at the latest); a hold
 /// Redis no longer has for its owner is lost.
+///
+/// (A client with `replica_acks` takes a grant with a try instead, see
+/// [`Grant::deadline`]'s callers, so the extension needs no `WAIT`.)
 pub(crate) fn extend(backend: Backend, held: Arc<Held>, lease: Duration, retry_delay: Duration) {
-    tokio::spawn(async move {
-        // However the extension ends (its task dropped with its runtime included), what
-        // waits for it goes on.
-        let _settled = Settled(&held);
+    let extended = Arc::clone(&held);
+    spawn_settling(held, async move {
         let mut failures = 0;
-        while held.is_live() {
-            match renew_once(&backend, &held, lease).await {
+        while extended.is_live() {
+            match renew_once(&backend, &extended, lease, None).await {
                 Ok(_) => {
-                    tracing::trace!(lock = %held.name, "dlock: granted hold extended (or found lost)");
+                    tracing::trace!(lock = %extended.name, "dlock: granted hold extended (or found lost)");
                     return;
                 }
                 Err(error) => {
                     failures += 1;
-                    tracing::debug!(lock = %held.name, %error, "dlock: extending a granted hold failed; retrying");
+                    tracing::debug!(lock = %extended.name, %error, "dlock: extending a granted hold failed; retrying");
                     tokio::time::sleep(backoff(retry_delay, failures)).await;
                 }
             }
@@ -112,10 +114,21 @@ pub(crate) fn extend(backend: Backend, held: Arc<Held>, lease: Duration, retry_d
     });
 }
 
-/// Marks a grant's extension settled when dropped.
-struct Settled<'a>(&'a Held);
+/// Spawns `extension`, after which `held`'s extension is settled however it ends: also
+/// when its task is dropped before it first runs (its runtime shut down), so that what
+/// waits for the extension (a re-entry) goes on, with the grant's deadline.
+fn spawn_settling(held: Arc<Held>, extension: impl Future<Output = ()> + Send + 'static) {
+    let settled = Settled(held);
+    tokio::spawn(async move {
+        let _settled = settled;
+        extension.await;
+    });
+}
 
-impl Drop for Settled<'_> {
+/// Marks a grant's extension settled when dropped.
+struct Settled(Arc<Held>);
+
+impl Drop for Settled {
     fn drop(&mut self) {
         self.0.extension_settled();
     }
@@ -171,6 +184,37 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), held.extended())
             .await
             .unwrap();
+    }
+
+    /// A re-entry waits for its outer grant's extension: an extension task dropped before
+    /// it first ran (its runtime shut down) must still let it go on. Seen failing (the
+    /// wait never ended) with the settling made inside the task.
+    #[test]
+    fn an_extension_dropped_before_it_runs_is_settled() {
+        use crate::sync::held::HoldOwner;
+        use crate::sync::metrics::Metrics;
+        let owner = HoldOwner {
+            name: "l".into(),
+            key: "l".into(),
+            renew_script: &crate::lock::scripts::scripts().renew,
+            field: "c:1".into(),
+        };
+        let ends = Instant::now() + Duration::from_millis(100);
+        let held = Arc::new(Held::new(owner, None, ends, Arc::new(Metrics::default())).extending());
+        let doomed = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        // The task is spawned but never polled: `block_on` returns at once.
+        doomed.block_on(async { spawn_settling(Arc::clone(&held), std::future::pending()) });
+        drop(doomed);
+        let waiting = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let settled = waiting.block_on(async {
+            tokio::time::timeout(Duration::from_secs(2), held.extended()).await
+        });
+        assert!(settled.is_ok(), "a re-entry would wait for ever");
     }
 
     #[test]
