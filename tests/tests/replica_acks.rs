@@ -381,3 +381,56 @@ async fn a_fenced_increment_confirmed_late_counts_once() {
         .unwrap();
     assert_eq!(stored, 4);
 }
+
+/// A sequential multi-lock keeps the locks it took first alive while it waits for a later
+/// one (a renewal every third of its explicit lease). With `replica_acks`, those renewals
+/// count only once the replicas confirmed them, as the watchdog's do: with the replica cut
+/// off while it waits, the first lock's deadline stays where its confirmed acquisition put
+/// it, so the set is not handed out on a hold that only the cut-off master extended (a
+/// promoted replica would have let it expire). Before the fix the renewals went without
+/// `WAIT`, moved the deadline, and the set was acquired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequential_multi_locks_early_holds_are_renewed_with_replica_acks() {
+    const LEASE: Duration = Duration::from_millis(900);
+    let set = RedisReplicaSet::start(1);
+    let client = acked_client(&set, Duration::from_secs(5)).await;
+    let rival = acked_client(&set, Duration::from_secs(5)).await;
+    let busy = rival.lock("acked:seq:b").lock().await.unwrap();
+    let multi =
+        dlock::MultiLock::sequential([client.lock("acked:seq:a"), client.lock("acked:seq:b")])
+            .unwrap();
+    let acquisition = tokio::spawn(async move { multi.lock_with_lease(LEASE).await });
+
+    // The first lock is taken (confirmed) and the set waits for the second.
+    let mut conn = set.master.connection();
+    let started = Instant::now();
+    while !redis::cmd("EXISTS")
+        .arg("acked:seq:a")
+        .query::<bool>(&mut conn)
+        .unwrap()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the first lock was never taken"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let taken = Instant::now();
+    set.cut_off_replicas();
+    // Two renewals go out unconfirmed; then the first lock's own deadline passes.
+    tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
+    set.replicas[0].resume();
+    set.wait_replicated();
+    busy.unlock().await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), acquisition)
+        .await
+        .expect("the multi-lock never finished")
+        .unwrap();
+    match outcome {
+        Err(LockError::Lost { name, .. }) => assert_eq!(name, "acked:seq:a"),
+        other => panic!(
+            "renewals the replica never confirmed kept the first lock {:?} past its lease: {other:?}",
+            taken.elapsed()
+        ),
+    }
+}

@@ -11,7 +11,7 @@ use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
 use crate::multi::scripts::multi_scripts;
-use crate::sync::attempt::{PlaceLifetime, RegisteredFlag, Reply, TryStep};
+use crate::sync::attempt::{Host, PlaceLifetime, RegisteredFlag, Reply, TryStep};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::pubsub::Abandon;
@@ -325,7 +325,8 @@ async fn refresh_early(held: &[LockGuard], lease: Duration) -> Result<()> {
 /// found gone is an error.
 async fn renew(guard: &LockGuard, lease: Duration) -> Result<()> {
     let held = guard.held();
-    let lost = renew_once(&guard.client().inner.backend, held, lease)
+    let inner = &guard.client().inner;
+    let lost = renew_once(&inner.backend, held, lease, inner.replica_acks())
         .await
         .map_err(|e| e.into_lock_error(&held.name, "renew"))?;
     match lost {

@@ -210,10 +210,15 @@ fn expire_overdue(registry: &Registry, held: &[(u64, Arc<Held>)]) {
 /// confirmed one moves the hold's deadline; one that finds the hold gone, or its key
 /// holding another type, marks it lost (unless it was released meanwhile) and returns
 /// why. An error is the caller's to retry or report.
+///
+/// With `replica_acks` (`acks`), it counts only once the replicas confirmed it, as the
+/// watchdog's rounds do: unconfirmed, it is [`CallError::NotReplicated`] and the deadline
+/// stays where the last confirmed acquisition or renewal put it.
 pub(crate) async fn renew_once(
     backend: &Backend,
     held: &Held,
     lease: Duration,
+    acks: Option<(u32, Duration)>,
 ) -> Result<Option<LossReason>, crate::redis::CallError> {
     let mut invocation = held.renew_script.prepare_invoke();
     invocation
@@ -221,7 +226,15 @@ pub(crate) async fn renew_once(
         .key(&*held.key)
         .arg(&*held.field);
     let sent_at = Instant::now();
-    let renewed: Vec<Renewal> = backend.invoke(&invocation).await?;
+    let renewed: Vec<Renewal> = match acks {
+        None => backend.invoke(&invocation).await?,
+        Some(acks) => {
+            let renewed = |reply: &Vec<Renewal>| reply.contains(&Renewal::Renewed);
+            backend
+                .invoke_replicated(&held.name, &invocation, acks, renewed)
+                .await?
+        }
+    };
     let reason = match renewed.into_iter().next() {
         Some(Renewal::Renewed) => {
             held.extend_to(sent_at + lease);
