@@ -255,3 +255,73 @@ async fn a_multi_lock_given_one_of_its_locks_while_another_is_busy_passes_it_on(
         .unwrap();
     both.unlock().await.unwrap();
 }
+
+/// A grant's deadline counts from the waiter's first send by what the release says the
+/// grant lasts past the waiter's registration: both read off one server's clock only if
+/// one server wrote both. When the client's route moved since its first send (here its
+/// connections were reset and made again; a failover or a moved slot does the same), the
+/// registration may come from another server's clock, so the waiter takes the lock with a
+/// try of its own rather than trust the grant's deadline. Before the fix it held the grant
+/// as it was (no try after the release).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_across_a_moved_route_is_taken_with_a_try() {
+    let server = RedisServer::start();
+    let proxy = dlock_tests::TcpProxy::start(server.addr());
+    let mut admin = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    log_every_command(&mut admin).await;
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let guard = holder.lock("{moved}").lock().await.unwrap();
+    // Without tokens: the grant carries none (an uncontended holder's release passes no
+    // token counter), and a waiter that wants one would take it with a try anyway.
+    let waiter = LockClient::builder()
+        .max_wait_recheck(Duration::from_secs(10))
+        .fencing_tokens(false)
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    let lock = waiter.lock("{moved}");
+    let task =
+        tokio::spawn(async move { lock.lock_with_lease(Duration::from_secs(5)).await.unwrap() });
+    registered(&server, "{moved}", 1).await;
+
+    // The waiter's client loses its connections and makes them again: it listens anew,
+    // and its waiter, woken by the reconnection, registers again (keeping its place).
+    proxy.reset_all();
+    let channel =
+        dlock_tests::keys::LockKeys::new("", "{moved}").wake_channel(&waiter.id().to_string());
+    let started = Instant::now();
+    loop {
+        let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query::<Vec<(String, u64)>>(&mut server.connection())
+            .unwrap()
+            .remove(0);
+        if listeners > 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the waiter's client never listened again"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    registered(&server, "{moved}", 1).await;
+
+    reset_log(&mut admin).await;
+    guard.unlock().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("the waiter did not get the lock within 2 s of the release")
+        .unwrap();
+    assert!(
+        script_runs(&mut admin, "lock_acquire").await >= 1,
+        "a grant across a moved route was held without a try"
+    );
+    assert!(!granted.is_lost());
+    granted.unlock().await.unwrap();
+}

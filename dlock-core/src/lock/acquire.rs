@@ -22,7 +22,7 @@ use crate::sync::held::{Held, HoldOwner};
 use crate::sync::local::{Given, Place, Ticket, Turn};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
-use crate::sync::pubsub::Subscription;
+use crate::sync::pubsub::{Route, Subscription};
 use crate::sync::release::{NextTask, ReleaseJob};
 use crate::sync::verbs::Acquire;
 use crate::sync::wait::{GiveUp, NotYet, Waiter};
@@ -142,21 +142,25 @@ impl Lock {
     /// The hold of the lock a release of another client gave the owner `field` (see
     /// `sync::grant`), extended to `lease` in the background; `None` when the owner
     /// cannot hold it as it is, and takes it with a try instead: with `replica_acks`,
-    /// without the fencing token it wants, or with too little of the grant left.
+    /// without the fencing token it wants, with too little of the grant left, or when the
+    /// grant may span two servers' clocks (the client's route moved since `first`).
     fn granted_hold(
         &self,
         field: &Arc<str>,
         lease: Duration,
         renewal: Option<Duration>,
         grant: Grant,
-        first_sent: Instant,
+        first: FirstSend,
     ) -> Option<Arc<Held>> {
         let inner = &self.client.inner;
         let settings = &inner.settings;
-        if settings.replica_acks.is_some() || settings.fencing_tokens && grant.fence.is_none() {
+        if settings.replica_acks.is_some()
+            || settings.fencing_tokens && grant.fence.is_none()
+            || inner.pubsub.route() != first.route
+        {
             return None;
         }
-        let deadline = grant.deadline(first_sent)?;
+        let deadline = grant.deadline(first.at)?;
         let fence = grant.fence.filter(|_| settings.fencing_tokens);
         let held = Arc::new(
             Held::new(
@@ -526,8 +530,11 @@ impl Lock {
             drop(line_subscription);
             step.plan_first_wait(&mut waiter);
             // Every try of this acquisition is sent from now on: a grant's deadline counts
-            // from here (see `sync::grant`).
-            let first_sent = Instant::now();
+            // from here, on the route the client has now (see `sync::grant`).
+            let first_sent = FirstSend {
+                at: Instant::now(),
+                route: inner.pubsub.route(),
+            };
             loop {
                 let not_yet = match step.run(give_up_at).await {
                     Ok((sent_at, Reply::Granted(fence))) => {
@@ -595,6 +602,14 @@ impl Lock {
             }
         }
     }
+}
+
+/// When an acquisition's first try was sent, and where the client's commands and
+/// messages went then: a grant's deadline counts from it, and only on the same route.
+#[derive(Clone, Copy)]
+struct FirstSend {
+    at: Instant,
+    route: Route,
 }
 
 /// A new owner's acquisition: its owner field (used by this acquisition only) and lease.

@@ -9,8 +9,13 @@
 //!   waiter how long the grant lasts past its registration's score, the server time at
 //!   which a try of this acquisition registered it. That try was sent after the
 //!   acquisition's first try was, so the first send plus what the release told is never
-//!   later than the grant's expiry in Redis, whatever the offset between the hosts' clocks
-//!   (only their rates matter, as for every lease).
+//!   later than the grant's expiry in Redis, whatever the offset between the client's
+//!   clock and the server's, provided one server's clock wrote both the score and the
+//!   grant's expiry and did not step between them (only rates matter then, as for every
+//!   lease). A score is kept across a failover or a slot's move, so a grant made after
+//!   one may compare two masters' clocks: the waiter takes the lock with a try whenever
+//!   its client's route moved since its first send (`sync::pubsub::Route`: the master
+//!   moved, the subscriber connected again, or a sharded subscription was moved).
 //! - **The grant is short** (the reservation's length): a chosen waiter that never takes
 //!   it up (its process froze, died or was cut off after its client received the message)
 //!   holds the others up no longer than a reservation would, and the next waiter was told

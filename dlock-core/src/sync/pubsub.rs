@@ -79,6 +79,19 @@ pub(crate) struct PubSubService {
     shared: Arc<Shared>,
     /// How many of the client's tasks wait, which spaces their rechecks out.
     rechecks: RecheckSpacing,
+    /// The deployment's generation (see `Backend::generation`), for [`PubSubService::route`].
+    generation: tokio::sync::watch::Receiver<u64>,
+}
+
+/// Where the client's commands and messages go, as far as it can tell: it changes when the
+/// master moves (Sentinel, a runtime reopened), when the subscriber connection is made
+/// again, or when Redis moved a sharded subscription (a cluster slot failed over or
+/// migrated). Two servers' clocks can meet in one exchange only across such a change (see
+/// `sync::grant`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Route {
+    generation: u64,
+    moves: u64,
 }
 
 /// How a primitive gives up, for an owner of this client that no longer waits, a message
@@ -179,6 +192,9 @@ struct Shared {
     releases: BackgroundReleases,
     /// Channels whose last waiter left, in the order they left (see [`LINGER`]).
     lingering: Mutex<VecDeque<(Instant, String)>>,
+    /// How often the subscriber connection was made again or a sharded subscription was
+    /// moved by the server (see [`Route`]).
+    moves: std::sync::atomic::AtomicU64,
 }
 
 struct Channel {
@@ -336,7 +352,9 @@ impl PubSubService {
             changes,
             releases,
             lingering: Mutex::default(),
+            moves: std::sync::atomic::AtomicU64::new(0),
         });
+        let generation = backend.generation();
         let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
         let weak = Arc::downgrade(&shared);
         background.start("subscriber", move || {
@@ -353,6 +371,15 @@ impl PubSubService {
         PubSubService {
             shared,
             rechecks: RecheckSpacing::default(),
+            generation,
+        }
+    }
+
+    /// Where the client's commands and messages go now (see [`Route`]).
+    pub(crate) fn route(&self) -> Route {
+        Route {
+            generation: *self.generation.borrow(),
+            moves: self.shared.moves.load(std::sync::atomic::Ordering::Acquire),
         }
     }
 
@@ -464,6 +491,11 @@ impl PubSubService {
 impl Shared {
     fn lock_channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
         self.channels.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The subscriber moved (see [`Route`]): before any message it then hears is routed.
+    fn moved(&self) {
+        self.moves.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     fn wake_all(&self) {
@@ -664,6 +696,7 @@ async fn run(
         // is confirmed).
         if connected_before {
             if let Some(shared) = shared.upgrade() {
+                shared.moved();
                 shared.wake_all();
             }
         }
@@ -702,6 +735,9 @@ async fn run(
                         // A slot moved: subscribe again (routed to the new owner) and let
                         // the waiters re-check, since a release may have been missed.
                         subscribed.remove(&channel);
+                        if let Some(shared) = shared.upgrade() {
+                            shared.moved();
+                        }
                         if is_wanted(&shared, &channel) {
                             tracing::debug!(%channel, "dlock: sharded subscription dropped by the server; resubscribing");
                             let again = [channel];

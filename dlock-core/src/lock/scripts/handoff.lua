@@ -120,8 +120,10 @@ end
 -- the others up for as long as a reservation would. Tells the owner
 -- 'held:<lasts_us>:<token>:<owner>': the hold lasts <lasts_us> µs from the server time its
 -- registration has as its score, which came after that registering try's send, so its
--- client counts the hold's deadline from that send (no clock offset between hosts);
--- <token> is 0 without one. The next waiter is told to try when the grant lapses, as for
+-- client counts the hold's deadline from that send (no offset between the client's clock
+-- and this server's enters, provided this server's clock also wrote the score: a client
+-- whose route moved since, as after a failover, takes the lock with a try instead, see
+-- sync/grant.rs); <token> is 0 without one. The next waiter is told to try when the grant lapses, as for
 -- a reservation. Returns the owner, or nil when nobody (alive) waits.
 --
 -- The hold is written before the message goes out, and only for a listener here: a
