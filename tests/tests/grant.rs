@@ -325,3 +325,101 @@ async fn a_grant_across_a_moved_route_is_taken_with_a_try() {
     assert!(!granted.is_lost());
     granted.unlock().await.unwrap();
 }
+
+/// Registers `owners` as waiting for the lock `name` ahead of everyone (scores older than
+/// any real registration), as clients that were there before: gone ones, or one that
+/// froze (a listener that never acts).
+fn register_ahead(server: &RedisServer, name: &str, owners: &[String]) {
+    let mut conn = server.connection();
+    for (i, owner) in owners.iter().enumerate() {
+        redis::cmd("ZADD")
+            .arg(registry(name))
+            .arg(1_000_000_000_000_000u64 + i as u64)
+            .arg(owner)
+            .exec(&mut conn)
+            .unwrap();
+    }
+    redis::cmd("PEXPIRE")
+        .arg(registry(name))
+        .arg(60_000)
+        .exec(&mut conn)
+        .unwrap();
+}
+
+/// A hundred waiters of clients that are gone (a rolling restart) sit ahead of a live
+/// one. One release looks at 64 registry entries at most; the release then goes on with
+/// the lock's `leave` until the live waiter is told, so it gets the lock at once rather
+/// than at its recheck (10 s here). Before the fix it waited for the recheck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_behind_a_hundred_gone_clients_are_told() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let guard = holder.lock("{crowd}").lock().await.unwrap();
+    let gone: Vec<String> = (0..100).map(|i| format!("gone{i}:1")).collect();
+    register_ahead(&server, "{crowd}", &gone);
+    let waiter = slow_recheck(&server.url()).await;
+    let lock = waiter.lock("{crowd}");
+    let task = tokio::spawn(async move { lock.lock().await.unwrap() });
+    registered(&server, "{crowd}", 101).await;
+
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("the live waiter behind 100 gone ones was left to its recheck")
+        .unwrap();
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "served {took:?} after the release"
+    );
+    let left: Vec<String> = server
+        .connection()
+        .zrange(registry("{crowd}"), 0, -1)
+        .unwrap();
+    assert!(
+        left.is_empty(),
+        "gone waiters left registered: {}",
+        left.len()
+    );
+    granted.unlock().await.unwrap();
+}
+
+/// The release gives the lock to the oldest waiter, of a client that froze after it
+/// registered two waiters (its connection open: it counts as listening, and never acts).
+/// The waiter told to try when that grant lapses must be one that can act: not the frozen
+/// client's other waiter but the live one behind it, which then gets the lock when the
+/// 100 ms grant lapses. Before the fix the frozen client's second waiter was told, and the
+/// live one slept until its recheck (10 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_up_of_a_frozen_grantee_is_of_another_client() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let guard = holder.lock("{thaw}").lock().await.unwrap();
+    let frozen = ["frozen:1".to_owned(), "frozen:2".to_owned()];
+    let mut listener = server.connection();
+    redis::cmd("SUBSCRIBE")
+        .arg(dlock_tests::keys::LockKeys::new("", "{thaw}").wake_channel("frozen"))
+        .exec(&mut listener)
+        .unwrap();
+    register_ahead(&server, "{thaw}", &frozen);
+    let waiter = slow_recheck(&server.url()).await;
+    let lock = waiter.lock("{thaw}");
+    let task = tokio::spawn(async move { lock.lock().await.unwrap() });
+    registered(&server, "{thaw}", 3).await;
+
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("the live waiter behind a frozen client was left to its recheck")
+        .unwrap();
+    let took = released.elapsed();
+    // The grant to the frozen waiter lasts 100 ms; then the live one is served.
+    assert!(
+        took >= Duration::from_millis(90) && took < Duration::from_secs(1),
+        "served {took:?} after the release"
+    );
+    granted.unlock().await.unwrap();
+    drop(listener);
+}

@@ -413,6 +413,13 @@ impl Lock {
         release_job(&self.name, &self.keys, field, ReleaseKind::Owner)
     }
 
+    /// The `leave` of the owner `field`, which holds nothing of this lock and does not
+    /// wait for it (a multi-lock that passed it on): it goes on telling the waiters a
+    /// hand-off left untold.
+    pub(crate) fn leave_release(&self, field: &str) -> ReleaseJob {
+        release_job(&self.name, &self.keys, field, ReleaseKind::Unheard).uncounted()
+    }
+
     /// The guard of `held`, given back with the lock's release script.
     fn guard(&self, held: Arc<Held>) -> LockGuard {
         LockGuard::new(self.client.clone(), Arc::clone(&held), |op| {

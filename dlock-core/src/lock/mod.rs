@@ -292,18 +292,51 @@ impl Lock {
             .key(&self.keys.naps)
             .arg(inner.backend.publish_command())
             .arg(HAND_OFF_RESERVATION.as_millis() as u64);
-        // The shared reply grammar: an integer is the number of locks deleted.
-        let reply: Reply = inner
+        let reply: redis::Value = inner
             .backend
             .invoke(&invocation)
             .await
             .map_err(|e| e.into_lock_error(&self.name, "force-unlock"))?;
-        let deleted = match reply {
-            Reply::Busy { wait_ms, .. } => wait_ms == 1,
-            other => return Err(other.refusal(&self.name, "force-unlock", LockKind::Lock)),
+        // The number of locks deleted, with 'untold' after it when the hand-off stopped at
+        // its bound with waiters left untold; otherwise the shared reply grammar's refusals.
+        let (deleted, untold) = match reply {
+            redis::Value::Int(deleted) => (deleted == 1, false),
+            redis::Value::Array(items) => match items.as_slice() {
+                [redis::Value::Int(deleted), redis::Value::BulkString(untold)]
+                    if untold.as_slice() == b"untold" =>
+                {
+                    (*deleted == 1, true)
+                }
+                _ => return Err(self.unexpected("force-unlock", &items)),
+            },
+            other => {
+                let refusal = <Reply as redis::FromRedisValue>::from_redis_value(other)
+                    .map_err(|e| self.unexpected("force-unlock", &e))?;
+                return Err(refusal.refusal(&self.name, "force-unlock", LockKind::Lock));
+            }
         };
+        if untold {
+            // An owner that never waited leaves: the lock's `leave` goes on passing it.
+            let nobody = inner.new_owner_field();
+            let job = release_job(&self.name, &self.keys, &nobody, ReleaseKind::Unheard);
+            inner.release_in_background(job.uncounted());
+        }
         tracing::info!(lock = %self.name, deleted, "dlock: force unlock");
         Ok(deleted)
+    }
+
+    /// The error for a reply this lock's script never gives (a script of another dlock
+    /// version loaded under the same hash, say): reported, never acted on.
+    fn unexpected(&self, action: &'static str, reply: &dyn std::fmt::Debug) -> LockError {
+        LockError::Redis {
+            name: self.name.to_string(),
+            action,
+            source: redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "unexpected reply from a dlock script",
+                format!("{reply:?}"),
+            )),
+        }
     }
 
     fn timeout(&self, wait: Option<Duration>) -> LockError {

@@ -55,7 +55,9 @@ pub(crate) fn release_job(
             true,
         )
         // A release that may give the lock away mints the token of whoever gets it.
-        .with_hand_off_key(&keys.fence),
+        .with_hand_off_key(&keys.fence)
+        // Its mode is its second argument; in mode `leave` it goes on telling waiters.
+        .passing_on_with_leave(1),
         label: None,
         counted: true,
     }

@@ -207,8 +207,24 @@ impl MultiLock {
                     tracing::debug!(locks = ?self.names(), owner = %field, "dlock: multi-lock acquired");
                     return Ok(MultiGuard::new(guards));
                 }
-                Ok((_, Reply::Busy { wait_ms, at })) if at < self.locks.len() => {
+                Ok((
+                    _,
+                    Reply::Busy {
+                        wait_ms,
+                        at,
+                        untold,
+                    },
+                )) if at < self.locks.len() => {
                     blocker = at;
+                    if untold {
+                        // A lock the set passed on left waiters untold: each other lock's
+                        // `leave` of this owner goes on telling them.
+                        for (i, lock) in self.locks.iter().enumerate() {
+                            if i != at {
+                                inner.release_in_background(lock.leave_release(&field));
+                            }
+                        }
+                    }
                     NotYet::Busy { ttl_ms: wait_ms }
                 }
                 Ok((_, other)) => {

@@ -67,7 +67,13 @@ pub(crate) enum Reply {
     GrantedAll(Vec<Option<Fence>>),
     /// An integer, or `{'busy', i, ms}` for a set: key `at` (0-based) is held by another
     /// owner; the next try is worth it after `wait_ms` at the latest (negative: unknown).
-    Busy { wait_ms: i64, at: usize },
+    /// `untold`: `{'busy', i, ms, 'untold'}`, a lock the set passed on left waiters
+    /// untold (see `lock/scripts/handoff.lua`).
+    Busy {
+        wait_ms: i64,
+        at: usize,
+        untold: bool,
+    },
     /// `notheld`: a re-entry found its owner's hold gone.
     NotHeld,
     /// `upgrade`: a read-write lock's write re-entry found an owner that only reads.
@@ -145,7 +151,11 @@ impl redis::FromRedisValue for Reply {
         };
         match value {
             redis::Value::Nil => Ok(Reply::Granted(None)),
-            redis::Value::Int(wait_ms) => Ok(Reply::Busy { wait_ms, at: 0 }),
+            redis::Value::Int(wait_ms) => Ok(Reply::Busy {
+                wait_ms,
+                at: 0,
+                untold: false,
+            }),
             redis::Value::Array(items) => match items.as_slice() {
                 [single @ redis::Value::Int(_)] => match token(single)? {
                     Some(fence) => Ok(Reply::Granted(Some(fence))),
@@ -156,12 +166,18 @@ impl redis::FromRedisValue for Reply {
                     .map(token)
                     .collect::<Result<Vec<_>, _>>()
                     .map(Reply::GrantedAll),
-                [redis::Value::BulkString(tag), redis::Value::Int(at), redis::Value::Int(wait_ms)]
+                [redis::Value::BulkString(tag), redis::Value::Int(at), redis::Value::Int(wait_ms), untold @ ..]
                     if tag.as_slice() == b"busy" =>
                 {
+                    let untold = match untold {
+                        [] => false,
+                        [redis::Value::BulkString(what)] if what.as_slice() == b"untold" => true,
+                        _ => return Err(unexpected(&items)),
+                    };
                     Ok(Reply::Busy {
                         wait_ms: *wait_ms,
                         at: position(*at)?,
+                        untold,
                     })
                 }
                 _ => Err(unexpected(&items)),
@@ -463,7 +479,8 @@ mod tests {
             decode(Value::Int(250)),
             Reply::Busy {
                 wait_ms: 250,
-                at: 0
+                at: 0,
+                untold: false
             }
         ));
         assert!(matches!(
@@ -472,7 +489,24 @@ mod tests {
                 Value::Int(2),
                 Value::Int(-1)
             ])),
-            Reply::Busy { wait_ms: -1, at: 1 }
+            Reply::Busy {
+                wait_ms: -1,
+                at: 1,
+                untold: false
+            }
+        ));
+        assert!(matches!(
+            decode(Value::Array(vec![
+                text("busy"),
+                Value::Int(1),
+                Value::Int(30),
+                text("untold")
+            ])),
+            Reply::Busy {
+                wait_ms: 30,
+                at: 0,
+                untold: true
+            }
         ));
         assert!(matches!(decode(text("notheld")), Reply::NotHeld));
         assert!(matches!(decode(text("upgrade")), Reply::Upgrade));

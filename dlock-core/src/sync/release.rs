@@ -142,6 +142,10 @@ pub(crate) struct ReleaseOp {
     /// release leaves nothing of the owner's: a retry that finds nothing of the owner's
     /// reports the first attempt's success (its reply was lost) rather than "not held".
     pub(crate) finds_nothing_once_done: bool,
+    /// Where the op's mode argument is, for a script whose answer may say that waiters
+    /// were left untold (the lock's: see `lock/scripts/handoff.lua`): the same call in
+    /// mode `leave` goes on telling them.
+    pass_on_mode: Option<usize>,
 }
 
 impl ReleaseOp {
@@ -164,7 +168,16 @@ impl ReleaseOp {
             call,
             hand_off_key: None,
             finds_nothing_once_done,
+            pass_on_mode: None,
         }
+    }
+
+    /// A release whose script may answer that waiters were left untold: the op's own
+    /// argument `mode_at` is its mode, and the call in mode `leave` goes on telling them
+    /// (see [`release`]).
+    pub(crate) fn passing_on_with_leave(mut self, mode_at: usize) -> ReleaseOp {
+        self.pass_on_mode = Some(mode_at);
+        self
     }
 
     /// A release that may give the lock away also passes `key`, after the op's keys (see
@@ -241,7 +254,10 @@ pub(crate) async fn release(
             None => backend.invoke::<Reply>(&invocation).await,
         };
         match reply {
-            Ok(Reply(outcome, next)) => {
+            Ok(Reply(outcome, next, untold)) => {
+                if untold {
+                    Box::pin(pass_on(backend, timing, job, &invocation)).await;
+                }
                 let released = match outcome {
                     n if n < 0 && failures > 0 && job.op.finds_nothing_once_done => {
                         // The first attempt's outcome is unknown (no reply): the hold is
@@ -268,6 +284,44 @@ pub(crate) async fn release(
     }
 }
 
+/// The most calls one release sends to tell the waiters a search left untold: each call
+/// passes over up to 64 registry entries of clients that are gone, so this covers
+/// thousands of them; past it the waiters left fall back to their recheck.
+const MAX_PASS_ON_CALLS: usize = 256;
+
+/// After a release whose hand-off stopped at its bound with waiters left untold (the
+/// registry's first entries were clients that are gone): the same call in mode `leave`
+/// (the owner, which holds nothing now, leaves again) goes on from where it stopped,
+/// until a waiter that can take the lock was told. Bounded work per call, but the live
+/// waiters are told. A failure is logged: the waiters left fall back to their recheck.
+async fn pass_on(
+    backend: &Backend,
+    timing: ReleaseTiming,
+    job: &ReleaseJob,
+    invocation: &crate::scripts::ScriptCall,
+) {
+    let Some(mode_at) = job.op.pass_on_mode else {
+        return;
+    };
+    let mut leave = invocation.clone();
+    leave.set_arg(mode_at, "leave");
+    for _ in 0..MAX_PASS_ON_CALLS {
+        let outcome = timing
+            .retry
+            .run(&job.name, None, || backend.invoke::<Reply>(&leave))
+            .await;
+        match outcome {
+            Ok((_, Reply(_, _, true))) => {}
+            Ok(_) => return,
+            Err(error) => {
+                tracing::debug!(lock = %job.name, %error, "dlock: telling the waiters behind gone clients failed; they recheck");
+                return;
+            }
+        }
+    }
+    tracing::warn!(lock = %job.name, calls = MAX_PASS_ON_CALLS, "dlock: waiters left untold behind gone clients; they recheck");
+}
+
 /// A release that may give the lock to the client's next task, followed by `WAIT` for
 /// `acks` (see `Backend::invoke_replicated`): that task's hold counts only once the
 /// replicas confirmed it, as its own acquisition would. Unconfirmed, the task is not told
@@ -283,7 +337,7 @@ async fn confirmed(
         .invoke_replicated::<Reply>(name, invocation, acks, given)
         .await
     {
-        Err(CallError::NotReplicated { .. }) => Ok(Reply(0, NextHolder::Anyone)),
+        Err(CallError::NotReplicated { .. }) => Ok(Reply(0, NextHolder::Anyone, false)),
         other => other,
     }
 }
@@ -297,18 +351,27 @@ pub(crate) enum Sending {
     Again,
 }
 
-/// A release script's answer: the holds left (or a negative number), and for a freed
-/// lock whom it goes to next.
-struct Reply(i64, NextHolder);
+/// A release script's answer: the holds left (or a negative number), for a freed lock
+/// whom it goes to next, and whether passing it on left waiters untold (see [`pass_on`]).
+struct Reply(i64, NextHolder, bool);
 
 impl redis::FromRedisValue for Reply {
     fn from_redis_value(value: redis::Value) -> Result<Reply, redis::ParsingError> {
-        let redis::Value::Array(items) = value else {
-            return Ok(Reply(i64::from_redis_value(value)?, NextHolder::Anyone));
+        let redis::Value::Array(mut items) = value else {
+            return Ok(Reply(
+                i64::from_redis_value(value)?,
+                NextHolder::Anyone,
+                false,
+            ));
         };
+        let untold = matches!(items.last(), Some(redis::Value::BulkString(last)) if last.as_slice() == b"untold");
+        if untold {
+            items.pop();
+        }
         let unexpected =
             || format!("unexpected reply from a dlock release script: {items:?}").into();
         let (how, token) = match items.as_slice() {
+            [redis::Value::Int(outcome)] => return Ok(Reply(*outcome, NextHolder::Anyone, untold)),
             [redis::Value::Int(0), how] => (how, None),
             [redis::Value::Int(0), how, redis::Value::Int(token)] => (how, Some(*token)),
             _ => return Err(unexpected()),
@@ -330,7 +393,7 @@ impl redis::FromRedisValue for Reply {
             ("passed", None) => NextHolder::Another,
             _ => return Err(unexpected()),
         };
-        Ok(Reply(0, next))
+        Ok(Reply(0, next, untold))
     }
 }
 

@@ -7,7 +7,9 @@
 -- ARGV[1]  publish command: 'publish' or 'spublish'
 -- ARGV[2]  how long the lock stays reserved for the waiter it is passed to, in ms
 --
--- Returns 1 when a lock was deleted, 0 when there was none, 'kind:<kind>' when the name
+-- Returns 1 when a lock was deleted, 0 when there was none ({1, 'untold'} or {0, 'untold'}
+-- when the hand-off stopped at its bound with waiters left untold: see handoff.lua),
+-- 'kind:<kind>' when the name
 -- is held as a fair or read-write lock (their own force unlock tells their waiters), and
 -- 'wrongtype:<type>' when the key holds another type of value, or a hash that is not in
 -- the lock's layout: that is application data, not a lock, and is left alone.
@@ -18,7 +20,7 @@
 local found = redis.call('type', KEYS[1]).ok
 if found == 'none' then
   hand_off(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
-  return 0
+  return with_untold(0)
 end
 if found ~= 'hash' then
   return 'wrongtype:' .. found
@@ -48,4 +50,4 @@ for _, field in ipairs(fields) do
 end
 redis.call('del', KEYS[1])
 hand_off(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
-return 1
+return with_untold(1)

@@ -23,9 +23,29 @@
 -- was told) holds the others up for the reservation only. A waiter already told to try
 -- by then (see naps.lua) is not told again: one message per lapse is enough.
 
--- The most registry entries one call passes over as gone before it gives up: bounds the
--- work of one call; what is left is passed over by the next hand-off.
+-- The most registry entries one call looks at before it stops: bounds the work of one
+-- call. A search stopped by it with entries left sets `left_untold`, and the script's
+-- answer says so ('untold'): the client then sends the lock's 'leave' (release.lua),
+-- which goes on from there, until every live waiter that must be told was told.
 local MAX_PASSED_OVER = 64
+local left_untold = false
+
+-- `reply` with 'untold' after it when a search stopped at MAX_PASSED_OVER.
+local function with_untold(reply)
+  if not left_untold then
+    return reply
+  end
+  if type(reply) == 'table' then
+    reply[#reply + 1] = 'untold'
+    return reply
+  end
+  return {reply, 'untold'}
+end
+
+-- The client id of an owner field.
+local function client_of(owner)
+  return string.match(owner, '^[^:]*')
+end
 
 -- The lock name kinds that share the lock's key, from the hash's marker fields ('mode':
 -- a read-write lock, '!fair': a fair lock, neither: a lock). `key` must hold a hash.
@@ -55,28 +75,45 @@ local function tell(publish, registry, owner, what)
   return redis.call(command, wake_channel(registry, owner), what .. ':' .. owner) > 0
 end
 
--- Tells the longest-waiting owner of `registry` whose client still listens to try when
--- a reservation lapses, `lapse_in` ms after `now` (server ms), unless it was told to try
--- by then already (`naps`); the ones whose client is gone leave the registry.
-local function tell_runner_up(registry, naps, publish, now, lapse_in)
+-- Tells the longest-waiting owner of `registry` whose client still listens, and is not
+-- the client of `chosen` (the owner the lock was reserved for or given to), to try when
+-- that reservation or grant lapses, `lapse_in` ms after `now` (server ms), unless it was
+-- told to try by then already (`naps`); the ones whose client is gone leave the registry.
+--
+-- Not a waiter of the chosen owner's client: a client that froze after it was told
+-- (its connection still open, so it counts as listening) holds every waiter of it, and
+-- the runner-up must be one that can act when the lapse comes. A chosen client that
+-- lives acts itself: its owner takes the lock, or its cleanup passes it on at once.
+local function tell_runner_up(registry, naps, publish, now, lapse_in, chosen)
   local lapse = now + lapse_in
   local message = 'next:' .. lapse_in
+  local skipped = chosen and client_of(chosen)
+  local at = 0
+  local gone = 0
   for _ = 1, MAX_PASSED_OVER do
-    local runner_up = redis.call('zrange', registry, 0, 0)[1]
+    local runner_up = redis.call('zrange', registry, at, at)[1]
     if runner_up == nil then
       return
     end
-    local told = redis.call('zscore', naps, runner_up)
-    if told and tonumber(told) <= lapse then
-      return
+    if client_of(runner_up) == skipped then
+      at = at + 1
+    else
+      local told = redis.call('zscore', naps, runner_up)
+      if told and tonumber(told) <= lapse then
+        return
+      end
+      if tell(publish, registry, runner_up, message) then
+        -- What it was told, if it waits (XX: never a promise for an owner that left).
+        redis.call('zadd', naps, 'xx', lapse, runner_up)
+        return
+      end
+      redis.call('zrem', registry, runner_up)
+      gone = gone + 1
     end
-    if tell(publish, registry, runner_up, message) then
-      -- What it was told, if it waits (XX: never a promise for an owner that left).
-      redis.call('zadd', naps, 'xx', lapse, runner_up)
-      return
-    end
-    redis.call('zrem', registry, runner_up)
   end
+  -- Went on from here by the next call only if this one made way (removed the gone):
+  -- the chosen client's own waiters stay, and a next call would meet them again.
+  left_untold = gone > 0 and redis.call('zcard', registry) > at
 end
 
 -- Reserves the free lock `key` for `owner` ('!next') for `reservation` ms, and tells the
@@ -84,7 +121,7 @@ end
 local function reserve(key, registry, naps, publish, reservation, owner)
   redis.call('hset', key, '!next', owner)
   redis.call('pexpire', key, reservation)
-  tell_runner_up(registry, naps, publish, now_ms(), tonumber(reservation))
+  tell_runner_up(registry, naps, publish, now_ms(), tonumber(reservation), owner)
 end
 
 -- Passes the free lock `key` to the longest-waiting owner whose client still listens:
@@ -101,6 +138,7 @@ local function hand_off(key, registry, naps, publish, reservation)
       return oldest
     end
   end
+  left_untold = redis.call('exists', registry) == 1
   return nil
 end
 
@@ -166,11 +204,12 @@ local function grant_to_oldest(key, registry, naps, publish, grant_ms, counter)
       -- one's): the owner then finds too little left and takes the lock with a try.
       local lasts_us = math.max(0, expires_ms * 1000 - tonumber(oldest[2]))
       tell(publish, registry, owner, 'held:' .. string.format('%d', lasts_us) .. ':' .. string.format('%d', token))
-      tell_runner_up(registry, naps, publish, ms_of(time), tonumber(grant_ms))
+      tell_runner_up(registry, naps, publish, ms_of(time), tonumber(grant_ms), owner)
       return owner
     end
     tell(publish, registry, owner, 'pass')
   end
+  left_untold = redis.call('exists', registry) == 1
   return nil
 end
 

@@ -46,7 +46,9 @@
 -- acquire had taken it (its hold, its lease from now, its token, the last element only
 -- with ARGV[10] = '1'), and nobody else waited; {0, 'kept', token} when that task holds
 -- it and others wait (they were not told); or {0, 'passed'} when the lock went to the
--- longest-waiting live waiter.
+-- longest-waiting live waiter. 'untold' follows the answer ({-1, 'untold'},
+-- {0, 'passed', 'untold'}...) when passing the lock on stopped at its bound with waiters
+-- left untold (see handoff.lua): the client sends this owner's 'leave', which goes on.
 --
 -- A release gives the lock to the client's next task itself, which saves that task the
 -- round trip of its own try: the client counts the task's deadline from the release's
@@ -204,15 +206,15 @@ if abandon then
     if found[2] == owner and redis.call('hlen', KEYS[1]) == 1 then
       redis.call('del', KEYS[1])
     elseif found[2] then
-      -- Reserved for another, and the owner may have been the one told to try when
-      -- that reservation lapses: the next waiter is told instead.
-      tell_runner_up(KEYS[2], KEYS[4], ARGV[4], now_ms(), math.max(redis.call('pttl', KEYS[1]), 0))
-      return -1
+      -- Reserved for, or given to, another, and the owner may have been the one told to
+      -- try when that lapses: the next waiter is told instead.
+      tell_runner_up(KEYS[2], KEYS[4], ARGV[4], now_ms(), math.max(redis.call('pttl', KEYS[1]), 0), found[2])
+      return with_untold(-1)
     elseif redis.call('exists', KEYS[1]) == 1 then
       return -1
     end
     hand_off(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[5])
-    return -1
+    return with_untold(-1)
   end
   -- Every hold of an owner whose acquisition ended without a guard goes.
   redis.call('del', KEYS[1])
@@ -228,6 +230,6 @@ if handed then
   return handed
 end
 if grant_to_oldest(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[5], KEYS[5]) then
-  return {0, 'passed'}
+  return with_untold({0, 'passed'})
 end
-return 0
+return with_untold(0)

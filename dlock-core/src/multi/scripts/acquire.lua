@@ -24,7 +24,9 @@
 -- and the time in ms until it can change hands, so the caller naps until then and listens
 -- on that lock's channel. Nothing of the owner's is left then but its registration as a
 -- waiter of KEYS[i]: it leaves every other registry, and a lock reserved for it that it
--- cannot take now goes to that lock's next waiter. 'wrongtype:<i>:<type>' when KEYS[i]
+-- cannot take now goes to that lock's next waiter ({'busy', i, ttl, 'untold'} when that
+-- hand-off stopped at its bound with waiters left untold: the client then sends each
+-- lock's 'leave', see lock/scripts/handoff.lua). 'wrongtype:<i>:<type>' when KEYS[i]
 -- holds another type of value, 'kind:<i>:<kind>' when it is held as a fair or read-write
 -- lock (nothing is written in these cases).
 --
@@ -135,7 +137,7 @@ if blocker ~= nil then
     register(KEYS[2 * n + blocker], owner, time, ARGV[4])
     promise(KEYS[3 * n + blocker], owner, ms_of(time) + blocker_ttl, ARGV[4])
   end
-  return {'busy', blocker, blocker_ttl}
+  return with_untold({'busy', blocker, blocker_ttl})
 end
 
 if registered then
