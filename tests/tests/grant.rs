@@ -98,7 +98,7 @@ async fn a_granted_hold_has_the_next_token_and_is_extended_to_its_lease() {
     assert_eq!(
         (
             script_runs(&mut admin, "lock_acquire").await,
-            script_runs(&mut admin, "lock_renew").await
+            script_runs(&mut admin, "lock_extend").await
         ),
         (0, 1),
         "acquire calls and renewals after the release"

@@ -109,12 +109,24 @@ fn listen(server_url: &str, channel: &str) -> redis::Connection {
 /// The holder `HOLDER` holds; `WAITER` waits (registered), and its client listens:
 /// the holder's release grants the lock to the waiter (its hold and `!next` beside it).
 fn granted(lock: &mut Lock, url: &str) -> redis::Connection {
+    granted_with_runner_ups(lock, url, &[]).remove(0)
+}
+
+/// As [`granted`], with `others` (owners of other clients, each listening) waiting behind
+/// the grantee; returns every listener, the grantee's first.
+fn granted_with_runner_ups(lock: &mut Lock, url: &str, others: &[&str]) -> Vec<redis::Connection> {
     assert_eq!(
         lock.try_acquire(HOLDER, false),
         redis::Value::Array(vec![redis::Value::Int(1)])
     );
-    assert!(matches!(lock.try_acquire(WAITER, false), redis::Value::Int(ttl) if ttl > 0));
-    let listener = listen(url, &lock.keys.wake_channel(WAITER_CLIENT));
+    let mut listeners = vec![listen(url, &lock.keys.wake_channel(WAITER_CLIENT))];
+    for owner in std::iter::once(&WAITER).chain(others) {
+        assert!(matches!(lock.try_acquire(owner, false), redis::Value::Int(ttl) if ttl > 0));
+    }
+    for owner in others {
+        let client = owner.split(':').next().unwrap();
+        listeners.push(listen(url, &lock.keys.wake_channel(client)));
+    }
     let passed = lock.release(HOLDER, "one");
     assert_eq!(
         passed,
@@ -130,7 +142,7 @@ fn granted(lock: &mut Lock, url: &str) -> redis::Connection {
             .collect::<Vec<_>>(),
         [(WAITER.to_owned(), 1)]
     );
-    listener
+    listeners
 }
 
 /// A grant names its owner in `!next` beside the hold. The owner's short body ends and
@@ -162,21 +174,35 @@ fn a_late_leave_never_ends_a_minimum_hold() {
     );
 }
 
-/// The grantee's extension (the lock's renew script) makes the granted hold a hold like
-/// any other: `!next` goes with it.
+/// The grantee's extension (the lock's extend script) makes the granted hold a hold like
+/// any other: `!next` goes with it. And a waiter that was promised a sleep past the
+/// grantee's lease (it tried while the last holder's long lease ran) is told to try again:
+/// otherwise, should the grantee never release, it would sleep past the lock's end. (The
+/// runner-up, told to try when the grant lapses, needs no word.) Before the fix the
+/// extension was the renew script, which told nobody.
 #[test]
-fn an_extended_grant_is_a_plain_hold() {
+fn an_extended_grant_is_a_plain_hold_and_tells_the_overslept() {
     let server = RedisServer::start();
     let url = server.url();
     let mut lock = Lock::new(server);
-    let _listener = granted(&mut lock, &url);
+    // A third waiter, of another client, promised the holder's 30 s.
+    let _listener = granted_with_runner_ups(&mut lock, &url, &["v:1", "u:1"]);
     let key = lock.keys.key.clone();
-    let renewed: Vec<i64> = lock
+    let (registry, naps) = (lock.keys.registry.clone(), lock.keys.naps.clone());
+    let extended: i64 = lock
         .scripts
-        .call(&mut lock.conn, "lock_renew", &[&key], &["30000", WAITER])
+        .call(
+            &mut lock.conn,
+            "lock_extend",
+            &[&key, &registry, &naps],
+            &["500", WAITER, "publish"],
+        )
         .unwrap();
-    assert_eq!(renewed, [1]);
+    assert_eq!(extended, 1);
     assert_eq!(keys::marks(&mut lock.conn, &key), Default::default());
+    assert!(lock.pttl() > 400);
+    // The runner-up keeps its promise (the grant's lapse); the other was told and lost it.
+    assert_eq!(keys::napping(&mut lock.conn, &naps), ["v:1"]);
 }
 
 /// A `leave` for an owner with a `!next` naming it beside a hold that is not its own (a

@@ -13,7 +13,7 @@ use crate::error::{LossReason, Result};
 use crate::fence::Fence;
 use crate::kind::LockKind;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
-use crate::lock::scripts::{acquire_call, scripts, AcquireArgs};
+use crate::lock::scripts::{acquire_call, extend_call, scripts, AcquireArgs};
 use crate::redis::CallError;
 use crate::scripts::ScriptCall;
 use crate::sync::attempt::{PlaceLifetime, RegisteredFlag, Reply, TryStep};
@@ -173,9 +173,16 @@ impl Lock {
             .contended(true)
             .extending(),
         );
+        let call = extend_call(
+            &self.keys,
+            field,
+            lease_millis("lease", lease).ok()?,
+            inner.backend.publish_command(),
+        );
         grant::extend(
             inner.backend.clone(),
             Arc::clone(&held),
+            call,
             lease,
             settings.retry_delay,
         );

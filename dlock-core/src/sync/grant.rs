@@ -40,12 +40,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::error::LossReason;
 use crate::fence::Fence;
 use crate::redis::Backend;
+use crate::scripts::ScriptCall;
 use crate::sync::held::Held;
 use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::retry::backoff;
-use crate::sync::watchdog::renew_once;
+use crate::sync::watchdog::Renewal;
 
 /// The least a grant must have left for its waiter to hold it as it is: with less, the
 /// extension's round trip could not be confirmed before the grant's deadline, and the
@@ -92,21 +94,41 @@ impl Grant {
     }
 }
 
-/// Extends the granted hold `held` (made [`extending`](Held::extending)) to `lease`, in a
-/// task of its own: the hold's guard is in its owner's hands already. A transient error
-/// is retried while the hold is live (until the grant's deadline at the latest); a hold
-/// Redis no longer has for its owner is lost.
+/// Extends the granted hold `held` (made [`extending`](Held::extending)) to `lease` with
+/// `call` (the lock's extend script for its owner), in a task of its own: the hold's guard
+/// is in its owner's hands already. A transient error is retried while the hold is live
+/// (until the grant's deadline at the latest); a hold Redis no longer has for its owner is
+/// lost. The script also tells the waiters that were promised a sleep past the new lease's
+/// end to try again (see `lock/scripts/extend.lua`).
 ///
 /// (A client with `replica_acks` takes a grant with a try instead, see
 /// [`Grant::deadline`]'s callers, so the extension needs no `WAIT`.)
-pub(crate) fn extend(backend: Backend, held: Arc<Held>, lease: Duration, retry_delay: Duration) {
+pub(crate) fn extend(
+    backend: Backend,
+    held: Arc<Held>,
+    call: ScriptCall,
+    lease: Duration,
+    retry_delay: Duration,
+) {
     let extended = Arc::clone(&held);
     spawn_settling(held, async move {
         let mut failures = 0;
         while extended.is_live() {
-            match renew_once(&backend, &extended, lease, None).await {
-                Ok(_) => {
-                    tracing::trace!(lock = %extended.name, "dlock: granted hold extended (or found lost)");
+            let sent_at = Instant::now();
+            match backend.invoke::<Renewal>(&call).await {
+                Ok(renewal) => {
+                    let loss = match renewal {
+                        Renewal::Renewed => {
+                            extended.extend_to(sent_at + lease);
+                            tracing::trace!(lock = %extended.name, "dlock: granted hold extended");
+                            return;
+                        }
+                        Renewal::NotHeld => LossReason::NotHeldOnRenewal,
+                        Renewal::WrongType(found) => LossReason::WrongType { found },
+                    };
+                    if !extended.is_released() {
+                        extended.mark_lost(loss);
+                    }
                     return;
                 }
                 Err(error) => {

@@ -249,9 +249,10 @@ pub(crate) async fn renew_once(
     Ok(Some(reason))
 }
 
-/// One lock's entry in the `renew` script's answer.
+/// One lock's entry in the `renew` script's answer (and the `extend` script's, see
+/// `sync::grant`).
 #[derive(Debug, PartialEq, Eq)]
-enum Renewal {
+pub(crate) enum Renewal {
     Renewed,
     NotHeld,
     /// The key holds a value of this Redis type: something overwrote the lock.

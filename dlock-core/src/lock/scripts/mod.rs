@@ -15,6 +15,8 @@ pub(crate) struct LockScripts {
     pub(crate) acquire: Script,
     pub(crate) release: Script,
     pub(crate) renew: Script,
+    /// A granted hold extended to its owner's lease (see `sync::grant`).
+    pub(crate) extend: Script,
     pub(crate) force_unlock: Script,
     /// The last hold is given back but the lock stays taken until its minimum hold ends
     /// (`#[distributed_lock(min_hold = "...")]`).
@@ -41,6 +43,14 @@ pub(crate) fn scripts() -> &'static LockScripts {
             "lock/scripts/handoff.lua"
         ),
         renew: lua_script!(new, "lock_renew", "lock/scripts/renew.lua"),
+        extend: lua_script!(
+            new,
+            "lock_extend",
+            "lock/scripts/extend.lua",
+            "scripts/clock.lua",
+            "scripts/naps.lua",
+            "lock/scripts/handoff.lua"
+        ),
         force_unlock: lua_script!(
             new,
             "lock_force_unlock",
@@ -67,6 +77,7 @@ pub(crate) fn all() -> Vec<&'static Script> {
         &scripts.acquire,
         &scripts.release,
         &scripts.renew,
+        &scripts.extend,
         &scripts.force_unlock,
         &scripts.hold_until,
     ]
@@ -106,5 +117,23 @@ pub(crate) fn acquire_call(keys: &LockKeys, field: &str, args: AcquireArgs<'_>) 
     if let Some((marker, marker_ms)) = args.reentry {
         call.key(marker).arg(marker_ms);
     }
+    call
+}
+
+/// A call of the extend script (`extend.lua`) for the granted hold of `field` on the lock
+/// `keys`, to `lease_ms`.
+pub(crate) fn extend_call(
+    keys: &LockKeys,
+    field: &str,
+    lease_ms: u64,
+    publish: &str,
+) -> ScriptCall {
+    let mut call = scripts().extend.prepare_invoke();
+    call.key(&keys.key)
+        .key(&keys.channel)
+        .key(&keys.naps)
+        .arg(lease_ms)
+        .arg(field)
+        .arg(publish);
     call
 }

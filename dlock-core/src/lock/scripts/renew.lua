@@ -24,9 +24,6 @@ for i, key in ipairs(KEYS) do
     -- Never shortens: GT sets the expiry only when it moves it later (a key without
     -- one keeps none).
     redis.call('pexpire', key, ARGV[1], 'GT')
-    -- A hold a release granted (see handoff.lua) names its owner in '!next' until it is
-    -- extended, which this is: from now on it is a hold like any other.
-    redis.call('hdel', key, '!next')
     renewed[i] = 1
   else
     renewed[i] = 0
