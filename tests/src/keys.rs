@@ -6,7 +6,7 @@
 //! Names are built for a lock name with a hash tag (`{goods}:1`), whose helpers hash by
 //! that tag; an untagged name's helpers take a computed anchor, which tests need not know.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The Redis names of one lock.
 #[derive(Debug, Clone)]
@@ -59,7 +59,7 @@ impl LockKeys {
 /// # Panics
 ///
 /// When Redis fails, or a hold count is not a number.
-pub fn holders(conn: &mut redis::Connection, key: &str) -> BTreeMap<String, u64> {
+pub fn holders(conn: &mut redis::Connection, key: &str) -> HashMap<String, u32> {
     fields(conn, key)
         .into_iter()
         .filter(|(field, _)| is_owner(field))

@@ -49,10 +49,7 @@ impl Shop {
 
     /// The owners' hold counts (without their fencing tokens, `<owner>:f`).
     fn holds(&self, key: &str) -> HashMap<String, u32> {
-        let mut fields: HashMap<String, u32> =
-            self.redis.get_connection().unwrap().hgetall(key).unwrap();
-        fields.retain(|field, _| !field.ends_with(":f"));
-        fields
+        dlock_tests::keys::holders(&mut self.redis.get_connection().unwrap(), key)
     }
 
     fn ttl(&self, key: &str) -> i64 {

@@ -11,9 +11,7 @@ use redis::Commands;
 
 /// The owners' hold counts in the lock hash (without their fencing tokens, `<owner>:f`).
 fn holds(server: &RedisServer, key: &str) -> HashMap<String, u32> {
-    let mut fields: HashMap<String, u32> = server.connection().hgetall(key).unwrap();
-    fields.retain(|field, _| !field.ends_with(":f"));
-    fields
+    dlock_tests::keys::holders(&mut server.connection(), key)
 }
 
 fn pttl(server: &RedisServer, key: &str) -> i64 {

@@ -1,6 +1,5 @@
 //! Explicit leases: expiry, safe release after expiry, and validation before Redis.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dlock::{limits::MAX_LEASE, LockClient, LockError};
@@ -44,9 +43,7 @@ async fn an_expired_lease_lets_another_client_in_and_the_late_unlock_is_not_held
         matches!(err, LockError::NotHeld { ref name } if name == "lease"),
         "{err}"
     );
-    let mut fields: HashMap<String, u32> = server.connection().hgetall("lease").unwrap();
-    // Hold counts only, not the holder's fencing token (`<owner>:f`).
-    fields.retain(|field, _| !field.ends_with(":f"));
+    let fields = dlock_tests::keys::holders(&mut server.connection(), "lease");
     assert_eq!(fields.len(), 1);
     let (field, count) = fields.into_iter().next().unwrap();
     assert!(field.starts_with(&second.id().to_string()), "{field}");

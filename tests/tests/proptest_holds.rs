@@ -5,7 +5,6 @@
 //!
 //! `DLOCK_PROPTEST_CASES` sets the number of cases (default 24).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use dlock::{LockClient, LockGuard};
@@ -173,13 +172,9 @@ impl World<'_> {
 
     /// Each client's total hold count in Redis, by client id prefix of the fields.
     fn counts(&self) -> [u32; 2] {
-        let fields: HashMap<String, u32> = self.server.connection().hgetall(&self.name).unwrap();
+        let fields = dlock_tests::keys::holders(&mut self.server.connection(), &self.name);
         let mut counts = [0; 2];
-        // Hold counts only, not the owners' fencing tokens (`<owner>:f`).
-        for (field, count) in fields
-            .into_iter()
-            .filter(|(field, _)| !field.ends_with(":f"))
-        {
+        for (field, count) in fields {
             let owner = self
                 .clients
                 .iter()

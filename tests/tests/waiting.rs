@@ -1,6 +1,5 @@
 //! Waiting by pub/sub: prompt hand-off, no busy polling, bounded waits, force unlock.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dlock::LockClient;
@@ -142,9 +141,7 @@ async fn force_unlock_wakes_a_waiter_and_the_old_holder_cannot_release_the_new_l
 
     // The old holder is a non-owner now.
     assert!(old.unlock().await.unwrap_err().is_not_held());
-    let mut fields: HashMap<String, u32> = server.connection().hgetall("forced").unwrap();
-    // Hold counts only, not the holder's fencing token (`<owner>:f`).
-    fields.retain(|field, _| !field.ends_with(":f"));
+    let fields = dlock_tests::keys::holders(&mut server.connection(), "forced");
     assert_eq!(fields.len(), 1);
     assert!(
         fields

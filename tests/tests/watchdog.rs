@@ -75,11 +75,8 @@ async fn renewal_survives_the_server_killing_the_clients_connections() {
         !guard.is_lost(),
         "a dropped connection is transient, not a loss"
     );
-    let mut fields: std::collections::HashMap<String, u32> =
-        server.connection().hgetall("killed").unwrap();
-    // Hold counts only, not the holder's fencing token (`<owner>:f`).
-    fields.retain(|field, _| !field.ends_with(":f"));
-    assert_eq!(fields.len(), 1, "still held 5 s later");
+    let holders = dlock_tests::keys::holders(&mut server.connection(), "killed");
+    assert_eq!(holders.len(), 1, "still held 5 s later");
     guard.unlock().await.unwrap();
 }
 
