@@ -13,8 +13,9 @@ use crate::report::{print_json, LockView, RedLockView};
 struct Listing<T> {
     prefix: String,
     locks: Vec<T>,
-    /// Keys under the prefix that no lock name can have made (control characters, over
-    /// the length limit): counted, not shown, so that one of them cannot stop the listing.
+    /// Keys under the prefix that no lock can have made (a name or a hash field that is
+    /// not UTF-8, control characters, over the length limit): counted, not shown, so that
+    /// one of them cannot stop the listing.
     skipped: usize,
 }
 
@@ -30,7 +31,7 @@ pub(crate) async fn run(target: &Target, prefix: &str, json: bool) -> Result<(),
                 });
             }
             if skipped > 0 {
-                eprintln!("dlock: skipped {skipped} key(s) under the prefix that are not valid lock names");
+                eprintln!("dlock: skipped {skipped} key(s) under the prefix that no lock can have written");
             }
             locks.iter().map(LockView::line).collect::<Vec<_>>()
         }
@@ -57,8 +58,9 @@ pub(crate) async fn run(target: &Target, prefix: &str, json: bool) -> Result<(),
 
 /// The locks under `prefix`, and how many keys there could not be read as one.
 async fn locks(client: &LockClient, prefix: &str) -> Result<(Vec<LockView>, usize), CliError> {
-    let (mut locks, mut skipped) = (Vec::new(), 0);
-    for name in client.list_locks(prefix).await? {
+    let listing = client.lock_listing(prefix).await?;
+    let (mut locks, mut skipped) = (Vec::new(), listing.skipped);
+    for name in listing.names {
         match client.lock(&name).inspect().await {
             Ok(info) => locks.push(LockView::from(&info)),
             // Replaced by something else since the scan: not a lock any more.

@@ -1084,10 +1084,50 @@ async fn application_text_is_shown_escaped() {
     assert_eq!(outputs[1].lines().count(), 2, "{}", outputs[1]);
     assert_eq!(
         String::from_utf8_lossy(&list.stderr),
-        "dlock: skipped 1 key(s) under the prefix that are not valid lock names\n"
+        "dlock: skipped 1 key(s) under the prefix that no lock can have written\n"
     );
     let doc = json(&dlock(&config, &["--json", "list"], "").await);
     assert_eq!(doc["skipped"], 1);
     let doc = json(&dlock(&config, &["--json", "inspect", "plain"], "").await);
     assert_eq!(doc["holders"][0]["id"], hostile_owner);
+}
+
+/// One hash an application wrote under the prefix with a value that is not UTF-8 (and a
+/// key whose name is not UTF-8) must not stop the operator from listing the locks: `list`
+/// skips and counts them. Before the fix it failed with "Cannot convert from UTF-8".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_are_not_text_are_skipped_and_counted_by_list() {
+    let server = RedisServer::start();
+    let config = ConfigFile::single(&server);
+    let client = dlock::LockClient::builder()
+        .key_prefix("shop:")
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let guard = client.lock("goods:1").lock().await.unwrap();
+    let mut admin = server.connection();
+    redis::cmd("HSET")
+        .arg("shop:goods:binary")
+        .arg("c:1")
+        .arg(&b"\xff\xfe"[..])
+        .query::<()>(&mut admin)
+        .unwrap();
+    redis::cmd("HSET")
+        .arg(&b"shop:goods:\xff"[..])
+        .arg("c:1")
+        .arg(1)
+        .query::<()>(&mut admin)
+        .unwrap();
+    let list = dlock(&config, &["list"], "").await;
+    assert!(list.status.success(), "{list:?}");
+    let listed = stdout(&list);
+    assert!(listed.starts_with("goods:1  held by "), "{listed}");
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert_eq!(
+        String::from_utf8_lossy(&list.stderr),
+        "dlock: skipped 2 key(s) under the prefix that no lock can have written\n"
+    );
+    let doc = json(&dlock(&config, &["--json", "list"], "").await);
+    assert_eq!(doc["skipped"], 2);
+    guard.unlock().await.unwrap();
 }

@@ -18,7 +18,9 @@ impl LockClient {
     /// stays while no permit is held), found with `SCAN` on every master of the
     /// deployment (never `KEYS`, which would block Redis) and read with `HGETALL`. A lock
     /// taken or released meanwhile may or may not be listed; a name used by a lock and a
-    /// semaphore at once is listed once.
+    /// semaphore at once is listed once. Keys that cannot be a lock's (a name or a field
+    /// that is not UTF-8) are left out: [`lock_listing`](LockClient::lock_listing)
+    /// counts them.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -49,20 +51,40 @@ impl LockClient {
     ///
     /// Cancel safe: it only reads.
     pub async fn list_locks(&self, name_prefix: &str) -> Result<Vec<String>> {
+        Ok(self.lock_listing(name_prefix).await?.names)
+    }
+
+    /// [`list_locks`](LockClient::list_locks), with the count of keys under the prefix it
+    /// left out because no lock can have written them (a key name, or a field or value of
+    /// a hash, that is not UTF-8): one key another program wrote there must not stop an
+    /// operator from listing the locks, nor hide that it is there.
+    ///
+    /// # Errors
+    ///
+    /// As [`list_locks`](LockClient::list_locks).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn lock_listing(&self, name_prefix: &str) -> Result<LockListing> {
         check_text("name prefix", name_prefix)?;
         let prefix = self.key_prefix();
         let pattern = format!("{}*", glob_escape(&format!("{prefix}{name_prefix}")));
         let backend = &self.inner.backend;
-        let keys = backend
+        let (keys, mut skipped) = backend
             .scan(&pattern, "hash")
             .await
             .map_err(|e| e.into_lock_error(name_prefix, "list"))?;
         let mut names = Vec::new();
         for key in keys {
-            let hash: HashMap<String, String> = backend
+            let fields: Vec<(Vec<u8>, Vec<u8>)> = backend
                 .query(redis::cmd("HGETALL").arg(&key))
                 .await
                 .map_err(|e| e.into_lock_error(&key, "list"))?;
+            let Some(hash) = utf8_hash(fields) else {
+                skipped += 1;
+                continue;
+            };
             // Gone since the scan, or someone else's hash.
             if hash.is_empty() || Layout::parse(hash).is_none() {
                 continue;
@@ -71,10 +93,11 @@ impl LockClient {
                 names.push(name.to_owned());
             }
         }
-        let capacities = backend
+        let (capacities, unreadable) = backend
             .scan(&SemKeys::capacity_pattern(prefix, name_prefix), "string")
             .await
             .map_err(|e| e.into_lock_error(name_prefix, "list"))?;
+        skipped += unreadable;
         names.extend(
             capacities
                 .iter()
@@ -82,7 +105,7 @@ impl LockClient {
         );
         names.sort();
         names.dedup();
-        Ok(names)
+        Ok(LockListing { names, skipped })
     }
 
     /// `id` (an owner field or a client id) with the description its client registered.
@@ -104,4 +127,29 @@ impl LockClient {
             client_id,
         })
     }
+}
+
+/// What [`LockClient::lock_listing`] found under a prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockListing {
+    /// The lock names, sorted (see [`LockClient::list_locks`]).
+    pub names: Vec<String>,
+    /// Keys under the prefix left out because no lock can have written them: a name, or
+    /// a hash's field or value, that is not UTF-8.
+    pub skipped: usize,
+}
+
+/// The hash `fields` as text, or `None` when a field or value is not UTF-8 (no dlock
+/// script writes one).
+fn utf8_hash(fields: Vec<(Vec<u8>, Vec<u8>)>) -> Option<HashMap<String, String>> {
+    fields
+        .into_iter()
+        .map(|(field, value)| {
+            Some((
+                String::from_utf8(field).ok()?,
+                String::from_utf8(value).ok()?,
+            ))
+        })
+        .collect()
 }

@@ -47,6 +47,7 @@ pub use crate::kind::LockKind;
 pub use crate::rw::layout::ReadWriteMode;
 pub use crate::sync::metrics::{Stats, LATENCY_BOUNDS};
 pub use info::{LockHolder, LockInfo, OwnerHold, Participant, ReadWriteInfo, SemaphoreInfo};
+pub use list::LockListing;
 pub use track::LockTracker;
 
 impl Lock {

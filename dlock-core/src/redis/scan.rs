@@ -39,9 +39,14 @@ impl Backend {
         decoded(reply)
     }
 
-    /// Every key of type `kind` whose name matches the glob `pattern`, on every master;
-    /// each call bounded by the command timeout.
-    pub(crate) async fn scan(&self, pattern: &str, kind: &str) -> Result<Vec<String>, CallError> {
+    /// Every key of type `kind` whose name matches the glob `pattern`, on every master,
+    /// and how many were left out for a name that is not UTF-8 (see [`page`]); each call
+    /// bounded by the command timeout.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        kind: &str,
+    ) -> Result<(Vec<String>, usize), CallError> {
         let scan = |cursor: u64| {
             let mut cmd = redis::cmd("SCAN");
             cmd.arg(cursor)
@@ -53,7 +58,7 @@ impl Backend {
                 .arg(kind);
             cmd
         };
-        let mut keys = Vec::new();
+        let (mut keys, mut skipped) = (Vec::new(), 0);
         match &self.shared.route {
             Route::Cluster(route) => {
                 self.follow_runtime().await?;
@@ -71,8 +76,9 @@ impl Backend {
                         let reply = self
                             .bounded(conn.route_command(scan(cursor), routing))
                             .await?;
-                        let (next, found) = page(reply)?;
+                        let (next, found, unreadable) = page(reply)?;
                         keys.extend(found);
+                        skipped += unreadable;
                         cursor = next;
                         if cursor == 0 {
                             break;
@@ -85,8 +91,9 @@ impl Backend {
                 loop {
                     let mut conn: Conn = self.conn().await?;
                     let reply: Value = self.bounded(scan(cursor).query_async(&mut conn)).await?;
-                    let (next, found) = page(reply)?;
+                    let (next, found, unreadable) = page(reply)?;
                     keys.extend(found);
+                    skipped += unreadable;
                     cursor = next;
                     if cursor == 0 {
                         break;
@@ -96,22 +103,23 @@ impl Backend {
         }
         keys.sort();
         keys.dedup();
-        Ok(keys)
+        Ok((keys, skipped))
     }
 }
 
-/// One `SCAN` reply: the next cursor and the keys; a refusal (`NOPERM`) as the error it is.
-/// One `SCAN` reply: the next cursor and the keys found. A key that is not UTF-8 is left
-/// out: no lock name (a `&str`) can have made it, and one such key must not make the
-/// whole listing fail.
-fn page(reply: Value) -> Result<(u64, Vec<String>), CallError> {
-    let (next, keys): (u64, Vec<Vec<u8>>) =
+/// One `SCAN` reply: the next cursor, the keys found, and how many keys were left out
+/// for a name that is not UTF-8: no lock name (a `&str`) can have made one, and one such
+/// key must not make the whole listing fail. A refusal (`NOPERM`) is the error it is.
+fn page(reply: Value) -> Result<(u64, Vec<String>, usize), CallError> {
+    let (next, found): (u64, Vec<Vec<u8>>) =
         decoded(reply.extract_error().map_err(CallError::Redis)?)?;
-    let keys = keys
+    let total = found.len();
+    let keys: Vec<String> = found
         .into_iter()
         .filter_map(|key| String::from_utf8(key).ok())
         .collect();
-    Ok((next, keys))
+    let skipped = total - keys.len();
+    Ok((next, keys, skipped))
 }
 
 /// `value` as a `T`, or the error saying why not.
