@@ -147,14 +147,18 @@ fn operator_rule(mode: Mode, prefix: &str) -> Vec<String> {
     rule
 }
 
-/// The read-only operator's rule, for `dlock inspect`, `list` and `watch` against
+/// The inspector's rule, for `dlock inspect` and `watch` of named locks against
 /// applications in function mode: read-only rights (`%R~`) on the names a lock's state
 /// lives in, the reads those commands send, and `+fcall` only for the library probe a
 /// function-mode client sends on connect (a call of a function with keys needs write
 /// rights on them, so no dlock function can change anything for this user). No script
 /// loading, no write, no read of a release memo, a fenced write's records or anything
-/// outside the prefix. `force-unlock` needs the operator rule above.
-fn read_only_operator_rule(mode: Mode, prefix: &str) -> Vec<String> {
+/// outside the prefix; and nothing that tells it another application's key names: no
+/// `SCAN` (Redis cannot restrict it to a pattern) and no `CLIENT TRACKING` (its `BCAST`
+/// mode reports changes of any key under any prefix the user names), so `watch` reads
+/// the lock every `--interval`. `list` needs [`lister_rule`]; `force-unlock` the operator
+/// rule above.
+fn inspector_rule(mode: Mode, prefix: &str) -> Vec<String> {
     let prefix = glob_escape(prefix);
     let mut rule: Vec<String> = [
         format!("%R~{prefix}*"),
@@ -177,8 +181,6 @@ fn read_only_operator_rule(mode: Mode, prefix: &str) -> Vec<String> {
             "+zrange",
             "+pttl",
             "+time",
-            "+scan",
-            "+client|tracking",
             "+client|setname",
         ]
         .map(str::to_owned),
@@ -191,6 +193,14 @@ fn read_only_operator_rule(mode: Mode, prefix: &str) -> Vec<String> {
             "+ping".to_owned(),
         ],
     });
+    rule
+}
+
+/// The lister's rule, for `dlock list` too: the inspector's and `+scan`, which no ACL can
+/// restrict to a pattern: this user sees every key name on the server (not the values).
+fn lister_rule(mode: Mode, prefix: &str) -> Vec<String> {
+    let mut rule = inspector_rule(mode, prefix);
+    rule.push("+scan".to_owned());
     rule
 }
 
@@ -1686,19 +1696,28 @@ async fn the_operator_rule_is_enough_for_the_command_line() {
     operator_reads(&topology, &mut admins, Mode::Cluster).await;
 }
 
-/// The read-only operator rule is enough for what `dlock inspect`, `list` and `watch`
-/// do against an application in function mode (no `ACL LOG` entry), and refuses every
-/// write, every script of its own, every dlock function that writes, and every read
-/// outside the lock state of its prefix (each checked with `ACL DRYRUN`, and for the
-/// lock operations through dlock itself).
+/// The inspector's rule is enough for what `dlock inspect` and `watch` (by reading the
+/// lock, as it does without tracking) do against an application in function mode (no
+/// `ACL LOG` entry), and refuses every write, every script of its own, every dlock
+/// function that writes, every read outside the lock state of its prefix, and every way
+/// to learn another application's key names: `SCAN`, and `CLIENT TRACKING` (whose
+/// `BCAST` mode, tried before the fix, reported another application's key names) (each
+/// checked with `ACL DRYRUN`, and for the lock operations through dlock itself). The
+/// lister's rule adds `SCAN` for `list`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_read_only_operator_rule_reads_lock_state_and_nothing_else() {
+async fn the_read_only_rules_read_lock_state_and_nothing_else() {
     let (server, mut admin) = server_with_function_user().await;
     set_user(
         &mut admin,
-        "dlock-reader",
+        "dlock-inspector",
         ACL_PASSWORD,
-        &read_only_operator_rule(Mode::Single, "shop:"),
+        &inspector_rule(Mode::Single, "shop:"),
+    );
+    set_user(
+        &mut admin,
+        "dlock-lister",
+        ACL_PASSWORD,
+        &lister_rule(Mode::Single, "shop:"),
     );
     let as_user =
         |user: &str| Topology::single(with_credentials(&server.url(), user, ACL_PASSWORD));
@@ -1721,7 +1740,7 @@ async fn the_read_only_operator_rule_reads_lock_state_and_nothing_else() {
         .client_name("dlock-cli")
         .describe_client(false)
         .script_mode(ScriptMode::Functions)
-        .connect_to(&as_user("dlock-reader"))
+        .connect_to(&as_user("dlock-inspector"))
         .await
         .expect("the read-only operator connects");
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -1738,20 +1757,34 @@ async fn the_read_only_operator_rule_reads_lock_state_and_nothing_else() {
         assert!(Instant::now() < deadline, "{info:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(reader.list_locks("goods:").await.unwrap(), ["goods:1"]);
     reader
         .lock("pool")
         .inspect()
         .await
         .expect("a semaphore is inspected");
-    let mut tracker = reader.lock("goods:1").track().await.unwrap();
-    assert_eq!(tracker.holders().await.unwrap().len(), 1);
+    // `watch` reads the lock: its holders, and the release seen by reading again.
+    assert_eq!(reader.lock("goods:1").holders().await.unwrap().len(), 1);
     held.unlock().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), tracker.changed())
-        .await
-        .expect("the release is heard")
-        .unwrap();
+    assert_eq!(reader.lock("goods:1").holders().await.unwrap().len(), 0);
     assert_eq!(acl_denials(&mut admin), Vec::<String>::new());
+    // The lister lists.
+    let lister = LockClient::builder()
+        .key_prefix("shop:")
+        .client_name("dlock-cli")
+        .describe_client(false)
+        .script_mode(ScriptMode::Functions)
+        .connect_to(&as_user("dlock-lister"))
+        .await
+        .expect("the lister connects");
+    let _again = app.lock("goods:1").lock().await.unwrap();
+    assert_eq!(lister.list_locks("goods:").await.unwrap(), ["goods:1"]);
+    assert_eq!(acl_denials(&mut admin), Vec::<String>::new());
+
+    // The inspector learns no key name it cannot read: it may not list, track, or scan.
+    let refused = reader.list_locks("goods:").await.unwrap_err();
+    assert!(is_noperm(&refused), "{refused:?}");
+    let refused = reader.lock("goods:1").track().await.unwrap_err();
+    assert!(is_noperm(&refused), "{refused:?}");
 
     // Through dlock: every operation that writes is refused.
     let refused = reader.lock("goods:1").try_lock().await.unwrap_err();
@@ -1797,6 +1830,8 @@ async fn the_read_only_operator_rule_reads_lock_state_and_nothing_else() {
         vec!["FLUSHALL"],
         vec!["CONFIG", "SET", "maxmemory", "1"],
         vec!["SUBSCRIBE", "dlock:unlock:shop:{x}:goods:1"],
+        vec!["SCAN", "0"],
+        vec!["CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "billing:"],
     ]
     .into_iter()
     .map(|words| words.into_iter().map(str::to_owned).collect())
@@ -1834,7 +1869,7 @@ async fn the_read_only_operator_rule_reads_lock_state_and_nothing_else() {
     )
     .collect();
     for words in attempts {
-        let answer = dry_run(&mut admin, "dlock-reader", &words);
+        let answer = dry_run(&mut admin, "dlock-inspector", &words);
         assert_ne!(answer, "OK", "the read-only operator may run {words:?}");
     }
 }
@@ -1860,12 +1895,16 @@ fn the_documented_rules_are_the_tested_ones() {
             doc.contains(&line),
             "{path} lacks the {mode:?} operator rule:\n{line}"
         );
-        let reader = read_only_operator_rule(mode, "PREFIX").join(" ");
-        let line = format!("ACL SETUSER dlock-reader reset on >PASSWORD {reader}");
-        assert!(
-            doc.contains(&line),
-            "{path} lacks the {mode:?} read-only operator rule:\n{line}"
-        );
+        for (user, rule) in [
+            ("dlock-inspector", inspector_rule(mode, "PREFIX")),
+            ("dlock-lister", lister_rule(mode, "PREFIX")),
+        ] {
+            let line = format!("ACL SETUSER {user} reset on >PASSWORD {}", rule.join(" "));
+            assert!(
+                doc.contains(&line),
+                "{path} lacks the {mode:?} read-only rule of {user}:\n{line}"
+            );
+        }
     }
     let plain = default_prefix_rule(Mode::Single, &["NAMES"]).join(" ");
     let line = format!("ACL SETUSER dlock reset on >PASSWORD {plain}");
