@@ -120,6 +120,9 @@ pub(crate) async fn connect(config: Option<&Path>) -> Result<Target, CliError> {
             .client_builder()
             .client_name(CLI_CLIENT_NAME)
             .describe_client(false)
+            // It never locks: an operator's read-only user may run none of the writes
+            // an application's client needs (a refused command is reported where met).
+            .check_permissions(false)
     };
     if !config.is_redlock_only() {
         let topology = config.topology()?;

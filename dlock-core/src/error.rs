@@ -97,6 +97,17 @@ pub enum LockError {
         recorded: String,
     },
 
+    /// The client's Redis user may not run commands dlock's scripts (or the client) need
+    /// there. A script refused half-way keeps what it wrote before (a grant refused
+    /// `PEXPIREAT` would leave a hold that never expires), so the client refused to start.
+    #[error("the Redis user of {address} may not run {}, which dlock needs; the client refused to start. Give the user the rule of docs/SECURITY.md (\"A least-privilege ACL user\") for this deployment and script mode", missing.join(", "))]
+    MissingCommands {
+        /// The deployment, with any password replaced by `***`.
+        address: String,
+        /// The commands refused (`hset`, `pubsub|numsub`...).
+        missing: Vec<String>,
+    },
+
     /// The acquire script took the lock on the master, but fewer replicas than the client's
     /// [`replica_acks`](crate::LockClientBuilder::replica_acks) confirmed it in time: a
     /// failover could have lost it. dlock released it again.
@@ -522,7 +533,8 @@ impl LockError {
             LockError::PartialUnlock { .. } => ErrorKind::PartialUnlock,
             LockError::FunctionLibraryMissing { .. }
             | LockError::NoClient { .. }
-            | LockError::LayoutMismatch { .. } => ErrorKind::Setup,
+            | LockError::LayoutMismatch { .. }
+            | LockError::MissingCommands { .. } => ErrorKind::Setup,
         }
     }
 }

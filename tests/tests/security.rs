@@ -592,7 +592,7 @@ async fn exercise_fenced(a: &LockClient, name: &str) {
 
 /// Every lock operation once, ignoring failures, with short timeouts: for the checks that
 /// each command of a rule is needed.
-async fn touch_everything(topology: &Topology) {
+async fn touch_everything(topology: &Topology) -> Vec<String> {
     let connect = || {
         LockClient::builder()
             .key_prefix("shop:")
@@ -602,8 +602,11 @@ async fn touch_everything(topology: &Topology) {
             .max_wait_recheck(Duration::from_millis(100))
             .connect_to(topology)
     };
-    let (Ok(a), Ok(b)) = (connect().await, connect().await) else {
-        return;
+    let (a, b) = match (connect().await, connect().await) {
+        (Ok(a), Ok(b)) => (a, b),
+        // The client refused to start, naming what its user may not run.
+        (Err(LockError::MissingCommands { missing, .. }), _) => return missing,
+        _ => return Vec::new(),
     };
     let lock = a.lock("goods:1");
     let _ = lock.is_locked().await;
@@ -673,14 +676,18 @@ async fn touch_everything(topology: &Topology) {
     let _ = fenced.highest_fence("shop:fenced:1").await;
     // Let the unsubscribe and background releases reach Redis.
     tokio::time::sleep(Duration::from_millis(100)).await;
+    Vec::new()
 }
 
-/// Whether `admin`'s ACL LOG shows `user` refused `command` (`+name` as in a rule).
-fn refused(admin: &mut redis::Connection, user: &str, command: &str) -> bool {
+/// Whether `user` was refused `command` (`+name` as in a rule): the client refused to
+/// start naming it (`named`, from [`touch_everything`]), or `admin`'s ACL LOG shows the
+/// refusal (a command the client sends itself, which it does not ask about).
+fn refused(admin: &mut redis::Connection, user: &str, command: &str, named: &[String]) -> bool {
     let name = command.trim_start_matches('+');
-    acl_denials(admin)
-        .iter()
-        .any(|d| d.starts_with(&format!("{user} command {name} ")))
+    named.iter().any(|missing| missing == name)
+        || acl_denials(admin)
+            .iter()
+            .any(|d| d.starts_with(&format!("{user} command {name} ")))
 }
 
 /// The rule `mode` for prefix `shop:` without `command`, for user `without-<command>`.
@@ -1087,8 +1094,9 @@ async fn the_single_rule_refuses_everything_else() {
         assert!(started.elapsed() < Duration::from_secs(1));
     }
 
-    // Given the layout key alone, such a client starts, and each of its lock operations
-    // gets a clear error at once.
+    // Given the layout key alone, such a client refuses to start, naming the commands its
+    // user may not run on its keys; built without that check, it starts, and each of its
+    // lock operations gets a clear error at once.
     for prefix in ["", "other:"] {
         redis::cmd("ACL")
             .arg("SETUSER")
@@ -1096,8 +1104,20 @@ async fn the_single_rule_refuses_everything_else() {
             .arg(format!("~dlock:layout:{prefix}"))
             .query::<()>(&mut admin)
             .unwrap();
+        let refused = LockClient::builder()
+            .key_prefix(prefix)
+            .connect(&url)
+            .await
+            .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("may not run del, exists, get, hdel"),
+            "{refused}"
+        );
         let outsider = LockClient::builder()
             .key_prefix(prefix)
+            .check_permissions(false)
             .connect(&url)
             .await
             .expect("connecting needs only the layout key");
@@ -1179,9 +1199,9 @@ async fn every_command_of_the_single_rule_is_needed() {
         let (user, rule) = rule_without(Mode::Single, command);
         set_user(&mut admin, &user, ACL_PASSWORD, &rule);
         let url = with_credentials(&server.url(), &user, ACL_PASSWORD);
-        touch_everything(&Topology::single(url)).await;
+        let named = touch_everything(&Topology::single(url)).await;
         assert!(
-            refused(&mut admin, &user, command),
+            refused(&mut admin, &user, command, &named),
             "nothing needed {command}: {:#?}",
             acl_denials(&mut admin)
         );
@@ -1347,11 +1367,11 @@ async fn cluster_mode_needs_sharded_pubsub_and_the_slot_map() {
         }
         let topology = Topology::cluster(cluster.node_urls())
             .credentials(Some(user.clone()), Some(ACL_PASSWORD.to_owned()));
-        touch_everything(&topology).await;
+        let named = touch_everything(&topology).await;
         assert!(
             admins
                 .iter_mut()
-                .any(|admin| refused(admin, &user, command)),
+                .any(|admin| refused(admin, &user, command, &named)),
             "nothing needed {command}"
         );
     }
@@ -1484,8 +1504,24 @@ async fn a_refused_subscribe_is_retried_with_back_off() {
         .collect();
     set_user(&mut admin, "dlock", ACL_PASSWORD, &rule);
     let url = with_credentials(&server.url(), "dlock", ACL_PASSWORD);
-    let holder = connect_as(&url, "shop:").await;
-    let waiter = connect_as(&url, "shop:").await;
+    // Such a client refuses to start by default: its scripts could not tell a waiter.
+    let refused = LockClient::builder()
+        .key_prefix("shop:")
+        .connect(&url)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, LockError::MissingCommands { missing, .. } if missing == &["publish"]),
+        "{refused:?}"
+    );
+    let unchecked = || {
+        LockClient::builder()
+            .key_prefix("shop:")
+            .check_permissions(false)
+            .connect(&url)
+    };
+    let holder = unchecked().await.unwrap();
+    let waiter = unchecked().await.unwrap();
     let _guard = holder.lock("goods:1").lock().await.unwrap();
     let err = waiter
         .lock("goods:1")
@@ -1540,7 +1576,7 @@ async fn a_user_without_the_naming_rights_still_locks() {
             .iter()
             .any(|d| d.starts_with("unnamed key dlock:client:shop:{"))
     };
-    while !(refused(&mut admin, "unnamed", "+client|setname") && key_refused(&mut admin)) {
+    while !(refused(&mut admin, "unnamed", "+client|setname", &[]) && key_refused(&mut admin)) {
         assert!(Instant::now() < deadline, "{:#?}", acl_denials(&mut admin));
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -1739,6 +1775,7 @@ async fn the_read_only_rules_read_lock_state_and_nothing_else() {
         .key_prefix("shop:")
         .client_name("dlock-cli")
         .describe_client(false)
+        .check_permissions(false)
         .script_mode(ScriptMode::Functions)
         .connect_to(&as_user("dlock-inspector"))
         .await
@@ -1772,6 +1809,7 @@ async fn the_read_only_rules_read_lock_state_and_nothing_else() {
         .key_prefix("shop:")
         .client_name("dlock-cli")
         .describe_client(false)
+        .check_permissions(false)
         .script_mode(ScriptMode::Functions)
         .connect_to(&as_user("dlock-lister"))
         .await
@@ -2370,7 +2408,24 @@ async fn key_prefixes_keep_two_applications_apart() {
         ]
         .concat(),
     );
-    let intruder = connect_as(&b_url, "app-a:").await;
+    // Its client refuses to start: its user may not touch app-a's keys.
+    match LockClient::builder()
+        .key_prefix("app-a:")
+        .connect(&b_url)
+        .await
+    {
+        Err(LockError::MissingCommands { missing, .. }) => {
+            assert!(missing.iter().any(|c| c == "hset"), "{missing:?}");
+        }
+        other => panic!("a client outside its user's keys started: {other:?}"),
+    }
+    // Built without that check, each of its operations is refused at once.
+    let intruder = LockClient::builder()
+        .key_prefix("app-a:")
+        .check_permissions(false)
+        .connect(&b_url)
+        .await
+        .unwrap();
     let err = intruder.lock("goods:1").force_unlock().await.unwrap_err();
     assert!(is_noperm(&err), "{err:?}");
     let err = intruder.lock("goods:1").try_lock().await.unwrap_err();
@@ -2541,7 +2596,7 @@ async fn sharded_pubsub_recovers_after_a_refused_ssubscribe() {
     assert!(
         admins
             .iter_mut()
-            .any(|admin| refused(admin, "dlock", "+ssubscribe")),
+            .any(|admin| refused(admin, "dlock", "+ssubscribe", &[])),
         "no SSUBSCRIBE was refused"
     );
     for admin in &mut admins {
@@ -2567,4 +2622,47 @@ fn a_password_mistyped_as_a_number_is_not_quoted_in_the_error() {
     let err = Config::from_toml_str(text).unwrap_err();
     assert!(!err.to_string().contains("31415926535"), "{err}");
     assert!(!format!("{err:?}").contains("31415926535"), "{err:?}");
+}
+
+/// A rule without a command dlock's scripts need makes a script fail half-way, keeping
+/// what it wrote: without `+pexpireat` a release writes the next waiter's hold and then
+/// cannot give it an expiry (a hold nobody was told of, stuck until force-unlocked);
+/// without `+pubsub|numsub` it pops the oldest waiter and never tells it. So a client
+/// whose user lacks one refuses to start, in script mode and in function mode, with an
+/// error naming each command and the documented rule. Before the fix such a client
+/// started, and failed at its first hand-off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_a_command_the_scripts_need_is_refused_at_start() {
+    let (server, mut admin) = server_with_function_user().await;
+    for (mode, base) in [
+        (ScriptMode::Eval, acl_rule(Mode::Single, "shop:")),
+        (ScriptMode::Functions, functions_rule(Mode::Single, "shop:")),
+    ] {
+        let rule: Vec<String> = base
+            .into_iter()
+            .filter(|token| token != "+pexpireat" && token != "+pubsub|numsub")
+            .collect();
+        set_user(&mut admin, "lacking", ACL_PASSWORD, &rule);
+        let url = with_credentials(&server.url(), "lacking", ACL_PASSWORD);
+        let refused = LockClient::builder()
+            .key_prefix("shop:")
+            .script_mode(mode)
+            .connect(&url)
+            .await
+            .unwrap_err();
+        match &refused {
+            LockError::MissingCommands { missing, .. } => {
+                assert_eq!(missing, &["pexpireat", "pubsub|numsub"], "{mode:?}");
+            }
+            other => panic!("{mode:?}: {other:?}"),
+        }
+        let shown = refused.to_string();
+        assert!(
+            shown.contains("may not run pexpireat, pubsub|numsub")
+                && shown.contains("docs/SECURITY.md")
+                && !shown.contains(ACL_PASSWORD),
+            "{shown}"
+        );
+        assert_eq!(refused.kind(), dlock::ErrorKind::Setup);
+    }
 }

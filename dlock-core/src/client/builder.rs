@@ -51,6 +51,7 @@ pub struct LockClientBuilder {
     script_mode: ScriptMode,
     client_name: Option<String>,
     describe: bool,
+    check_permissions: bool,
     /// The layout version this client claims; only tests change it.
     layout_version: u32,
 }
@@ -72,6 +73,7 @@ impl Default for LockClientBuilder {
             script_mode: ScriptMode::Auto,
             client_name: None,
             describe: true,
+            check_permissions: true,
             layout_version: super::layout::LAYOUT_VERSION,
         }
     }
@@ -280,11 +282,20 @@ impl LockClientBuilder {
         self
     }
 
-    /// How the client runs dlock's scripts: `EVALSHA` of scripts it loads, or `FCALL` of
-    /// dlock's [`FunctionLibrary`] that an administrator loaded (see
-    /// [`load_functions`](LockClientBuilder::load_functions)). Default
-    /// [`ScriptMode::Auto`]: the library when it is loaded, scripts otherwise.
-    ///
+    /// Whether the client checks, when it connects, that its Redis user may run every
+    /// command dlock needs (one script call, which asks the server's ACL about each
+    /// command without running it) and refuses to start otherwise
+    /// ([`LockError::MissingCommands`], naming each). A rule that lacks one fails a script
+    /// half-way, and what the script wrote before stays (a grant refused `PEXPIREAT`
+    /// would leave a hold that never expires). Default `true`; turn it off only for a
+    /// client that never locks, whose rule grants no write (an operator's read-only user,
+    /// which the `dlock` tool's `inspect`, `list` and `watch` use).
+    #[must_use]
+    pub fn check_permissions(mut self, check: bool) -> Self {
+        self.check_permissions = check;
+        self
+    }
+
     /// Claims another Redis layout version than this code's: for tests that start a client
     /// standing for another dlock version. Not for applications: a client claiming a
     /// version it does not lay out defeats the check it exists for.
@@ -295,6 +306,11 @@ impl LockClientBuilder {
         self
     }
 
+    /// How the client runs dlock's scripts: `EVALSHA` of scripts it loads, or `FCALL` of
+    /// dlock's [`FunctionLibrary`] that an administrator loaded (see
+    /// [`load_functions`](LockClientBuilder::load_functions)). Default
+    /// [`ScriptMode::Auto`]: the library when it is loaded, scripts otherwise.
+    ///
     /// [`ScriptMode::Functions`] is for an application user that may call dlock's
     /// functions and nothing else (docs/SECURITY.md has the ACL rule): such a user cannot
     /// load a script of its own, so it cannot stall the server with one.
@@ -375,7 +391,9 @@ impl LockClientBuilder {
     /// [`LockError::Connect`] when Redis cannot be reached,
     /// [`LockError::LayoutMismatch`] when clients of another dlock version use the key
     /// prefix (the first client of a prefix records its layout version in
-    /// `dlock:layout:<key prefix>`; every later one checks it).
+    /// `dlock:layout:<key prefix>`; every later one checks it),
+    /// [`LockError::MissingCommands`] when the Redis user may not run a command dlock
+    /// needs (see [`check_permissions`](LockClientBuilder::check_permissions)).
     ///
     /// # Panics
     ///
@@ -418,6 +436,10 @@ impl LockClientBuilder {
         let background = Background::default();
         let backend = Backend::connect(topology, options, &background, self.script_mode).await?;
         super::layout::check(&backend, &settings.key_prefix, self.layout_version).await?;
+        if self.check_permissions {
+            let acks = settings.replica_acks.is_some();
+            super::permissions::check(&backend, &settings.key_prefix, acks).await?;
+        }
         tracing::debug!(mode = topology.mode(), "dlock: connected");
         Ok(LockClient::start(
             backend,

@@ -12,6 +12,7 @@
 pub(crate) mod builder;
 pub(crate) mod global;
 pub(crate) mod layout;
+pub(crate) mod permissions;
 pub(crate) mod registration;
 pub(crate) mod scripts;
 pub(crate) mod settings;

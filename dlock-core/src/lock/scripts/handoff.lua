@@ -113,7 +113,7 @@ local function tell_runner_up(registry, naps, publish, now, lapse_in, chosen)
   end
   -- Went on from here by the next call only if this one made way (removed the gone):
   -- the chosen client's own waiters stay, and a next call would meet them again.
-  left_untold = gone > 0 and redis.call('zcard', registry) > at
+  left_untold = gone > 0 and redis.call('zrange', registry, at, at)[1] ~= nil
 end
 
 -- Reserves the free lock `key` for `owner` ('!next') for `reservation` ms, and tells the
