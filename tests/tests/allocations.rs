@@ -14,8 +14,10 @@ use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 #[global_allocator]
 static COUNTING: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
 
-/// What dlock may allocate per cycle beyond the bare client: measured 7 (34 against 27)
-/// with the `metrics` feature on (every test of this crate has it), plus room for 1.
+/// What dlock may allocate per cycle beyond the bare client: measured 8 (34.00 against
+/// 26.01, with the `metrics` feature on, which every test of this crate has; the comment
+/// before said 34 against 27). Whole allocations are what the budget is about;
+/// [`SPORADIC`] is for the background tasks' occasional ones.
 /// The first count was 47: see docs/PERFORMANCE.md for what brought it down. The last one
 /// added is the try's boxed call, which keeps a waiting task's state small.
 ///
@@ -25,6 +27,12 @@ static COUNTING: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
 /// lock's `Held`, the local line's ticket, the owner's field, the release's memo name and
 /// copy of its call).
 const EXTRA_ALLOCATIONS: f64 = 8.0;
+
+/// Allocations per cycle that are not the common path's: the client's background tasks
+/// allocate now and then (a dozen over the 2,000 cycles counted), which shows as a few
+/// thousandths per cycle and must not make a count at the budget fail. An allocation added
+/// to every cycle is a whole one.
+const SPORADIC: f64 = 0.1;
 
 /// Cycles counted (after as many to warm up: connections, scripts, caches).
 const CYCLES: u64 = 2_000;
@@ -117,13 +125,13 @@ async fn an_uncontended_cycle_allocates_little_more_than_a_bare_client_sending_i
         }
     })
     .await;
-    eprintln!("allocations per cycle: dlock {dlock:.1}, bare redis-rs {bare:.1}");
+    eprintln!("allocations per cycle: dlock {dlock:.3}, bare redis-rs {bare:.3}");
     assert!(
         bare >= 10.0,
         "the bare client's count ({bare}) is not a count of its cycle"
     );
     assert!(
-        dlock <= bare + EXTRA_ALLOCATIONS,
+        dlock <= bare + EXTRA_ALLOCATIONS + SPORADIC,
         "an uncontended lock + unlock allocates {dlock:.1} times, {:.1} more than a bare \
          redis-rs client sending the same scripts ({bare:.1}); the budget is \
          {EXTRA_ALLOCATIONS} more",

@@ -77,7 +77,13 @@ mod tests {
         );
         assert_eq!(fields.holds, [("c1:1".to_owned(), 2)]);
         assert_eq!(fields.fences.get("c1:1"), Some(&17));
-        assert_eq!(fields.reserved_for.as_deref(), Some("c2"));
+        // Beside a hold, `!next` is no reservation; alone, it is.
+        assert_eq!(fields.reserved_for, None);
+        let reserved = HashMap::from([("!next".to_owned(), "c2:3".to_owned())]);
+        assert_eq!(
+            Fields::parse(reserved).unwrap().reserved_for.as_deref(),
+            Some("c2:3")
+        );
         let granted = HashMap::from([
             ("c2:5".to_owned(), "1".to_owned()),
             ("!next".to_owned(), "c2:5".to_owned()),

@@ -74,6 +74,11 @@ const MAX_BATCH: usize = 1_000;
 /// channels nobody waits on go within a fraction of a second.
 const LINGER: Duration = Duration::from_millis(50);
 
+/// Every live waiting owner of a client, with its wake-up once one was needed: made by
+/// the first message for it or its first subscription, so that an acquisition that never
+/// waits (the common one) allocates none.
+type LiveOwners = HashMap<Arc<str>, Option<Arc<OwnerWake>>>;
+
 /// The client's subscription service.
 pub(crate) struct PubSubService {
     shared: Arc<Shared>,
@@ -184,7 +189,7 @@ struct Shared {
     /// channel yet (its busy try came before its subscription) waits for it there instead
     /// of being given up as meant for an owner that no longer waits, which would take it
     /// out of the waiters while it still waits. Locked after `channels`, never before.
-    live_owners: Mutex<HashMap<Arc<str>, Arc<OwnerWake>>>,
+    live_owners: Mutex<LiveOwners>,
     /// Channels whose wanted state changed (an entry added to or removed from `channels`):
     /// the subscriber task brings the connection in line with the map.
     changes: mpsc::UnboundedSender<String>,
@@ -219,7 +224,7 @@ impl Channel {
     fn deliver(
         &self,
         payload: Option<&str>,
-        live_owners: &Mutex<HashMap<Arc<str>, Arc<OwnerWake>>>,
+        live_owners: &Mutex<LiveOwners>,
     ) -> Option<ReleaseJob> {
         let writers_only = payload
             .and_then(|payload| payload.strip_prefix("writers:"))
@@ -268,8 +273,8 @@ impl Channel {
             live_owners
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .get(owner)
-                .cloned()
+                .get_mut(owner)
+                .map(|wake| Arc::clone(wake.get_or_insert_with(Arc::default)))
         });
         match (waiter, named) {
             (Some(waiter), Named::Now) => waiter.now(),
@@ -296,13 +301,20 @@ enum Named {
 pub(crate) struct LiveOwner {
     shared: Arc<Shared>,
     owner: Arc<str>,
-    wake: Arc<OwnerWake>,
 }
 
 impl LiveOwner {
-    /// The owner's wake-up.
-    pub(crate) fn wake(&self) -> &Arc<OwnerWake> {
-        &self.wake
+    /// The owner's wake-up: the one a message made for it before it listened, or a new one.
+    pub(crate) fn wake(&self) -> Arc<OwnerWake> {
+        let mut live = self
+            .shared
+            .live_owners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match live.get_mut(&self.owner) {
+            Some(wake) => Arc::clone(wake.get_or_insert_with(Arc::default)),
+            None => Arc::default(),
+        }
     }
 }
 
@@ -416,16 +428,14 @@ impl PubSubService {
     /// so that a message naming it that arrives before it listens on the channel (another
     /// waiter's subscription made the channel heard meanwhile) waits for it.
     pub(crate) fn live_owner(&self, owner: &Arc<str>) -> LiveOwner {
-        let wake = Arc::<OwnerWake>::default();
         self.shared
             .live_owners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(Arc::clone(owner), Arc::clone(&wake));
+            .insert(Arc::clone(owner), None);
         LiveOwner {
             shared: Arc::clone(&self.shared),
             owner: Arc::clone(owner),
-            wake,
         }
     }
 
@@ -971,15 +981,14 @@ mod tests {
         let given_up = Arc::default();
         let channel = wake_channel(&given_up);
         let live = Mutex::new(HashMap::new());
-        let wake = Arc::<OwnerWake>::default();
-        live.lock()
-            .unwrap()
-            .insert(Arc::<str>::from("c:7"), Arc::clone(&wake));
+        // Counted live before any wake-up was made for it: the first message makes one.
+        live.lock().unwrap().insert(Arc::<str>::from("c:7"), None);
 
         for message in ["next:100:c:7", "wake:c:7", "pass:c:7"] {
             assert!(channel.deliver(Some(message), &live).is_none(), "{message}");
         }
         assert!(channel.deliver(Some("held:90000:3:c:7"), &live).is_none());
+        let wake = live.lock().unwrap()["c:7"].clone().unwrap();
         assert_eq!(
             wake.take_grant().and_then(|grant| grant.fence),
             Some(crate::fence::Fence::new(3))

@@ -3,9 +3,10 @@
 //! interval; after a Redis error, ride the outage out for up to `failover_wait`; stop at
 //! the caller's deadline.
 //!
-//! The primitive keeps its own try step (its script, its reply); it hands each outcome
-//! that is not a success to [`Waiter::wait`], which either waits and returns so the
-//! primitive tries again, or says why to give up.
+//! Each primitive runs its script through the shared try step (`sync::attempt::TryStep`)
+//! and maps its reply; it hands each outcome that is not a success to [`Waiter::wait`]
+//! (or [`Waiter::wait_or_check`]), which either waits and returns so the primitive tries
+//! again, or says why to give up.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -90,12 +91,12 @@ pub(crate) struct Waiter<'a> {
     /// The owner this waiter waits as on wake channels (messages name it); `None` on a
     /// shared channel.
     owner: Option<&'a Arc<str>>,
-    /// The owner's wake-up, shared by its subscriptions: made with the first of them, or
-    /// with `live` for an acquisition that waits.
+    /// The owner's wake-up, shared by its subscriptions: made with the first of them (or
+    /// by a message for the owner that came before it listened, see `live`).
     wake: Option<Arc<OwnerWake>>,
     /// The owner counted among its client's live waiting owners while this waiter lives,
     /// for an acquisition that waits: a message naming it before it listens waits for it.
-    _live: Option<LiveOwner>,
+    live: Option<LiveOwner>,
     policy: WaitPolicy,
     /// One per channel once the waiter waited (or adopted them all before its first try).
     subscriptions: Vec<Subscription>,
@@ -123,7 +124,7 @@ impl<'a> Waiter<'a> {
             channels: Cow::Owned(vec![(channel, None)]),
             owner: None,
             wake: None,
-            _live: None,
+            live: None,
             policy,
             subscriptions: Vec::new(),
             confirmed: false,
@@ -152,13 +153,12 @@ impl<'a> Waiter<'a> {
         owner: &'a Arc<str>,
         policy: WaitPolicy,
     ) -> Self {
-        let live = policy.patient.then(|| pubsub.live_owner(owner));
         Waiter {
             pubsub,
             channels: Cow::Borrowed(channels),
             owner: Some(owner),
-            wake: live.as_ref().map(|live| Arc::clone(live.wake())),
-            _live: live,
+            wake: None,
+            live: policy.patient.then(|| pubsub.live_owner(owner)),
             policy,
             subscriptions: Vec::new(),
             confirmed: false,
@@ -178,8 +178,14 @@ impl<'a> Waiter<'a> {
     fn adopt_subscribed(mut self) -> Self {
         for &(channel, abandon) in self.channels.iter() {
             if self.pubsub.is_subscribed(channel) {
-                let subscription =
-                    subscribe(self.pubsub, self.owner, &mut self.wake, channel, abandon);
+                let subscription = subscribe(
+                    self.pubsub,
+                    self.owner,
+                    self.live.as_ref(),
+                    &mut self.wake,
+                    channel,
+                    abandon,
+                );
                 self.subscriptions.push(subscription);
             }
         }
@@ -305,7 +311,7 @@ impl<'a> Waiter<'a> {
         if self.subscriptions.len() == self.channels.len() {
             return;
         }
-        let (pubsub, owner) = (self.pubsub, self.owner);
+        let (pubsub, owner, live) = (self.pubsub, self.owner, self.live.as_ref());
         let wake = &mut self.wake;
         let mut adopted = std::mem::take(&mut self.subscriptions);
         self.subscriptions = self
@@ -315,7 +321,7 @@ impl<'a> Waiter<'a> {
                 if let Some(at) = adopted.iter().position(|s| s.channel() == channel) {
                     return adopted.swap_remove(at);
                 }
-                subscribe(pubsub, owner, wake, channel, abandon)
+                subscribe(pubsub, owner, live, wake, channel, abandon)
             })
             .collect();
     }
@@ -340,17 +346,19 @@ impl<'a> Waiter<'a> {
 }
 
 /// A subscription to `channel`: as `owner` with its wake-up `wake` (made with its first
-/// subscription) on a wake channel, or on a shared channel without an owner.
+/// subscription, or taken from `live`, where a message may have made it already) on a
+/// wake channel, or on a shared channel without an owner.
 fn subscribe(
     pubsub: &PubSubService,
     owner: Option<&Arc<str>>,
+    live: Option<&LiveOwner>,
     wake: &mut Option<Arc<OwnerWake>>,
     channel: &str,
     abandon: Option<&Abandon>,
 ) -> Subscription {
     match owner {
         Some(owner) => {
-            let wake = wake.get_or_insert_with(Arc::default);
+            let wake = wake.get_or_insert_with(|| live.map_or_else(Arc::default, LiveOwner::wake));
             pubsub.subscribe_owner(channel, owner, wake, abandon)
         }
         None => pubsub.subscribe(channel),

@@ -63,8 +63,10 @@
 -- the lock first nearly every time, and the woken waiter would go back to the end of the
 -- line. A waiter whose client is gone is passed over; a grant nobody extends lapses, and
 -- the next waiter was told to try then (so was whoever tried meanwhile). An owner that
--- stops waiting reserves instead ('all', 'leave': its client is not the one releasing,
--- and a reservation costs no token).
+-- stops waiting without a hold, or leaves a lock that was free or reserved for it,
+-- reserves instead ('leave', and 'all' of an owner that held nothing: its client is not
+-- the one releasing, and a reservation costs no token); an 'all' that deletes the
+-- owner's holds gives the lock on as a release does.
 --
 -- Each mode counts once however often it is retried (after a lost reply, or replayed on a
 -- new master), and a retry never touches a lock another owner acquired in the meantime
