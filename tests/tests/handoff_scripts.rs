@@ -280,3 +280,35 @@ fn a_try_that_finds_its_own_hold_leaves_the_waiters() {
     );
     assert_eq!(keys::napping(&mut lock.conn, &naps), Vec::<String>::new());
 }
+
+/// A grantee that takes its grant with a try (with `replica_acks`, for a token, or too
+/// late to hold it as it is) and a lease shorter than the grant's 100 ms ends the lock
+/// before the runner-up was told to try (at the grant's lapse): the runner-up is told to
+/// try again, so that it does not sleep past the lock's end should the grantee never
+/// release. Before the fix the try that found its own hold told nobody.
+#[test]
+fn a_try_that_takes_a_grant_with_a_short_lease_tells_the_runner_up() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut lock = Lock::new(server);
+    let _listeners = granted_with_runner_ups(&mut lock, &url, &["v:1"]);
+    let naps = lock.keys.naps.clone();
+    assert_eq!(
+        keys::napping(&mut lock.conn, &naps),
+        ["v:1"],
+        "the runner-up's promise"
+    );
+    let keys = &lock.keys;
+    let reply: redis::Value = lock
+        .scripts
+        .call(
+            &mut lock.conn,
+            "lock_acquire",
+            &[&keys.key, &keys.fence, &keys.registry, &keys.naps],
+            &["20", WAITER, "1", "3000", "1", "publish"],
+        )
+        .unwrap();
+    assert!(matches!(reply, redis::Value::Array(_)), "{reply:?}");
+    assert!(lock.pttl() <= 20);
+    assert_eq!(keys::napping(&mut lock.conn, &naps), Vec::<String>::new());
+}

@@ -120,6 +120,9 @@ if not reenter then
       redis.call('zrem', KEYS[4], ARGV[2])
     end
     redis.call('hdel', KEYS[1], '!next')
+    -- Its lease may end before what a waiter was told (a grant's lapse, the last holder's
+    -- lease): that waiter is told to try again, as for any hold (see naps.lua).
+    wake_overslept(KEYS[3], KEYS[4], ARGV[6], lease)
     -- The same token as the first attempt: the one stored with the hold. A hold a
     -- release gave the owner without one (nobody had minted a token of this lock yet)
     -- gets its token now.
