@@ -23,7 +23,7 @@ use crate::sync::local::{Given, Place, Ticket, Turn};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::pubsub::{Route, Subscription};
-use crate::sync::release::{NextTask, ReleaseJob};
+use crate::sync::release::{NextTask, ReleaseJob, HAND_OFF_RESERVATION};
 use crate::sync::verbs::Acquire;
 use crate::sync::wait::{GiveUp, NotYet, Waiter};
 
@@ -142,8 +142,10 @@ impl Lock {
     /// The hold of the lock a release of another client gave the owner `field` (see
     /// `sync::grant`), extended to `lease` in the background; `None` when the owner
     /// cannot hold it as it is, and takes it with a try instead: with `replica_acks`,
-    /// without the fencing token it wants, with too little of the grant left, or when the
-    /// grant may span two servers' clocks (the client's route moved since `first`).
+    /// without the fencing token it wants, with too little of the grant left, with a
+    /// lease shorter than a grant (held as it is, the lock would outlive the lease: the
+    /// extension never shortens the grant), or when the grant may span two servers'
+    /// clocks (the client's route moved since `first`).
     fn granted_hold(
         &self,
         field: &Arc<str>,
@@ -156,6 +158,7 @@ impl Lock {
         let settings = &inner.settings;
         if settings.replica_acks.is_some()
             || settings.fencing_tokens && grant.fence.is_none()
+            || lease < HAND_OFF_RESERVATION
             || inner.pubsub.route() != first.route
         {
             return None;

@@ -8,7 +8,8 @@
 -- ARGV[2]  owner field
 -- ARGV[3]  publish command: 'publish' or 'spublish'
 --
--- Returns 1 when the owner still holds the lock (its expiry is now the lease from now),
+-- Returns 1 when the owner still holds the lock (its expiry is now the lease from now, or
+-- the grant's if that is later),
 -- 0 when it does not (the grant lapsed: the hold is lost), and the Redis type name when the
 -- key holds another type of value.
 --
@@ -27,7 +28,10 @@ end
 if held == 0 then
   return 0
 end
-redis.call('pexpire', KEYS[1], ARGV[1])
+-- Never shortens (GT): the owner's guard holds the lock until the grant's deadline
+-- whatever its lease, so a lease shorter than what is left of the grant leaves the grant's
+-- expiry as it is.
+redis.call('pexpire', KEYS[1], ARGV[1], 'GT')
 redis.call('hdel', KEYS[1], '!next')
-wake_overslept(KEYS[2], KEYS[3], ARGV[3], lease)
+wake_overslept(KEYS[2], KEYS[3], ARGV[3], redis.call('pttl', KEYS[1]))
 return 1
