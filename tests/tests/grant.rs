@@ -369,6 +369,7 @@ async fn waiters_behind_a_hundred_gone_clients_are_told() {
         .expect("the live waiter behind 100 gone ones was left to its recheck")
         .unwrap();
     let took = released.elapsed();
+    eprintln!("behind 100 gone clients: served {took:?} after the release");
     assert!(
         took < Duration::from_secs(1),
         "served {took:?} after the release"
@@ -415,6 +416,7 @@ async fn the_runner_up_of_a_frozen_grantee_is_of_another_client() {
         .expect("the live waiter behind a frozen client was left to its recheck")
         .unwrap();
     let took = released.elapsed();
+    eprintln!("behind a frozen client's two waiters: served {took:?} after the release");
     // The grant to the frozen waiter lasts 100 ms; then the live one is served.
     assert!(
         took >= Duration::from_millis(90) && took < Duration::from_secs(1),
