@@ -28,6 +28,11 @@ impl Scripts {
         }
     }
 
+    /// The loaded library's name, which each function's name starts with.
+    pub fn library(&self) -> &'static str {
+        self.library
+    }
+
     /// Calls the script `name` (`lock_acquire`, `lock_release`…) with `keys` and `args`.
     pub fn call<T: redis::FromRedisValue>(
         &self,

@@ -346,6 +346,42 @@ fn register_ahead(server: &RedisServer, name: &str, owners: &[String]) {
         .unwrap();
 }
 
+/// Registers `ahead` as waiting for the lock `name` before a live waiter of a client with
+/// a 10 s recheck, releases the lock, and returns how long after the release the live
+/// waiter was served (failing past 2 s: it was left to its recheck). `listening` is a
+/// client id whose wake channel a bare connection listens on meanwhile (a frozen client).
+async fn served_behind(
+    server: &RedisServer,
+    name: &str,
+    ahead: &[String],
+    listening: Option<&str>,
+) -> Duration {
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let guard = holder.lock(name).lock().await.unwrap();
+    let mut listener = server.connection();
+    if let Some(client) = listening {
+        redis::cmd("SUBSCRIBE")
+            .arg(dlock_tests::keys::LockKeys::new("", name).wake_channel(client))
+            .exec(&mut listener)
+            .unwrap();
+    }
+    register_ahead(server, name, ahead);
+    let waiter = slow_recheck(&server.url()).await;
+    let lock = waiter.lock(name);
+    let task = tokio::spawn(async move { lock.lock().await.unwrap() });
+    registered(server, name, ahead.len() + 1).await;
+
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("the live waiter was left to its recheck")
+        .unwrap();
+    let took = released.elapsed();
+    granted.unlock().await.unwrap();
+    took
+}
+
 /// A hundred waiters of clients that are gone (a rolling restart) sit ahead of a live
 /// one. One release looks at 64 registry entries at most; the release then goes on with
 /// the lock's `leave` until the live waiter is told, so it gets the lock at once rather
@@ -353,22 +389,8 @@ fn register_ahead(server: &RedisServer, name: &str, owners: &[String]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_behind_a_hundred_gone_clients_are_told() {
     let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await.unwrap();
-    let guard = holder.lock("{crowd}").lock().await.unwrap();
     let gone: Vec<String> = (0..100).map(|i| format!("gone{i}:1")).collect();
-    register_ahead(&server, "{crowd}", &gone);
-    let waiter = slow_recheck(&server.url()).await;
-    let lock = waiter.lock("{crowd}");
-    let task = tokio::spawn(async move { lock.lock().await.unwrap() });
-    registered(&server, "{crowd}", 101).await;
-
-    let released = Instant::now();
-    guard.unlock().await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(2), task)
-        .await
-        .expect("the live waiter behind 100 gone ones was left to its recheck")
-        .unwrap();
-    let took = released.elapsed();
+    let took = served_behind(&server, "{crowd}", &gone, None).await;
     eprintln!("behind 100 gone clients: served {took:?} after the release");
     assert!(
         took < Duration::from_secs(1),
@@ -383,7 +405,6 @@ async fn waiters_behind_a_hundred_gone_clients_are_told() {
         "gone waiters left registered: {}",
         left.len()
     );
-    granted.unlock().await.unwrap();
 }
 
 /// The release gives the lock to the oldest waiter, of a client that froze after it
@@ -395,33 +416,12 @@ async fn waiters_behind_a_hundred_gone_clients_are_told() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runner_up_of_a_frozen_grantee_is_of_another_client() {
     let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await.unwrap();
-    let guard = holder.lock("{thaw}").lock().await.unwrap();
     let frozen = ["frozen:1".to_owned(), "frozen:2".to_owned()];
-    let mut listener = server.connection();
-    redis::cmd("SUBSCRIBE")
-        .arg(dlock_tests::keys::LockKeys::new("", "{thaw}").wake_channel("frozen"))
-        .exec(&mut listener)
-        .unwrap();
-    register_ahead(&server, "{thaw}", &frozen);
-    let waiter = slow_recheck(&server.url()).await;
-    let lock = waiter.lock("{thaw}");
-    let task = tokio::spawn(async move { lock.lock().await.unwrap() });
-    registered(&server, "{thaw}", 3).await;
-
-    let released = Instant::now();
-    guard.unlock().await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(2), task)
-        .await
-        .expect("the live waiter behind a frozen client was left to its recheck")
-        .unwrap();
-    let took = released.elapsed();
+    let took = served_behind(&server, "{thaw}", &frozen, Some("frozen")).await;
     eprintln!("behind a frozen client's two waiters: served {took:?} after the release");
     // The grant to the frozen waiter lasts 100 ms; then the live one is served.
     assert!(
         took >= Duration::from_millis(90) && took < Duration::from_secs(1),
         "served {took:?} after the release"
     );
-    granted.unlock().await.unwrap();
-    drop(listener);
 }

@@ -4,18 +4,11 @@
 //! calls a function the way an attacker would, with `set` as the publish command, and
 //! checks that no key was written by it (before the fix each one wrote a string key).
 
-use dlock::admin::FunctionLibrary;
+use dlock_tests::scripts::Scripts;
 use dlock_tests::RedisServer;
 
 fn load_library(conn: &mut redis::Connection) -> &'static str {
-    let library = FunctionLibrary::current();
-    redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(library.code())
-        .query::<String>(conn)
-        .unwrap();
-    library.name()
+    Scripts::load(conn).library()
 }
 
 fn string_keys(conn: &mut redis::Connection) -> Vec<String> {
