@@ -66,9 +66,11 @@ CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
     cargo check --locked --manifest-path outside/Cargo.toml
 
 # --show-output: the fault, overlap and failover tests print what they measured
-# (docs/RELIABILITY.md quotes those figures), so the CI log keeps them.
-step "cargo test --workspace -- --test-threads=2 --show-output"
-cargo test --workspace -- --test-threads=2 --show-output
+# (docs/RELIABILITY.md quotes those figures), so the CI log keeps them. --no-fail-fast:
+# one failing test binary must not hide the others' results (cargo lists every failed
+# binary at the end, and the step still fails).
+step "cargo test --workspace --no-fail-fast -- --test-threads=2 --show-output"
+cargo test --workspace --no-fail-fast -- --test-threads=2 --show-output
 
 # The same code against Valkey 8 (what many managed services now run): the single-server
 # core, the attribute, every primitive's semantics, function mode, Sentinel and cluster.
@@ -86,7 +88,7 @@ if ! valkey="$(./scripts/install-valkey.sh)"; then
     exit 0
 fi
 "$valkey" --version
-DLOCK_REDIS_SERVER="$valkey" cargo test -p dlock-tests \
+DLOCK_REDIS_SERVER="$valkey" cargo test --no-fail-fast -p dlock-tests \
     --test topology_single --test topology_sentinel --test topology_cluster \
     --test exclusion --test release --test reentrancy --test waiting --test hand_off \
     --test attribute --test attribute_kinds --test attribute_family \
@@ -94,5 +96,5 @@ DLOCK_REDIS_SERVER="$valkey" cargo test -p dlock-tests \
     --test multi_semantics --test multi_cluster --test fenced --test unlock_contract \
     --test wrong_type --test script_inputs --test layout_version --test redlock_startup \
     -- --test-threads=2
-DLOCK_REDIS_SERVER="$valkey" cargo test -p dlock-tests --test security function \
+DLOCK_REDIS_SERVER="$valkey" cargo test --no-fail-fast -p dlock-tests --test security function \
     -- --test-threads=2
