@@ -94,7 +94,7 @@ impl Lock {
             lease_ms,
             fence: settings.fencing_tokens,
         };
-        let ticket = inner.local.join(&self.line, &self.give_back, next_task);
+        let ticket = inner.local.join(&self.line, &self.withdraw, next_task);
         let (turn, subscription) = if matches!(ticket.place(), Place::Turn) {
             (ticket.into_turn(), None)
         } else {
@@ -336,7 +336,7 @@ impl Lock {
             // Every waiter in line holds a subscription to the client's wake channel, so
             // that it stays subscribed from hand-off to hand-off while anyone waits.
             let subscription =
-                watching.get_or_insert_with(|| inner.pubsub.watch_wake(&self.wake, &self.abandon));
+                watching.get_or_insert_with(|| inner.pubsub.watch_wake(&self.wake, &self.leave));
             let Some(holder) = holder else {
                 tokio::select! {
                     () = ticket.moved() => continue,
@@ -419,15 +419,15 @@ impl Lock {
 
     /// The release of every hold of the fresh owner `field`, for an acquisition by
     /// another primitive's script whose outcome is unknown (no guard of that owner exists).
-    pub(crate) fn abandoned_release(&self, field: &str) -> ReleaseJob {
-        release_job(&self.name, &self.keys, field, ReleaseKind::Owner)
+    pub(crate) fn withdraw_release(&self, field: &str) -> ReleaseJob {
+        release_job(&self.name, &self.keys, field, ReleaseKind::Withdraw)
     }
 
     /// The `leave` of the owner `field`, which holds nothing of this lock and does not
     /// wait for it (a multi-lock that passed it on): it goes on telling the waiters a
     /// hand-off left untold.
     pub(crate) fn leave_release(&self, field: &str) -> ReleaseJob {
-        release_job(&self.name, &self.keys, field, ReleaseKind::Unheard).uncounted()
+        release_job(&self.name, &self.keys, field, ReleaseKind::Leave).uncounted()
     }
 
     /// The guard of `held`, given back with the lock's release script.
@@ -526,7 +526,7 @@ impl Lock {
             };
             let call = self.acquire_call(&field, lease_ms, None, registry_ms);
             let mut step = TryStep::new(&**inner, &self.name, call, || {
-                vec![self.abandoned_release(&field)]
+                vec![self.withdraw_release(&field)]
             })
             .replicated()
             .waiting(waits, Some(REGISTERED_FLAG));
@@ -535,7 +535,7 @@ impl Lock {
             }
             // Adopts the channel the line kept subscribed (or this client's other waiters
             // did): a hand-off to this owner is heard from its first try on.
-            let channels = [(&*self.wake, Some(&self.abandon))];
+            let channels = [(&*self.wake, Some(&self.leave))];
             let mut waiter = Waiter::for_owner(
                 &inner.pubsub,
                 &channels,

@@ -201,10 +201,11 @@ impl LockGuard {
         let inner = &self.client.inner;
         inner.keep_running();
         let job = &self.release;
-        let hand_off = self.held.hand_off();
+        let next_in_line = self.held.next_in_line();
         let timing = inner.settings.release_timing();
         let sent_at = Instant::now();
-        let outcome = release::release(&inner.backend, timing, job, hand_off, Sending::First).await;
+        let outcome =
+            release::release(&inner.backend, timing, job, next_in_line, Sending::First).await;
         if let Ok(released) = outcome {
             inner.release_log.record(job);
             match released {

@@ -10,10 +10,11 @@
 //! its primitive built; `release_ops.rs`: the lock's releases as operations for
 //! `sync::release`; `scripts/` (`mod.rs` builds them; `handoff.lua`, spliced into the
 //! others: the waiter registry, the hand-off to the longest-waiting owner whose client
-//! still listens, the kinds' markers; `acquire`, `release` — also `all` for an acquisition
-//! that ended without a guard and `leave` for a hand-off its owner no longer waits for —,
-//! `renew`, `force_unlock`, which tells the holders' clients, and `hold_until`, the
-//! attribute's `min_hold`). The Redis layout (the hash, the waiter registry, the naps set,
+//! still listens, the kinds' markers; `acquire`, `release` — also `withdraw` for an
+//! acquisition that ended without a guard and `leave` for a hand-off its owner no longer
+//! waits for —, `renew`, `extend` (a grant's), `force_unlock`, which tells the holders'
+//! clients, and `hold_until`, the attribute's `min_hold`). The protocol is
+//! docs/PROTOCOL.md. The Redis layout (the hash, the waiter registry, the naps set,
 //! each client's wake channel and its `pass:`, `next:`, `wake:` and `lost:` messages) is
 //! in docs/LAYOUT.md.
 
@@ -36,9 +37,8 @@ use crate::lock::release_ops::{release_job, ReleaseKind};
 use crate::lock::scripts::scripts;
 use crate::names::check_text;
 use crate::sync::attempt::Reply;
-use crate::sync::local::GiveBack;
 use crate::sync::owner;
-use crate::sync::pubsub::Abandon;
+use crate::sync::release::OwnerRelease;
 use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::verbs::acquisition_verbs;
 
@@ -99,11 +99,12 @@ pub struct Lock {
     line: Arc<str>,
     /// This client's wake channel for the lock (see `LockKeys::wake_channel`).
     wake: Arc<str>,
-    /// How the client gives up a message for one of its owners that no longer waits.
-    abandon: Abandon,
-    /// How the client's local line gives back the lock for a task that a release gave it
-    /// to after the task stopped waiting.
-    give_back: GiveBack,
+    /// The `leave` of one of the client's owners that no longer waits, for a message
+    /// meant for it.
+    leave: OwnerRelease,
+    /// The `withdraw` of one of the client's owners that no longer waits, for the lock a
+    /// release gave it (the local line's task that stopped waiting).
+    withdraw: OwnerRelease,
 }
 
 impl LockClient {
@@ -135,12 +136,12 @@ impl Lock {
             let (keys, name) = (Arc::clone(&keys), Arc::clone(&name));
             Arc::new(move |owner: &str, kind| release_job(&name, &keys, owner, kind).uncounted())
         };
-        let give_back = Arc::clone(&cleanup);
+        let withdraw = Arc::clone(&cleanup);
         Lock {
             wake: keys.wake_channel(&client.inner.id_text).into(),
             line: keys.key.as_str().into(),
-            abandon: Arc::new(move |owner| cleanup(owner, ReleaseKind::Unheard)),
-            give_back: Arc::new(move |owner| give_back(owner, ReleaseKind::Owner)),
+            leave: Arc::new(move |owner| cleanup(owner, ReleaseKind::Leave)),
+            withdraw: Arc::new(move |owner| withdraw(owner, ReleaseKind::Withdraw)),
             client,
             name,
             keys,
@@ -174,10 +175,10 @@ impl Lock {
         &self.wake
     }
 
-    /// How this client gives up a message for one of its waiters of this lock that no
-    /// longer waits (see `sync::pubsub`).
-    pub(crate) fn abandon(&self) -> &Abandon {
-        &self.abandon
+    /// The `leave` of one of this client's owners that no longer waits, for a message
+    /// meant for it (see `sync::pubsub`).
+    pub(crate) fn leave(&self) -> &OwnerRelease {
+        &self.leave
     }
 
     /// The lock's name, without the key prefix.
@@ -318,7 +319,7 @@ impl Lock {
         if untold {
             // An owner that never waited leaves: the lock's `leave` goes on passing it.
             let nobody = inner.new_owner_field();
-            let job = release_job(&self.name, &self.keys, &nobody, ReleaseKind::Unheard);
+            let job = release_job(&self.name, &self.keys, &nobody, ReleaseKind::Leave);
             inner.release_in_background(job.uncounted());
         }
         tracing::info!(lock = %self.name, deleted, "dlock: force unlock");

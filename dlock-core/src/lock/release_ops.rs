@@ -16,34 +16,34 @@ pub(crate) enum ReleaseKind {
     Hold { op: u64 },
     /// An acquisition by a fresh owner ended without a guard (cancelled, timed out,
     /// failed, or a task a release gave the lock to stopped waiting before it learnt so,
-    /// see `sync::local::GiveBack`). No guard of that owner exists, so every hold it has
+    /// a `withdraw` its client's local line sends, see `sync::local`). No guard of that owner exists, so every hold it has
     /// is that acquisition's: all go, the owner leaves the waiter registry, and a lock left
     /// free or reserved for it goes to the next waiter.
-    Owner,
+    Withdraw,
     /// A hand-off reached an owner that no longer waits on this client (it stopped, or
     /// took the lock by a try of its own before the message came): it leaves the waiter
     /// registry, and a lock free or reserved for it goes to the next waiter. Its holds,
     /// if any, belong to its guard and stay.
-    Unheard,
+    Leave,
     /// A re-entry was abandoned with its outcome unknown: its hold goes if its marker
     /// (acquisition `op`) shows it was applied.
     Reentry { op: u64 },
 }
 
 /// The release of `kind` for the owner `field` of the lock `name` (see
-/// `scripts/release.lua`: mode `one`, `all`, `leave` or `undo`).
+/// `scripts/release.lua`: mode `one`, `withdraw`, `leave` or `undo`).
 pub(crate) fn release_job(
     name: &Arc<str>,
     keys: &LockKeys,
     field: &str,
     kind: ReleaseKind,
 ) -> ReleaseJob {
-    // `all` and `leave` are idempotent without a memo; the lock key fills the slot (same
+    // `withdraw` and `leave` are idempotent without a memo; the lock key fills the slot (same
     // slot as every key).
     let (mode, once_key): (_, Cow<'_, str>) = match kind {
         ReleaseKind::Hold { op } => ("one", keys.memo(field, op).into()),
-        ReleaseKind::Owner => ("all", keys.key.as_str().into()),
-        ReleaseKind::Unheard => ("leave", keys.key.as_str().into()),
+        ReleaseKind::Withdraw => ("withdraw", keys.key.as_str().into()),
+        ReleaseKind::Leave => ("leave", keys.key.as_str().into()),
         ReleaseKind::Reentry { op } => ("undo", keys.marker(field, op).into()),
     };
     ReleaseJob {

@@ -14,7 +14,7 @@ use crate::multi::scripts::multi_scripts;
 use crate::sync::attempt::{Host, PlaceLifetime, RegisteredFlag, Reply, TryStep};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
-use crate::sync::pubsub::Abandon;
+use crate::sync::release::OwnerRelease;
 use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::verbs::Acquire;
 use crate::sync::wait::{GiveUp, NotYet, Waiter};
@@ -169,7 +169,7 @@ impl MultiLock {
         let mut step = TryStep::new(&**inner, first.name(), call, || {
             self.locks
                 .iter()
-                .map(|lock| lock.abandoned_release(&field))
+                .map(|lock| lock.withdraw_release(&field))
                 .collect()
         })
         .replicated()
@@ -180,10 +180,10 @@ impl MultiLock {
         // The waiter listens, as the owner, on every lock's wake channel from before its
         // first try on: each try may register it with another lock (the one that blocked
         // it), whose hand-off must find it listening.
-        let channels: Vec<(&str, Option<&Abandon>)> = self
+        let channels: Vec<(&str, Option<&OwnerRelease>)> = self
             .locks
             .iter()
-            .map(|lock| (lock.wake_channel(), Some(lock.abandon())))
+            .map(|lock| (lock.wake_channel(), Some(lock.leave())))
             .collect();
         let mut waiter = Waiter::for_owner(
             &inner.pubsub,

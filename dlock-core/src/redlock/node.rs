@@ -12,7 +12,7 @@ use crate::lock::release_ops::{release_job, ReleaseKind};
 use crate::lock::scripts::{acquire_call, scripts, AcquireArgs};
 use crate::redis::CallError;
 use crate::sync::attempt::Reply;
-use crate::sync::release::{self, HandOff, ReleaseJob, Released, Sending};
+use crate::sync::release::{self, NextInLine, ReleaseJob, Released, Sending};
 
 /// `call`, given up after `limit`: a server that does not answer in time counts as failed
 /// for this round (its call may still have been applied).
@@ -67,7 +67,7 @@ pub(super) async fn renew(
 /// The release of every hold of `field` on a server: idempotent by itself, so retries (in
 /// the foreground or the background) count once.
 pub(super) fn release_of(name: &Arc<str>, keys: &LockKeys, field: &str) -> ReleaseJob {
-    release_job(name, keys, field, ReleaseKind::Owner)
+    release_job(name, keys, field, ReleaseKind::Withdraw)
 }
 
 /// Runs `job` with the server client's release retries, given up after `limit` (the job
@@ -84,7 +84,7 @@ pub(super) async fn release(
             &node.inner.backend,
             settings.release_timing(),
             job,
-            HandOff::NONE,
+            NextInLine::NONE,
             Sending::First,
         ),
     )

@@ -284,7 +284,7 @@ impl ReadWriteLock {
                 &self.shared,
                 &owner,
                 kind,
-                ReleaseKind::Owner {
+                ReleaseKind::Withdraw {
                     op: inner.next_op(),
                 },
             )]

@@ -15,7 +15,7 @@ pub(super) enum ReleaseKind {
     /// An acquisition by a fresh owner was abandoned (its outcome unknown, or a writer
     /// gave up waiting): every hold of its kind is that acquisition's, and a writer leaves
     /// the waiting writers.
-    Owner { op: u64 },
+    Withdraw { op: u64 },
     /// A re-entry was abandoned with its outcome unknown: its hold goes if its marker
     /// (acquisition `op`) shows it was applied.
     Reentry { op: u64 },
@@ -32,7 +32,7 @@ pub(super) fn release_job(
     let keys = &lock.keys;
     let (mode, once_key) = match release {
         ReleaseKind::Hold { op } => ("one", keys.memo(&field, op)),
-        ReleaseKind::Owner { op } => ("all", keys.memo(&field, op)),
+        ReleaseKind::Withdraw { op } => ("withdraw", keys.memo(&field, op)),
         ReleaseKind::Reentry { op } => ("undo", keys.marker(&field, op)),
     };
     ReleaseJob {

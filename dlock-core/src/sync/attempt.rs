@@ -32,7 +32,7 @@ use crate::redis::{Backend, CallError};
 use crate::scripts::ScriptCall;
 use crate::sync::metrics::Metrics;
 use crate::sync::recheck::place_lifetime;
-use crate::sync::release::{self, HandOff, ReleaseJob, ReleaseTiming, Sending};
+use crate::sync::release::{self, NextInLine, ReleaseJob, ReleaseTiming, Sending};
 use crate::sync::retry::RetryPolicy;
 use crate::sync::wait::Waiter;
 
@@ -422,7 +422,7 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
         let jobs = (self.cleanup)();
         let cleanups = jobs
             .iter()
-            .map(|job| release::release(backend, timing, job, HandOff::NONE, Sending::First));
+            .map(|job| release::release(backend, timing, job, NextInLine::NONE, Sending::First));
         match tokio::time::timeout(FOREGROUND_CLEANUP, join_all(cleanups)).await {
             Ok(outcomes) if outcomes.iter().all(Result::is_ok) => self.granted(),
             _ => {

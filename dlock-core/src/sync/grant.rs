@@ -31,7 +31,7 @@
 //!   token the waiter wants (a hold taken without a wait passes no token counter to its
 //!   release, and a lock may have none), or with less than [`MIN_LEFT`] of it left by the
 //!   time the waiter reads it.
-//! - **An acquisition that ended meanwhile cleans up as always**: its `all` release, sent
+//! - **An acquisition that ended meanwhile cleans up as always**: its `withdraw` release, sent
 //!   after its last try, deletes any hold a grant gave its owner.
 
 use std::future::Future;

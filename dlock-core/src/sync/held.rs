@@ -14,7 +14,7 @@ use crate::fence::Fence;
 use crate::sync::local::Turn;
 use crate::sync::metrics::Metrics;
 use crate::sync::observe::{self, Label};
-use crate::sync::release::{HandOff, NextHolder};
+use crate::sync::release::{NextHolder, NextInLine};
 
 const HELD: u8 = 0;
 const RELEASED: u8 = 1;
@@ -43,7 +43,7 @@ pub(crate) struct Held {
     /// lease is still on its way (see `sync::grant`): its deadline is the grant's until
     /// then.
     extending: AtomicBool,
-    /// It was taken only after a wait (see [`HandOff::contended`]).
+    /// It was taken only after a wait (see [`NextInLine::contended`]).
     contended: bool,
     changed: Notify,
     /// This hold's place at the head of the client's local line, if it took one (fresh
@@ -173,15 +173,15 @@ impl Held {
 
     /// What the release of this hold tells Redis about the client's local line, and
     /// whether the hold was contended.
-    pub(crate) fn hand_off(&self) -> HandOff {
-        let mut hand_off = self
+    pub(crate) fn next_in_line(&self) -> NextInLine {
+        let mut next_in_line = self
             .turn
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .map_or(HandOff::NONE, Turn::hand_off);
-        hand_off.contended |= self.contended;
-        hand_off
+            .map_or(NextInLine::NONE, Turn::next_in_line);
+        next_in_line.contended |= self.contended;
+        next_in_line
     }
 
     /// Passes the local turn on after a release sent at `sent_at` freed the lock for

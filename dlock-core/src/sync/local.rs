@@ -10,7 +10,7 @@
 //! its own script (the task's hold, lease and fencing token), so the task holds it without
 //! a try of its own: one round trip per local hand-off instead of two. The task's
 //! deadline counts from the release's send. If the task stopped waiting meanwhile, the
-//! line gives the lock back for it (its [`GiveBack`] release); if the release's outcome is
+//! line gives the lock back for it (its [`OwnerRelease`] release); if the release's outcome is
 //! unknown (the unlock failed or was cancelled), the task tries as usual, and its try finds
 //! the hold the release may have given it.
 //!
@@ -36,7 +36,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::fence::Fence;
-use crate::sync::release::{BackgroundReleases, HandOff, NextHolder, NextTask, ReleaseJob};
+use crate::sync::release::{BackgroundReleases, NextHolder, NextInLine, NextTask, OwnerRelease};
 
 /// How many times in a row a lock may go from one task of a client to the next while
 /// other clients wait for it. Small enough that no client waits long behind another
@@ -44,20 +44,16 @@ use crate::sync::release::{BackgroundReleases, HandOff, NextHolder, NextTask, Re
 /// local, which costs no pub/sub round trip.
 pub(crate) const LOCAL_RUN_BOUND: u32 = 8;
 
-/// How a line gives back a lock that a release gave to one of its tasks after that task
-/// stopped waiting: the lock's release of every hold of that owner (its field).
-pub(crate) type GiveBack = Arc<dyn Fn(&str) -> ReleaseJob + Send + Sync>;
-
 /// The client's local lines, one per lock key while anyone is in it.
 pub(crate) struct LocalQueues<H> {
     lines: Mutex<HashMap<Arc<str>, Line<H>>>,
     next_ticket: AtomicU64,
-    /// The client's background releases, for a line's [`GiveBack`].
+    /// The client's background releases, for a line's [`OwnerRelease`].
     releases: BackgroundReleases,
 }
 
 impl<H> LocalQueues<H> {
-    /// Lines whose [`GiveBack`] releases go to `releases`.
+    /// Lines whose [`OwnerRelease`] releases go to `releases`.
     pub(crate) fn new(releases: BackgroundReleases) -> Self {
         LocalQueues {
             lines: Mutex::default(),
@@ -77,10 +73,10 @@ struct Line<H> {
     /// Consecutive releases that kept the lock in this client while others waited.
     run: u32,
     /// The waiting task that the release of the turn's hold names (see
-    /// [`Turn::hand_off`]), until that release's outcome is known ([`Turn::released`]) or
+    /// [`Turn::next_in_line`]), until that release's outcome is known ([`Turn::released`]) or
     /// the turn ends without it.
     named: Option<Arc<Offer>>,
-    give_back: GiveBack,
+    withdraw: OwnerRelease,
 }
 
 /// A ticket waiting for the turn.
@@ -91,14 +87,14 @@ struct Waiting {
 }
 
 impl<H> Line<H> {
-    fn new(give_back: &GiveBack) -> Self {
+    fn new(withdraw: &OwnerRelease) -> Self {
         Line {
             turn: None,
             holder: None,
             waiting: VecDeque::new(),
             run: 0,
             named: None,
-            give_back: Arc::clone(give_back),
+            withdraw: Arc::clone(withdraw),
         }
     }
 
@@ -112,7 +108,7 @@ impl<H> Line<H> {
     /// Settles the task the release of the turn's hold named, if any, with `outcome`.
     fn settle_named(&mut self, outcome: Outcome, releases: &BackgroundReleases) {
         if let Some(offer) = self.named.take() {
-            offer.settle(outcome, &self.give_back, releases);
+            offer.settle(outcome, &self.withdraw, releases);
         }
     }
 }
@@ -175,7 +171,7 @@ impl Offer {
     /// lock it was given, and otherwise tries as usual (its try finds a hold an unknown
     /// outcome may have given it); one that left gets a lock that was, or may have been,
     /// given to it given back.
-    fn settle(&self, outcome: Outcome, give_back: &GiveBack, releases: &BackgroundReleases) {
+    fn settle(&self, outcome: Outcome, withdraw: &OwnerRelease, releases: &BackgroundReleases) {
         let mut state = self.lock_state();
         let left = match *state {
             OfferState::Named => false,
@@ -186,7 +182,7 @@ impl Offer {
         *state = match outcome {
             Outcome::Given(given) if !left => OfferState::Given(given),
             Outcome::Given(_) | Outcome::Unknown if left => {
-                releases.send(give_back(&self.task.field));
+                releases.send(withdraw(&self.task.field));
                 OfferState::Waiting
             }
             _ => OfferState::Waiting,
@@ -195,13 +191,13 @@ impl Offer {
 
     /// The task stops waiting: a lock a release gave it goes back now; one a release in
     /// flight may give it goes back once that release's outcome is known.
-    fn leave(&self, give_back: &GiveBack, releases: &BackgroundReleases) {
+    fn leave(&self, withdraw: &OwnerRelease, releases: &BackgroundReleases) {
         let mut state = self.lock_state();
         match *state {
             OfferState::Named => *state = OfferState::Left,
             OfferState::Given(_) => {
                 *state = OfferState::Waiting;
-                releases.send(give_back(&self.task.field));
+                releases.send(withdraw(&self.task.field));
             }
             OfferState::Waiting | OfferState::Left => {}
         }
@@ -239,13 +235,13 @@ pub(crate) struct Turn<H> {
 
 impl<H> LocalQueues<H> {
     /// Gets in line for `key`, whose lock is given back for a task that stopped waiting
-    /// with `give_back`; the ticket has the turn at once when nobody is there. A ticket
+    /// with `withdraw`; the ticket has the turn at once when nobody is there. A ticket
     /// that waits can be given the lock by the release before its turn, as `task` (made
     /// only then).
     pub(crate) fn join(
         self: &Arc<Self>,
         key: &Arc<str>,
-        give_back: &GiveBack,
+        withdraw: &OwnerRelease,
         task: impl FnOnce() -> NextTask,
     ) -> Ticket<H> {
         let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
@@ -253,7 +249,7 @@ impl<H> LocalQueues<H> {
         let mut lines = self.lock_lines();
         let line = lines
             .entry(Arc::clone(key))
-            .or_insert_with(|| Line::new(give_back));
+            .or_insert_with(|| Line::new(withdraw));
         let offer = if line.turn.is_none() && line.waiting.is_empty() {
             line.turn = Some(id);
             None
@@ -290,7 +286,7 @@ impl<H> LocalQueues<H> {
             return;
         };
         if let Some(offer) = offer {
-            offer.leave(&line.give_back, &self.releases);
+            offer.leave(&line.withdraw, &self.releases);
         }
         if line.turn == Some(id) {
             line.settle_named(Outcome::Unknown, &self.releases);
@@ -382,20 +378,20 @@ impl<H> Turn<H> {
     /// What the release of the turn's hold tells Redis about this line: the task waiting
     /// next, which the release may give the lock to (it is named until the release's
     /// outcome is known).
-    pub(crate) fn hand_off(&self) -> HandOff {
+    pub(crate) fn next_in_line(&self) -> NextInLine {
         self.with_line(|line| {
             let Some(first) = line.waiting.front() else {
-                return HandOff::NONE;
+                return NextInLine::NONE;
             };
             *first.offer.lock_state() = OfferState::Named;
             line.named = Some(Arc::clone(&first.offer));
-            HandOff {
+            NextInLine {
                 next: Some(first.offer.task.clone()),
                 keep: line.run < LOCAL_RUN_BOUND,
                 contended: true,
             }
         })
-        .unwrap_or(HandOff::NONE)
+        .unwrap_or(NextInLine::NONE)
     }
 
     /// Records where the release of the turn's hold, sent at `sent_at`, put the lock,
@@ -440,7 +436,7 @@ mod tests {
     use futures_util::FutureExt;
 
     use crate::lock::scripts::scripts;
-    use crate::sync::release::{ReleaseOp, ReleaseQueue};
+    use crate::sync::release::{ReleaseJob, ReleaseOp, ReleaseQueue};
 
     /// Lines whose give-back releases land in the returned queue.
     fn queues() -> (Arc<LocalQueues<()>>, ReleaseQueue) {
@@ -449,7 +445,7 @@ mod tests {
     }
 
     /// A give-back release named after the owner it gives back for.
-    fn give_back() -> GiveBack {
+    fn withdraw() -> OwnerRelease {
         Arc::new(|field: &str| ReleaseJob {
             name: field.into(),
             op: ReleaseOp::new(&scripts().release, &[], &[], true),
@@ -465,7 +461,7 @@ mod tests {
             lease_ms: 1_000,
             fence: true,
         };
-        queues.join(&key.into(), &give_back(), task)
+        queues.join(&key.into(), &withdraw(), task)
     }
 
     /// Waits until `ticket` has the turn.
@@ -596,9 +592,12 @@ mod tests {
         let holder = turn(join(&queues, "k", "h")).await;
         let next = join(&queues, "k", "n");
         let _behind = join(&queues, "k", "b");
-        let hand_off = holder.hand_off();
-        assert_eq!(hand_off.next.as_ref().map(|task| &*task.field), Some("n"));
-        assert!(hand_off.keep);
+        let next_in_line = holder.next_in_line();
+        assert_eq!(
+            next_in_line.next.as_ref().map(|task| &*task.field),
+            Some("n")
+        );
+        assert!(next_in_line.keep);
         let sent_at = Instant::now();
         holder.released(given_to_this_client(7), sent_at);
         drop(holder);
@@ -620,7 +619,7 @@ mod tests {
         // Left while the release was in flight; the release gave it the lock.
         let holder = turn(join(&queues, "k", "h")).await;
         let next = join(&queues, "k", "left-early");
-        holder.hand_off();
+        holder.next_in_line();
         drop(next);
         assert!(given_back(&back).is_empty(), "not known to be given yet");
         holder.released(given_to_this_client(1), Instant::now());
@@ -630,7 +629,7 @@ mod tests {
         // Given the lock, then cancelled before its turn came.
         let holder = turn(join(&queues, "k", "h")).await;
         let next = join(&queues, "k", "left-late");
-        holder.hand_off();
+        holder.next_in_line();
         holder.released(given_to_this_client(2), Instant::now());
         drop(next);
         assert_eq!(given_back(&back), ["left-late"]);
@@ -639,7 +638,7 @@ mod tests {
         // Given the lock, and the turn came, but it gave up before taking the hold.
         let holder = turn(join(&queues, "k", "h")).await;
         let next = join(&queues, "k", "turn-untaken");
-        holder.hand_off();
+        holder.next_in_line();
         holder.released(given_to_this_client(3), Instant::now());
         drop(holder);
         assert_eq!(next.place(), Place::Turn);
@@ -649,7 +648,7 @@ mod tests {
         // The release gave the lock to someone else: nothing to give back.
         let holder = turn(join(&queues, "k", "h")).await;
         let next = join(&queues, "k", "passed-over");
-        holder.hand_off();
+        holder.next_in_line();
         drop(next);
         holder.released(NextHolder::Another, Instant::now());
         drop(holder);
@@ -659,13 +658,13 @@ mod tests {
         // gets it given back; one still waiting tries, and nothing is given back for it.
         let holder = turn(join(&queues, "k", "h")).await;
         let next = join(&queues, "k", "unknown-left");
-        holder.hand_off();
+        holder.next_in_line();
         drop(next);
         drop(holder);
         assert_eq!(given_back(&back), ["unknown-left"]);
         let holder = turn(join(&queues, "k", "h")).await;
         let next = join(&queues, "k", "unknown-waiting");
-        holder.hand_off();
+        holder.next_in_line();
         drop(holder);
         let next = turn(next).await;
         assert_eq!(next.take_given(), None, "it must try");
@@ -682,7 +681,7 @@ mod tests {
         let mut holder = turn(join(&queues, "k", "h0")).await;
         for i in 1..=LOCAL_RUN_BOUND {
             let next = join(&queues, "k", &format!("h{i}"));
-            assert!(holder.hand_off().keep, "hand-off {i} may stay");
+            assert!(holder.next_in_line().keep, "hand-off {i} may stay");
             let kept = NextHolder::ThisClient {
                 others_wait: true,
                 fence: None,
@@ -692,11 +691,11 @@ mod tests {
             holder = turn(next).await;
         }
         let next = join(&queues, "k", "last");
-        assert!(!holder.hand_off().keep, "the bound is reached");
+        assert!(!holder.next_in_line().keep, "the bound is reached");
         holder.released(NextHolder::Another, Instant::now());
         drop(holder);
         let holder = turn(next).await;
         let _behind = join(&queues, "k", "after");
-        assert!(holder.hand_off().keep, "the count starts again");
+        assert!(holder.next_in_line().keep, "the count starts again");
     }
 }

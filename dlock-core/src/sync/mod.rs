@@ -16,7 +16,7 @@
 //! holder, the cohort bound (`LOCAL_RUN_BOUND`: at most 8 local hand-offs in a row while
 //! other clients wait, then the lock goes to them), and the lock a release gives to the
 //! line's next task in its own script (that task's hold, lease and token: no try of its
-//! own), given back (`GiveBack`) when that task stopped waiting; `grant.rs`: a lock another
+//! own), given back (its `withdraw`) when that task stopped waiting; `grant.rs`: a lock another
 //! client's release gave to a waiter (`held:` messages): its deadline from the
 //! acquisition's first send, its extension to the lease; `owner.rs`: which hold a call
 //! chain (`scope`) re-enters, and the innermost hold of a kind (a read-write lock's write
@@ -27,7 +27,7 @@
 //! queued, one `SSUBSCRIBE` per slot in a cluster), a channel kept subscribed 50 ms after
 //! its last waiter (`LINGER`); a lock's wake channel routes each message to the waiting
 //! owner it names (`OwnerWake`: try now, or when a reservation lapses) and hands a message
-//! for an owner that no longer waits back (`Abandon`: the lock's `leave`), a shared channel
+//! for an owner that no longer waits back (the lock's `leave`, an `OwnerRelease`), a shared channel
 //! wakes one waiter per message (or every waiter that asks); `wait.rs`: the wait between
 //! tries (subscribe — an owner to every channel a hand-off to it can come by, before its
 //! first try when they are subscribed already —, nap until a message, the time the busy
@@ -36,7 +36,7 @@
 //! about a thousand rechecks a second per client when many tasks wait); `watchdog.rs`:
 //! batched renewals, and one renewal outside its rounds (`renew_once`: a multi-lock's early
 //! holds, a grant's extension); `release.rs`: running, retrying, logging and replaying a release, with
-//! the releasing client's `HandOff` (a local task waits next; it may keep the lock) and the
+//! the releasing client's `NextInLine` (a local task waits next; it may keep the lock) and the
 //! script's `NextHolder` answer, and `BackgroundReleases`, the queue of releases nobody
 //! awaits, counted until Redis answered each (`LockClient::shutdown`); `retry.rs`: when a
 //! failed call is tried again; `metrics.rs`: the client's counters and latency histogram

@@ -10,7 +10,7 @@
 //!   one release costs at most one try at Redis however many clients wait. The message
 //!   wakes that owner's waiter alone, with the grant for it to take. A message for an owner that no longer waits here (cancelled,
 //!   timed out, or not yet subscribed) is handed back at once: the lock goes to the next
-//!   waiter (the primitive's [`Abandon`] release), so a hand-off never idles until a
+//!   waiter (the primitive's [`OwnerRelease`] release), so a hand-off never idles until a
 //!   recheck. `next:<ms>:<owner>` asks the owner to try when the reservation made for
 //!   another lapses, `<ms>` ms from now, `wake:<owner>` to try again now (the
 //!   lock's expiry moved closer), and `lost:<owner>` tells the client that one of its
@@ -42,7 +42,7 @@ use crate::redis::{Backend, Subscriber, SubscriberEvent};
 use crate::sync::grant::Grant;
 use crate::sync::heard::{Heard, Notices};
 use crate::sync::recheck::RecheckSpacing;
-use crate::sync::release::{BackgroundReleases, ReleaseJob};
+use crate::sync::release::{BackgroundReleases, OwnerRelease, ReleaseJob};
 use crate::sync::retry::backoff;
 
 /// The longest pause between two attempts to reconnect the subscriber. Waiters do not
@@ -98,13 +98,6 @@ pub(crate) struct Route {
     generation: u64,
     moves: u64,
 }
-
-/// How a primitive gives up, for an owner of this client that no longer waits, a message
-/// meant for it: the release that takes the owner out of the lock's waiters and passes
-/// the lock (or the request to try again) to the next waiter. It never gives back a hold
-/// of the owner: the owner may have taken the lock by a try of its own before the message
-/// came, and then its guard holds it.
-pub(crate) type Abandon = Arc<dyn Fn(&str) -> ReleaseJob + Send + Sync>;
 
 /// When a waiting owner is to try again, as the messages naming it said; shared by its
 /// subscriptions (a multi-lock's owner waits on one channel per lock).
@@ -207,8 +200,10 @@ struct Channel {
     wake: Arc<Notify>,
     /// The waiting owners on a wake channel, each woken by the messages naming it.
     owners: HashMap<Arc<str>, Arc<OwnerWake>>,
-    /// How to give up a message for an owner that is not in `owners` (wake channels).
-    abandon: Option<Abandon>,
+    /// The `leave` of an owner not in `owners` for whom a message comes (wake channels):
+    /// it never gives back a hold of the owner, whose guard may hold it (its own try took
+    /// the lock before the message came).
+    leave: Option<OwnerRelease>,
     /// Whether Redis confirmed the subscription, and the unlock messages (and
     /// reconnections, which may have lost some) counted for watchers and waiters that must
     /// see every one without taking the wake-up meant for a waiter.
@@ -280,7 +275,7 @@ impl Channel {
             (Some(waiter), Named::Now) => waiter.now(),
             (Some(waiter), Named::Granted(grant)) => waiter.granted(grant),
             (Some(waiter), Named::At(at)) => waiter.at(at),
-            (None, _) => return self.abandon.as_ref().map(|abandon| abandon(owner)),
+            (None, _) => return self.leave.as_ref().map(|leave| leave(owner)),
         }
         None
     }
@@ -403,24 +398,24 @@ impl PubSubService {
 
     /// Registers interest in the wake channel `channel` as a watcher (not as a waiting
     /// owner): it sees every message; messages naming an owner that does not wait here
-    /// are given up with `abandon`.
-    pub(crate) fn watch_wake(&self, channel: &str, abandon: &Abandon) -> Subscription {
-        self.subscribe_to(channel, None, Some(abandon))
+    /// are given up with `leave`.
+    pub(crate) fn watch_wake(&self, channel: &str, leave: &OwnerRelease) -> Subscription {
+        self.subscribe_to(channel, None, Some(leave))
     }
 
     /// Registers interest in the wake channel `channel` as the waiting `owner`: the
     /// messages naming it notify `wake` (one owner waiting on several channels, a
     /// multi-lock, shares one); messages naming an owner that does not wait here are given
-    /// up with `abandon`, or dropped without one (a fair lock's wake-up only asks its
+    /// up with `leave`, or dropped without one (a fair lock's wake-up only asks its
     /// owner to try, and an owner that stopped waiting leaves the queue by itself).
     pub(crate) fn subscribe_owner(
         &self,
         channel: &str,
         owner: &Arc<str>,
         wake: &Arc<OwnerWake>,
-        abandon: Option<&Abandon>,
+        leave: Option<&OwnerRelease>,
     ) -> Subscription {
-        self.subscribe_to(channel, Some((owner, wake)), abandon)
+        self.subscribe_to(channel, Some((owner, wake)), leave)
     }
 
     /// Counts `owner` among the client's live waiting owners until the returned entry is
@@ -457,7 +452,7 @@ impl PubSubService {
         &self,
         channel: &str,
         owner: Option<(&Arc<str>, &Arc<OwnerWake>)>,
-        abandon: Option<&Abandon>,
+        leave: Option<&OwnerRelease>,
     ) -> Subscription {
         let mut channels = self.shared.lock_channels();
         if let Some(entry) = channels.get_mut(channel) {
@@ -472,14 +467,14 @@ impl PubSubService {
                 waiters: 0,
                 wake: Arc::new(Notify::new()),
                 owners: HashMap::new(),
-                abandon: None,
+                leave: None,
                 heard: Arc::default(),
                 idle_since: None,
             }
         });
         entry.waiters += 1;
-        if let (None, Some(abandon)) = (&entry.abandon, abandon) {
-            entry.abandon = Some(Arc::clone(abandon));
+        if let (None, Some(leave)) = (&entry.leave, leave) {
+            entry.leave = Some(Arc::clone(leave));
         }
         let owner = owner.map(|(owner, wake)| {
             entry.owners.insert(Arc::clone(owner), Arc::clone(wake));
@@ -957,15 +952,15 @@ mod tests {
     fn wake_channel(given_up: &Arc<Mutex<Vec<String>>>) -> Channel {
         let given_up = Arc::clone(given_up);
         let keys = LockKeys::new("", "l");
-        let abandon: Abandon = Arc::new(move |owner: &str| {
+        let leave: OwnerRelease = Arc::new(move |owner: &str| {
             given_up.lock().unwrap().push(owner.to_owned());
-            release_job(&Arc::from("l"), &keys, owner, ReleaseKind::Unheard)
+            release_job(&Arc::from("l"), &keys, owner, ReleaseKind::Leave)
         });
         Channel {
             waiters: 1,
             wake: Arc::default(),
             owners: HashMap::new(),
-            abandon: Some(abandon),
+            leave: Some(leave),
             heard: Arc::default(),
             idle_since: None,
         }

@@ -32,13 +32,13 @@ pub(crate) enum Released {
 }
 
 /// Whom a freed lock goes to, as the lock's release script decided it from its waiter
-/// registry and the releasing client's [`HandOff`]. Other primitives' releases wake
+/// registry and the releasing client's [`NextInLine`]. Other primitives' releases wake
 /// their waiters themselves and always report [`NextHolder::Anyone`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NextHolder {
     /// Nobody else waits: whoever asks first.
     Anyone,
-    /// The release gave the lock to the client's next task (the [`HandOff`]'s
+    /// The release gave the lock to the client's next task (the [`NextInLine`]'s
     /// [`NextTask`]): it holds it now, with its lease from the release's send and its
     /// fencing token (`fence`, with fencing on). `others_wait`: other clients' waiters
     /// wait too (they were not told).
@@ -47,7 +47,7 @@ pub(crate) enum NextHolder {
         fence: Option<Fence>,
     },
     /// The lock went to the longest-waiting live waiter (given to it, or reserved for it
-    /// by an `all` release); this client's next task, if any, finds it taken and waits in
+    /// by a `withdraw` release); this client's next task, if any, finds it taken and waits in
     /// line behind the others.
     Another,
 }
@@ -55,7 +55,7 @@ pub(crate) enum NextHolder {
 /// What a releasing client tells the lock's release script about its own waiting tasks,
 /// so that the script can give the lock to the client's next task or pass it on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct HandOff {
+pub(crate) struct NextInLine {
     /// The task of this client that waits for the lock next, if any.
     pub(crate) next: Option<NextTask>,
     /// That task may have it even if other clients wait (the bound on consecutive local
@@ -68,9 +68,9 @@ pub(crate) struct HandOff {
     pub(crate) contended: bool,
 }
 
-impl HandOff {
+impl NextInLine {
     /// Nothing of the client waits: the lock goes to the longest-waiting client.
-    pub(crate) const NONE: HandOff = HandOff {
+    pub(crate) const NONE: NextInLine = NextInLine {
         next: None,
         keep: false,
         contended: false,
@@ -119,10 +119,10 @@ pub(crate) struct ReleaseTiming {
 ///   long a lock passed on stays reserved for its next holder, in ms, and `'0'` on the
 ///   op's first send (which cannot find its own memo, so a script may skip the lookup) or
 ///   `'1'` on a retry or a replay; then, only when the client has a task waiting next
-///   (the [`HandOff`]), four more: that task's owner field, `'1'`/`'0'` (it may keep the
+///   (the [`NextInLine`]), four more: that task's owner field, `'1'`/`'0'` (it may keep the
 ///   lock while others wait), its lease in ms and `'1'`/`'0'` (it gets a fencing token);
 ///   and after its keys the op's hand-off key (the lock's: its fencing counter) then, or
-///   when the hold was contended ([`HandOff::contended`]). Every key and argument of a
+///   when the hold was contended ([`NextInLine::contended`]). Every key and argument of a
 ///   call costs the server a Lua string before the script runs, so the common release,
 ///   uncontended with no task waiting next, sends none of them; scripts without a waiter
 ///   registry ignore the hand-off;
@@ -136,7 +136,7 @@ pub(crate) struct ReleaseOp {
     call: ScriptCall,
     /// The key a release that may give the lock away needs besides the op's keys (the
     /// lock's fencing counter, for the token of whoever gets it): sent with a task waiting
-    /// next, or when other clients' waiters may wait ([`HandOff::contended`]).
+    /// next, or when other clients' waiters may wait ([`NextInLine::contended`]).
     hand_off_key: Option<Arc<str>>,
     /// The script keeps no memo when it gives back the owner's last hold, because that
     /// release leaves nothing of the owner's: a retry that finds nothing of the owner's
@@ -188,6 +188,13 @@ impl ReleaseOp {
     }
 }
 
+/// A primitive's release for one of its owners (by owner field) that stopped waiting:
+/// its `leave` (it leaves the waiters; holds it may have are its guard's) or its
+/// `withdraw` (every hold it may have goes too). Made once per lock handle, called by
+/// the client's subscriber for a message no waiter here takes (`sync::pubsub`), and by
+/// the local line for a lock a release gave a task that stopped waiting (`sync::local`).
+pub(crate) type OwnerRelease = Arc<dyn Fn(&str) -> ReleaseJob + Send + Sync>;
+
 /// One release to perform, with the lock name it is logged under.
 #[derive(Clone)]
 pub(crate) struct ReleaseJob {
@@ -216,7 +223,7 @@ pub(crate) async fn release(
     backend: &Backend,
     timing: ReleaseTiming,
     job: &ReleaseJob,
-    hand_off: HandOff,
+    next_in_line: NextInLine,
     send: Sending,
 ) -> Result<Released, CallError> {
     let flag = |on: bool| if on { "1" } else { "0" };
@@ -229,15 +236,15 @@ pub(crate) async fn release(
         .arg(backend.publish_command())
         .arg(timing.reservation.as_millis() as u64)
         .arg(flag(send == Sending::Again));
-    let next_task = hand_off.next.as_ref();
+    let next_task = next_in_line.next.as_ref();
     if let Some(task) = next_task {
         invocation
             .arg(&*task.field)
-            .arg(flag(hand_off.keep))
+            .arg(flag(next_in_line.keep))
             .arg(task.lease_ms)
             .arg(flag(task.fence));
     }
-    if next_task.is_some() || hand_off.contended {
+    if next_task.is_some() || next_in_line.contended {
         if let Some(key) = &job.op.hand_off_key {
             invocation.key(&**key);
         }
@@ -506,7 +513,7 @@ pub(crate) async fn run_background(
         tokio::spawn(async move {
             // A job comes here when its guard was dropped, or after a send whose outcome
             // is unknown (a failed or cancelled unlock): counted as sent before.
-            let outcome = release(&backend, timing, &job, HandOff::NONE, Sending::Again).await;
+            let outcome = release(&backend, timing, &job, NextInLine::NONE, Sending::Again).await;
             match &outcome {
                 Ok(_) => log.record(&job),
                 Err(_) => {
@@ -646,7 +653,8 @@ pub(crate) async fn replay_after_failover(
             "dlock: master moved; replaying recent releases on the new one"
         );
         for job in jobs {
-            if let Err(error) = release(&backend, timing, &job, HandOff::NONE, Sending::Again).await
+            if let Err(error) =
+                release(&backend, timing, &job, NextInLine::NONE, Sending::Again).await
             {
                 tracing::debug!(lock = %job.name, %error, "dlock: replayed release failed");
             }

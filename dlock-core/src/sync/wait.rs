@@ -17,8 +17,9 @@ use tokio::time::Instant;
 
 use crate::redis::CallError;
 use crate::sync::grant::Grant;
-use crate::sync::pubsub::{Abandon, LiveOwner, OwnerWake, PubSubService, Subscription};
+use crate::sync::pubsub::{LiveOwner, OwnerWake, PubSubService, Subscription};
 use crate::sync::recheck::SpacedPlace;
+use crate::sync::release::OwnerRelease;
 use crate::sync::retry::ends_before;
 
 /// A try that did not acquire.
@@ -87,7 +88,7 @@ pub(crate) struct Waiter<'a> {
     /// The channels it listens on: a shared channel, or the wake channels the owner
     /// waits on (a multi-lock's, one per lock), each with how to give up a message for an
     /// owner of this client that no longer waits. Borrowed from an owner's caller.
-    channels: Cow<'a, [(&'a str, Option<&'a Abandon>)]>,
+    channels: Cow<'a, [(&'a str, Option<&'a OwnerRelease>)]>,
     /// The owner this waiter waits as on wake channels (messages name it); `None` on a
     /// shared channel.
     owner: Option<&'a Arc<str>>,
@@ -149,7 +150,7 @@ impl<'a> Waiter<'a> {
     /// so no message names it.
     pub(crate) fn for_owner(
         pubsub: &'a PubSubService,
-        channels: &'a [(&'a str, Option<&'a Abandon>)],
+        channels: &'a [(&'a str, Option<&'a OwnerRelease>)],
         owner: &'a Arc<str>,
         policy: WaitPolicy,
     ) -> Self {
@@ -176,7 +177,7 @@ impl<'a> Waiter<'a> {
     /// every channel is adopted and confirmed, a busy first try goes straight to waiting
     /// instead of trying again once its subscriptions are confirmed.
     fn adopt_subscribed(mut self) -> Self {
-        for &(channel, abandon) in self.channels.iter() {
+        for &(channel, leave) in self.channels.iter() {
             if self.pubsub.is_subscribed(channel) {
                 let subscription = subscribe(
                     self.pubsub,
@@ -184,7 +185,7 @@ impl<'a> Waiter<'a> {
                     self.live.as_ref(),
                     &mut self.wake,
                     channel,
-                    abandon,
+                    leave,
                 );
                 self.subscriptions.push(subscription);
             }
@@ -317,11 +318,11 @@ impl<'a> Waiter<'a> {
         self.subscriptions = self
             .channels
             .iter()
-            .map(|&(channel, abandon)| {
+            .map(|&(channel, leave)| {
                 if let Some(at) = adopted.iter().position(|s| s.channel() == channel) {
                     return adopted.swap_remove(at);
                 }
-                subscribe(pubsub, owner, live, wake, channel, abandon)
+                subscribe(pubsub, owner, live, wake, channel, leave)
             })
             .collect();
     }
@@ -354,12 +355,12 @@ fn subscribe(
     live: Option<&LiveOwner>,
     wake: &mut Option<Arc<OwnerWake>>,
     channel: &str,
-    abandon: Option<&Abandon>,
+    leave: Option<&OwnerRelease>,
 ) -> Subscription {
     match owner {
         Some(owner) => {
             let wake = wake.get_or_insert_with(|| live.map_or_else(Arc::default, LiveOwner::wake));
-            pubsub.subscribe_owner(channel, owner, wake, abandon)
+            pubsub.subscribe_owner(channel, owner, wake, leave)
         }
         None => pubsub.subscribe(channel),
     }

@@ -19,7 +19,7 @@
 -- wait for a recheck to find the lock free.
 local found = redis.call('type', KEYS[1]).ok
 if found == 'none' then
-  hand_off(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+  reserve_for_oldest(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
   return with_untold(0)
 end
 if found ~= 'hash' then
@@ -49,5 +49,5 @@ for _, field in ipairs(fields) do
   end
 end
 redis.call('del', KEYS[1])
-hand_off(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+reserve_for_oldest(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
 return with_untold(1)

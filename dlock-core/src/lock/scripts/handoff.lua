@@ -127,7 +127,7 @@ end
 -- Passes the free lock `key` to the longest-waiting owner whose client still listens:
 -- reserves the lock for it and tells it. Returns the owner, or nil when nobody (alive)
 -- waits.
-local function hand_off(key, registry, naps, publish, reservation)
+local function reserve_for_oldest(key, registry, naps, publish, reservation)
   for _ = 1, MAX_PASSED_OVER do
     local oldest = redis.call('zpopmin', registry)[1]
     if oldest == nil then

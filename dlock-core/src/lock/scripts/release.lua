@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's waiter registry (see handoff.lua; same slot as KEYS[1])
--- KEYS[3]  'one': the release memo for this release operation; 'all', 'leave': unused;
+-- KEYS[3]  'one': the release memo for this release operation; 'withdraw', 'leave': unused;
 --          'undo': the marker of the re-entry to undo (all in the slot of KEYS[1])
 -- KEYS[4]  what the lock's waiters were told (see naps.lua; same slot)
 -- KEYS[5]  with a next task (see ARGV[7]), or when the hold was contended (others may
@@ -13,7 +13,7 @@
 --          its own if it wants one): the common, uncontended release passes no such key
 -- ARGV[1]  owner field
 -- ARGV[2]  'one': a guard gives back its hold;
---          'all': an acquisition of a fresh owner ended without a guard (cancelled,
+--          'withdraw': an acquisition of a fresh owner ended without a guard (cancelled,
 --                 timed out, failed), or a task given the lock by a release stopped
 --                 waiting before it learnt so: every hold an unanswered try (or that
 --                 release) may have given it goes (no guard of the owner exists), it
@@ -42,7 +42,7 @@
 -- Returns -1 when there is nothing of the owner's to give back (or the key holds another
 -- type, or another kind's lock), n > 0 when the owner still holds it n times, and when the
 -- lock is now free of the owner: 0 if nobody else waits for it (or it was passed on by
--- an 'all'); {0, 'given', token} when the task of ARGV[7] holds it now, as if its own
+-- a 'withdraw'); {0, 'given', token} when the task of ARGV[7] holds it now, as if its own
 -- acquire had taken it (its hold, its lease from now, its token, the last element only
 -- with ARGV[10] = '1'), and nobody else waited; {0, 'kept', token} when that task holds
 -- it and others wait (they were not told); or {0, 'passed'} when the lock went to the
@@ -54,7 +54,7 @@
 -- round trip of its own try: the client counts the task's deadline from the release's
 -- send, which comes before this call. Should the client never learn of it (the reply is
 -- lost, the task was cancelled meanwhile), the task's own first try finds its owner
--- holding (see acquire.lua), or its client gives the lock back with an 'all' for it.
+-- holding (see acquire.lua), or its client gives the lock back with a 'withdraw' for it.
 --
 -- Otherwise one release gives the lock to one waiter of another client, for ARGV[5] ms
 -- (see handoff.lua's grant_to_oldest): the message names it, on its client's channel,
@@ -64,8 +64,8 @@
 -- line. A waiter whose client is gone is passed over; a grant nobody extends lapses, and
 -- the next waiter was told to try then (so was whoever tried meanwhile). An owner that
 -- stops waiting without a hold, or leaves a lock that was free or reserved for it,
--- reserves instead ('leave', and 'all' of an owner that held nothing: its client is not
--- the one releasing, and a reservation costs no token); an 'all' that deletes the
+-- reserves instead ('leave', and 'withdraw' of an owner that held nothing: its client is not
+-- the one releasing, and a reservation costs no token); a 'withdraw' that deletes the
 -- owner's holds gives the lock on as a release does.
 --
 -- Each mode counts once however often it is retried (after a lost reply, or replayed on a
@@ -81,14 +81,14 @@
 -- - a retry that finds the owner's hold gone but the task of ARGV[7] holding answers as
 --   the send that gave it the lock did (the task has not tried yet, so nothing else can
 --   have given it the lock);
--- - 'all' deletes every hold of the owner, which is idempotent by itself; 'leave' gives
+-- - 'withdraw' deletes every hold of the owner, which is idempotent by itself; 'leave' gives
 --   back no hold;
 -- - an undo deletes its marker, which makes it count once.
 local mode = ARGV[2]
 local owner = ARGV[1]
-local abandon = mode == 'all' or mode == 'leave'
+local stops_waiting = mode == 'withdraw' or mode == 'leave'
 local next_task = ARGV[7]
-if next_task and not abandon then
+if next_task and not stops_waiting then
   -- Checked before anything is written, as acquire.lua checks its own lease.
   local lease = tonumber(ARGV[9])
   if lease == nil or lease < 1 or lease > MAX_LEASE_MS or not string.find(ARGV[9], '^[1-9]%d*$') then
@@ -113,7 +113,7 @@ end
 -- becomes free while others wait. (A hash of another kind of lock, or another type of
 -- value, has no field of this owner: nothing of it is touched.)
 local handed = nil
-if not abandon then
+if not stops_waiting then
   local count = redis.pcall('hget', KEYS[1], owner)
   if not count or type(count) == 'table' then
     if next_task and not count and ARGV[6] ~= '0' and redis.call('hexists', KEYS[1], next_task) == 1 then
@@ -182,7 +182,7 @@ end
 
 -- @shared
 
-if abandon then
+if stops_waiting then
   -- The owner's holds, the reservation and a minimum hold's mark; a key of another type,
   -- or another kind of lock's hash (which never has this owner nor a reservation), is
   -- left alone.
@@ -192,7 +192,7 @@ if abandon then
   end
   redis.call('zrem', KEYS[2], owner)
   redis.call('zrem', KEYS[4], owner)
-  if found[1] and mode ~= 'all' then
+  if found[1] and mode ~= 'withdraw' then
     -- The owner holds the lock: its guard gives it back.
     return -1
   end
@@ -215,7 +215,7 @@ if abandon then
     elseif redis.call('exists', KEYS[1]) == 1 then
       return -1
     end
-    hand_off(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[5])
+    reserve_for_oldest(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[5])
     return with_untold(-1)
   end
   -- Every hold of an owner whose acquisition ended without a guard goes.

@@ -126,7 +126,7 @@ if blocker ~= nil then
       -- by an earlier attempt whose locks are not all this owner's any more).
       if reserved[i] or given[i] then
         redis.call('del', KEYS[i])
-        hand_off(KEYS[i], registry, KEYS[3 * n + i], ARGV[6], ARGV[7])
+        reserve_for_oldest(KEYS[i], registry, KEYS[3 * n + i], ARGV[6], ARGV[7])
       end
     end
   end

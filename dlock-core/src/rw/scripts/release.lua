@@ -4,11 +4,11 @@
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the waiting writers
 -- KEYS[3]  the lock's unlock channel
--- KEYS[4]  'one' / 'all': the release memo; 'undo': the marker of the re-entry to undo
+-- KEYS[4]  'one' / 'withdraw': the release memo; 'undo': the marker of the re-entry to undo
 -- KEYS[5]  what the waiters were told (see scripts/naps.lua)
 -- ARGV[1]  owner
 -- ARGV[2]  'read' or 'write': which hold
--- ARGV[3]  'one': a guard gives back its hold; 'all': an acquisition of a fresh owner
+-- ARGV[3]  'one': a guard gives back its hold; 'withdraw': an acquisition of a fresh owner
 --          was abandoned (its outcome unknown, or a writer gave up waiting): its holds of
 --          that kind go, and a writer leaves the waiting writers; 'undo': an abandoned
 --          re-entry's hold goes if its marker shows it was applied
@@ -74,10 +74,10 @@ local function wake_free()
   end
 end
 
-if mode == 'all' then
+if mode == 'withdraw' then
   redis.call('zrem', KEYS[5], owner)
 end
-if write and mode == 'all' and redis.call('zrem', KEYS[2], owner) == 1 then
+if write and mode == 'withdraw' and redis.call('zrem', KEYS[2], owner) == 1 then
   if redis.call('zcount', KEYS[2], now + 1, '+inf') == 0 then
     wake()
   end
@@ -96,7 +96,7 @@ if count == nil then
   return -1
 end
 local remaining = count - 1
-if mode == 'all' then
+if mode == 'withdraw' then
   remaining = 0
 end
 if remaining > 0 then
