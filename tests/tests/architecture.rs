@@ -2,6 +2,10 @@
 //! folder under `src/`) imports only rooms below it, so that no room depends on one that
 //! depends on it. The one allowed exception is `scripts::every_script`, the list of every
 //! folder's scripts. A room that imports upward fails here with the file and the import.
+//!
+//! And docs/PROTOCOL.md against the code: the lock's release modes and the messages of the
+//! hand-off that the page lists are the ones the Lua scripts and the client know, each
+//! set in full.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -136,5 +140,116 @@ fn rooms_import_only_rooms_below_them() {
         upward.is_empty(),
         "imports against the order:\n{}",
         upward.join("\n")
+    );
+}
+
+/// The words in backticks at the start of each row of the table of docs/PROTOCOL.md whose
+/// header row starts with `| {first_column} |`, up to the first `:` or space.
+fn protocol_column(first_column: &str) -> std::collections::BTreeSet<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/PROTOCOL.md"))
+        .unwrap();
+    let header = format!("| {first_column} |");
+    let mut lines = doc
+        .lines()
+        .skip_while(|line| !line.starts_with(&header))
+        .skip(2);
+    let mut found = std::collections::BTreeSet::new();
+    for line in lines.by_ref().take_while(|line| line.starts_with('|')) {
+        let cell = line.split('|').nth(1).unwrap().trim();
+        let word = cell.trim_matches('`');
+        let word = word.split([':', ' ']).next().unwrap();
+        found.insert(word.to_owned());
+    }
+    found
+}
+
+/// The text of `dlock-core/src/<path>`.
+fn core_source(path: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../dlock-core/src")
+            .join(path),
+    )
+    .unwrap()
+}
+
+/// Every `'<word>'` after `prefix` in `text` (`mode == 'one'` → `one`).
+fn quoted_after(text: &str, prefix: &str) -> std::collections::BTreeSet<String> {
+    text.match_indices(prefix)
+        .filter_map(|(at, _)| {
+            let rest = &text[at + prefix.len()..];
+            let rest = rest.strip_prefix('\'')?;
+            Some(rest[..rest.find('\'')?].to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn the_protocol_page_lists_the_modes_and_messages_the_code_knows() {
+    // Messages: what the scripts publish (the `what` of `tell`), what the client parses.
+    let lua: String = [
+        "lock/scripts/handoff.lua",
+        "lock/scripts/force_unlock.lua",
+        "lock/scripts/release.lua",
+    ]
+    .iter()
+    .map(|path| core_source(path))
+    .collect();
+    // The fourth argument of every `tell(...)`: a quoted kind, or `message` (the
+    // runner-up's, set just above it).
+    let mut published = quoted_after(&lua, "local message = ");
+    for (at, _) in lua.match_indices("tell(") {
+        if lua[..at].ends_with("function ") {
+            continue;
+        }
+        let call = &lua[at + "tell(".len()..];
+        let what = call.splitn(4, ", ").nth(3).unwrap_or_default();
+        if let Some(quoted) = what.strip_prefix('\'') {
+            published.insert(quoted[..quoted.find('\'').unwrap()].to_owned());
+        }
+    }
+    let published: std::collections::BTreeSet<String> = published
+        .into_iter()
+        .map(|what| what.trim_end_matches(':').to_owned())
+        .collect();
+    let pubsub = core_source("sync/pubsub.rs");
+    let mut parsed = std::collections::BTreeSet::new();
+    for word in ["held", "pass", "next", "wake", "lost"] {
+        if pubsub.contains(&format!("\"{word}\"")) {
+            parsed.insert(word.to_owned());
+        }
+    }
+    let documented = protocol_column("message");
+    assert_eq!(
+        published, documented,
+        "messages the scripts publish / PROTOCOL.md lists"
+    );
+    assert_eq!(
+        parsed, documented,
+        "messages the client parses / PROTOCOL.md lists"
+    );
+
+    // Release modes: what release.lua tells apart, what the client sends.
+    let release = core_source("lock/scripts/release.lua");
+    let mut compared = quoted_after(&release, "mode == ");
+    compared.extend(quoted_after(&release, "mode ~= "));
+    let sent: std::collections::BTreeSet<String> = ["one", "withdraw", "leave", "undo"]
+        .into_iter()
+        .filter(|mode| core_source("lock/release_ops.rs").contains(&format!("(\"{mode}\"")))
+        .map(str::to_owned)
+        .collect();
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/PROTOCOL.md"))
+        .unwrap();
+    let documented: std::collections::BTreeSet<String> =
+        quoted_after(&doc.replace('`', "'"), "release.lua' ")
+            .into_iter()
+            .collect();
+    assert_eq!(
+        compared, documented,
+        "modes release.lua knows / PROTOCOL.md lists"
+    );
+    assert_eq!(
+        sent, documented,
+        "modes the client sends / PROTOCOL.md lists"
     );
 }

@@ -1,27 +1,15 @@
 -- Shared by the lock's scripts and the multi-lock's (prepended to each): the waiter
--- registry, the hand-off of a free lock to the longest-waiting live waiter, and the
--- kinds that share a lock name.
+-- registry, the hand-off of a free lock (a grant or a reservation) to the longest-waiting
+-- live owner, its runner-up, and the kinds that share a lock name. docs/PROTOCOL.md has
+-- the states, acts and messages; this file is their Lua.
 --
--- The waiter registry is a sorted set named like the lock's unlock channel: waiting owner
+-- The registry is a sorted set named like the lock's unlock channel: waiting owner
 -- ("<client-id>:<owner-id>", the field it will hold) -> server time in µs when it
--- registered, oldest first. Each waiting task has an entry of its own (its owner id is
--- used by that acquisition only), so an entry is left, granted or passed over exactly
--- once, and a late leave of one wait never removes another wait's entry.
---
--- Messages go to the waiting owner's client on its own wake channel (the registry's name
--- with '#<client-id>' after the hash tag, so it stays in the lock's slot), and name the
--- owner they are for: 'held:<lasts_us>:<token>:<owner>' (the lock was given to it, see
--- grant_to_oldest), 'pass:<owner>' (the lock is reserved for it), 'next:<ms>:<owner>'
--- (the lock is reserved for another: try when that reservation lapses, in <ms> ms),
--- 'wake:<owner>' (the lock's expiry moved closer than it was told: try again) or
--- 'lost:<owner>' (its hold was deleted). PUBLISH answers how many connections received the message: none means
--- the client is gone (or not listening), so its waiter cannot take a hand-off and is
--- passed over.
---
--- A reservation heals itself: the waiter next in line is told when it lapses, so that an
--- owner it was made for that never takes the lock (its process froze or died after it
--- was told) holds the others up for the reservation only. A waiter already told to try
--- by then (see naps.lua) is not told again: one message per lapse is enough.
+-- registered, oldest first; one entry per acquisition. Messages go to the waiting owner's
+-- client on its own wake channel (the registry's name with '#<client-id>' after the hash
+-- tag, so it stays in the lock's slot), and name the owner they are for; PUBLISH answers
+-- how many connections received one: none means the client is gone (or not listening),
+-- and its owner is passed over.
 
 -- The most registry entries one call looks at before it stops: bounds the work of one
 -- call. A search stopped by it with entries left sets `left_untold`, and the script's

@@ -1,5 +1,5 @@
 -- Give back one hold of a reentrant lock (or all of an owner's holds), idempotently, and
--- pass a lock that becomes free to the longest-waiting live waiter.
+-- hand off a lock that becomes free (docs/PROTOCOL.md: release, withdraw, leave, undo).
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's waiter registry (see handoff.lua; same slot as KEYS[1])
@@ -50,23 +50,9 @@
 -- {0, 'passed', 'untold'}...) when passing the lock on stopped at its bound with waiters
 -- left untold (see handoff.lua): the client sends this owner's 'leave', which goes on.
 --
--- A release gives the lock to the client's next task itself, which saves that task the
--- round trip of its own try: the client counts the task's deadline from the release's
--- send, which comes before this call. Should the client never learn of it (the reply is
--- lost, the task was cancelled meanwhile), the task's own first try finds its owner
--- holding (see acquire.lua), or its client gives the lock back with a 'withdraw' for it.
---
--- Otherwise one release gives the lock to one waiter of another client, for ARGV[5] ms
--- (see handoff.lua's grant_to_oldest): the message names it, on its client's channel,
--- and its client holds the lock from then on without a try of its own, extending the
--- hold at once. A new caller elsewhere, which needs no pub/sub hop, would otherwise take
--- the lock first nearly every time, and the woken waiter would go back to the end of the
--- line. A waiter whose client is gone is passed over; a grant nobody extends lapses, and
--- the next waiter was told to try then (so was whoever tried meanwhile). An owner that
--- stops waiting without a hold, or leaves a lock that was free or reserved for it,
--- reserves instead ('leave', and 'withdraw' of an owner that held nothing: its client is not
--- the one releasing, and a reservation costs no token); a 'withdraw' that deletes the
--- owner's holds gives the lock on as a release does.
+-- Which owner a freed lock goes to, and how (a local grant to the client's next task, a
+-- grant to another client's waiter, a reservation, or nobody), is docs/PROTOCOL.md's
+-- "Every transition"; the functions are handoff.lua's.
 --
 -- Each mode counts once however often it is retried (after a lost reply, or replayed on a
 -- new master), and a retry never touches a lock another owner acquired in the meantime
