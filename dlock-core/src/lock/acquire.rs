@@ -182,12 +182,14 @@ impl Lock {
             lease_millis("lease", lease).ok()?,
             inner.backend.publish_command(),
         );
+        let (client, leave) = (Arc::clone(inner), self.leave_release(field));
         grant::extend(
             inner.backend.clone(),
             Arc::clone(&held),
             call,
             lease,
             settings.retry_delay,
+            move || client.release_in_background(leave),
         );
         Some(held)
     }

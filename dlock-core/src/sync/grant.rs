@@ -98,8 +98,11 @@ impl Grant {
 /// `call` (the lock's extend script for its owner), in a task of its own: the hold's guard
 /// is in its owner's hands already. A transient error is retried while the hold is live
 /// (until the grant's deadline at the latest); a hold Redis no longer has for its owner is
-/// lost. The script also tells the waiters that were promised a sleep past the new lease's
-/// end to try again (see `lock/scripts/extend.lua`).
+/// lost, and `leave` runs: the owner no longer waits either (a try of it that came back
+/// busy after the grant was made may have registered it again: the grant it took up was
+/// gone by then, force-unlocked, say), so nothing of it stays among the waiters. The
+/// script also tells the waiters that were promised a sleep past the new lease's end to
+/// try again (see `lock/scripts/extend.lua`).
 ///
 /// (A client with `replica_acks` takes a grant with a try instead, see
 /// [`Grant::deadline`]'s callers, so the extension needs no `WAIT`.)
@@ -109,6 +112,7 @@ pub(crate) fn extend(
     call: ScriptCall,
     lease: Duration,
     retry_delay: Duration,
+    leave: impl FnOnce() + Send + 'static,
 ) {
     let extended = Arc::clone(&held);
     spawn_settling(held, async move {
@@ -129,6 +133,7 @@ pub(crate) fn extend(
                     if !extended.is_released() {
                         extended.mark_lost(loss);
                     }
+                    leave();
                     return;
                 }
                 Err(error) => {

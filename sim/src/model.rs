@@ -1,0 +1,1037 @@
+//! The world the explorer moves: one lock in the simulated Redis, clients that each take
+//! it a few times with fresh owners, the network between them, and the faults the run may
+//! still inject. Each client decides as dlock's client does (docs/PROTOCOL.md, "Where an
+//! owner is in its client"); the scripts decide in Redis.
+//!
+//! The network is instantaneous in simulated time but its order is free: any connection's
+//! next request may run, any reply or message may arrive, in any order across connections
+//! (each connection keeps its own order, as TCP and Redis do). Time moves only when the
+//! network is quiet, to the next timer; a fault can hold a message back past it.
+
+use std::collections::VecDeque;
+
+use crate::lua::Scripts;
+use crate::redis::{Redis, Reply};
+
+/// The lock's Redis names (a tagged name: every helper in its slot): the hash, the
+/// fencing counter, the registry and the naps set.
+pub const KEY: &str = "{l}";
+#[allow(missing_docs)]
+pub const FENCE: &str = "dlock:fence:{l}";
+#[allow(missing_docs)]
+pub const REGISTRY: &str = "dlock:unlock:{l}:{l}";
+#[allow(missing_docs)]
+pub const NAPS: &str = "dlock:unlock:{l}!{l}";
+
+/// A grant's and a reservation's length, and the least a grant must have left to be held
+/// as it is (`sync::grant`).
+pub const GRANT_MS: u64 = 100;
+const MIN_LEFT_MS: u64 = 20;
+
+/// How late a delayed message arrives at most: a slow network's delivery, the round trip
+/// the liveness bound allows.
+pub const DELAY_MS: u64 = 10;
+
+/// The longest the lock may sit takeable while a live owner waits: a grant's or a
+/// reservation's lapse, the millisecond after it in which Redis expires the key (its
+/// expiry is a time the clock must be past), and the delays the run injected (the
+/// network is instantaneous otherwise).
+pub fn takeable_bound_ms(config: &Config) -> u64 {
+    GRANT_MS + 1 + u64::from(config.delays) * DELAY_MS
+}
+
+/// The wake channel of `client`.
+pub fn wake_channel(client: usize) -> String {
+    format!("dlock:unlock:{{l}}#c{client}:{{l}}")
+}
+
+/// A run's shape.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// Clients, each a process with a command connection and a subscriber.
+    pub clients: usize,
+    /// Acquisitions each client makes, one after another (each a fresh owner).
+    pub acquisitions: usize,
+    /// The explicit lease of each client's holds, in ms (client `c` takes
+    /// `leases_ms[c % 4]`).
+    pub leases_ms: [u64; 4],
+    /// How long each client's holders keep the lock before they release (past the lease:
+    /// they keep the guard past it, and Redis lets the lock expire).
+    pub holds_ms: [u64; 4],
+    /// Each client's `min_hold` (0: none): its release keeps the lock this long.
+    pub min_holds_ms: [u64; 4],
+    /// How long a waiter sleeps without a message: long, so that relying on it shows.
+    pub recheck_ms: u64,
+    /// How many faults of each kind a run may inject.
+    /// Waiting owners that give up (a timeout, a dropped future).
+    pub cancels: u8,
+    /// Processes that die.
+    pub crashes: u8,
+    /// Messages that arrive late (up to [`DELAY_MS`]).
+    pub delays: u8,
+    /// Force unlocks by an operator.
+    pub force_unlocks: u8,
+    /// Replies lost with their connection: the client sends the request again.
+    pub lost_replies: u8,
+    /// The client's side of the protocol as built; a mutation test turns a part off to
+    /// show the explorer finds what it prevents.
+    pub client: ClientRules,
+}
+
+/// Decisions of dlock's client that a mutation test can undo.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientRules {
+    /// A retried try says an earlier send may have registered its owner.
+    pub retry_says_registered: bool,
+    /// A grant to an owner whose lease is shorter than a grant is taken with a try.
+    pub short_lease_grant_is_tried: bool,
+    /// A granted hold whose extension finds it gone leaves the waiters.
+    pub lost_extension_leaves: bool,
+}
+
+impl Default for ClientRules {
+    fn default() -> Self {
+        ClientRules {
+            retry_says_registered: true,
+            short_lease_grant_is_tried: true,
+            lost_extension_leaves: true,
+        }
+    }
+}
+
+impl Config {
+    /// Client `c`'s lease.
+    pub fn lease(&self, c: usize) -> u64 {
+        self.leases_ms[c % 4]
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            clients: 2,
+            acquisitions: 1,
+            leases_ms: [300; 4],
+            holds_ms: [50; 4],
+            min_holds_ms: [0; 4],
+            recheck_ms: 10_000,
+            cancels: 0,
+            crashes: 0,
+            delays: 0,
+            force_unlocks: 0,
+            lost_replies: 0,
+            client: ClientRules::default(),
+        }
+    }
+}
+
+/// One request of a client, as its command connection carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum Request {
+    /// `acquire.lua`; `registered`: an earlier send may have registered the owner.
+    Try { owner: u32, registered: bool },
+    /// `extend.lua`, for a grant.
+    Extend { owner: u32 },
+    /// `release.lua` in `mode`.
+    Release { owner: u32, mode: &'static str },
+    /// `hold_until.lua`, keeping the lock `ms` more.
+    HoldUntil { owner: u32, ms: u64 },
+}
+
+/// Where an owner is (docs/PROTOCOL.md).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// Not started yet.
+    Idle,
+    /// A try is on its way; `first_sent_ms`: the acquisition's first send; `woken`: what
+    /// messages asked meanwhile.
+    #[allow(missing_docs)]
+    Trying {
+        first_sent_ms: u64,
+        registered: bool,
+        woken: Wake,
+    },
+    /// Registered; it tries at `until_ms` unless a message comes first.
+    #[allow(missing_docs)]
+    Waiting {
+        first_sent_ms: u64,
+        until_ms: u64,
+        woken: Wake,
+    },
+    /// It holds the lock as far as it knows, until `deadline_ms`; it releases at
+    /// `release_at_ms`; `token`: its fencing token (0 for a grant without one).
+    #[allow(missing_docs)]
+    Holding {
+        deadline_ms: u64,
+        release_at_ms: u64,
+        extending: bool,
+        token: i64,
+    },
+    /// Its release is on its way.
+    Releasing,
+    /// Done: nothing of it should be left in Redis (beyond what expires by itself).
+    Done,
+    /// Its process died.
+    Dead,
+}
+
+/// What messages asked of an owner while a try of it was on its way (the client's
+/// `OwnerWake`): applied once the try's answer is busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Wake {
+    /// Nothing yet.
+    #[default]
+    Nothing,
+    /// Try now (`pass:`, `wake:`).
+    Now,
+    /// Try at this ms (`next:`).
+    At(u64),
+    /// `held:` with its `lasts_us` and the time it was read.
+    #[allow(missing_docs)]
+    Granted { lasts_us: u64, read_ms: u64 },
+}
+
+/// One client: its owners (an acquisition each, in order), its connections' queues.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Client {
+    /// Its acquisitions, in order.
+    pub owners: Vec<Owner>,
+    /// Requests on their way to Redis, in order.
+    pub requests: VecDeque<Request>,
+    /// Replies on their way back, with the request each answers.
+    pub replies: VecDeque<(Request, Reply)>,
+    /// Messages on their way to the subscriber.
+    pub messages: VecDeque<String>,
+    /// Messages a fault holds back, each until the ms it arrives at.
+    pub held_back: Vec<(String, u64)>,
+    /// Its process died.
+    pub dead: bool,
+}
+
+/// The explorer's moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// Client `c` starts its next acquisition.
+    Start(usize),
+    /// Redis runs client `c`'s next request.
+    Exec(usize),
+    /// Client `c` reads its next reply.
+    Reply(usize),
+    /// Client `c` reads its next message.
+    Message(usize),
+    /// The clock moves to the next timer.
+    Tick,
+    /// Client `c`'s waiting owner gives up (a timeout, a dropped future).
+    Cancel(usize),
+    /// Client `c`'s process dies.
+    Crash(usize),
+    /// Client `c`'s next message arrives late: after [`DELAY_MS`] at most, or with the
+    /// next timer before that.
+    Delay(usize),
+    /// Client `c`'s next reply is lost with its connection: the request is sent again.
+    LoseReply(usize),
+    /// An operator force-unlocks the lock.
+    ForceUnlock,
+}
+
+/// The whole world at one moment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub struct World {
+    /// The server.
+    pub redis: Redis,
+    /// The clients.
+    pub clients: Vec<Client>,
+    /// Faults left to inject (see [`Config`]).
+    pub cancels: u8,
+    pub crashes: u8,
+    pub delays: u8,
+    pub force_unlocks: u8,
+    pub lost_replies: u8,
+    /// Since when the lock has been takeable while a live owner waited (ms).
+    pub takeable_since: Option<u64>,
+    /// The last fencing token a holder got in Redis, and that holder.
+    pub last_token: i64,
+    pub last_holder: Option<String>,
+    /// Until when (ms) the last `hold until` keeps the lock from everybody.
+    pub kept_until: u64,
+    /// The owners a force unlock took the lock from: exclusion is not theirs to keep.
+    pub forced: std::collections::BTreeSet<String>,
+    /// The last release op id (each release's memo names one).
+    pub op: u32,
+}
+
+impl World {
+    /// The starting world of `config`: every client subscribed, nothing held.
+    pub fn new(config: &Config) -> World {
+        let mut redis = Redis {
+            now_us: 1_000_000_000_000,
+            ..Redis::default()
+        };
+        for c in 0..config.clients {
+            redis
+                .subscribers
+                .entry(wake_channel(c))
+                .or_default()
+                .insert(c as u32);
+        }
+        World {
+            redis,
+            clients: (0..config.clients)
+                .map(|_| Client {
+                    owners: vec![Owner::Idle; config.acquisitions],
+                    requests: VecDeque::new(),
+                    replies: VecDeque::new(),
+                    messages: VecDeque::new(),
+                    held_back: Vec::new(),
+                    dead: false,
+                })
+                .collect(),
+            cancels: config.cancels,
+            crashes: config.crashes,
+            delays: config.delays,
+            force_unlocks: config.force_unlocks,
+            lost_replies: config.lost_replies,
+            takeable_since: None,
+            last_token: 0,
+            last_holder: None,
+            kept_until: 0,
+            forced: std::collections::BTreeSet::new(),
+            op: 0,
+        }
+    }
+
+    /// The server's clock in ms.
+    pub fn now_ms(&self) -> u64 {
+        self.redis.now_ms()
+    }
+
+    /// The owner field of client `c`'s acquisition `o`.
+    pub fn field(c: usize, o: u32) -> String {
+        format!("c{c}:{o}")
+    }
+
+    fn network_busy(&self) -> bool {
+        self.clients.iter().any(|client| {
+            !client.dead
+                && (!client.requests.is_empty()
+                    || !client.replies.is_empty()
+                    || !client.messages.is_empty())
+        })
+    }
+
+    /// Every move possible now.
+    pub fn events(&self, config: &Config) -> Vec<Event> {
+        let mut events = Vec::new();
+        for (c, client) in self.clients.iter().enumerate() {
+            if client.dead {
+                continue;
+            }
+            let current = client.owners.iter().position(|o| !matches!(o, Owner::Done));
+            if let Some(o) = current {
+                if client.owners[o] == Owner::Idle {
+                    events.push(Event::Start(c));
+                }
+                if self.cancels > 0
+                    && matches!(
+                        client.owners[o],
+                        Owner::Waiting { .. } | Owner::Trying { .. }
+                    )
+                {
+                    events.push(Event::Cancel(c));
+                }
+            }
+            if !client.requests.is_empty() {
+                events.push(Event::Exec(c));
+            }
+            if !client.replies.is_empty() {
+                events.push(Event::Reply(c));
+                if self.lost_replies > 0 {
+                    events.push(Event::LoseReply(c));
+                }
+            }
+            if !client.messages.is_empty() {
+                events.push(Event::Message(c));
+                if self.delays > 0 {
+                    events.push(Event::Delay(c));
+                }
+            }
+            if self.crashes > 0 {
+                events.push(Event::Crash(c));
+            }
+        }
+        if self.force_unlocks > 0 {
+            events.push(Event::ForceUnlock);
+        }
+        if !self.network_busy() && self.next_timer(config).is_some() {
+            events.push(Event::Tick);
+        }
+        events
+    }
+
+    /// When the next timer fires: an owner's nap or release, a holder's deadline, a key's
+    /// expiry, or a held-back message's arrival.
+    fn next_timer(&self, _config: &Config) -> Option<u64> {
+        let now = self.now_ms();
+        let mut next: Option<u64> = None;
+        let mut at = |t: u64| {
+            if t > now {
+                next = Some(next.map_or(t, |n: u64| n.min(t)));
+            }
+        };
+        for client in self.clients.iter().filter(|c| !c.dead) {
+            for owner in &client.owners {
+                match owner {
+                    Owner::Waiting { until_ms, .. } => at(*until_ms),
+                    Owner::Holding {
+                        deadline_ms,
+                        release_at_ms,
+                        ..
+                    } => {
+                        at(*release_at_ms);
+                        at(*deadline_ms);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for &expiry in self.redis.expiries.values() {
+            at(expiry + 1);
+        }
+        // A held-back message arrives with the next timer, or at its time.
+        for client in self.clients.iter().filter(|c| !c.dead) {
+            for (_, arrives) in &client.held_back {
+                next = Some(next.map_or(*arrives, |n: u64| n.min(*arrives)));
+            }
+        }
+        next
+    }
+
+    /// Applies `event`; `Err` describes a broken invariant.
+    pub fn step(&mut self, event: Event, config: &Config, scripts: &Scripts) -> Result<(), String> {
+        match event {
+            Event::Start(c) => {
+                let o = self.current(c).expect("an owner to start");
+                let now = self.now_ms();
+                self.clients[c].owners[o] = Owner::Trying {
+                    first_sent_ms: now,
+                    registered: false,
+                    woken: Wake::Nothing,
+                };
+                self.clients[c].requests.push_back(Request::Try {
+                    owner: o as u32,
+                    registered: false,
+                });
+            }
+            Event::Exec(c) => {
+                let request = self.clients[c].requests.pop_front().expect("a request");
+                let reply = self.execute(c, &request, config, scripts);
+                self.deliver_published();
+                if let (Request::HoldUntil { ms, .. }, Reply::Int(0)) = (&request, &reply) {
+                    self.kept_until = self.now_ms() + ms;
+                }
+                self.clients[c].replies.push_back((request, reply));
+                self.check_token()?;
+            }
+            Event::Reply(c) => {
+                let (request, reply) = self.clients[c].replies.pop_front().expect("a reply");
+                self.on_reply(c, request, reply, config)?;
+            }
+            Event::Message(c) => {
+                let message = self.clients[c].messages.pop_front().expect("a message");
+                self.on_message(c, &message, config);
+            }
+            Event::LoseReply(c) => {
+                self.lost_replies -= 1;
+                let (request, _) = self.clients[c].replies.pop_front().expect("a reply");
+                // The retry goes on the new connection before anything sent after it; a
+                // try of an owner that gave up meanwhile is not sent again (its future,
+                // which retries, is gone; its withdraw follows it).
+                let retried = match request {
+                    Request::Try { owner, registered } => {
+                        let trying =
+                            matches!(self.clients[c].owners[owner as usize], Owner::Trying { .. });
+                        trying.then_some(Request::Try {
+                            owner,
+                            registered: registered || config.client.retry_says_registered,
+                        })
+                    }
+                    other => Some(other),
+                };
+                if let Some(retried) = retried {
+                    self.clients[c].requests.push_front(retried);
+                }
+            }
+            Event::Delay(c) => {
+                self.delays -= 1;
+                let message = self.clients[c].messages.pop_front().expect("a message");
+                let arrives = self.now_ms() + DELAY_MS;
+                self.clients[c].held_back.push((message, arrives));
+            }
+            Event::Tick => {
+                let next = self.next_timer(config).expect("a timer");
+                self.redis.now_us = next * 1000;
+                self.redis.expire_all_due();
+                for client in &mut self.clients {
+                    let back = std::mem::take(&mut client.held_back);
+                    client
+                        .messages
+                        .extend(back.into_iter().map(|(message, _)| message));
+                }
+                self.on_timers(config);
+            }
+            Event::Cancel(c) => {
+                self.cancels -= 1;
+                let o = self.current(c).expect("an owner");
+                self.clients[c].owners[o] = Owner::Done;
+                // The try step's cleanup: the owner's withdraw.
+                self.clients[c].requests.push_back(Request::Release {
+                    owner: o as u32,
+                    mode: "withdraw",
+                });
+            }
+            Event::Crash(c) => {
+                self.crashes -= 1;
+                let client = &mut self.clients[c];
+                client.dead = true;
+                client.requests.clear();
+                client.replies.clear();
+                client.messages.clear();
+                client.held_back.clear();
+                for owner in &mut client.owners {
+                    if *owner != Owner::Done {
+                        *owner = Owner::Dead;
+                    }
+                }
+                if let Some(subscribers) = self.redis.subscribers.get_mut(&wake_channel(c)) {
+                    subscribers.remove(&(c as u32));
+                }
+            }
+            Event::ForceUnlock => {
+                self.force_unlocks -= 1;
+                // An operator's override: whoever held the lock does so no more, as far as
+                // exclusion goes (its guard learns at its next renewal; fencing tokens are
+                // what protects the data from it meanwhile), also an owner whose try took
+                // the lock and whose answer is still on its way.
+                if let Some(crate::redis::Value::Hash(hash)) = self.redis.keys.get(KEY) {
+                    self.forced
+                        .extend(hash.keys().filter(|f| !f.starts_with('!')).cloned());
+                }
+                let keys = vec![KEY.to_owned(), REGISTRY.to_owned(), NAPS.to_owned()];
+                let args = vec!["publish".to_owned(), GRANT_MS.to_string()];
+                let reply = scripts.run(&mut self.redis, "lock_force_unlock", &keys, &args);
+                if let Reply::Error(e) = reply {
+                    return Err(format!("force unlock failed: {e}"));
+                }
+                self.deliver_published();
+            }
+        }
+        self.check(config)
+    }
+
+    /// Client `c`'s current acquisition (the first not done).
+    fn current(&self, c: usize) -> Option<usize> {
+        self.clients[c]
+            .owners
+            .iter()
+            .position(|o| !matches!(o, Owner::Done))
+    }
+
+    fn execute(
+        &mut self,
+        c: usize,
+        request: &Request,
+        config: &Config,
+        scripts: &Scripts,
+    ) -> Reply {
+        self.op += 1;
+        let op = self.op;
+        let s = |v: &str| v.to_owned();
+        let (script, keys, args) = match request {
+            Request::Try { owner, registered } => (
+                "lock_acquire",
+                vec![s(KEY), s(FENCE), s(REGISTRY), s(NAPS)],
+                vec![
+                    config.lease(c).to_string(),
+                    World::field(c, *owner),
+                    s("1"),
+                    (3 * config.recheck_ms + 1000).to_string(),
+                    s(if *registered { "1" } else { "0" }),
+                    s("publish"),
+                ],
+            ),
+            Request::Extend { owner } => (
+                "lock_extend",
+                vec![s(KEY), s(REGISTRY), s(NAPS)],
+                vec![
+                    config.lease(c).to_string(),
+                    World::field(c, *owner),
+                    s("publish"),
+                ],
+            ),
+            Request::Release { owner, mode } => (
+                "lock_release",
+                vec![
+                    s(KEY),
+                    s(REGISTRY),
+                    format!("dlock:release:{{l}}:{}:{op}", World::field(c, *owner)),
+                    s(NAPS),
+                    s(FENCE),
+                ],
+                vec![
+                    World::field(c, *owner),
+                    s(mode),
+                    s("5000"),
+                    s("publish"),
+                    GRANT_MS.to_string(),
+                    s("0"),
+                ],
+            ),
+            Request::HoldUntil { owner, ms } => (
+                "lock_hold_until",
+                vec![s(KEY), s(REGISTRY), s(NAPS)],
+                vec![World::field(c, *owner), ms.to_string(), s("publish")],
+            ),
+        };
+        scripts.run(&mut self.redis, script, &keys, &args)
+    }
+
+    /// Moves what the scripts published to the subscribers it reached.
+    fn deliver_published(&mut self) {
+        for published in std::mem::take(&mut self.redis.outbox) {
+            for to in published.to {
+                self.clients[to as usize]
+                    .messages
+                    .push_back(published.payload.clone());
+            }
+        }
+    }
+
+    fn on_reply(
+        &mut self,
+        c: usize,
+        request: Request,
+        reply: Reply,
+        config: &Config,
+    ) -> Result<(), String> {
+        if let Reply::Error(e) = &reply {
+            return Err(format!("client {c}'s {request:?} failed: {e}"));
+        }
+        let now = self.now_ms();
+        match request {
+            Request::Try { owner, .. } => {
+                let o = owner as usize;
+                let Owner::Trying {
+                    first_sent_ms,
+                    woken,
+                    ..
+                } = self.clients[c].owners[o].clone()
+                else {
+                    // Cancelled meanwhile: its withdraw follows the try.
+                    return Ok(());
+                };
+                match reply {
+                    Reply::Int(ttl) => {
+                        // A nap of 0 (the lock ends this millisecond) is a retry in the
+                        // next: Redis expires a key once its time has passed.
+                        let nap = u64::try_from(ttl)
+                            .unwrap_or(config.recheck_ms)
+                            .clamp(1, config.recheck_ms);
+                        self.clients[c].owners[o] = Owner::Waiting {
+                            first_sent_ms,
+                            until_ms: now + nap,
+                            woken: Wake::Nothing,
+                        };
+                        self.apply_wake(c, o, woken, config);
+                    }
+                    Reply::Nil | Reply::Array(_) => {
+                        let token = match &reply {
+                            Reply::Array(items) => match items.first() {
+                                Some(Reply::Int(token)) => *token,
+                                _ => 0,
+                            },
+                            _ => 0,
+                        };
+                        self.hold(c, o, now + config.lease(c), token, config)?;
+                    }
+                    other => return Err(format!("unexpected try answer {other:?}")),
+                }
+            }
+            Request::Extend { owner } => {
+                let o = owner as usize;
+                if let Owner::Holding {
+                    deadline_ms,
+                    extending,
+                    ..
+                } = &mut self.clients[c].owners[o]
+                {
+                    if *extending {
+                        *extending = false;
+                        match reply {
+                            Reply::Int(1) => {
+                                *deadline_ms = (*deadline_ms).max(now + config.lease(c))
+                            }
+                            // Lost: the guard knows at once, and the owner leaves the
+                            // waiters (a busy try after the grant may have registered it).
+                            _ => {
+                                *deadline_ms = now;
+                                if config.client.lost_extension_leaves {
+                                    self.clients[c].requests.push_back(Request::Release {
+                                        owner,
+                                        mode: "leave",
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Request::Release { owner, .. } | Request::HoldUntil { owner, .. } => {
+                let o = owner as usize;
+                if self.clients[c].owners[o] == Owner::Releasing {
+                    self.clients[c].owners[o] = Owner::Done;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Owner `o` of client `c` holds the lock until `deadline_ms`, with `token`.
+    fn hold(
+        &mut self,
+        c: usize,
+        o: usize,
+        deadline_ms: u64,
+        token: i64,
+        config: &Config,
+    ) -> Result<(), String> {
+        self.clients[c].owners[o] = Owner::Holding {
+            deadline_ms,
+            release_at_ms: self.now_ms() + config.holds_ms[c % 4],
+            extending: false,
+            token,
+        };
+        Ok(())
+    }
+
+    /// What a message asked of a waiting owner, once it waits.
+    fn apply_wake(&mut self, c: usize, o: usize, woken: Wake, config: &Config) {
+        let now = self.now_ms();
+        match woken {
+            Wake::Nothing => {}
+            Wake::Now => self.try_again(c, o),
+            Wake::At(at) => {
+                if let Owner::Waiting { until_ms, .. } = &mut self.clients[c].owners[o] {
+                    *until_ms = (*until_ms).min(at.max(now));
+                }
+            }
+            Wake::Granted { lasts_us, read_ms } => self.take_grant(c, o, lasts_us, read_ms, config),
+        }
+    }
+
+    fn try_again(&mut self, c: usize, o: usize) {
+        if let Owner::Waiting { first_sent_ms, .. } = self.clients[c].owners[o] {
+            self.clients[c].owners[o] = Owner::Trying {
+                first_sent_ms,
+                registered: true,
+                woken: Wake::Nothing,
+            };
+            self.clients[c].requests.push_back(Request::Try {
+                owner: o as u32,
+                registered: true,
+            });
+        }
+    }
+
+    /// A grant read at `read_ms`: held as it is, with its extension on its way, or taken
+    /// with a try (`Lock::granted_hold`).
+    fn take_grant(&mut self, c: usize, o: usize, lasts_us: u64, read_ms: u64, config: &Config) {
+        let Owner::Waiting { first_sent_ms, .. } = self.clients[c].owners[o] else {
+            return;
+        };
+        let deadline = (first_sent_ms + lasts_us / 1000).min(read_ms + GRANT_MS);
+        let short = config.client.short_lease_grant_is_tried && config.lease(c) < GRANT_MS;
+        if short || deadline < self.now_ms() + MIN_LEFT_MS {
+            self.try_again(c, o);
+            return;
+        }
+        self.clients[c].owners[o] = Owner::Holding {
+            deadline_ms: deadline,
+            release_at_ms: self.now_ms() + config.holds_ms[c % 4],
+            extending: true,
+            token: 0,
+        };
+        self.clients[c]
+            .requests
+            .push_back(Request::Extend { owner: o as u32 });
+    }
+
+    fn on_message(&mut self, c: usize, message: &str, config: &Config) {
+        let now = self.now_ms();
+        let (kind, rest) = message.split_once(':').unwrap_or((message, ""));
+        let (wake, owner) = match kind {
+            "pass" | "wake" => (Wake::Now, rest),
+            "next" => {
+                let (ms, owner) = rest.split_once(':').unwrap_or(("0", rest));
+                (Wake::At(now + ms.parse::<u64>().unwrap_or(0)), owner)
+            }
+            "held" => {
+                let mut parts = rest.splitn(3, ':');
+                let lasts_us = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+                let _token = parts.next();
+                (
+                    Wake::Granted {
+                        lasts_us,
+                        read_ms: now,
+                    },
+                    parts.next().unwrap_or(""),
+                )
+            }
+            // A force unlock's word for a holder: the local line's business.
+            _ => return,
+        };
+        let o: Option<usize> = owner
+            .strip_prefix(&format!("c{c}:"))
+            .and_then(|n| n.parse().ok());
+        let Some(o) = o else {
+            return;
+        };
+        match self.clients[c].owners[o].clone() {
+            Owner::Waiting { .. } => self.apply_wake(c, o, wake, config),
+            Owner::Trying {
+                first_sent_ms,
+                registered,
+                woken,
+            } => {
+                // Kept for the try's answer, as the client's OwnerWake keeps it.
+                let kept = match (woken, wake) {
+                    (_, Wake::Granted { .. }) => wake,
+                    (Wake::Granted { .. }, _) => woken,
+                    (_, Wake::Now) | (Wake::Now, _) => Wake::Now,
+                    (_, at) => at,
+                };
+                self.clients[c].owners[o] = Owner::Trying {
+                    first_sent_ms,
+                    registered,
+                    woken: kept,
+                };
+            }
+            // Not waiting here any more: the lock's leave for it.
+            _ => self.clients[c].requests.push_back(Request::Release {
+                owner: o as u32,
+                mode: "leave",
+            }),
+        }
+    }
+
+    /// The timers due now: naps end (a try), holders release or lose their lock.
+    fn on_timers(&mut self, config: &Config) {
+        let now = self.now_ms();
+        for c in 0..self.clients.len() {
+            if self.clients[c].dead {
+                continue;
+            }
+            for o in 0..self.clients[c].owners.len() {
+                match self.clients[c].owners[o].clone() {
+                    Owner::Waiting { until_ms, .. } if until_ms <= now => self.try_again(c, o),
+                    Owner::Holding { release_at_ms, .. } if release_at_ms <= now => {
+                        self.clients[c].owners[o] = Owner::Releasing;
+                        let request = match config.min_holds_ms[c % 4] {
+                            0 => Request::Release {
+                                owner: o as u32,
+                                mode: "one",
+                            },
+                            min_hold => Request::HoldUntil {
+                                owner: o as u32,
+                                ms: min_hold,
+                            },
+                        };
+                        self.clients[c].requests.push_back(request);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Tokens in grant order: each new holder in Redis has a greater token than the last;
+    /// and nobody takes the lock inside a minimum hold (unless force-unlocked).
+    fn check_token(&mut self) -> Result<(), String> {
+        let Some(crate::redis::Value::Hash(hash)) = self.redis.keys.get(KEY) else {
+            return Ok(());
+        };
+        for (field, token) in hash
+            .iter()
+            .filter_map(|(field, value)| Some((field.strip_suffix(":f")?, value)))
+        {
+            let token: i64 = token.parse().unwrap_or(0);
+            if self.last_holder.as_deref() == Some(field) {
+                continue;
+            }
+            if token <= self.last_token {
+                return Err(format!(
+                    "token {token} of {field} after {} of {:?}",
+                    self.last_token, self.last_holder
+                ));
+            }
+            if self.now_ms() < self.kept_until && self.forced.is_empty() {
+                return Err(format!(
+                    "{field} took the lock {} ms inside the last holder's minimum hold",
+                    self.kept_until - self.now_ms()
+                ));
+            }
+            self.last_token = token;
+            self.last_holder = Some(field.to_owned());
+        }
+        Ok(())
+    }
+
+    /// The invariants, after every move.
+    fn check(&mut self, config: &Config) -> Result<(), String> {
+        let now = self.now_ms();
+        // Exclusion: no two owners' guards consider themselves holding.
+        let holding: Vec<String> = self
+            .clients
+            .iter()
+            .enumerate()
+            .filter(|(_, client)| !client.dead)
+            .flat_map(|(c, client)| {
+                client
+                    .owners
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(o, owner)| match owner {
+                        Owner::Holding { deadline_ms, .. } if *deadline_ms > now => {
+                            Some(World::field(c, o as u32))
+                        }
+                        _ => None,
+                    })
+            })
+            .filter(|field| !self.forced.contains(field))
+            .collect();
+        if holding.len() > 1 {
+            return Err(format!("two holders at once: {holding:?}"));
+        }
+        // Liveness: the lock takeable (free, or given to or reserved for nobody who takes
+        // it) while a live owner waits, no longer than a grant's lapse.
+        let waiting = self.clients.iter().any(|client| {
+            !client.dead
+                && client
+                    .owners
+                    .iter()
+                    .any(|o| matches!(o, Owner::Waiting { .. } | Owner::Trying { .. }))
+        });
+        let takeable = waiting && holding.is_empty() && self.lock_takeable();
+        match (takeable, self.takeable_since) {
+            (true, None) => self.takeable_since = Some(now),
+            (true, Some(since)) if now - since > takeable_bound_ms(config) => {
+                return Err(format!(
+                    "the lock sat takeable for {} ms while an owner waited",
+                    now - since
+                ));
+            }
+            (false, _) => self.takeable_since = None,
+            _ => {}
+        }
+        let _ = config;
+        self.check_left_behind()
+    }
+
+    /// No registration or promise of an owner that is done, once its client sent every
+    /// request it had (its leave or withdraw among them).
+    fn check_left_behind(&self) -> Result<(), String> {
+        for key in [REGISTRY, NAPS] {
+            let Some(crate::redis::Value::ZSet(set)) = self.redis.keys.get(key) else {
+                continue;
+            };
+            for member in set.keys() {
+                let done = self
+                    .owner_of(member)
+                    .is_some_and(|owner| *owner == Owner::Done);
+                let settled = self.client_of(member).is_some_and(|client| {
+                    !client.dead && client.requests.is_empty() && client.replies.is_empty()
+                });
+                if done && settled {
+                    return Err(format!("{member} is done but still in {key}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the lock is free for nobody that will take it: no key; or no live owner's
+    /// hold, grant or reservation in it. A hold of a dead process counts as held (its lease
+    /// is the bound), a grant to one or a reservation for one as takeable (those lapse in
+    /// 100 ms, and that is what the bound is about); a minimum hold is busy.
+    fn lock_takeable(&self) -> bool {
+        let Some(crate::redis::Value::Hash(hash)) = self.redis.keys.get(KEY) else {
+            return true;
+        };
+        if hash.contains_key("!held") {
+            return false;
+        }
+        // An owner of a process that died holds what it held until its lease ends: that
+        // is what leases are for, and a grant's lapse is no longer.
+        let gone = |field: &str, dead_counts: bool| {
+            let dead = self.client_of(field).is_some_and(|client| client.dead);
+            self.owner_of(field).is_none_or(|owner| match owner {
+                _ if dead => dead_counts,
+                Owner::Done | Owner::Releasing => true,
+                _ => false,
+            })
+        };
+        let granted = hash.contains_key("!next");
+        let holds_gone = hash
+            .keys()
+            .filter(|field| !field.starts_with('!') && !field.ends_with(":f"))
+            .all(|field| gone(field, granted));
+        holds_gone && hash.get("!next").is_none_or(|next| gone(next, true))
+    }
+
+    fn client_of(&self, field: &str) -> Option<&Client> {
+        let (client, _) = field.split_once(':')?;
+        self.clients
+            .get(client.strip_prefix('c')?.parse::<usize>().ok()?)
+    }
+
+    fn owner_of(&self, field: &str) -> Option<&Owner> {
+        let (client, o) = field.split_once(':')?;
+        let c: usize = client.strip_prefix('c')?.parse().ok()?;
+        let o: usize = o.parse().ok()?;
+        self.clients.get(c)?.owners.get(o)
+    }
+
+    /// Whether every live client is done and the network quiet.
+    pub fn finished(&self) -> bool {
+        self.clients.iter().all(|client| {
+            client.dead
+                || (client.owners.iter().all(|o| *o == Owner::Done)
+                    && client.requests.is_empty()
+                    && client.replies.is_empty())
+        })
+    }
+
+    /// Nothing left behind once every owner is done: no registration or promise of a
+    /// finished owner, and the lock free.
+    pub fn check_end(&mut self) -> Result<(), String> {
+        self.redis.expire_all_due();
+        let mut left = Vec::new();
+        for key in [REGISTRY, NAPS] {
+            if let Some(crate::redis::Value::ZSet(set)) = self.redis.keys.get(key) {
+                for member in set.keys() {
+                    if self
+                        .owner_of(member)
+                        .is_some_and(|owner| *owner == Owner::Done)
+                    {
+                        left.push(format!("{key}: {member}"));
+                    }
+                }
+            }
+        }
+        if !left.is_empty() {
+            return Err(format!("left behind: {left:?}"));
+        }
+        Ok(())
+    }
+}

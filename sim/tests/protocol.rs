@@ -1,0 +1,114 @@
+//! The hand-off protocol, explored: every order of events for small worlds, seeded random
+//! walks for larger ones, with dlock's own scripts.
+
+use dlock_sim::explore::{exhaustive, random_walk, Counterexample, Explored, Trace};
+use dlock_sim::lua::Scripts;
+use dlock_sim::model::Config;
+
+/// Every order of events of `config`, up to `max_states` worlds, with `scripts`.
+fn explore_with(config: &Config, scripts: &Scripts, max_states: usize) -> Result<Explored, String> {
+    let started = std::time::Instant::now();
+    let outcome = exhaustive(config, scripts, max_states);
+    eprintln!("{config:?}: {outcome:?} in {:?}", started.elapsed());
+    outcome.map_err(|found: Counterexample| {
+        format!(
+            "{} after {} events\n{}",
+            found.problem,
+            found.events.len(),
+            Trace::of(config, scripts, &found.events).0
+        )
+    })
+}
+
+fn explore(config: Config, max_states: usize) {
+    let scripts = Scripts::dlock(|_, code| code);
+    if let Err(trace) = explore_with(&config, &scripts, max_states) {
+        panic!("{trace}");
+    }
+}
+
+#[test]
+fn two_clients_one_acquisition_each() {
+    explore(Config::default(), 200_000);
+}
+
+#[test]
+fn three_clients_with_a_cancel_a_crash_and_a_delay() {
+    explore(
+        Config {
+            clients: 3,
+            cancels: 1,
+            crashes: 1,
+            delays: 1,
+            ..Config::default()
+        },
+        300_000,
+    );
+}
+
+#[test]
+fn lost_replies_and_a_force_unlock() {
+    explore(
+        Config {
+            clients: 2,
+            acquisitions: 2,
+            lost_replies: 1,
+            force_unlocks: 1,
+            ..Config::default()
+        },
+        300_000,
+    );
+}
+
+#[test]
+fn min_hold_with_late_messages() {
+    explore(
+        Config {
+            clients: 3,
+            min_holds_ms: [0, 150, 0, 0],
+            holds_ms: [10; 4],
+            delays: 2,
+            ..Config::default()
+        },
+        300_000,
+    );
+}
+
+#[test]
+fn leases_that_run_out_and_differ() {
+    explore(
+        Config {
+            clients: 3,
+            leases_ms: [500, 150, 60, 60],
+            holds_ms: [200; 4],
+            delays: 1,
+            ..Config::default()
+        },
+        300_000,
+    );
+}
+
+#[test]
+fn random_walks() {
+    let scripts = Scripts::dlock(|_, code| code);
+    let config = Config {
+        clients: 3,
+        acquisitions: 3,
+        leases_ms: [300, 150, 60, 60],
+        cancels: 2,
+        crashes: 1,
+        delays: 3,
+        force_unlocks: 1,
+        lost_replies: 2,
+        ..Config::default()
+    };
+    for seed in 1..300 {
+        if let Err(found) = random_walk(&config, &scripts, seed) {
+            panic!(
+                "seed {seed}: {}\n{}",
+                found.problem,
+                Trace::of(&config, &scripts, &found.events).0
+            );
+        }
+    }
+}
