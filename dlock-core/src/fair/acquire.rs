@@ -15,13 +15,14 @@ use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
 use crate::lock::scripts::{acquire_call, scripts, AcquireArgs};
 use crate::redis::CallError;
+use crate::sync::acquire::{self, Acquisition, Answer};
 use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::release::ReleaseJob;
 use crate::sync::verbs::Acquire;
-use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
+use crate::sync::wait::{NotYet, WaitPolicy, Waiter};
 
 /// The acquisition, traced and measured (`sync::observe`).
 impl Acquire for FairLock {
@@ -108,8 +109,8 @@ impl FairLock {
                 reentry: Some((&marker, inner.settings.memo_ttl().as_millis() as u64)),
             },
         );
-        let mut step = TryStep::new(&**inner, &self.name, call, || {
-            vec![self.job(&field, FairRelease::Undo { op })]
+        let mut step = TryStep::new(&**inner, &self.name, Arc::clone(&field), call, |field| {
+            vec![self.job(field, FairRelease::Undo { op })]
         })
         .replicated();
         let (sent_at, reply) = match step.run(None).await {
@@ -184,11 +185,17 @@ impl FairLock {
         let op = inner.next_op();
         // Its queue entry, and any hold an unanswered try may have taken, go when it ends
         // without a guard. A try that does not wait never queues.
-        let mut step = TryStep::new(&**inner, &self.name, call, || {
-            vec![self.job(&field, FairRelease::Leave { op })]
+        let mut step = TryStep::new(&**inner, &self.name, Arc::clone(&field), call, |field| {
+            vec![self.job(field, FairRelease::Leave { op })]
         })
         .replicated()
         .waiting(patient, None);
+        let mut acquisition = NewWaiter {
+            lock: self,
+            field: &field,
+            lease,
+            renewal,
+        };
         // Adopts the channel while the client's other waiters keep it subscribed: a
         // wake-up is heard from the first try on. A wake-up for an owner of this client
         // that no longer waits is dropped: it only asked that owner to try, and the
@@ -208,57 +215,11 @@ impl FairLock {
                 ..settings.wait_policy(give_up_at, patient)
             },
         );
-        step.plan_first_wait(&mut waiter);
-        loop {
-            let not_yet = match step.run(give_up_at).await {
-                Ok((sent_at, Reply::Granted(fence))) => {
-                    step.granted();
-                    let held = Arc::new(
-                        Held::new(
-                            self.hold_owner(&field),
-                            renewal,
-                            sent_at + lease,
-                            Arc::clone(&inner.metrics),
-                        )
-                        .with_fence(fence),
-                    );
-                    inner.metrics.acquired(started.elapsed());
-                    tracing::debug!(lock = %self.name, owner = %field, waited = ?started.elapsed(), "dlock: acquired (fair)");
-                    return Ok(self.guard(held));
-                }
-                Ok((_, Reply::Busy { wait_ms, .. })) => NotYet::Busy { ttl_ms: wait_ms },
-                Ok((_, other)) => {
-                    step.give_up().await;
-                    inner.metrics.acquire_failed();
-                    return Err(other.refusal(&self.name, "acquire", LockKind::Fair));
-                }
-                Err(error) => NotYet::Unavailable(error),
-            };
-            let resumed = waiter
-                .wait_or_check(not_yet, |nap_until| async move {
-                    let held_for = self.still_held_for().await?;
-                    Some(Instant::now().checked_add(held_for).unwrap_or(nap_until))
-                })
-                .await;
-            match resumed {
-                Ok(_) => {
-                    // Spaced out when many tasks of the client wait, up to what keeps its
-                    // queue entry alive (every try renews it).
-                    step.plan_next_wait(&mut waiter);
-                }
-                Err(GiveUp::TimedOut) => {
-                    tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent (fair)");
-                    step.give_up().await;
-                    inner.metrics.timed_out();
-                    return Err(self.timeout(wait));
-                }
-                Err(GiveUp::Unavailable(error)) => {
-                    step.give_up().await;
-                    inner.metrics.acquire_failed();
-                    return Err(error.into_lock_error(&self.name, "acquire"));
-                }
-            }
-        }
+        let guard =
+            acquire::until_acquired(&mut acquisition, &mut step, &mut waiter, wait, started)
+                .await?;
+        tracing::debug!(lock = %self.name, owner = %field, waited = ?started.elapsed(), "dlock: acquired (fair)");
+        Ok(guard)
     }
 
     /// How long the lock stays held as far as Redis knows, once the waiter's client
@@ -308,5 +269,43 @@ impl FairLock {
             renew_script: &scripts().renew,
             field: Arc::clone(field),
         }
+    }
+}
+
+/// A new waiter's acquisition of a [`FairLock`], in the shared loop.
+struct NewWaiter<'a> {
+    lock: &'a FairLock,
+    field: &'a Arc<str>,
+    lease: Duration,
+    renewal: Option<Duration>,
+}
+
+impl Acquisition for NewWaiter<'_> {
+    type Guard = LockGuard;
+
+    fn name(&self) -> &str {
+        &self.lock.name
+    }
+
+    fn answer(&mut self, sent_at: Instant, reply: Reply) -> Answer<LockGuard> {
+        match reply {
+            Reply::Granted(fence) => {
+                let held = Held::new(
+                    self.lock.hold_owner(self.field),
+                    self.renewal,
+                    sent_at + self.lease,
+                    Arc::clone(&self.lock.client.inner.metrics),
+                )
+                .with_fence(fence);
+                Answer::Acquired(self.lock.guard(Arc::new(held)))
+            }
+            Reply::Busy { wait_ms, .. } => Answer::NotYet(NotYet::Busy { ttl_ms: wait_ms }),
+            other => Answer::Refused(other.refusal(&self.lock.name, "acquire", LockKind::Fair)),
+        }
+    }
+
+    async fn missed(&self, nap_until: Instant) -> Option<Instant> {
+        let held_for = self.lock.still_held_for().await?;
+        Some(Instant::now().checked_add(held_for).unwrap_or(nap_until))
     }
 }

@@ -282,11 +282,4 @@ impl FairLock {
         }
         lease_millis("entry_timeout", self.entry_timeout)
     }
-
-    fn timeout(&self, wait: Option<Duration>) -> LockError {
-        LockError::Timeout {
-            name: self.name.to_string(),
-            waited: wait.unwrap_or_default(),
-        }
-    }
 }

@@ -16,6 +16,7 @@ use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::scripts::{acquire_call, extend_call, scripts, AcquireArgs};
 use crate::redis::CallError;
 use crate::scripts::ScriptCall;
+use crate::sync::acquire::{self, Acquisition, Answer};
 use crate::sync::attempt::{PlaceLifetime, RegisteredFlag, Reply, TryStep};
 use crate::sync::grant::{self, Grant};
 use crate::sync::held::{Held, HoldOwner};
@@ -25,7 +26,7 @@ use crate::sync::owner;
 use crate::sync::pubsub::{Route, Subscription};
 use crate::sync::release::{NextTask, ReleaseJob, HAND_OFF_RESERVATION};
 use crate::sync::verbs::Acquire;
-use crate::sync::wait::{GiveUp, NotYet, Waiter};
+use crate::sync::wait::{NotYet, Waiter};
 
 /// The acquisition, traced and measured (`sync::observe`): every public way to take the
 /// lock comes here.
@@ -218,11 +219,11 @@ impl Lock {
         let field = Arc::clone(&outer.field);
         let marker = self.keys.marker(&field, op);
         let call = self.acquire_call(&field, lease_ms, Some(&marker), 0);
-        let mut step = TryStep::new(&**inner, &self.name, call, || {
+        let mut step = TryStep::new(&**inner, &self.name, field, call, |field| {
             vec![release_job(
                 &self.name,
                 &self.keys,
-                &field,
+                field,
                 ReleaseKind::Reentry { op },
             )]
         })
@@ -493,7 +494,7 @@ impl Lock {
 
     /// A new owner's acquisition, once it has the local turn: tries, then waits for its
     /// hand-off (or the time the lock can change hands, or `max_wait_recheck`) and tries
-    /// again, riding out Redis errors for up to `failover_wait`.
+    /// again, riding out Redis errors for up to `failover_wait` (`sync::acquire`).
     #[expect(
         clippy::manual_async_fn,
         reason = "an async fn keeps its arguments twice in the state a waiting task keeps"
@@ -513,12 +514,6 @@ impl Lock {
         async move {
             let inner = &self.client.inner;
             let settings = &inner.settings;
-            let Fresh {
-                field,
-                lease,
-                lease_ms,
-                renewal,
-            } = fresh;
             let waits = wait != Some(Duration::ZERO);
             // A single try does not wait, so it must not be passed the lock in anyone's turn.
             let registry_ms = if waits {
@@ -526,10 +521,14 @@ impl Lock {
             } else {
                 0
             };
-            let call = self.acquire_call(&field, lease_ms, None, registry_ms);
-            let mut step = TryStep::new(&**inner, &self.name, call, || {
-                vec![self.withdraw_release(&field)]
-            })
+            let call = self.acquire_call(&fresh.field, fresh.lease_ms, None, registry_ms);
+            let mut step = TryStep::new(
+                &**inner,
+                &self.name,
+                Arc::clone(&fresh.field),
+                call,
+                |field| vec![self.withdraw_release(field)],
+            )
             .replicated()
             .waiting(waits, Some(REGISTERED_FLAG));
             if waits {
@@ -541,85 +540,100 @@ impl Lock {
             let mut waiter = Waiter::for_owner(
                 &inner.pubsub,
                 &channels,
-                &field,
+                &fresh.field,
                 settings.wait_policy(give_up_at, waits),
             );
-            // Waited in line, or found the lock busy: others may wait for it too.
-            let mut contended = line_subscription.is_some();
-            drop(line_subscription);
-            step.plan_first_wait(&mut waiter);
-            // Every try of this acquisition is sent from now on: a grant's deadline counts
-            // from here, on the route the client has now (see `sync::grant`).
-            let first_sent = FirstSend {
-                at: Instant::now(),
-                route: inner.pubsub.route(),
+            let mut acquisition = NewOwner {
+                lock: self,
+                // Waited in line: others may wait for it too.
+                contended: line_subscription.is_some(),
+                fresh: &fresh,
+                turn: Some(turn),
+                // Every try of this acquisition is sent from now on: a grant's deadline
+                // counts from here, on the route the client has now (see `sync::grant`).
+                first_sent: FirstSend {
+                    at: Instant::now(),
+                    route: inner.pubsub.route(),
+                },
             };
-            loop {
-                let not_yet = match step.run(give_up_at).await {
-                    Ok((sent_at, Reply::Granted(fence))) => {
-                        step.granted();
-                        let held = Arc::new(
-                            Held::new(
-                                self.hold_owner(&field),
-                                renewal,
-                                sent_at + lease,
-                                Arc::clone(&inner.metrics),
-                            )
-                            .with_fence(fence)
-                            .contended(contended),
-                        );
-                        held.keep_turn(turn);
-                        inner.metrics.acquired(started.elapsed());
-                        tracing::debug!(lock = %self.name, owner = %field, waited = ?started.elapsed(), "dlock: acquired");
-                        return Ok(self.guard(held));
-                    }
-                    Ok((_, Reply::Busy { wait_ms, .. })) => {
-                        contended = true;
-                        NotYet::Busy { ttl_ms: wait_ms }
-                    }
-                    Ok((_, other)) => {
-                        Box::pin(step.give_up()).await;
-                        inner.metrics.acquire_failed();
-                        return Err(other.refusal(&self.name, "acquire", LockKind::Lock));
-                    }
-                    Err(error) => NotYet::Unavailable(error),
-                };
-                // Boxed, as the give-ups: only a lock that is not free waits.
-                let field = &field;
-                let resumed = Box::pin(waiter.wait_or_check(not_yet, |nap_until| async move {
-                    self.still_registered(field).await.then_some(nap_until)
-                }))
-                .await;
-                if resumed.is_ok() {
-                    let held_from = waiter.take_grant().and_then(|grant| {
-                        self.granted_hold(field, lease, renewal, grant, first_sent)
-                    });
-                    if let Some(held) = held_from {
-                        step.granted();
-                        held.keep_turn(turn);
-                        inner.metrics.acquired(started.elapsed());
-                        tracing::debug!(lock = %self.name, owner = %field, waited = ?started.elapsed(), "dlock: acquired from another client's release");
-                        return Ok(self.guard(held));
-                    }
-                }
-                match resumed {
-                    // The next try keeps the owner registered for as long as the wait
-                    // after it may last.
-                    Ok(_) => step.plan_next_wait(&mut waiter),
-                    Err(GiveUp::TimedOut) => {
-                        tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: wait budget spent");
-                        Box::pin(step.give_up()).await;
-                        inner.metrics.timed_out();
-                        return Err(self.timeout(wait));
-                    }
-                    Err(GiveUp::Unavailable(error)) => {
-                        Box::pin(step.give_up()).await;
-                        inner.metrics.acquire_failed();
-                        return Err(error.into_lock_error(&self.name, "acquire"));
-                    }
-                }
-            }
+            drop(line_subscription);
+            let guard =
+                acquire::until_acquired(&mut acquisition, &mut step, &mut waiter, wait, started)
+                    .await?;
+            tracing::debug!(lock = %self.name, owner = %fresh.field, waited = ?started.elapsed(), "dlock: acquired");
+            Ok(guard)
         }
+    }
+}
+
+/// A new owner's acquisition of a [`Lock`], in the shared loop.
+struct NewOwner<'a> {
+    lock: &'a Lock,
+    fresh: &'a Fresh,
+    /// The owner's local turn, kept by its hold.
+    turn: Option<Turn<Held>>,
+    /// Waited in line or found the lock busy: others may wait for it too.
+    contended: bool,
+    first_sent: FirstSend,
+}
+
+impl NewOwner<'_> {
+    fn guard(&mut self, held: Held) -> LockGuard {
+        let held = Arc::new(held.contended(self.contended));
+        if let Some(turn) = self.turn.take() {
+            held.keep_turn(turn);
+        }
+        self.lock.guard(held)
+    }
+}
+
+impl Acquisition for NewOwner<'_> {
+    type Guard = LockGuard;
+
+    fn name(&self) -> &str {
+        &self.lock.name
+    }
+
+    fn answer(&mut self, sent_at: Instant, reply: Reply) -> Answer<LockGuard> {
+        match reply {
+            Reply::Granted(fence) => {
+                let held = Held::new(
+                    self.lock.hold_owner(&self.fresh.field),
+                    self.fresh.renewal,
+                    sent_at + self.fresh.lease,
+                    Arc::clone(&self.lock.client.inner.metrics),
+                )
+                .with_fence(fence);
+                Answer::Acquired(self.guard(held))
+            }
+            Reply::Busy { wait_ms, .. } => {
+                self.contended = true;
+                Answer::NotYet(NotYet::Busy { ttl_ms: wait_ms })
+            }
+            other => Answer::Refused(other.refusal(&self.lock.name, "acquire", LockKind::Lock)),
+        }
+    }
+
+    async fn missed(&self, nap_until: Instant) -> Option<Instant> {
+        self.lock
+            .still_registered(&self.fresh.field)
+            .await
+            .then_some(nap_until)
+    }
+
+    fn handed_over(&mut self, waiter: &Waiter<'_>) -> Option<LockGuard> {
+        let grant = waiter.take_grant()?;
+        let held = self.lock.granted_hold(
+            &self.fresh.field,
+            self.fresh.lease,
+            self.fresh.renewal,
+            grant,
+            self.first_sent,
+        )?;
+        if let Some(turn) = self.turn.take() {
+            held.keep_turn(turn);
+        }
+        Some(self.lock.guard(held))
     }
 }
 

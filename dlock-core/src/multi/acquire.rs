@@ -1,6 +1,7 @@
 //! Acquiring a [`MultiLock`]: one lock after the other in canonical order (sequential),
 //! or all at once by one script (same slot).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -11,13 +12,14 @@ use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
 use crate::multi::scripts::multi_scripts;
+use crate::sync::acquire::{self, Acquisition, Answer};
 use crate::sync::attempt::{Host, PlaceLifetime, RegisteredFlag, Reply, TryStep};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::release::OwnerRelease;
 use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::verbs::Acquire;
-use crate::sync::wait::{GiveUp, NotYet, Waiter};
+use crate::sync::wait::{NotYet, Waiter};
 use crate::sync::watchdog::renew_once;
 
 /// The acquisition, traced and measured (`sync::observe`) under the set's names.
@@ -166,10 +168,10 @@ impl MultiLock {
             .arg(HAND_OFF_RESERVATION.as_millis() as u64);
         // Every hold an unanswered try may have taken, and the owner's place among each
         // lock's waiters, go lock by lock when the acquisition ends without a guard.
-        let mut step = TryStep::new(&**inner, first.name(), call, || {
+        let mut step = TryStep::new(&**inner, first.name(), Arc::clone(&field), call, |field| {
             self.locks
                 .iter()
-                .map(|lock| lock.withdraw_release(&field))
+                .map(|lock| lock.withdraw_release(field))
                 .collect()
         })
         .replicated()
@@ -191,84 +193,89 @@ impl MultiLock {
             &field,
             settings.wait_policy(give_up_at, waits),
         );
-        let mut blocker = 0;
-        step.plan_first_wait(&mut waiter);
-        loop {
-            let not_yet = match step.run(give_up_at).await {
-                Ok((sent_at, Reply::GrantedAll(tokens))) if tokens.len() == self.locks.len() => {
-                    step.granted();
-                    let guards = self
-                        .locks
-                        .iter()
-                        .zip(tokens)
-                        .map(|(lock, fence)| lock.adopt(&field, renewal, sent_at + lease, fence))
-                        .collect();
-                    inner.metrics.acquired(started.elapsed());
-                    tracing::debug!(locks = ?self.names(), owner = %field, "dlock: multi-lock acquired");
-                    return Ok(MultiGuard::new(guards));
-                }
-                Ok((
-                    _,
-                    Reply::Busy {
-                        wait_ms,
-                        at,
-                        untold,
-                    },
-                )) if at < self.locks.len() => {
-                    blocker = at;
-                    if untold {
-                        // A lock the set passed on left waiters untold: each other lock's
-                        // `leave` of this owner goes on telling them.
-                        for (i, lock) in self.locks.iter().enumerate() {
-                            if i != at {
-                                inner.release_in_background(lock.leave_release(&field));
-                            }
+        let mut acquisition = SameSlot {
+            set: self,
+            field: &field,
+            lease,
+            renewal,
+            blocker: 0,
+        };
+        let guard =
+            acquire::until_acquired(&mut acquisition, &mut step, &mut waiter, wait, started)
+                .await?;
+        tracing::debug!(locks = ?self.names(), owner = %field, "dlock: multi-lock acquired");
+        Ok(guard)
+    }
+}
+
+/// A same-slot multi-lock's acquisition, in the shared loop.
+struct SameSlot<'a> {
+    set: &'a MultiLock,
+    field: &'a Arc<str>,
+    lease: Duration,
+    renewal: Option<Duration>,
+    /// The lock the last busy try named as blocking: the owner is registered with it.
+    blocker: usize,
+}
+
+impl Acquisition for SameSlot<'_> {
+    type Guard = MultiGuard;
+
+    fn name(&self) -> &str {
+        self.set.locks[self.blocker].name()
+    }
+
+    fn answer(&mut self, sent_at: Instant, reply: Reply) -> Answer<MultiGuard> {
+        let locks = &self.set.locks;
+        match reply {
+            Reply::GrantedAll(tokens) if tokens.len() == locks.len() => {
+                let guards = locks
+                    .iter()
+                    .zip(tokens)
+                    .map(|(lock, fence)| {
+                        lock.adopt(self.field, self.renewal, sent_at + self.lease, fence)
+                    })
+                    .collect();
+                Answer::Acquired(MultiGuard::new(guards))
+            }
+            Reply::Busy {
+                wait_ms,
+                at,
+                untold,
+            } if at < locks.len() => {
+                self.blocker = at;
+                if untold {
+                    // A lock the set passed on left waiters untold: each other lock's
+                    // `leave` of this owner goes on telling them.
+                    let inner = &locks[0].client().inner;
+                    for (i, lock) in locks.iter().enumerate() {
+                        if i != at {
+                            inner.release_in_background(lock.leave_release(self.field));
                         }
                     }
-                    NotYet::Busy { ttl_ms: wait_ms }
                 }
-                Ok((_, other)) => {
-                    step.give_up().await;
-                    inner.metrics.acquire_failed();
-                    let at = match &other {
-                        Reply::WrongType { at, .. } | Reply::OtherKind { at, .. } => *at,
-                        _ => 0,
-                    };
-                    let name = self.locks.get(at).unwrap_or(first).name();
-                    return Err(other.refusal(name, "acquire", LockKind::Lock));
-                }
-                Err(error) => NotYet::Unavailable(error),
-            };
-            // A first wait on channels the client did not listen on yet: the owner is
-            // registered with the lock that blocked it, and still being there once its
-            // subscriptions are confirmed means no release told it anything meanwhile
-            // (see `Lock::still_registered`): one `ZSCORE` instead of a second try.
-            let blocking = &self.locks[blocker];
-            let field = &field;
-            let resumed = waiter
-                .wait_or_check(not_yet, |nap_until| async move {
-                    blocking.still_registered(field).await.then_some(nap_until)
-                })
-                .await;
-            match resumed {
-                // The next try keeps the owner registered with the lock that blocks it
-                // for as long as the wait after it may last.
-                Ok(_) => step.plan_next_wait(&mut waiter),
-                Err(GiveUp::TimedOut) => {
-                    step.give_up().await;
-                    inner.metrics.timed_out();
-                    return Err(LockError::Timeout {
-                        name: self.locks[blocker].name().to_owned(),
-                        waited: wait.unwrap_or_default(),
-                    });
-                }
-                Err(GiveUp::Unavailable(error)) => {
-                    step.give_up().await;
-                    inner.metrics.acquire_failed();
-                    return Err(error.into_lock_error(self.locks[blocker].name(), "acquire"));
-                }
+                Answer::NotYet(NotYet::Busy { ttl_ms: wait_ms })
+            }
+            other => {
+                let at = match &other {
+                    Reply::WrongType { at, .. } | Reply::OtherKind { at, .. } => *at,
+                    _ => 0,
+                };
+                let name = locks.get(at).unwrap_or(&locks[0]).name();
+                Answer::Refused(other.refusal(name, "acquire", LockKind::Lock))
             }
         }
+    }
+
+    /// A first wait on channels the client did not listen on yet: the owner is
+    /// registered with the lock that blocked it, and still being there once its
+    /// subscriptions are confirmed means no release told it anything meanwhile (see
+    /// `Lock::still_registered`): one `ZSCORE` instead of a second try.
+    async fn missed(&self, nap_until: Instant) -> Option<Instant> {
+        self.set.locks[self.blocker]
+            .still_registered(self.field)
+            .await
+            .then_some(nap_until)
     }
 }
 

@@ -19,11 +19,12 @@ use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
 use crate::rw::scripts::rw_scripts;
 use crate::scripts::ScriptCall;
+use crate::sync::acquire::{self, Acquisition, Answer};
 use crate::sync::attempt::{PlaceLifetime, Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
-use crate::sync::wait::{GiveUp, NotYet, WaitPolicy, Waiter};
+use crate::sync::wait::{NotYet, WaitPolicy, Waiter};
 
 /// How long a waiting writer's entry lives after its last try. A live writer tries again
 /// at least every third of it (see `acquire_new`); a dead one's entry holds readers back
@@ -148,14 +149,20 @@ impl ReadWriteLock {
         let owner = owner_of(outer);
         let op = inner.next_op();
         let call = self.acquire_call(kind, &owner, lease_ms, Some(op), (0, 0));
-        let mut step = TryStep::new(&**inner, &self.shared.name, call, || {
-            vec![release_job(
-                &self.shared,
-                &owner,
-                kind,
-                ReleaseKind::Reentry { op },
-            )]
-        })
+        let mut step = TryStep::new(
+            &**inner,
+            &self.shared.name,
+            Arc::clone(&owner),
+            call,
+            |owner| {
+                vec![release_job(
+                    &self.shared,
+                    owner,
+                    kind,
+                    ReleaseKind::Reentry { op },
+                )]
+            },
+        )
         .replicated();
         let (sent_at, reply) = match step.run(None).await {
             Ok(outcome) => outcome,
@@ -279,16 +286,22 @@ impl ReadWriteLock {
         let call = self.acquire_call(kind, &owner, lease_ms, None, (entry_ms, promise_ms));
         // Whatever an unanswered try took, and a writer's waiting entry (which holds new
         // readers back), go when the acquisition ends without a guard.
-        let mut step = TryStep::new(&**inner, &self.shared.name, call, || {
-            vec![release_job(
-                &self.shared,
-                &owner,
-                kind,
-                ReleaseKind::Withdraw {
-                    op: inner.next_op(),
-                },
-            )]
-        })
+        let mut step = TryStep::new(
+            &**inner,
+            &self.shared.name,
+            Arc::clone(&owner),
+            call,
+            |owner| {
+                vec![release_job(
+                    &self.shared,
+                    owner,
+                    kind,
+                    ReleaseKind::Withdraw {
+                        op: inner.next_op(),
+                    },
+                )]
+            },
+        )
         .replicated()
         .waiting(entry_ms > 0, None);
         if patient {
@@ -313,51 +326,18 @@ impl ReadWriteLock {
             Kind::Read => waiter.woken_by_every_message(),
             Kind::Write => waiter,
         };
-        step.plan_first_wait(&mut waiter);
-        loop {
-            let not_yet = match step.run(give_up_at).await {
-                Ok((sent_at, Reply::Granted(fence))) => {
-                    step.granted();
-                    let held = Arc::new(
-                        Held::new(
-                            self.hold_owner(kind, &owner),
-                            renewal,
-                            sent_at + lease,
-                            Arc::clone(&inner.metrics),
-                        )
-                        .with_fence(fence),
-                    );
-                    inner.metrics.acquired(started.elapsed());
-                    tracing::debug!(lock = %self.shared.name, %owner, ?kind, waited = ?started.elapsed(), "dlock: acquired read-write lock");
-                    return Ok(self.guard(kind, &owner, held));
-                }
-                Ok((_, Reply::Busy { wait_ms, .. })) => NotYet::Busy { ttl_ms: wait_ms },
-                Ok((_, other)) => {
-                    step.give_up().await;
-                    inner.metrics.acquire_failed();
-                    return Err(other.refusal(&self.shared.name, "acquire", LockKind::ReadWrite));
-                }
-                Err(error) => NotYet::Unavailable(error),
-            };
-            match waiter.wait(not_yet).await {
-                // The next try's promise lasts as long as the wait after it may.
-                Ok(_) => step.plan_next_wait(&mut waiter),
-                Err(GiveUp::TimedOut) => {
-                    tracing::debug!(lock = %self.shared.name, ?kind, waited = ?started.elapsed(), "dlock: wait budget spent");
-                    step.give_up().await;
-                    inner.metrics.timed_out();
-                    return Err(LockError::Timeout {
-                        name: self.shared.name.to_string(),
-                        waited: wait.unwrap_or_default(),
-                    });
-                }
-                Err(GiveUp::Unavailable(error)) => {
-                    step.give_up().await;
-                    inner.metrics.acquire_failed();
-                    return Err(error.into_lock_error(&self.shared.name, "acquire"));
-                }
-            }
-        }
+        let mut acquisition = NewOwner {
+            lock: self,
+            kind,
+            owner,
+            lease,
+            renewal,
+        };
+        let guard =
+            acquire::until_acquired(&mut acquisition, &mut step, &mut waiter, wait, started)
+                .await?;
+        tracing::debug!(lock = %self.shared.name, owner = %acquisition.owner, ?kind, waited = ?started.elapsed(), "dlock: acquired read-write lock");
+        Ok(guard)
     }
 
     /// Who holds a `kind` hold of this lock taken by `owner`, and how it is renewed.
@@ -379,5 +359,42 @@ impl ReadWriteLock {
         LockGuard::new(self.shared.client.clone(), held, |op| {
             release_job(&self.shared, owner, kind, ReleaseKind::Hold { op })
         })
+    }
+}
+
+/// A new owner's acquisition of a read or write hold, in the shared loop.
+struct NewOwner<'a> {
+    lock: &'a ReadWriteLock,
+    kind: Kind,
+    owner: Arc<str>,
+    lease: Duration,
+    renewal: Option<Duration>,
+}
+
+impl Acquisition for NewOwner<'_> {
+    type Guard = LockGuard;
+
+    fn name(&self) -> &str {
+        &self.lock.shared.name
+    }
+
+    fn answer(&mut self, sent_at: Instant, reply: Reply) -> Answer<LockGuard> {
+        let lock = self.lock;
+        match reply {
+            Reply::Granted(fence) => {
+                let held = Held::new(
+                    lock.hold_owner(self.kind, &self.owner),
+                    self.renewal,
+                    sent_at + self.lease,
+                    Arc::clone(&lock.shared.client.inner.metrics),
+                )
+                .with_fence(fence);
+                Answer::Acquired(lock.guard(self.kind, &self.owner, Arc::new(held)))
+            }
+            Reply::Busy { wait_ms, .. } => Answer::NotYet(NotYet::Busy { ttl_ms: wait_ms }),
+            other => {
+                Answer::Refused(other.refusal(&lock.shared.name, "acquire", LockKind::ReadWrite))
+            }
+        }
     }
 }

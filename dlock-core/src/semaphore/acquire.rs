@@ -14,12 +14,13 @@ use crate::error::{LockError, Result};
 use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
+use crate::scripts::ScriptCall;
 use crate::semaphore::scripts::sem_scripts;
+use crate::sync::acquire::{self, Acquisition, Answer};
 use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::observe::{self, Label};
-use crate::sync::release::ReleaseJob;
-use crate::sync::wait::{GiveUp, NotYet, Waiter};
+use crate::sync::wait::{NotYet, Waiter};
 
 impl Semaphore {
     /// A grant of `n` permits, traced and measured (`sync::observe`); every public way to
@@ -49,7 +50,7 @@ impl Semaphore {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<LockGuard> {
-        self.checked_n(n)?;
+        let permits = self.checked_n(n)?;
         let inner = &self.shared.client.inner;
         let settings = &inner.settings;
         let renewal = lease.is_none().then_some(settings.watchdog_timeout);
@@ -67,117 +68,120 @@ impl Semaphore {
             settings.wait_policy(give_up_at, wait != Some(Duration::ZERO)),
         )
         .woken_by_every_message();
-        // The capacity a call was built for, its grant id and the step that runs it;
-        // rebuilt, with a grant id of its own, when the handle's capacity changes (the
-        // replaced step's cleanup, if a call of it may have been applied, then releases
-        // only what that step may have taken).
-        let mut current: Option<(u32, Arc<str>, TryStep<'_, _>)> = None;
-        loop {
-            // Every try reads the handle's capacity anew: a `set_permits` through this
-            // handle (or a clone) while it waits is this waiter's capacity too.
-            let permits = self.checked_n(n)?;
-            if current.as_ref().is_none_or(|(built, ..)| *built != permits) {
-                let grant = inner.new_owner_field();
-                let mut step = self.try_step(Arc::clone(&grant), n, lease_ms, permits);
-                if current.is_none() {
-                    step.plan_first_wait(&mut waiter);
-                }
-                current = Some((permits, grant, step));
-            }
-            let Some((_, grant, step)) = current.as_mut() else {
-                continue;
-            };
-            let not_yet = match step.run(give_up_at).await {
-                Ok((sent_at, Reply::Granted(_))) => {
-                    step.granted();
-                    let held = Arc::new(Held::new(
-                        HoldOwner {
-                            name: Arc::clone(&self.shared.name),
-                            key: Arc::clone(&self.shared.key),
-                            renew_script: &sem_scripts().renew,
-                            field: Arc::clone(grant),
-                        },
-                        renewal,
-                        sent_at + lease,
-                        Arc::clone(&inner.metrics),
-                    ));
-                    inner.metrics.acquired(started.elapsed());
-                    tracing::debug!(semaphore = %self.shared.name, %grant, n, waited = ?started.elapsed(), "dlock: semaphore permits acquired");
-                    return Ok(LockGuard::new(self.shared.client.clone(), held, |op| {
-                        release_job(&self.shared, grant, op)
-                    }));
-                }
-                Ok((_, Reply::Busy { wait_ms, .. })) => NotYet::Busy { ttl_ms: wait_ms },
-                // A `set_permits` of this handle raced the try (its message can wake
-                // this waiter before the call returns and the handle adopts the new
-                // capacity): try again under the handle's new capacity, once the call
-                // is done (it is one command: bounded by the command timeout).
-                Ok((_, Reply::Drift(_))) if self.permits() != permits => continue,
-                Ok((_, Reply::Drift(_))) if self.shared.setting.load(Ordering::Acquire) > 0 => {
-                    NotYet::Busy { ttl_ms: 10 }
-                }
-                Ok((_, Reply::Drift(stored))) => {
-                    step.give_up().await;
-                    inner.metrics.acquire_failed();
-                    return Err(LockError::CapacityMismatch {
-                        name: self.shared.name.to_string(),
-                        handle: permits,
-                        stored,
-                    });
-                }
-                Ok((_, other)) => {
-                    step.give_up().await;
-                    inner.metrics.acquire_failed();
-                    return Err(other.refusal(&self.shared.name, "acquire", LockKind::Semaphore));
-                }
-                Err(error) => NotYet::Unavailable(error),
-            };
-            match waiter.wait(not_yet).await {
-                Ok(_) => {
-                    // Spaced out when many tasks of the client wait.
-                    step.plan_next_wait(&mut waiter);
-                }
-                Err(GiveUp::TimedOut) => {
-                    step.give_up().await;
-                    inner.metrics.timed_out();
-                    return Err(LockError::Timeout {
-                        name: self.shared.name.to_string(),
-                        waited: wait.unwrap_or_default(),
-                    });
-                }
-                Err(GiveUp::Unavailable(error)) => {
-                    step.give_up().await;
-                    inner.metrics.acquire_failed();
-                    return Err(error.into_lock_error(&self.shared.name, "acquire"));
-                }
-            }
-        }
+        let grant = inner.new_owner_field();
+        let mut step = TryStep::new(
+            &**inner,
+            &self.shared.name,
+            Arc::clone(&grant),
+            self.acquire_call(&grant, n, lease_ms, permits),
+            |grant| vec![release_job(&self.shared, grant, inner.next_op())],
+        )
+        .replicated();
+        let mut acquisition = NewGrant {
+            semaphore: self,
+            n,
+            lease,
+            lease_ms,
+            renewal,
+            permits,
+            grant,
+        };
+        let permit =
+            acquire::until_acquired(&mut acquisition, &mut step, &mut waiter, wait, started)
+                .await?;
+        tracing::debug!(semaphore = %self.shared.name, grant = %acquisition.grant, n, waited = ?started.elapsed(), "dlock: semaphore permits acquired");
+        Ok(permit)
     }
 
-    /// The tries of `grant` for `n` permits under the handle capacity `permits`: the
-    /// acquire script, confirmed by replicas when the client asks for it, whose grant
-    /// (if an unanswered call took it) is released when the acquisition ends without a
-    /// guard. A retried call that was applied finds its grant.
-    fn try_step(
-        &self,
-        grant: Arc<str>,
-        n: u32,
-        lease_ms: u64,
-        permits: u32,
-    ) -> TryStep<'_, impl Fn() -> Vec<ReleaseJob> + '_> {
-        let inner = &self.shared.client.inner;
+    /// The acquire script's call for `grant` of `n` permits under the handle capacity
+    /// `permits`: a retried call that was applied finds its grant.
+    fn acquire_call(&self, grant: &str, n: u32, lease_ms: u64, permits: u32) -> ScriptCall {
         let mut call = sem_scripts().acquire.prepare_invoke();
         call.key(&self.shared.keys.grants)
             .key(&self.shared.keys.capacity)
-            .arg(&*grant)
+            .arg(grant)
             .arg(n)
             .arg(lease_ms)
             .arg(permits)
-            .arg(inner.backend.publish_command());
-        TryStep::new(&**inner, &self.shared.name, call, move || {
-            vec![release_job(&self.shared, &grant, inner.next_op())]
-        })
-        .replicated()
+            .arg(self.shared.client.inner.backend.publish_command());
+        call
+    }
+}
+
+/// A new grant's acquisition, in the shared loop. Its tries are confirmed by replicas
+/// when the client asks for it, and its grant (if an unanswered call took it) is released
+/// when the acquisition ends without a guard.
+struct NewGrant<'a> {
+    semaphore: &'a Semaphore,
+    n: u32,
+    lease: Duration,
+    lease_ms: u64,
+    renewal: Option<Duration>,
+    /// The handle's capacity the current call was built for.
+    permits: u32,
+    grant: Arc<str>,
+}
+
+impl Acquisition for NewGrant<'_> {
+    type Guard = LockGuard;
+
+    fn name(&self) -> &str {
+        &self.semaphore.shared.name
+    }
+
+    /// Every try reads the handle's capacity anew: a `set_permits` through this handle
+    /// (or a clone) while it waits is this waiter's capacity too. A changed capacity is
+    /// asked under a grant id of its own, so that the cleanup of the calls so far (if one
+    /// may have been applied) releases only what those calls may have taken.
+    fn next_call(&mut self) -> Result<Option<(ScriptCall, Arc<str>)>> {
+        let permits = self.semaphore.checked_n(self.n)?;
+        if permits == self.permits {
+            return Ok(None);
+        }
+        self.permits = permits;
+        self.grant = self.semaphore.shared.client.inner.new_owner_field();
+        let call = self
+            .semaphore
+            .acquire_call(&self.grant, self.n, self.lease_ms, permits);
+        Ok(Some((call, Arc::clone(&self.grant))))
+    }
+
+    fn answer(&mut self, sent_at: Instant, reply: Reply) -> Answer<LockGuard> {
+        let shared = &self.semaphore.shared;
+        match reply {
+            Reply::Granted(_) => {
+                let held = Arc::new(Held::new(
+                    HoldOwner {
+                        name: Arc::clone(&shared.name),
+                        key: Arc::clone(&shared.key),
+                        renew_script: &sem_scripts().renew,
+                        field: Arc::clone(&self.grant),
+                    },
+                    self.renewal,
+                    sent_at + self.lease,
+                    Arc::clone(&shared.client.inner.metrics),
+                ));
+                let grant = Arc::clone(&self.grant);
+                Answer::Acquired(LockGuard::new(shared.client.clone(), held, |op| {
+                    release_job(shared, &grant, op)
+                }))
+            }
+            Reply::Busy { wait_ms, .. } => Answer::NotYet(NotYet::Busy { ttl_ms: wait_ms }),
+            // A `set_permits` of this handle raced the try (its message can wake this
+            // waiter before the call returns and the handle adopts the new capacity): try
+            // again under the handle's new capacity, once the call is done (it is one
+            // command: bounded by the command timeout).
+            Reply::Drift(_) if self.semaphore.permits() != self.permits => Answer::Again,
+            Reply::Drift(_) if shared.setting.load(Ordering::Acquire) > 0 => {
+                Answer::NotYet(NotYet::Busy { ttl_ms: 10 })
+            }
+            Reply::Drift(stored) => Answer::Refused(LockError::CapacityMismatch {
+                name: shared.name.to_string(),
+                handle: self.permits,
+                stored,
+            }),
+            other => Answer::Refused(other.refusal(&shared.name, "acquire", LockKind::Semaphore)),
+        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! The try step, the same for every primitive: one acquisition's calls of its primitive's
 //! acquire script, what those calls may have left in Redis, and how that is cleaned up.
 //!
-//! A primitive builds the script call once ([`TryStep::new`]) and runs it as often as its
-//! wait loop needs ([`TryStep::run`]). The step retries fast transient failures, counts
+//! A primitive builds the script call once ([`TryStep::new`]); the acquisition loop
+//! (`sync::acquire`) runs it as often as needed ([`TryStep::run`]). The step retries fast transient failures, counts
 //! every attempt, follows each call with `WAIT` when the client asks for replica
 //! acknowledgements, and decodes the scripts' shared reply grammar ([`Reply`]). It also
 //! tracks what an unanswered or busy call may have left behind:
@@ -20,6 +20,7 @@
 //! briefly ([`TryStep::give_up`]), so that a healthy Redis is clean when its caller goes
 //! on, and an acquisition's `wait` still bounds it while Redis is down.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -231,13 +232,15 @@ pub(crate) struct PlaceLifetime(pub(crate) usize);
 
 /// One acquisition's tries of its acquire script (see the module documentation).
 ///
-/// `cleanup` builds the releases that undo whatever a call may have left: every hold the
-/// acquisition's owner may have taken, and its place among the waiters. It is called only
-/// when needed (on drop before a grant), so the common path builds nothing.
-pub(crate) struct TryStep<'a, C: Fn() -> Vec<ReleaseJob>> {
+/// `cleanup` builds, for the step's owner, the releases that undo whatever a call may have
+/// left: every hold the owner may have taken, and its place among the waiters. It is
+/// called only when needed (on drop before a grant), so the common path builds nothing.
+pub(crate) struct TryStep<'a, C: Fn(&str) -> Vec<ReleaseJob>> {
     host: &'a dyn Host,
     name: &'a str,
     call: ScriptCall,
+    /// Whom the calls acquire for (the owner field, a semaphore's grant id).
+    owner: Arc<str>,
     cleanup: C,
     /// Follow each call with `WAIT` when the client asks for replica acknowledgements.
     replicated: bool,
@@ -254,13 +257,21 @@ pub(crate) struct TryStep<'a, C: Fn() -> Vec<ReleaseJob>> {
     answered: bool,
 }
 
-impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
-    /// The tries of `call` for the lock `name` (in logs), cleaned up by `cleanup`.
-    pub(crate) fn new(host: &'a dyn Host, name: &'a str, call: ScriptCall, cleanup: C) -> Self {
+impl<'a, C: Fn(&str) -> Vec<ReleaseJob>> TryStep<'a, C> {
+    /// The tries of `call` for `owner` of the lock `name` (in logs), cleaned up by
+    /// `cleanup`.
+    pub(crate) fn new(
+        host: &'a dyn Host,
+        name: &'a str,
+        owner: Arc<str>,
+        call: ScriptCall,
+        cleanup: C,
+    ) -> Self {
         TryStep {
             host,
             name,
             call,
+            owner,
             cleanup,
             replicated: false,
             waits: false,
@@ -419,7 +430,7 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
         let backend = host.backend();
         let mut timing = host.release_timing();
         timing.retry.attempts = 0;
-        let jobs = (self.cleanup)();
+        let jobs = (self.cleanup)(&self.owner);
         let cleanups = jobs
             .iter()
             .map(|job| release::release(backend, timing, job, NextInLine::NONE, Sending::First));
@@ -438,17 +449,37 @@ impl<'a, C: Fn() -> Vec<ReleaseJob>> TryStep<'a, C> {
         self.maybe_applied = false;
         self.may_be_waiting = false;
     }
-}
 
-impl<C: Fn() -> Vec<ReleaseJob>> Drop for TryStep<'_, C> {
-    fn drop(&mut self) {
+    /// From now on the step tries `call` for `owner` (a semaphore whose capacity changed
+    /// while it waited asks anew under a grant id of its own): whatever the calls so far
+    /// may have left goes to the background, as when a step is dropped.
+    pub(crate) fn restart(&mut self, call: ScriptCall, owner: Arc<str>) {
+        self.clean_up_in_background();
+        self.call = call;
+        self.owner = owner;
+        self.answered = false;
+    }
+
+    /// The client's counters, where the acquisition's outcome is counted.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        self.host.metrics()
+    }
+
+    fn clean_up_in_background(&mut self) {
         if !self.maybe_applied && !self.may_be_waiting {
             return;
         }
         tracing::debug!(lock = %self.name, holds = self.maybe_applied, waiting = self.may_be_waiting, "dlock: acquisition ended without a guard; cleaning up in the background");
-        for job in (self.cleanup)() {
+        for job in (self.cleanup)(&self.owner) {
             self.host.release_in_background(job.uncounted());
         }
+        self.granted();
+    }
+}
+
+impl<C: Fn(&str) -> Vec<ReleaseJob>> Drop for TryStep<'_, C> {
+    fn drop(&mut self) {
+        self.clean_up_in_background();
     }
 }
 

@@ -2,10 +2,15 @@
 //! ownership, unlock notifications, the wait between tries, renewal, release, retries,
 //! statistics, spans and exported metrics. Each primitive (the reentrant lock in `lock/`)
 //! builds on these and plugs its own scripts in: a release is a `release::ReleaseOp`, a
-//! hold names its renew script, a try step hands its outcome to `wait::Waiter`, its
-//! acquisition runs in `observe::acquisition`.
+//! hold names its renew script, its tries run in `acquire::until_acquired`, which hands
+//! each outcome that is not a grant to `wait::Waiter`, and the whole acquisition runs in
+//! `observe::acquisition`.
 //!
-//! The files: what every primitive shares. `attempt.rs`: the one try step (`TryStep`): a
+//! The files: what every primitive shares. `acquire.rs`: the acquisition loop every
+//! primitive runs (`until_acquired`: try, wait, try again, give up and clean up), to which
+//! a primitive supplies its try step and an `Acquisition` (what its replies mean, a lock
+//! handed over while it waited, a cheap check after a first subscription); `attempt.rs`:
+//! the one try step (`TryStep`): a
 //! primitive's acquire script run with retries, attempt counting and, with `replica_acks`,
 //! `WAIT`; the scripts' shared reply grammar (`Reply`, and `Reply::refusal` for the answers
 //! that end an acquisition); what a call may have left (a hold whose reply never came, a
@@ -48,6 +53,7 @@
 //! feature it records `dlock_*` through the `metrics` facade, labelled by `kind` and
 //! `key_template` (`*` for the manual API), never by name
 
+pub(crate) mod acquire;
 pub(crate) mod attempt;
 pub(crate) mod grant;
 pub(crate) mod heard;

@@ -3,10 +3,9 @@
 //! interval; after a Redis error, ride the outage out for up to `failover_wait`; stop at
 //! the caller's deadline.
 //!
-//! Each primitive runs its script through the shared try step (`sync::attempt::TryStep`)
-//! and maps its reply; it hands each outcome that is not a success to [`Waiter::wait`]
-//! (or [`Waiter::wait_or_check`]), which either waits and returns so the primitive tries
-//! again, or says why to give up.
+//! The acquisition loop (`sync::acquire`) hands each try's outcome that is not a grant to
+//! [`Waiter::wait_or_check`], which either waits and returns so the loop tries again, or
+//! says why to give up.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -228,6 +227,11 @@ impl<'a> Waiter<'a> {
         self.wake.as_ref().and_then(|wake| wake.take_grant())
     }
 
+    /// When the acquisition gives up; `None` waits as long as it takes.
+    pub(crate) fn give_up_at(&self) -> Option<Instant> {
+        self.policy.give_up_at
+    }
+
     /// Whether the acquisition waits when it finds the lock taken (a single try does not).
     pub(crate) fn waits(&self) -> bool {
         self.policy.patient
@@ -257,7 +261,7 @@ impl<'a> Waiter<'a> {
     }
 
     /// Waits after `outcome` until the next try is worth it, or says why to give up.
-    pub(crate) async fn wait(&mut self, outcome: NotYet) -> Result<Resumed, GiveUp> {
+    async fn wait(&mut self, outcome: NotYet) -> Result<Resumed, GiveUp> {
         match outcome {
             NotYet::Busy { ttl_ms } => {
                 self.outage = None;
