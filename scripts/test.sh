@@ -9,7 +9,7 @@ step() {
 
 # A CI run builds once from scratch: incremental caches would only add ~1.7 GB to a target
 # directory of ~5 GB, on a disk other work shares; and line tables are all a failing
-# test's backtrace needs (full debug info makes linking the ~100 test and worker binaries
+# test's backtrace needs (full debug info makes linking the test and worker binaries
 # a large part of a fresh run).
 if [ -n "${CI:-}" ]; then
     export CARGO_INCREMENTAL=0
@@ -39,11 +39,11 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
 step "the published crates without default features and with each feature alone"
 for args in \
-    "-p dlock --no-default-features" \
-    "-p dlock --no-default-features --features macros" \
-    "-p dlock --no-default-features --features tls" \
-    "-p dlock --no-default-features --features config" \
-    "-p dlock --no-default-features --features metrics" \
+    "-p dlock-redis --no-default-features" \
+    "-p dlock-redis --no-default-features --features macros" \
+    "-p dlock-redis --no-default-features --features tls" \
+    "-p dlock-redis --no-default-features --features config" \
+    "-p dlock-redis --no-default-features --features metrics" \
     "-p dlock-core --no-default-features" \
     "-p dlock-core --no-default-features --features tls" \
     "-p dlock-core --no-default-features --features metrics" \
@@ -89,12 +89,13 @@ if ! valkey="$(./scripts/install-valkey.sh)"; then
 fi
 "$valkey" --version
 DLOCK_REDIS_SERVER="$valkey" cargo test --no-fail-fast -p dlock-tests \
-    --test topology_single --test topology_sentinel --test topology_cluster \
-    --test exclusion --test release --test reentrancy --test waiting --test hand_off \
-    --test attribute --test attribute_kinds --test attribute_family \
-    --test rw_semantics --test semaphore_semantics --test fair_fifo \
-    --test multi_semantics --test multi_cluster --test fenced --test unlock_contract \
-    --test wrong_type --test script_inputs --test layout_version --test redlock_startup \
-    -- --test-threads=2
+    --test topology --test core --test handoff --test attribute --test family -- \
+    topology_single:: topology_sentinel:: topology_cluster:: \
+    exclusion:: release:: reentrancy:: waiting:: hand_off:: \
+    attribute:: attribute_kinds:: attribute_family:: \
+    rw_semantics:: semaphore_semantics:: fair_fifo:: \
+    multi_semantics:: multi_cluster:: fenced:: unlock_contract:: \
+    wrong_type:: script_inputs:: layout_version:: redlock_startup:: \
+    --test-threads=2
 DLOCK_REDIS_SERVER="$valkey" cargo test --no-fail-fast -p dlock-tests --test security function \
     -- --test-threads=2

@@ -60,6 +60,7 @@
 mod cluster;
 pub mod command_log;
 pub mod commandstats;
+pub mod failover;
 mod hold_process;
 pub mod keys;
 pub mod liveness;
@@ -75,6 +76,7 @@ mod server;
 pub mod spans;
 pub mod timeline;
 mod tls;
+pub mod topology;
 pub mod workload;
 
 pub use cluster::{RedisCluster, REDIS_CLI_ENV};

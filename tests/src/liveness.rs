@@ -1,4 +1,4 @@
-//! What the liveness test (`tests/proptest_liveness.rs`) and its worker process
+//! What the liveness test (`tests/tests/handoff/proptest_liveness.rs`) and its worker process
 //! (`dlock-liveness`) share: the seeded generator that draws every actor's schedule, the
 //! names of one case's keys, and the guard either takes; and the slowly rechecking client
 //! every liveness test waits with.

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::workload::{increment_counter_on, Guarding};
 use dlock::config::Config;
 use dlock::LockClient;
-use dlock_tests::workload::{increment_counter_on, Guarding};
 
 /// `examples/config/<mode>.toml` with the sample ports replaced by real ones and the
 /// `watchdog_timeout` set.

@@ -1,4 +1,4 @@
-//! Runs multi-lock workloads from a separate OS process, for `tests/tests/multi_processes.rs`.
+//! Runs multi-lock workloads from a separate OS process, for `tests/tests/family/multi_processes.rs`.
 //!
 //! Usage:
 //! `dlock-multi <pair|transfer> <same-slot|sequential|none> <url-1> <url-2> <sections> <seed> [names...]`

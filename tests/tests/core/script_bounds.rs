@@ -11,7 +11,7 @@
 //!
 //! CI writes 300,000 entries per case (an unbounded script over them still runs 200 ms
 //! and more, twice the bound); the figures in docs/SECURITY.md come from a million:
-//! `DLOCK_HOSTILE_ENTRIES=1000000 cargo test -p dlock-tests --test script_bounds --
+//! `DLOCK_HOSTILE_ENTRIES=1000000 cargo test -p dlock-tests --test core -- script_bounds::
 //! --nocapture --test-threads 1` (run side by side, one case's writes share the two
 //! cores with another's measured calls).
 

@@ -219,13 +219,26 @@ async fn renewal_keeps_the_lock_and_a_lost_majority_ends_it() {
         .unwrap_err()
         .is_timeout());
 
-    // The key vanishes on 3 servers: the next renewal (every 100 ms) sees a majority gone.
-    // The connections are opened first, so that the three deletes land within a fraction
-    // of a millisecond: a renewal between them would still see a majority, and take the
-    // hold again where it was deleted.
+    // Another owner holds the key on 3 servers: the next renewal (every 100 ms) sees a
+    // majority gone. Each server's change is one transaction, so that a renewal between
+    // two of them (the test does not control when renewals run) finds the key taken,
+    // not missing: it cannot take the hold again there while it still has a majority,
+    // as it would where the key were only deleted.
     let mut connections: Vec<_> = servers[..3].iter().map(RedisServer::connection).collect();
     for connection in &mut connections {
-        let () = redis::cmd("DEL").arg("renewed").query(connection).unwrap();
+        let () = redis::pipe()
+            .atomic()
+            .cmd("DEL")
+            .arg("renewed")
+            .cmd("HSET")
+            .arg("renewed")
+            .arg("another-owner")
+            .arg(1)
+            .cmd("PEXPIRE")
+            .arg("renewed")
+            .arg(10_000)
+            .query(connection)
+            .unwrap();
     }
     let started = Instant::now();
     let lost = tokio::time::timeout(Duration::from_secs(2), guard.lost())

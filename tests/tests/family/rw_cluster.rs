@@ -3,7 +3,7 @@
 //! waking a reader through sharded pub/sub.
 
 #[allow(dead_code)] // the shared lock suite; this file uses only its config helper
-mod common;
+use dlock_tests::topology as common;
 
 use std::time::{Duration, Instant};
 

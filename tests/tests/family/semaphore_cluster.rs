@@ -3,7 +3,7 @@
 //! sharded pub/sub after two single releases.
 
 #[allow(dead_code)] // the shared lock suite; this file uses only its config helper
-mod common;
+use dlock_tests::topology as common;
 
 use std::time::{Duration, Instant};
 

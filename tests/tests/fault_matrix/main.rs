@@ -43,21 +43,21 @@ const FAULTS: [&str; 10] = [
     "cpu_starvation",
 ];
 
-/// The test that fills a cell (`file::function`, `fault_matrix::module::function` for this
-/// binary's), or `n/a: why` when the fault does not apply to the primitive.
+/// The test that fills a cell (`binary::module::function`: `fault_matrix::single::…` for
+/// this binary's), or `n/a: why` when the fault does not apply to the primitive.
 fn cell(primitive: &str, fault: &str) -> &'static str {
     match (primitive, fault) {
         ("fenced", "holder_killed") => "n/a: a fenced write holds nothing between calls; it is one script, applied whole or not at all",
         ("fenced", "subscriber_lost") => "n/a: fenced writes never wait, so they subscribe to nothing",
         ("fenced", "cpu_starvation") => "n/a: a fenced write has no lease and no timer; starvation only delays the call",
         ("fenced", "sentinel_failover" | "sentinel_replica_acks") => {
-            "failover_lost_updates::failover_lost_updates_with_and_without_replica_acks"
+            "faults::failover_lost_updates::failover_lost_updates_with_and_without_replica_acks"
         }
-        ("redlock", "redis_paused") => "redlock_quorum::renewal_keeps_the_lock_and_a_lost_majority_ends_it",
+        ("redlock", "redis_paused") => "family::redlock_quorum::renewal_keeps_the_lock_and_a_lost_majority_ends_it",
         ("redlock", "restart_without_persistence") => {
-            "redlock_quorum::restarted_servers_without_data_let_a_second_owner_in"
+            "family::redlock_quorum::restarted_servers_without_data_let_a_second_owner_in"
         }
-        ("redlock", "half_open") => "redlock_quorum::a_majority_answering_late_is_an_error_and_leaves_nothing",
+        ("redlock", "half_open") => "family::redlock_quorum::a_majority_answering_late_is_an_error_and_leaves_nothing",
         ("redlock", "subscriber_lost") => "n/a: RedLock waits by retrying rounds; it subscribes to nothing",
         ("redlock", "sentinel_failover" | "sentinel_replica_acks" | "cluster_slot_failover") => {
             "n/a: RedLock's servers are independent single servers; Sentinel and cluster clients are refused"

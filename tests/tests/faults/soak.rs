@@ -9,7 +9,7 @@
 //! takeable longer than `STALL_BOUND` while someone waited for it (liveness).
 //!
 //! CI runs each for 8 s; `DLOCK_SOAK_SECS=600` runs them 10 minutes each (run one at a
-//! time: `cargo test -p dlock-tests --test soak -- --test-threads=1 --nocapture`).
+//! time: `cargo test -p dlock-tests --test faults -- soak:: --test-threads=1 --nocapture`).
 //!
 //! The Sentinel workers use `replica_acks(2, 500ms)`, both replicas: with fewer, a
 //! failover may hand a lock to a second holder (the documented risk; a first 10-minute

@@ -12,7 +12,7 @@ use dlock_tests::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_waiting_for_its_own_lock_is_told_why() {
-    capture_logs(tracing::Level::WARN);
+    capture_logs(tracing::Level::DEBUG);
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
 

@@ -1,9 +1,8 @@
 //! Cluster mode from `examples/config/cluster.toml`: every lock operation, 1,000 lock
 //! names over all masters, a woken waiter on each master, and a failover while locking.
 
-mod common;
-#[path = "common/failover.rs"]
-mod failover;
+use dlock_tests::failover;
+use dlock_tests::topology as common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

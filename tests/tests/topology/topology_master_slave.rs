@@ -1,7 +1,7 @@
 //! Every lock operation through a client built from `examples/config/master_slave.toml`;
 //! the locks live on the master and reach the replicas by replication.
 
-mod common;
+use dlock_tests::topology as common;
 
 use dlock_tests::RedisReplicaSet;
 use redis::Commands;

@@ -1,9 +1,8 @@
 //! Sentinel mode from `examples/config/sentinel.toml`: every lock operation, then a
 //! failover while clients keep locking, with waiters blocked across it.
 
-mod common;
-#[path = "common/failover.rs"]
-mod failover;
+use dlock_tests::failover;
+use dlock_tests::topology as common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

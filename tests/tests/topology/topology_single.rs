@@ -1,6 +1,6 @@
 //! Every lock operation through a client built from `examples/config/single.toml`.
 
-mod common;
+use dlock_tests::topology as common;
 
 use dlock_tests::RedisServer;
 

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Runs the timing-sensitive test binaries again and again while CPU hogs load every core,
+# and reports each failure with its test and message: a test that needs a quiet machine to
+# pass is a defect, and this is how one is found before a new user finds it.
+#
+#   scripts/flake-hunt.sh [ROUNDS] [BINARY...]
+#
+# ROUNDS defaults to 5; the binaries default to the areas whose tests measure time
+# (handoff, family, core, faults, topology). Set FLAKE_HOGS to the number of busy loops
+# beside the tests (default: one per core), FLAKE_SERVER to run against another server
+# (e.g. a valkey-server binary), FLAKE_FILTER to run only tests whose names contain it.
+# Failures are listed at the end and kept under target/flake-hunt/; the exit status is 1
+# when any round failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+rounds="${1:-5}"
+shift || true
+binaries=("$@")
+if [ "${#binaries[@]}" -eq 0 ]; then
+    binaries=(handoff family core faults topology)
+fi
+hogs="${FLAKE_HOGS:-$(nproc)}"
+out=target/flake-hunt
+rm -rf "$out"
+mkdir -p "$out"
+
+cargo test -p dlock-tests --no-run "${binaries[@]/#/--test=}" >/dev/null 2>&1 || {
+    echo "the test binaries do not build" >&2
+    exit 2
+}
+
+hog_pids=()
+stop_hogs() {
+    for pid in "${hog_pids[@]}"; do
+        kill "$pid" 2>/dev/null
+    done
+}
+trap stop_hogs EXIT
+for _ in $(seq "$hogs"); do
+    (while :; do :; done) &
+    hog_pids+=("$!")
+done
+echo "flake hunt: $rounds round(s) of ${binaries[*]} beside $hogs busy loop(s)"
+
+failed_rounds=0
+for round in $(seq "$rounds"); do
+    for binary in "${binaries[@]}"; do
+        log="$out/$binary-$round.log"
+        started=$(date +%s)
+        if [ -n "${FLAKE_SERVER:-}" ]; then
+            export DLOCK_REDIS_SERVER="$FLAKE_SERVER"
+        fi
+        # shellcheck disable=SC2086 # an empty filter is no argument
+        if cargo test -q -p dlock-tests --test "$binary" -- --test-threads=2 ${FLAKE_FILTER:-} \
+            >"$log" 2>&1; then
+            echo "round $round $binary: ok ($(($(date +%s) - started)) s)"
+        else
+            failed_rounds=$((failed_rounds + 1))
+            echo "round $round $binary: FAILED ($(($(date +%s) - started)) s), $log"
+        fi
+    done
+done
+
+echo
+if [ "$failed_rounds" -eq 0 ]; then
+    echo "flake hunt: every round passed"
+    exit 0
+fi
+echo "flake hunt: $failed_rounds failed run(s); each failure with its message:"
+for log in "$out"/*.log; do
+    grep -q "^test .* FAILED$" "$log" || continue
+    echo "--- $log"
+    grep "^test .* FAILED$" "$log"
+    grep -A3 "panicked at" "$log" | grep -v "^stack backtrace" | head -20
+done
+exit 1

@@ -1,0 +1,18 @@
+//! The hand-off between owners (docs/PROTOCOL.md): waiting and waking, the grant, the
+//! local line, the scripts one call at a time, cancellation, and the liveness bound (the
+//! regressions and the property test).
+//!
+//! Each module is one subject; run one with `cargo test -p dlock-tests --test handoff <module>::`.
+
+mod cancel_leaves_nothing;
+mod grant;
+mod hand_off;
+mod handoff_scripts;
+mod liveness_regressions;
+mod local_hand_off;
+mod local_line;
+mod proptest_liveness;
+mod subscribe_batch;
+mod subscriber_stall;
+mod waiting;
+mod wake_one;
