@@ -199,7 +199,8 @@ pub enum LockError {
     ShutdownIncomplete {
         /// Background releases still queued or running.
         pending: usize,
-        /// Background releases that gave up without Redis' answer.
+        /// Releases of dropped guards that gave up without Redis' answer (a cleanup of
+        /// an acquisition that ended without a guard is not counted: nothing is owed).
         failed: usize,
         /// How long shutdown waited.
         waited: Duration,

@@ -239,8 +239,12 @@ impl LockClient {
     ///
     /// [`LockError::ShutdownIncomplete`] when one of them is still unanswered after two
     /// command timeouts and a second (it goes on in the background while the process
-    /// runs), or one gave up without Redis' answer since the client was built (or since
-    /// the last `shutdown`): what it would have given back lapses with its lease.
+    /// runs), or the release of a dropped guard gave up without Redis' answer since the
+    /// client was built (or since the last `shutdown`): what it would have given back
+    /// lapses with its lease. The cleanup of an acquisition that ended without a guard
+    /// (during an outage, say) is owed nothing when it gives up: its tries may never have
+    /// reached Redis, and a hold one took lapses with its lease; after a healed outage,
+    /// `shutdown` is `Ok` unless a guard's release was lost.
     ///
     /// # Cancel safety
     ///

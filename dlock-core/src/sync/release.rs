@@ -489,8 +489,8 @@ impl BackgroundReleases {
         self.pending.count.load(Ordering::Acquire)
     }
 
-    /// How many jobs ended without Redis' answer since the last call (what they would have
-    /// given back lapses with its lease).
+    /// How many guards' releases ended without Redis' answer since the last call (what
+    /// they would have given back lapses with its lease); cleanups are not counted.
     pub(crate) fn take_failed(&self) -> usize {
         self.pending.failed.swap(0, Ordering::AcqRel)
     }
@@ -516,9 +516,12 @@ pub(crate) async fn run_background(
             let outcome = release(&backend, timing, &job, NextInLine::NONE, Sending::Again).await;
             match &outcome {
                 Ok(_) => log.record(&job),
-                Err(_) => {
+                // Only a guard's hold is owed: a cleanup's tries may never have reached
+                // Redis (an outage), and whatever one took lapses with its lease.
+                Err(_) if job.counted => {
                     done.0.failed.fetch_add(1, Ordering::AcqRel);
                 }
+                Err(_) => {}
             }
             let confirmed = matches!(outcome, Ok(Released::Free(_) | Released::StillHeld(_)));
             if job.counted {
@@ -532,10 +535,15 @@ pub(crate) async fn run_background(
                     tracing::debug!(lock = %job.name, "dlock: background release found the lock not held")
                 }
                 Ok(_) => {}
-                Err(error) => tracing::warn!(
+                Err(error) if job.counted => tracing::warn!(
                     lock = %job.name,
                     %error,
                     "dlock: background release failed; the lock stays until its lease expires"
+                ),
+                Err(error) => tracing::debug!(
+                    lock = %job.name,
+                    %error,
+                    "dlock: cleanup of an acquisition that ended without a guard got no answer; a hold an unanswered try may have taken lapses with its lease"
                 ),
             }
             drop(done);
