@@ -113,6 +113,9 @@ pub(crate) struct RedLockServers {
 pub(crate) async fn connect(config: Option<&Path>) -> Result<Target, CliError> {
     let config = match config {
         Some(path) => Config::from_file(path)?.with_env_overrides()?,
+        None if std::env::var_os(dlock::config::CONFIG_ENV).is_none_or(|path| path.is_empty()) => {
+            return Err(CliError::NoConfig)
+        }
         None => Config::from_env()?,
     };
     let builder = || {

@@ -3,7 +3,10 @@
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CliError {
-    /// The config file: missing, unreadable or invalid (with file, line and column).
+    /// Neither `--config` nor `DLOCK_CONFIG` names a config file.
+    #[error("no dlock config: pass --config FILE (the application's dlock TOML file), or set DLOCK_CONFIG to its path")]
+    NoConfig,
+    /// The config file: unreadable or invalid (with file, line and column).
     #[error(transparent)]
     Config(#[from] dlock::config::ConfigError),
     /// Redis or a lock operation.

@@ -561,7 +561,10 @@ async fn bad_input_is_a_clear_error() {
     .unwrap();
     assert_eq!(missing.status.code(), Some(1));
     let error = String::from_utf8_lossy(&missing.stderr);
-    assert!(error.contains("DLOCK_CONFIG"), "{error}");
+    assert!(
+        error.contains("--config") && error.contains("DLOCK_CONFIG"),
+        "{error}"
+    );
 
     let bad_config = ConfigFile::new("[redis.single]\naddres = \"redis://127.0.0.1:1\"");
     let invalid = dlock(&bad_config, &["list"], "").await;
