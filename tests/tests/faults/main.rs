@@ -11,5 +11,6 @@ mod fault_holder_killed;
 mod fault_long_hold_under_load;
 mod fault_redis_paused;
 mod fault_redis_restarted;
+mod redis_down;
 mod replica_acks;
 mod soak;
