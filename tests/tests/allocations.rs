@@ -18,7 +18,7 @@ static COUNTING: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
 /// 26.01, with the `metrics` feature on, which every test of this crate has; the comment
 /// before said 34 against 27). Whole allocations are what the budget is about;
 /// [`SPORADIC`] is for the background tasks' occasional ones.
-/// The first count was 47: see docs/PERFORMANCE.md for what brought it down. The last one
+/// The first count was 47: see bench/HISTORY.md for what brought it down. The last one
 /// added is the try's boxed call, which keeps a waiting task's state small.
 ///
 /// The gap is net: the bare client's commands grow their buffers as arguments are added
