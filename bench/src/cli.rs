@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::contended::Primitive;
+use crate::settings::Config;
 
 /// Benchmarks dlock against the Redis server's own ceiling and against rslock.
 ///
@@ -209,6 +210,43 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err("must be at most 1h".to_owned());
     }
     Ok(duration)
+}
+
+impl Cli {
+    /// The settings the command line asks for.
+    pub fn settings(&self) -> Config {
+        let cli = self;
+        let quick = cli.quick;
+        let duration = cli
+            .duration
+            .unwrap_or(Duration::from_secs(if quick { 2 } else { 10 }));
+        Config {
+            runs: cli.runs.unwrap_or(if quick { 1 } else { 3 }),
+            duration,
+            warmup: (duration / 10).min(Duration::from_secs(1)),
+            acquisitions: cli.acquisitions.unwrap_or(if quick { 500 } else { 2_000 }),
+            locks: cli
+                .locks
+                .map_or(if quick { 1_000 } else { 10_000 }, |n| n as usize),
+            quick,
+            redis_url: cli.redis_url.clone(),
+            s1_tasks: cli.s1_tasks.map_or(64, |n| n as usize),
+            s2_tasks: 16,
+            processes: 4,
+            tasks_per_process: 4,
+            s4_watchdog: if quick {
+                Duration::from_millis(1500)
+            } else {
+                Duration::from_secs(3)
+            },
+            s4_periods: if quick { 4 } else { 6 },
+            redis_benchmark_seconds: if quick { 0.25 } else { 2.0 },
+            foreign_cpu_limit: cli.foreign_cpu_limit,
+            contended_timeout: Duration::from_secs(if quick { 60 } else { 180 }),
+            memory_duration: duration * 6,
+            demo_duration: Duration::from_secs(if quick { 3 } else { 10 }),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;
-use crate::plan::Config;
+use crate::settings::Config;
 use crate::stats::{error, machine_busy, micros, ms, now_us, percentile, process_cpu, Result};
 use crate::target::{self, Target};
 

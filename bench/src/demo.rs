@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::metrics::Metrics;
-use crate::plan::Config;
+use crate::settings::Config;
 use crate::stats::{error, Result};
 
 /// Time in the critical section of each sale.

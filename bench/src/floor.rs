@@ -26,8 +26,8 @@
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 
+use crate::cycle::Cycle;
 use crate::stats::{error, Result};
-use crate::uncontended::Cycle;
 
 /// The floor's acquire: `KEYS[1]` the hash, `ARGV[1]` the owner, `ARGV[2]` the lease in ms.
 /// `nil` when taken, else the holder's remaining lease.

@@ -16,8 +16,10 @@
 mod churn;
 mod cli;
 mod contended;
+mod cycle;
 mod demo;
 mod floor;
+mod format;
 mod limit;
 mod machine;
 mod memory;
@@ -27,6 +29,7 @@ mod plot;
 mod processes;
 mod report;
 mod scripts;
+mod settings;
 mod stats;
 mod subscribe;
 mod sweep;
@@ -42,8 +45,9 @@ use clap::Parser;
 use crate::cli::{Cli, Scenario, Sub};
 use crate::machine::Machine;
 use crate::metrics::Metrics;
-use crate::plan::{Config, Job};
+use crate::plan::Job;
 use crate::report::JobResult;
+use crate::settings::Config;
 use crate::stats::{error, Result};
 use crate::target::Target;
 
@@ -76,7 +80,7 @@ fn main() -> ExitCode {
 
 /// Runs the selected jobs; `Ok(false)` when one of them failed (the others still ran).
 async fn bench(cli: &Cli) -> Result<bool> {
-    let config = Config::from_cli(cli);
+    let config = cli.settings();
     let mut jobs = Job::selected(&cli.scenarios);
     if !cli.only.is_empty() {
         jobs.retain(|job| {
@@ -255,7 +259,7 @@ async fn run_once(job: Job, config: &Config, round: u32) -> Result<(Metrics, u32
         target.finish().await?;
         let metrics = outcome.inspect_err(|e| eprintln!("[{label}] run {round} failed: {e}"))?;
         let first = metrics.items.first().map_or_else(String::new, |m| {
-            format!("{} = {}", m.key, report::num(m.value, m.decimals))
+            format!("{} = {}", m.key, crate::format::num(m.value, m.decimals))
         });
         eprintln!(
             "[{label}] run {round} done in {:.1?}: {first}",

@@ -1,111 +1,15 @@
-//! What to run and how big: the settings and the list of jobs (table rows).
+//! The list of jobs (table rows) a benchmark invocation runs, and how each runs.
 
-use std::time::Duration;
-
-use serde::Serialize;
-
-use crate::cli::{Cli, Scenario};
+use crate::cli::Scenario;
 use crate::contended::Primitive;
 use crate::metrics::Metrics;
+use crate::settings::Config;
 use crate::stats::Result;
 use crate::target::Target;
 use crate::uncontended::Family;
 use crate::{
     churn, contended, demo, limit, memory, processes, scripts, subscribe, uncontended, watchdog,
 };
-
-/// Settings of a benchmark invocation.
-#[derive(Debug, Clone, Serialize)]
-pub struct Config {
-    /// Runs per job.
-    pub runs: u32,
-    /// Measured time of S1, S3, rslock's S1 and churn; the limit's acquire phase takes half.
-    #[serde(with = "secs")]
-    pub duration: Duration,
-    /// Untimed warm-up before S1, S3 and the limit.
-    #[serde(with = "secs")]
-    pub warmup: Duration,
-    /// Counted acquisitions in S2 and S5.
-    pub acquisitions: u64,
-    /// Locks held in S4.
-    pub locks: usize,
-    /// `--quick` was given.
-    pub quick: bool,
-    /// The server to use instead of fresh ones.
-    #[serde(skip)]
-    pub redis_url: Option<String>,
-    /// Tasks in S1 / S3 / limit.
-    pub s1_tasks: usize,
-    /// Tasks in S2.
-    pub s2_tasks: usize,
-    /// Processes in S5.
-    pub processes: usize,
-    /// Contending tasks in each S5 process (they share the process' `LockClient`).
-    pub tasks_per_process: usize,
-    /// S4's watchdog timeout (renewal every third of it).
-    #[serde(with = "secs")]
-    pub s4_watchdog: Duration,
-    /// Renewal periods in S4's window.
-    pub s4_periods: u32,
-    /// How long each `redis-benchmark` acquire run should take (it is sized from the
-    /// measured acquire rate).
-    pub redis_benchmark_seconds: f64,
-    /// A run during which other processes used more CPU (% of one core) is repeated.
-    pub foreign_cpu_limit: f64,
-    /// Give up on S2 / S5 after this long.
-    #[serde(with = "secs")]
-    pub contended_timeout: Duration,
-    /// How long the memory scenario runs S1's loop (6 × duration: 60 s by default).
-    #[serde(with = "secs")]
-    pub memory_duration: Duration,
-    /// How long the demo scenario sends requests.
-    #[serde(with = "secs")]
-    pub demo_duration: Duration,
-}
-
-mod secs {
-    use std::time::Duration;
-
-    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64())
-    }
-}
-
-impl Config {
-    /// The settings the command line asks for.
-    pub fn from_cli(cli: &Cli) -> Config {
-        let quick = cli.quick;
-        let duration = cli
-            .duration
-            .unwrap_or(Duration::from_secs(if quick { 2 } else { 10 }));
-        Config {
-            runs: cli.runs.unwrap_or(if quick { 1 } else { 3 }),
-            duration,
-            warmup: (duration / 10).min(Duration::from_secs(1)),
-            acquisitions: cli.acquisitions.unwrap_or(if quick { 500 } else { 2_000 }),
-            locks: cli
-                .locks
-                .map_or(if quick { 1_000 } else { 10_000 }, |n| n as usize),
-            quick,
-            redis_url: cli.redis_url.clone(),
-            s1_tasks: cli.s1_tasks.map_or(64, |n| n as usize),
-            s2_tasks: 16,
-            processes: 4,
-            tasks_per_process: 4,
-            s4_watchdog: if quick {
-                Duration::from_millis(1500)
-            } else {
-                Duration::from_secs(3)
-            },
-            s4_periods: if quick { 4 } else { 6 },
-            redis_benchmark_seconds: if quick { 0.25 } else { 2.0 },
-            foreign_cpu_limit: cli.foreign_cpu_limit,
-            contended_timeout: Duration::from_secs(if quick { 60 } else { 180 }),
-            memory_duration: duration * 6,
-            demo_duration: Duration::from_secs(if quick { 3 } else { 10 }),
-        }
-    }
-}
 
 /// One row of the results table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::report::num;
+use crate::format::num;
 use crate::stats::{error, Result};
 use crate::sweep::{Figure, Sweep};
 

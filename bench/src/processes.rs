@@ -17,7 +17,7 @@ use redis::AsyncCommands;
 use crate::cli::WorkerArgs;
 use crate::contended::{analyze, contend, Acquisition, Primitive};
 use crate::metrics::Metrics;
-use crate::plan::Config;
+use crate::settings::Config;
 use crate::stats::{error, now_us, Result};
 use crate::target::{self, Target};
 

@@ -19,7 +19,7 @@ use tokio::sync::Mutex;
 
 use crate::floor::{Floor, FloorScripts};
 use crate::metrics::Metrics;
-use crate::plan::Config;
+use crate::settings::Config;
 use crate::stats::{error, Result};
 use crate::target::{self, CommandStat, Target};
 

@@ -31,7 +31,7 @@ use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;
-use crate::plan::Config;
+use crate::settings::Config;
 use crate::stats::{error, process_cpu, resident_bytes, Result};
 use crate::target::{self, Target};
 

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::contended::{self, Primitive};
+use crate::format::num;
 use crate::metrics::Metrics;
-use crate::plan::Config;
-use crate::report::num;
+use crate::settings::Config;
 use crate::stats::Result;
 use crate::target::Target;
 use crate::{processes, uncontended, watchdog};

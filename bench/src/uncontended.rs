@@ -1,7 +1,6 @@
 //! S1 (uncontended lock + unlock), S3 (the same through `#[distributed_lock]`) and
 //! rslock's S1: many tasks, each cycling its own key as fast as it can.
 
-use std::future::Future;
 use std::time::Duration;
 
 use dlock::{
@@ -13,20 +12,15 @@ use dlock_tests::RedisServer;
 use rslock::LockManager;
 use tokio::time::Instant;
 
+use crate::cycle::Cycle;
 use crate::floor::{Floor, FloorCycle, FloorScripts};
 use crate::metrics::Metrics;
-use crate::plan::Config;
+use crate::settings::Config;
 use crate::stats::{machine_busy, micros, ms, percentile, process_cpu, Result};
 use crate::target::{self, Target};
 
 /// Lease of rslock's locks (it has no watchdog); long enough never to matter.
 const RSLOCK_TTL: Duration = Duration::from_secs(10);
-
-/// One lock + unlock of some implementation.
-pub trait Cycle: Send + 'static {
-    /// Takes and releases the task's lock once.
-    fn cycle(&mut self) -> impl Future<Output = Result<()>> + Send;
-}
 
 /// S1: `lock()` (watchdog lease) then `unlock()` on a handle made once per task.
 struct DlockCycle {

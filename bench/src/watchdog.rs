@@ -17,7 +17,7 @@ use dlock::{LockError, LockGuard};
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;
-use crate::plan::Config;
+use crate::settings::Config;
 use crate::stats::{error, process_cpu, resident_bytes, Result};
 use crate::target::{self, Target};
 

@@ -28,7 +28,7 @@ use std::time::Duration;
 use dlock::LockClient;
 
 use crate::metrics::Metrics;
-use crate::plan::Config;
+use crate::settings::Config;
 use crate::stats::{error, instant_at, monotonic_ns, nanos, percentile, Result};
 use crate::target::Target;
 use timeline::{Death, Life, Timeline};
