@@ -82,6 +82,21 @@ pub(crate) enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Stores a semaphore's capacity: its handles must agree with it (a handle of
+    /// another size gets `CapacityMismatch`), and it stays in Redis while nobody holds a
+    /// permit. Waiters under the old capacity adopt the new one. Refused for a name held
+    /// as another kind of lock. Asks for confirmation on stdin unless `--yes`; anything
+    /// but `y` / `yes` changes nothing and exits with status 3.
+    SetPermits {
+        /// The semaphore's name.
+        name: String,
+        /// The new capacity (at least 1).
+        #[arg(value_parser = clap::value_parser!(u32).range(1..))]
+        permits: u32,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 /// A poll interval: a duration of at least 1 ms.

@@ -11,7 +11,9 @@
 //! - `dlock watch <name> [--for 30s]`: each change of holder, live: Redis reports each
 //!   change (`CLIENT TRACKING`), with a poll every `--interval` (1 s) as the fallback;
 //! - `dlock force-unlock <name> [--yes]`: deletes the lock whoever holds it, after a
-//!   confirmation on stdin unless `--yes`; refused for read-write locks and semaphores.
+//!   confirmation on stdin unless `--yes`; refused for read-write locks and semaphores;
+//! - `dlock set-permits <name> <permits> [--yes]`: stores a semaphore's capacity (it
+//!   stays in Redis while nobody holds a permit), after a confirmation unless `--yes`.
 //!
 //! A config with only a `[redlock]` table works on every RedLock server: `inspect` shows
 //! each server's part and on how many of N servers (quorum Q) the lock is held and by
@@ -19,9 +21,9 @@
 //! `force-unlock` deletes the lock on each.
 //!
 //! `--json` makes every command print one JSON document on stdout. Errors go to stderr
-//! with exit status 1 (2 for a command line clap refuses). A `force-unlock` that was not
-//! confirmed changes nothing and exits with status 3, so a script can tell it from one
-//! that ran.
+//! with exit status 1 (2 for a command line clap refuses). A `force-unlock` or
+//! `set-permits` that was not confirmed changes nothing and exits with status 3, so a
+//! script can tell it from one that ran.
 
 #![warn(missing_debug_implementations, unreachable_pub)]
 mod args;
@@ -29,6 +31,7 @@ mod error;
 mod escape;
 mod inspect;
 mod list;
+mod permits;
 mod report;
 mod unlock;
 mod watch;
@@ -84,6 +87,12 @@ async fn run(args: Args) -> Result<Done, CliError> {
         } => watch::run(&target, &name, duration, interval, args.json).await?,
         Command::ForceUnlock { name, yes } => {
             let confirmed = unlock::run(&target, &name, yes, args.json).await?;
+            if !confirmed {
+                return Ok(Done::NotConfirmed);
+            }
+        }
+        Command::SetPermits { name, permits, yes } => {
+            let confirmed = permits::run(&target, &name, permits, yes, args.json).await?;
             if !confirmed {
                 return Ok(Done::NotConfirmed);
             }

@@ -370,7 +370,10 @@ impl LockView {
 
     /// The one line of `list`.
     pub(crate) fn line(&self) -> String {
-        let holders = if self.holders.is_empty() {
+        let holders = if self.holders.is_empty() && self.semaphore.is_some() {
+            // Its capacity stays stored while nobody holds a permit.
+            "idle (only its capacity is stored; `dlock set-permits` changes it)".to_owned()
+        } else if self.holders.is_empty() {
             "free".to_owned()
         } else {
             let names: Vec<String> = self.holders.iter().map(HolderView::text).collect();

@@ -46,7 +46,8 @@ async fn one(client: &LockClient, name: &str, yes: bool, json: bool) -> Result<b
     let info = client.lock(name).inspect().await?;
     let view = LockView::from(&info);
     refuse_other_kinds(&view)?;
-    let confirmed = yes || confirm(&view.text(), name).await?;
+    let question = format!("force-unlock {}", shown_text(name));
+    let confirmed = yes || confirm(&view.text(), &question).await?;
     let unlocked = if !confirmed {
         false
     } else if info.kind == LockKind::Fair {
@@ -78,7 +79,8 @@ async fn every_server(
     for lock in view.servers.iter().filter_map(|s| s.lock.as_ref()) {
         refuse_other_kinds(lock)?;
     }
-    let confirmed = yes || confirm(&view.text(), name).await?;
+    let question = format!("force-unlock {}", shown_text(name));
+    let confirmed = yes || confirm(&view.text(), &question).await?;
     let mut deleted = 0;
     if confirmed {
         for (_, client) in &redlock.servers {
@@ -126,9 +128,9 @@ fn refuse_other_kinds(view: &LockView) -> Result<(), CliError> {
     )))
 }
 
-/// Shows the lock on stderr and asks; only `y` or `yes` confirms.
-async fn confirm(text: &str, name: &str) -> Result<bool, CliError> {
-    eprint!("{text}force-unlock {}? [y/N] ", shown_text(name));
+/// Shows the lock (`text`) on stderr and asks `question`; only `y` or `yes` confirms.
+pub(crate) async fn confirm(text: &str, question: &str) -> Result<bool, CliError> {
+    eprint!("{text}{question}? [y/N] ");
     let mut answer = String::new();
     BufReader::new(tokio::io::stdin())
         .read_line(&mut answer)

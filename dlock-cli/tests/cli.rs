@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use dlock::{LockClient, LockGuard};
+use dlock::{LockClient, LockError, LockGuard};
 use dlock_tests::{RedisCluster, RedisReplicaSet, RedisSentinelGroup, RedisServer};
 use serde_json::Value;
 
@@ -1142,4 +1142,75 @@ async fn keys_that_are_not_text_are_skipped_and_counted_by_list() {
     let doc = json(&dlock(&config, &["--json", "list"], "").await);
     assert_eq!(doc["skipped"], 2);
     guard.unlock().await.unwrap();
+}
+
+/// A semaphore's capacity outlives its holders: `list` tells the idle semaphore apart
+/// from a free lock, and `set-permits` changes the stored capacity (after a confirmation)
+/// so that handles of the new size work. Fails when a handle of the new size still meets
+/// `CapacityMismatch`, when a refusal changes anything, or when a held lock's name is
+/// given a capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_permits_changes_an_idle_semaphores_stored_capacity() {
+    let server = RedisServer::start();
+    let config = ConfigFile::single(&server);
+    let client = config.client("pool").await;
+    client
+        .semaphore("pool:db", 2)
+        .acquire(1)
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let resized = client.semaphore("pool:db", 3);
+    assert!(
+        matches!(
+            resized.acquire(1).await,
+            Err(LockError::CapacityMismatch {
+                handle: 3,
+                stored: 2,
+                ..
+            })
+        ),
+        "the stored capacity stays"
+    );
+    let listed = stdout(&dlock(&config, &["list"], "").await);
+    assert!(
+        listed.contains("pool:db  [semaphore, 0 of 2 permits taken] idle"),
+        "{listed}"
+    );
+
+    let refused = dlock(&config, &["set-permits", "pool:db", "3"], "n\n").await;
+    assert_eq!(refused.status.code(), Some(3), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .ends_with("set the capacity of pool:db to 3? [y/N] "),
+        "{refused:?}"
+    );
+    assert!(resized.acquire(1).await.is_err(), "a refusal changed it");
+
+    let set = dlock(&config, &["set-permits", "pool:db", "3"], "y\n").await;
+    assert_eq!(stdout(&set), "capacity of pool:db: 2 -> 3\n");
+    resized.acquire(1).await.unwrap().unlock().await.unwrap();
+
+    let doc = json(
+        &dlock(
+            &config,
+            &["--json", "set-permits", "--yes", "pool:db", "4"],
+            "",
+        )
+        .await,
+    );
+    assert_eq!(doc["before"], 3);
+    assert_eq!(doc["after"], 4);
+
+    let _held = client.lock("report:2").lock().await.unwrap();
+    let other_kind = dlock(&config, &["set-permits", "--yes", "report:2", "2"], "").await;
+    assert_eq!(other_kind.status.code(), Some(1), "{other_kind:?}");
+    assert!(
+        failure(&other_kind).contains("not a semaphore"),
+        "{other_kind:?}"
+    );
+    let zero = dlock(&config, &["set-permits", "--yes", "pool:db", "0"], "").await;
+    assert_eq!(zero.status.code(), Some(2), "{zero:?}");
 }
