@@ -3,6 +3,7 @@
 //!
 //! Each module is one subject; run one with `cargo test -p dlock-tests --test faults <module>::`.
 
+mod app_connection;
 mod failover_lost_updates;
 mod failover_release_replay;
 mod fault_connections_killed;
