@@ -3,9 +3,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each step's heading says how long the run has taken so far, so that a slow step shows
+# in the log (and the whole run's time at the end).
+started=$SECONDS
 step() {
-    printf '\n==> %s\n' "$*"
+    printf '\n==> [%d s] %s\n' "$((SECONDS - started))" "$*"
 }
+trap 'printf "\n==> [%d s] done (status %d)\n" "$((SECONDS - started))" "$?"' EXIT
 
 # A CI run builds once from scratch: incremental caches would only add ~1.7 GB to a target
 # directory of ~5 GB, on a disk other work shares; and line tables are all a failing
