@@ -69,9 +69,10 @@ if [ "$failed_rounds" -eq 0 ]; then
 fi
 echo "flake hunt: $failed_rounds failed run(s); each failure with its message:"
 for log in "$out"/*.log; do
-    grep -q "^test .* FAILED$" "$log" || continue
+    grep -q "^test result: FAILED" "$log" || continue
     echo "--- $log"
-    grep "^test .* FAILED$" "$log"
+    # The failed tests (the list after the last "failures:" line), then each message.
+    awk '/^failures:$/ { names = "" ; listing = 1; next } listing && /^    / { names = names $0 "\n"; next } { listing = 0 } END { printf "%s", names }' "$log"
     grep -A3 "panicked at" "$log" | grep -v "^stack backtrace" | head -20
 done
 exit 1
