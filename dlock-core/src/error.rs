@@ -13,13 +13,17 @@ use crate::kind::LockKind;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// The wait budget ran out before the lock could be acquired.
-    #[error("lock \"{name}\" not acquired within {}: another owner still holds it", format_duration(*.waited))]
+    /// The wait budget ran out before the lock (or a semaphore's permits) could be
+    /// acquired.
+    #[error("{}", busy(.name, *.waited, .permits))]
     Timeout {
         /// The lock's name.
         name: String,
         /// How long the caller was prepared to wait.
         waited: Duration,
+        /// For a semaphore, how many permits were asked of how many; `None` for the
+        /// other kinds, which one owner at a time holds.
+        permits: Option<PermitsAsked>,
     },
 
     /// A release or check found that this owner does not hold the lock: its lease ran out,
@@ -42,12 +46,16 @@ pub enum LockError {
     },
 
     /// Redis refused or failed a command (connection, protocol or script error).
-    #[error("Redis failed while trying to {action} lock \"{name}\": {source}")]
+    #[error("Redis{} failed while trying to {action} lock \"{name}\": {source}", at(.server))]
     Redis {
         /// The lock's name (empty for client-wide operations such as connecting).
         name: String,
         /// What dlock was doing: "acquire", "release", "renew", "connect to"...
         action: &'static str,
+        /// The deployment that failed, as the client names it (passwords replaced by
+        /// `***`); `None` when the failure is dlock's reading of an answer (a reply of another
+        /// dlock version, say).
+        server: Option<String>,
         /// The error reported by the `redis` crate.
         #[source]
         source: redis::RedisError,
@@ -124,12 +132,15 @@ pub enum LockError {
     },
 
     /// Redis did not answer within the client's command timeout.
-    #[error("Redis did not answer within {} while trying to {action} lock \"{name}\"; check that the server is reachable or raise `command_timeout`", format_duration(*.timeout))]
+    #[error("Redis{} did not answer within {} while trying to {action} lock \"{name}\"; check that the server is reachable or raise `command_timeout`", at(.server), format_duration(*.timeout))]
     CommandTimeout {
         /// The lock's name.
         name: String,
         /// What dlock was doing.
         action: &'static str,
+        /// The deployment that did not answer, as the client names it (passwords replaced
+        /// by `***`).
+        server: Option<String>,
         /// The command timeout that elapsed.
         timeout: Duration,
     },
@@ -372,6 +383,37 @@ pub enum LockError {
     },
 }
 
+/// How many of a semaphore's permits a [`LockError::Timeout`] did not get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PermitsAsked {
+    /// The permits asked for.
+    pub asked: u32,
+    /// The semaphore's capacity, as the handle knew it.
+    pub capacity: u32,
+}
+
+/// The message of [`LockError::Timeout`]: for a semaphore, what the permits say about the
+/// other owners (fewer than `asked` were free, so they held at least the rest).
+fn busy(name: &str, waited: Duration, permits: &Option<PermitsAsked>) -> String {
+    let waited = format_duration(waited);
+    match permits {
+        None => format!("lock \"{name}\" not acquired within {waited}: another owner still holds it"),
+        Some(PermitsAsked { asked, capacity }) => format!(
+            "semaphore \"{name}\": {asked} of its {capacity} permits not acquired within {waited}: other owners held at least {} of them",
+            capacity.saturating_sub(*asked).saturating_add(1)
+        ),
+    }
+}
+
+/// ` at <server>` when the server that failed is known, for [`LockError::Redis`] and
+/// [`LockError::CommandTimeout`].
+fn at(server: &Option<String>) -> String {
+    server
+        .as_deref()
+        .map(|server| format!(" at {server}"))
+        .unwrap_or_default()
+}
+
 /// `a (slot 1), b (slot 2)` for [`LockError::CrossSlot`].
 fn shown_slots(keys: &[(String, u16)]) -> String {
     keys.iter()
@@ -503,7 +545,11 @@ impl LockError {
     ///         Err(error) => error.kind().as_str(),
     ///     }
     /// }
-    /// let busy = LockError::Timeout { name: "goods:42".into(), waited: Duration::from_secs(2) };
+    /// let busy = LockError::Timeout {
+    ///     name: "goods:42".into(),
+    ///     waited: Duration::from_secs(2),
+    ///     permits: None,
+    /// };
     /// assert_eq!(busy.kind(), ErrorKind::Timeout);
     /// assert_eq!(outcome(&Err(busy)), "timeout");
     /// ```
@@ -654,10 +700,16 @@ mod tests {
         let unanswered = LockError::CommandTimeout {
             name: "invoice:7".into(),
             action: "acquire",
+            server: Some("redis://127.0.0.1:6390".into()),
             timeout: Duration::from_secs(1),
         };
         assert_eq!(unanswered.kind(), ErrorKind::Unavailable);
         assert!(unanswered.is_redis());
+        assert_eq!(
+            unanswered.to_string(),
+            "Redis at redis://127.0.0.1:6390 did not answer within 1s while trying to acquire \
+             lock \"invoice:7\"; check that the server is reachable or raise `command_timeout`"
+        );
     }
 
     #[test]

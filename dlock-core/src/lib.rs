@@ -34,7 +34,7 @@ mod sync;
 pub use crate::redis::{ScriptMode, Topology};
 pub use client::global::{global_client, set_global};
 pub use client::{LockClient, LockClientBuilder};
-pub use error::{ErrorKind, LockError, LossReason, Result};
+pub use error::{ErrorKind, LockError, LossReason, PermitsAsked, Result};
 pub use fair::FairLock;
 pub use lock::guard::LockGuard;
 pub use lock::Lock;

@@ -373,6 +373,7 @@ impl FencedWrites {
         LockError::Redis {
             name: key.to_owned(),
             action,
+            server: None,
             source: redis::RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
                 "unexpected fenced-write reply",

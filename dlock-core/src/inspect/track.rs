@@ -133,7 +133,7 @@ impl LockTracker {
         if self.tracking.changed(&keys).await {
             return Ok(());
         }
-        Err(crate::redis::CallError::Redis(redis::RedisError::from((
+        Err(crate::redis::CallError::from(redis::RedisError::from((
             redis::ErrorKind::Io,
             "the tracking connection closed or the lock's master moved: track again",
         )))

@@ -332,6 +332,7 @@ impl Lock {
         LockError::Redis {
             name: self.name.to_string(),
             action,
+            server: None,
             source: redis::RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
                 "unexpected reply from a dlock script",
@@ -344,6 +345,7 @@ impl Lock {
         LockError::Timeout {
             name: self.name.to_string(),
             waited: wait.unwrap_or_default(),
+            permits: None,
         }
     }
 

@@ -70,6 +70,7 @@ impl MultiLock {
             LockError::Timeout { name, .. } => LockError::Timeout {
                 name,
                 waited: wait.unwrap_or_default(),
+                permits: None,
             },
             other => other,
         })

@@ -85,7 +85,7 @@ fn cluster_tls(
     _: redis::cluster::ClusterClientBuilder,
     _: &TlsFiles,
 ) -> Result<redis::cluster::ClusterClientBuilder, CallError> {
-    Err(CallError::Redis(no_tls()))
+    Err(CallError::from(no_tls()))
 }
 
 #[cfg(not(feature = "tls"))]
@@ -107,12 +107,12 @@ pub(super) fn install_tls_provider() {
 
 pub(super) fn connect_error(address: String, error: CallError) -> LockError {
     match error {
-        CallError::Redis(source) => LockError::Connect {
+        CallError::Redis(source, _) => LockError::Connect {
             address,
             source: Some(source),
         },
         // Connecting sends no acquisition, so it cannot miss replica acknowledgements.
-        CallError::Timeout(_) | CallError::NotReplicated { .. } => LockError::Connect {
+        CallError::Timeout(..) | CallError::NotReplicated { .. } => LockError::Connect {
             address,
             source: None,
         },
@@ -163,7 +163,7 @@ pub(super) async fn connect_cluster(
         } else {
             cluster_tls(builder, tls)?
         };
-        builder.build().map_err(CallError::Redis)
+        builder.build().map_err(CallError::from)
     };
     let commands = builder(None)?;
     let (sender, pushes) = mpsc::unbounded_channel();
@@ -176,8 +176,8 @@ pub(super) async fn connect_cluster(
             subscriber,
             pushes,
         }),
-        Ok(Err(e)) => Err(CallError::Redis(e)),
-        Err(_) => Err(CallError::Timeout(options.connect_timeout)),
+        Ok(Err(e)) => Err(CallError::from(e)),
+        Err(_) => Err(CallError::timeout(options.connect_timeout)),
     }
 }
 
@@ -264,11 +264,11 @@ pub(super) fn master_client(
     };
     let info = address
         .into_connection_info()
-        .map_err(CallError::Redis)?
+        .map_err(CallError::from)?
         .set_redis_settings(settings.clone());
     let client = match transport {
         Transport::Tls { tls, .. } => client_with(info, tls),
         Transport::Plain => redis::Client::open(info),
     };
-    client.map_err(CallError::Redis)
+    client.map_err(CallError::from)
 }

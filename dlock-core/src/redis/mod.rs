@@ -278,7 +278,7 @@ impl Backend {
                 let clients = connect_cluster(infos, tls, options)
                     .await
                     .map_err(|e| match e {
-                        CallError::Redis(source)
+                        CallError::Redis(source, _)
                             if source.kind() == redis::ErrorKind::InvalidClientConfig =>
                         {
                             LockError::Config(format!(
@@ -391,17 +391,17 @@ impl Backend {
                 let mut lent = pool
                     .take(generation, || self.open_exclusive())
                     .await
-                    .map_err(CallError::Redis)?;
+                    .map_err(CallError::from)?;
                 let checked = lent.conn().clone();
                 let result = unless_lost(checked, pipeline.query_async(lent.conn())).await;
                 if result.is_ok() {
                     lent.give_back();
                 }
-                result.map_err(CallError::Redis)
+                result.map_err(CallError::from)
             })
         };
         let result = match run().await {
-            Err(CallError::Redis(e))
+            Err(CallError::Redis(e, _))
                 if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
                 self.load_scripts().await?;
@@ -460,7 +460,7 @@ impl Backend {
             .bounded_call(async {
                 let mut conn = self.conn().await?;
                 used = conn.serial();
-                cmd.query_async(&mut conn).await.map_err(CallError::Redis)
+                cmd.query_async(&mut conn).await.map_err(CallError::from)
             })
             .await;
         self.after(result, used).await
@@ -521,13 +521,13 @@ impl Backend {
                 let client = read(node).client;
                 let fresh = Node::connect(client, options)
                     .await
-                    .map_err(CallError::Redis)?;
+                    .map_err(CallError::from)?;
                 *node.write().unwrap_or_else(|p| p.into_inner()) = fresh;
             }
             Route::Sentinel(route) => {
                 let fresh = Node::connect(route.node().client, options)
                     .await
-                    .map_err(CallError::Redis)?;
+                    .map_err(CallError::from)?;
                 route.replace_node(fresh);
             }
             Route::Cluster(route) => {
@@ -535,7 +535,7 @@ impl Backend {
                     .client
                     .get_async_connection()
                     .await
-                    .map_err(CallError::Redis)?;
+                    .map_err(CallError::from)?;
                 *route.conn.write().unwrap_or_else(|p| p.into_inner()) = fresh;
             }
         }
@@ -555,7 +555,7 @@ impl Backend {
         result: Result<T, CallError>,
         used: Option<u64>,
     ) -> Result<T, CallError> {
-        if let (Err(CallError::Timeout(_)), Some(serial)) = (&result, used) {
+        if let (Err(CallError::Timeout(..)), Some(serial)) = (&result, used) {
             self.replace_silent(serial);
         }
         if let (Err(error), Route::Sentinel(route)) = (&result, &self.shared.route) {
@@ -567,20 +567,22 @@ impl Backend {
     }
 
     async fn bounded<T>(&self, call: impl Future<Output = RedisResult<T>>) -> Result<T, CallError> {
-        self.bounded_call(async { call.await.map_err(CallError::Redis) })
+        self.bounded_call(async { call.await.map_err(CallError::from) })
             .await
     }
 
+    /// `call`, bounded by the command timeout; its error names the deployment.
     async fn bounded_call<T>(
         &self,
         call: impl Future<Output = Result<T, CallError>>,
     ) -> Result<T, CallError> {
         let timeout = self.shared.options.command_timeout;
-        match tokio::time::timeout(timeout, call).await {
-            Ok(Err(CallError::Redis(e))) if e.is_timeout() => Err(CallError::Timeout(timeout)),
+        let result = match tokio::time::timeout(timeout, call).await {
+            Ok(Err(CallError::Redis(e, _))) if e.is_timeout() => Err(CallError::timeout(timeout)),
             Ok(result) => result,
-            Err(_) => Err(CallError::Timeout(timeout)),
-        }
+            Err(_) => Err(CallError::timeout(timeout)),
+        };
+        result.map_err(|error| error.at(&self.shared.shown))
     }
 }
 

@@ -35,7 +35,7 @@ impl Backend {
             .bounded(conn.route_command(cmd.clone(), routing))
             .await?
             .extract_error()
-            .map_err(CallError::Redis)?;
+            .map_err(CallError::from)?;
         decoded(reply)
     }
 
@@ -112,7 +112,7 @@ impl Backend {
 /// key must not make the whole listing fail. A refusal (`NOPERM`) is the error it is.
 fn page(reply: Value) -> Result<(u64, Vec<String>, usize), CallError> {
     let (next, found): (u64, Vec<Vec<u8>>) =
-        decoded(reply.extract_error().map_err(CallError::Redis)?)?;
+        decoded(reply.extract_error().map_err(CallError::from)?)?;
     let total = found.len();
     let keys: Vec<String> = found
         .into_iter()
@@ -124,7 +124,7 @@ fn page(reply: Value) -> Result<(u64, Vec<String>, usize), CallError> {
 
 /// `value` as a `T`, or the error saying why not.
 fn decoded<T: redis::FromRedisValue>(value: Value) -> Result<T, CallError> {
-    redis::from_redis_value(value).map_err(|e| CallError::Redis(RedisError::from(e)))
+    redis::from_redis_value(value).map_err(|e| CallError::from(RedisError::from(e)))
 }
 
 /// A master's address in a `CLUSTER SLOTS` reply: host and port.
@@ -133,7 +133,7 @@ type Address = (String, u16);
 /// The slot ranges of a `CLUSTER SLOTS` reply (`[start, end, [host, port, id], replicas...]`
 /// per range): first slot, last slot and the master's address.
 fn slot_ranges(slots: Value) -> Result<Vec<(u16, u16, Address)>, CallError> {
-    let slots = slots.extract_error().map_err(CallError::Redis)?;
+    let slots = slots.extract_error().map_err(CallError::from)?;
     let mut ranges = Vec::new();
     for range in decoded::<Vec<Vec<Value>>>(slots)? {
         let mut range = range.into_iter();

@@ -61,7 +61,7 @@ impl Backend {
             Ok(()) => return Ok(Scripting::Functions),
             Err(LibraryProbe::Absent(detail)) => detail,
             // A user of the script-mode rule without `+fcall`: scripts are its way.
-            Err(LibraryProbe::Failed(CallError::Redis(e)))
+            Err(LibraryProbe::Failed(CallError::Redis(e, _)))
                 if mode == ScriptMode::Auto && is_noperm(&e) =>
             {
                 e.to_string()
@@ -75,7 +75,7 @@ impl Backend {
         }
         match self.load_scripts().await {
             Ok(()) => Ok(Scripting::Eval),
-            Err(CallError::Redis(e)) if is_noperm(&e) => Err(missing(format!(
+            Err(CallError::Redis(e, _)) if is_noperm(&e) => Err(missing(format!(
                 "{absent}, and this user may not load scripts either: {e}"
             ))),
             Err(e) => Err(super::connect_error(shown.to_owned(), e)),
@@ -92,7 +92,9 @@ impl Backend {
             Ok(name) => Err(LibraryProbe::Absent(format!(
                 "its probe function answered {name:?}"
             ))),
-            Err(CallError::Redis(e)) if is_absent(&e) => Err(LibraryProbe::Absent(e.to_string())),
+            Err(CallError::Redis(e, _)) if is_absent(&e) => {
+                Err(LibraryProbe::Absent(e.to_string()))
+            }
             Err(e) => Err(LibraryProbe::Failed(e)),
         }
     }
@@ -146,7 +148,7 @@ impl Backend {
                 // Boxed: rare, and it would double every call's future.
                 Box::pin(Self::load_and_rerun(conn, call, &cmd)).await
             }
-            other => other.map_err(CallError::Redis),
+            other => other.map_err(CallError::from),
         }
     }
 
@@ -160,8 +162,8 @@ impl Backend {
         load.arg("LOAD").arg(call.script().code());
         load.query_async::<String>(conn)
             .await
-            .map_err(CallError::Redis)?;
-        cmd.query_async(conn).await.map_err(CallError::Redis)
+            .map_err(CallError::from)?;
+        cmd.query_async(conn).await.map_err(CallError::from)
     }
 }
 

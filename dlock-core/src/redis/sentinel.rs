@@ -44,8 +44,8 @@ pub(crate) async fn current_master(
 ) -> Result<(String, u16), CallError> {
     let asks = sentinels.iter().map(|sentinel| async move {
         match tokio::time::timeout(timeout, ask(sentinel, master_name)).await {
-            Ok(answer) => answer.map_err(CallError::Redis),
-            Err(_) => Err(CallError::Timeout(timeout)),
+            Ok(answer) => answer.map_err(CallError::from),
+            Err(_) => Err(CallError::timeout(timeout)),
         }
     });
     let mut last_error = None;
@@ -59,7 +59,7 @@ pub(crate) async fn current_master(
     match newest(views) {
         Some(view) => Ok((view.host, view.port)),
         None => Err(last_error.unwrap_or_else(|| {
-            CallError::Redis(RedisError::from((
+            CallError::from(RedisError::from((
                 redis::ErrorKind::InvalidClientConfig,
                 "no sentinel configured",
             )))
@@ -135,8 +135,8 @@ impl SentinelRoute {
         let client = master_client(&host, port, &settings, &transport)?;
         let node = tokio::time::timeout(options.connect_timeout, Node::connect(client, options))
             .await
-            .map_err(|_| CallError::Timeout(options.connect_timeout))?
-            .map_err(CallError::Redis)?;
+            .map_err(|_| CallError::timeout(options.connect_timeout))?
+            .map_err(CallError::from)?;
         tracing::info!(master = %master_name, address = %node.address(), "dlock: sentinel master resolved");
         Ok(SentinelRoute {
             sentinels,
@@ -208,7 +208,7 @@ impl SentinelRoute {
         }
         let node = Node::connect(client, shared.options)
             .await
-            .map_err(CallError::Redis)?;
+            .map_err(CallError::from)?;
         tracing::warn!(master = %self.master_name, %address, "dlock: sentinel failover: following the new master");
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = node;
         shared.generation.send_modify(|generation| *generation += 1);

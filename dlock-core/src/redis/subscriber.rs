@@ -196,7 +196,7 @@ impl Backend {
                         },
                     }),
                     // Another subscriber holds it (never: one subscriber task per client).
-                    None => Err(CallError::Redis(RedisError::from((
+                    None => Err(CallError::from(RedisError::from((
                         redis::ErrorKind::Io,
                         "the cluster subscriber's message channel is taken",
                     )))),

@@ -57,7 +57,7 @@ impl Backend {
                     .await?;
                 let slot = u16::try_from(crate::names::slot_of(key.as_bytes())).unwrap_or(0);
                 let (host, port) = slot_master(slots, slot)?.ok_or_else(|| {
-                    CallError::Redis(RedisError::from((
+                    CallError::from(RedisError::from((
                         redis::ErrorKind::Io,
                         "no cluster master serves the lock's slot",
                     )))
@@ -72,7 +72,7 @@ impl Backend {
                         *p = port;
                     }
                     _ => {
-                        return Err(CallError::Redis(RedisError::from((
+                        return Err(CallError::from(RedisError::from((
                             redis::ErrorKind::InvalidClientConfig,
                             "a cluster node on a unix socket",
                         ))))
@@ -86,7 +86,7 @@ impl Backend {
             .clone()
             .set_protocol(redis::ProtocolVersion::RESP3);
         let info = info.set_redis_settings(settings);
-        let client = client_with(info, &tls).map_err(CallError::Redis)?;
+        let client = client_with(info, &tls).map_err(CallError::from)?;
         let (sender, pushes) = mpsc::unbounded_channel();
         let options = self.shared.options;
         let config = redis::AsyncConnectionConfig::new()

@@ -307,6 +307,7 @@ async fn watch_hold(hold: Arc<Hold>, renewed: bool) {
         let servers: Vec<_> = lock.nodes().collect();
         let answers = join_all(servers.iter().map(|(node, keys)| {
             node::bounded(
+                node,
                 per_node_timeout(node, lease),
                 node::renew(node, keys, &hold.field, lease_ms),
             )
@@ -336,6 +337,7 @@ async fn watch_hold(hold: Arc<Hold>, renewed: bool) {
             if !lost_on.is_empty() {
                 let taken = join_all(lost_on.iter().map(|(node, keys)| {
                     node::bounded(
+                        node,
                         per_node_timeout(node, lease),
                         node::acquire(node, keys, &hold.field, lease_ms),
                     )

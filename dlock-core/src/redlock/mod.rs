@@ -628,6 +628,7 @@ impl RedLock {
                     Failure::Busy => LockError::Timeout {
                         name: self.name.to_string(),
                         waited: wait.unwrap_or(waited),
+                        permits: None,
                     },
                     Failure::NoQuorum {
                         granted,
@@ -665,6 +666,7 @@ impl RedLock {
             .nodes()
             .map(|(node, keys)| {
                 node::bounded(
+                    node,
                     per_node_timeout(node, lease),
                     node::acquire(node, keys, &round.field, lease_ms),
                 )

@@ -14,15 +14,16 @@ use crate::redis::CallError;
 use crate::sync::attempt::Reply;
 use crate::sync::release::{self, NextInLine, ReleaseJob, Released, Sending};
 
-/// `call`, given up after `limit`: a server that does not answer in time counts as failed
-/// for this round (its call may still have been applied).
+/// `call` to `node`, given up after `limit`: a server that does not answer in time counts
+/// as failed for this round (its call may still have been applied).
 pub(super) async fn bounded<T>(
+    node: &LockClient,
     limit: Duration,
     call: impl Future<Output = Result<T, CallError>>,
 ) -> Result<T, CallError> {
     tokio::time::timeout(limit, call)
         .await
-        .unwrap_or(Err(CallError::Timeout(limit)))
+        .unwrap_or_else(|_| Err(CallError::timeout(limit).at(node.inner.backend.shown())))
 }
 
 /// One try of the acquire script for the new owner `field` (a fresh owner: one round's).
@@ -79,6 +80,7 @@ pub(super) async fn release(
 ) -> Result<Released, CallError> {
     let settings = &node.inner.settings;
     bounded(
+        node,
         limit,
         release::release(
             &node.inner.backend,
@@ -98,6 +100,7 @@ pub(super) async fn exists(
     limit: Duration,
 ) -> Result<bool, CallError> {
     bounded(
+        node,
         limit,
         node.inner
             .backend

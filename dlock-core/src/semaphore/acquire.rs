@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::release_ops::release_job;
 use super::{Semaphore, SemaphorePermit};
-use crate::error::{LockError, Result};
+use crate::error::{LockError, PermitsAsked, Result};
 use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
@@ -127,6 +127,13 @@ impl Acquisition for NewGrant<'_> {
 
     fn name(&self) -> &str {
         &self.semaphore.shared.name
+    }
+
+    fn permits_asked(&self) -> Option<PermitsAsked> {
+        Some(PermitsAsked {
+            asked: self.n,
+            capacity: self.permits,
+        })
     }
 
     /// Every try reads the handle's capacity anew: a `set_permits` through this handle

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{LockError, Result};
+use crate::error::{LockError, PermitsAsked, Result};
 use crate::scripts::ScriptCall;
 use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::release::ReleaseJob;
@@ -54,6 +54,11 @@ pub(crate) trait Acquisition {
     fn missed(&self, nap_until: Instant) -> impl Future<Output = Option<Instant>> + Send {
         let _ = nap_until;
         std::future::ready(None)
+    }
+
+    /// For a semaphore, the permits asked of how many, which its timeout names.
+    fn permits_asked(&self) -> Option<PermitsAsked> {
+        None
     }
 
     /// After a wait: the guard of a lock a release handed over meanwhile (see
@@ -120,6 +125,7 @@ where
                 break LockError::Timeout {
                     name: acquisition.name().to_owned(),
                     waited: wait.unwrap_or_default(),
+                    permits: acquisition.permits_asked(),
                 };
             }
             Err(GiveUp::Unavailable(error)) => {

@@ -124,6 +124,7 @@ impl Reply {
             other => LockError::Redis {
                 name: name.to_owned(),
                 action,
+                server: None,
                 source: redis::RedisError::from((
                     redis::ErrorKind::UnexpectedReturnType,
                     "unexpected reply from a dlock script",

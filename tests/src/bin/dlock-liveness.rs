@@ -142,6 +142,7 @@ impl Worker {
                     let mut outcome = Err(LockError::Timeout {
                         name: plain.clone(),
                         waited: Duration::ZERO,
+                        permits: None,
                     });
                     for _ in 0..self.rng.between(1, 6) {
                         let wait = Duration::from_millis(self.rng.between(0, 50));

@@ -203,7 +203,7 @@ async fn a_timeout_spends_one_budget_and_gives_back_what_it_took() {
             .unwrap_err();
         let took = started.elapsed();
         assert!(
-            matches!(&error, LockError::Timeout { name, waited } if name == "t:{t}:c" && *waited == Duration::from_millis(300)),
+            matches!(&error, LockError::Timeout { name, waited, .. } if name == "t:{t}:c" && *waited == Duration::from_millis(300)),
             "{error:?}"
         );
         assert!(

@@ -184,6 +184,54 @@ async fn a_waiter_wakes_at_the_earliest_grant_deadline_when_the_holder_dies() {
     guard.unlock().await.unwrap();
 }
 
+/// A busy semaphore's error says how many permits were asked of how many, and what that
+/// tells of the other owners, not that "another owner still holds it".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_semaphore_names_the_permits_asked_and_taken() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let sem = client.semaphore("pool:db", 3);
+    let _two = sem.acquire(2).await.unwrap();
+    for (error, waited) in [
+        (sem.try_acquire(2).await.unwrap_err(), "0s"),
+        (
+            sem.try_acquire_for(2, Duration::from_millis(200))
+                .await
+                .unwrap_err(),
+            "200ms",
+        ),
+    ] {
+        match &error {
+            LockError::Timeout { name, permits, .. } => {
+                assert_eq!(name, "pool:db");
+                assert_eq!(
+                    *permits,
+                    Some(dlock::PermitsAsked {
+                        asked: 2,
+                        capacity: 3
+                    })
+                );
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "semaphore \"pool:db\": 2 of its 3 permits not acquired within {waited}: \
+                 other owners held at least 2 of them"
+            )
+        );
+    }
+    // The plain lock's message is unchanged.
+    let _held = client.lock("plain").lock().await.unwrap();
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let busy = other.lock("plain").try_lock().await.unwrap_err();
+    assert_eq!(
+        busy.to_string(),
+        "lock \"plain\" not acquired within 0s: another owner still holds it"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_permit_counts_fail_at_once() {
     let server = RedisServer::start();

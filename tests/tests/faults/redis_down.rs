@@ -2,7 +2,8 @@
 //! README's outage advice quotes these figures): it rides the outage out that long, or
 //! until its own `wait` ends, and then fails with Redis' error. Fails when another setting
 //! decides it (a 30 s wait, or the default ten seconds of riding out), or when a longer
-//! `failover_wait` does not make the failure later.
+//! `failover_wait` does not make the failure later. The error names the server that is
+//! down, as the client names it.
 
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,8 @@ async fn failure_after(ride_out: Duration) -> Duration {
     let took = started.elapsed();
     eprintln!("failover_wait {ride_out:?}: failed after {took:?}: {error}");
     assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+    let named = format!("Redis at {} ", server.url());
+    assert!(error.to_string().starts_with(&named), "{error}");
     took
 }
 

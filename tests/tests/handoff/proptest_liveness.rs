@@ -421,6 +421,7 @@ impl Actor {
                     let mut outcome = Err(LockError::Timeout {
                         name: plain.clone(),
                         waited: Duration::ZERO,
+                        permits: None,
                     });
                     for wait in waits {
                         outcome = lock.try_lock_for(wait).await;
