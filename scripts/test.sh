@@ -62,7 +62,7 @@ done
 # and the crate below compiles the facade from outside the workspace.
 step "cargo package of the published crates"
 cargo package --workspace --no-verify --allow-dirty \
-    --exclude dlock-tests --exclude dlock-bench --exclude dlock-sim \
+    --exclude dlock-tests --exclude dlock-bench --exclude dlock-sim --exclude dlock-macros-ui \
     --exclude quickstart --exclude stock-demo --exclude scheduled-job
 
 step "an application outside the workspace that depends on dlock alone (outside/)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes the Rust toolchain pinned in rust-toolchain.toml available without downloading.
 #
-# The pin exists for dlock-macros/tests/ui/*.stderr: trybuild compares compiler messages
+# The pin exists for macros-ui/tests/ui/*.stderr: trybuild compares compiler messages
 # word for word, and they change between Rust versions. rustup would download the pinned
 # version, but CI cannot download: its machine has one toolchain, `stable`. When stable's
 # rustc is exactly the pinned version, this links it under the pinned name (rustup's own
@@ -46,11 +46,11 @@ fi
 cat >&2 <<MESSAGE
 toolchain.sh: rust-toolchain.toml pins Rust $pinned, which is not installed, and this
 machine's stable toolchain is ${stable:-missing}, so it cannot stand in for it.
-The pin keeps dlock-macros/tests/ui/*.stderr (compiler messages, compared word for word)
+The pin keeps macros-ui/tests/ui/*.stderr (compiler messages, compared word for word)
 valid. Either
   - install the pinned toolchain:  rustup toolchain install $pinned --profile minimal -c rustfmt -c clippy
   - or move the pin: set channel = "<version>" in rust-toolchain.toml, then refresh the
-    expected messages with  TRYBUILD=overwrite cargo test -p dlock-macros --test ui
+    expected messages with  TRYBUILD=overwrite cargo test -p dlock-macros-ui --test ui
     and review the diff.
 MESSAGE
 exit 1

@@ -1,7 +1,7 @@
 //! Compile-time behaviour of `#[distributed_lock]`: every mistake gives a spanned error
 //! (`tests/ui/*.stderr`), and the supported function shapes compile (`tests/pass`).
 //!
-//! Refresh the expected output with `TRYBUILD=overwrite cargo test -p dlock-macros --test ui`
+//! Refresh the expected output with `TRYBUILD=overwrite cargo test -p dlock-macros-ui --test ui`
 //! on the pinned toolchain, then review the diff.
 
 #[test]

@@ -1,0 +1,1 @@
+//! Compile-time tests of `#[distributed_lock]` (`tests/ui.rs`); this library is empty.
