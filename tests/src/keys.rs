@@ -7,6 +7,7 @@
 //! that tag; an untagged name's helpers take a computed anchor, which tests need not know.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 /// The Redis names of one lock.
 #[derive(Debug, Clone)]
@@ -102,6 +103,27 @@ pub fn exists(conn: &mut redis::Connection, key: &str) -> bool {
         .arg(key)
         .query::<bool>(conn)
         .expect("EXISTS")
+}
+
+/// How long `key` took to be gone (asked every 2 ms); `None` when it is still there
+/// after `limit`.
+///
+/// # Panics
+///
+/// When Redis fails.
+pub async fn gone_within(
+    conn: &mut redis::Connection,
+    key: &str,
+    limit: Duration,
+) -> Option<Duration> {
+    let started = Instant::now();
+    while exists(conn, key) {
+        if started.elapsed() >= limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Some(started.elapsed())
 }
 
 fn fields(conn: &mut redis::Connection, key: &str) -> BTreeMap<String, String> {

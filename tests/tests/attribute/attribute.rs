@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::{distributed_lock, LockClient, LockError};
-use dlock_tests::RedisServer;
+use dlock_tests::{keys, RedisServer};
 use redis::Commands;
 
 #[derive(Debug)]
@@ -153,18 +153,9 @@ async fn free_sell(client: &LockClient, id: u64, shop: &Shop) -> Result<(), AppE
 }
 
 async fn gone_within(shop: &Shop, key: &str, limit: Duration) {
-    let started = Instant::now();
-    loop {
-        let exists: bool = shop.redis.get_connection().unwrap().exists(key).unwrap();
-        if !exists {
-            return;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "{key} still locked after {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    let mut conn = shop.redis.get_connection().unwrap();
+    let gone = keys::gone_within(&mut conn, key, limit).await;
+    assert!(gone.is_some(), "{key} still locked after {limit:?}");
 }
 
 #[tokio::test]

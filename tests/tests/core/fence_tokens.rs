@@ -59,13 +59,13 @@ fn first_non_increase(mut records: Vec<(u64, u64)>) -> Option<((u64, u64), (u64,
         .map(|pair| (pair[0], pair[1]))
 }
 
-/// Acquisitions per process of the eight-process run: 1,250 in CI (10,000 in all);
+/// Acquisitions per process of the eight-process run: 500 in CI (4,000 in all);
 /// `DLOCK_FENCE_SECTIONS=10000` runs 80,000.
 fn sections_per_process() -> u64 {
     std::env::var("DLOCK_FENCE_SECTIONS")
         .ok()
         .and_then(|value| value.parse().ok())
-        .unwrap_or(1_250)
+        .unwrap_or(500)
 }
 
 #[test]

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use dlock::{LockClient, LockError};
 use dlock_tests::commandstats::command_calls;
-use dlock_tests::{RedisServer, TcpProxy};
+use dlock_tests::{keys, RedisServer, TcpProxy};
 use redis::Commands;
 
 /// Waits until the client's command connection went through the proxy (its subscriber
@@ -55,19 +55,9 @@ async fn through_proxy(server: &RedisServer, command_timeout: Duration) -> (TcpP
 
 /// Polls until `key` is gone; returns how long that took.
 async fn gone_within(server: &RedisServer, key: &str, limit: Duration) -> Duration {
-    let started = Instant::now();
-    let mut conn = server.connection();
-    loop {
-        let exists: bool = conn.exists(key).unwrap();
-        if !exists {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < limit,
-            "{key} still locked after {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    keys::gone_within(&mut server.connection(), key, limit)
+        .await
+        .unwrap_or_else(|| panic!("{key} still locked after {limit:?}"))
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use dlock::config::{Config, ConfigError};
 use dlock::{Lock, LockClient, LockError, LockGuard};
-use dlock_tests::{RedisServer, TestCertificates, TlsCluster, TlsSentinelGroup};
+use dlock_tests::{keys, RedisServer, TestCertificates, TlsCluster, TlsSentinelGroup};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -330,10 +330,7 @@ fn sentinel_config_with(
 
 /// Whether the key `key` exists on `server` (asked on its plain port).
 fn exists(server: &RedisServer, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query::<bool>(&mut server.connection())
-        .unwrap()
+    keys::exists(&mut server.connection(), key)
 }
 
 /// The sentinel and the master it reports speak only TLS to clients, with the test CA:

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use dlock::{LockClient, LockError, MultiLock};
-use dlock_tests::RedisServer;
+use dlock_tests::{keys, RedisServer};
 use redis::Commands;
 
 async fn client(server: &RedisServer) -> LockClient {
@@ -17,21 +17,14 @@ async fn client(server: &RedisServer) -> LockClient {
 }
 
 fn exists(server: &RedisServer, key: &str) -> bool {
-    server.connection().exists(key).unwrap()
+    keys::exists(&mut server.connection(), key)
 }
 
 /// Waits up to `within` for `key` to be gone; whether it went.
 async fn gone_within(server: &RedisServer, key: &str, within: Duration) -> bool {
-    let until = Instant::now() + within;
-    loop {
-        if !exists(server, key) {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    keys::gone_within(&mut server.connection(), key, within)
+        .await
+        .is_some()
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use dlock::{LockClient, LockError};
-use dlock_tests::RedisServer;
+use dlock_tests::{keys, RedisServer};
 
 /// The two ways Redis goes silent.
 #[derive(Debug, Clone, Copy)]
@@ -71,24 +71,6 @@ async fn client(server: &RedisServer, command_timeout: Duration, watchdog: Durat
         .unwrap()
 }
 
-fn exists(server: &RedisServer, key: &str) -> bool {
-    let mut admin = server.connection();
-    redis::cmd("EXISTS").arg(key).query(&mut admin).unwrap()
-}
-
-/// Polls until `key` is gone, for at most `limit`; returns how long it took.
-async fn gone_within(server: &RedisServer, key: &str, limit: Duration) -> Duration {
-    let started = Instant::now();
-    while exists(server, key) {
-        assert!(
-            started.elapsed() < limit,
-            "{key} still exists {limit:?} after Redis came back"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    started.elapsed()
-}
-
 const FAST: Duration = Duration::from_millis(500);
 const SLOW: Duration = Duration::from_secs(3);
 /// Scheduling and round-trip slack on a busy 2-core machine.
@@ -146,7 +128,10 @@ async fn acquire_during_a_pause_fails_within_the_timeout_or_succeeds_late() {
         assert!(blocking_time <= pause.length() + Duration::from_secs(1));
 
         // The abandoned attempt ran once Redis resumed; its lock was handed back.
-        let cleanup = gone_within(&server, &names[0], Duration::from_secs(2)).await;
+        let limit = Duration::from_secs(2);
+        let cleanup = keys::gone_within(&mut server.connection(), &names[0], limit)
+            .await
+            .unwrap_or_else(|| panic!("{} still exists {limit:?} after Redis came back", names[0]));
         println!(
             "scenario 3, the abandoned acquisition's key was gone {cleanup:?} after the pause"
         );
@@ -258,7 +243,7 @@ async fn release_during_a_pause_succeeds_late_or_reports_and_still_releases() {
             slow_time <= pause.length() + SLACK * 2,
             "took {slow_time:?}"
         );
-        assert!(!exists(&server, &slow_name));
+        assert!(!keys::exists(&mut server.connection(), &slow_name));
 
         let (acquired_at, guard) = waiting.await.unwrap();
         let guard = guard.unwrap_or_else(|e| panic!("waiter after {pause:?}: {e}"));

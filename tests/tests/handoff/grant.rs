@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use dlock::LockClient;
 use dlock_tests::command_log::{log_every_command, reset_log, script_runs};
+use dlock_tests::keys::LockKeys;
 use dlock_tests::liveness::slow_recheck;
 use dlock_tests::RedisServer;
 use redis::Commands;
@@ -22,8 +23,7 @@ const PASSED_ON_WITHIN: Duration = Duration::from_millis(90);
 
 /// The waiter registry of the lock `name`, which starts with its hash tag.
 fn registry(name: &str) -> String {
-    let tag = &name[..=name.find('}').expect("a hash tag")];
-    format!("dlock:unlock:{tag}:{name}")
+    LockKeys::new("", name).registry
 }
 
 /// Waits until `count` waiters are registered for the lock `name`, then a little more

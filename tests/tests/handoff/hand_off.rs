@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use dlock::LockClient;
 use dlock_tests::commandstats::{command_calls, wait_for_calls};
+use dlock_tests::keys::LockKeys;
 use dlock_tests::liveness::slow_recheck;
 use dlock_tests::RedisServer;
 use redis::Commands;
@@ -22,7 +23,7 @@ use tokio::time::Instant;
 /// channel, `dlock:unlock:<prefix>{<slot anchor>}:<name>`, whose anchor is the key's hash
 /// tag.
 fn registry(tag: &str) -> String {
-    format!("dlock:unlock:{{{tag}}}:{{{tag}}}")
+    LockKeys::new("", &format!("{{{tag}}}")).registry
 }
 
 /// The registry entry of `client`'s waiter for the lock `{tag}`: its owner field,

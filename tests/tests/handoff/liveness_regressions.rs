@@ -38,6 +38,7 @@ use dlock::{
     distributed_lock, redlock::RedLockClient, LockClient, LockError, LockGuard, MultiGuard,
     MultiLock,
 };
+use dlock_tests::keys::LockKeys;
 use dlock_tests::liveness::slow_recheck;
 use dlock_tests::RedisServer;
 use tokio::sync::mpsc;
@@ -65,16 +66,7 @@ const WAITER: &str = env!("CARGO_BIN_EXE_dlock-waiter");
 /// The waiter registry of the lock `name` (no key prefix): named like the lock's unlock
 /// channel, `dlock:unlock:{<hash tag>}:<name>`. Every name here has a hash tag.
 fn registry(name: &str) -> String {
-    let tag = name
-        .find('{')
-        .and_then(|open| {
-            let rest = &name[open + 1..];
-            rest.find('}')
-                .filter(|&close| close > 0)
-                .map(|close| &rest[..close])
-        })
-        .expect("the lock names of these tests have a hash tag");
-    format!("dlock:unlock:{{{tag}}}:{name}")
+    LockKeys::new("", name).registry
 }
 
 /// The waiters registered for `name`, oldest first: each waiting task's owner field,
