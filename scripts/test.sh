@@ -69,12 +69,24 @@ step "an application outside the workspace that depends on dlock alone (outside/
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
     cargo check --locked --manifest-path outside/Cargo.toml
 
-# --show-output: the fault, overlap and failover tests print what they measured
-# (docs/RELIABILITY.md quotes those figures), so the CI log keeps them. --no-fail-fast:
-# one failing test binary must not hide the others' results (cargo lists every failed
-# binary at the end, and the step still fails).
-step "cargo test --workspace --no-fail-fast -- --test-threads=2 --show-output"
-cargo test --workspace --no-fail-fast -- --test-threads=2 --show-output
+# Every test binary of the workspace through cargo-nextest (.config/nextest.toml, profile
+# ci): three tests at a time across all binaries, each in its own process, every failure
+# listed at the end, none retried; the output of passing tests is kept too, since the
+# fault, overlap and failover tests print what they measured (docs/RELIABILITY.md quotes
+# those figures). Without nextest, cargo test runs the same tests one binary at a time.
+if cargo nextest --version >/dev/null 2>&1; then
+    step "cargo nextest run --workspace --profile ci"
+    cargo nextest run --workspace --profile ci
+    ./scripts/slowest-tests.sh target/nextest/ci/junit.xml
+else
+    step "cargo test --workspace --all-targets (cargo-nextest not installed)"
+    echo "WARNING: cargo-nextest is not installed (cargo install cargo-nextest --locked);" \
+        "cargo test runs the binaries one after another, which takes longer" >&2
+    cargo test --workspace --all-targets --no-fail-fast -- --test-threads=2 --show-output
+fi
+
+step "cargo test --workspace --doc"
+cargo test --workspace --doc
 
 # The same code against Valkey 8 (what many managed services now run): the single-server
 # core, the attribute, every primitive's semantics, function mode, Sentinel and cluster.
@@ -92,14 +104,27 @@ if ! valkey="$(./scripts/install-valkey.sh)"; then
     exit 0
 fi
 "$valkey" --version
-DLOCK_REDIS_SERVER="$valkey" cargo test --no-fail-fast -p dlock-tests \
-    --test topology --test core --test handoff --test attribute --test family -- \
-    topology_single:: topology_sentinel:: topology_cluster:: \
-    exclusion:: release:: reentrancy:: waiting:: hand_off:: \
-    attribute:: attribute_kinds:: attribute_family:: \
-    rw_semantics:: semaphore_semantics:: fair_fifo:: \
-    multi_semantics:: multi_cluster:: fenced:: unlock_contract:: \
-    wrong_type:: script_inputs:: layout_version:: redlock_startup:: \
-    --test-threads=2
-DLOCK_REDIS_SERVER="$valkey" cargo test --no-fail-fast -p dlock-tests --test security function \
-    -- --test-threads=2
+# Selected with --workspace, as above, so that features resolve as they did there and
+# nothing is compiled again.
+valkey_tests='(binary(topology) & test(/^topology_(single|sentinel|cluster)::/))
+    | (binary(core) & test(/^(exclusion|release|reentrancy|fenced|unlock_contract|wrong_type|script_inputs|layout_version)::/))
+    | (binary(handoff) & test(/^(waiting|hand_off)::/))
+    | (binary(attribute) & test(/^attribute(_kinds|_family)?::/))
+    | (binary(family) & test(/^(rw_semantics|semaphore_semantics|fair_fifo|multi_semantics|multi_cluster|redlock_startup)::/))
+    | (binary(security) & test(/function/))'
+if cargo nextest --version >/dev/null 2>&1; then
+    DLOCK_REDIS_SERVER="$valkey" cargo nextest run --workspace --profile ci -E "$valkey_tests"
+    ./scripts/slowest-tests.sh target/nextest/ci/junit.xml
+else
+    DLOCK_REDIS_SERVER="$valkey" cargo test --workspace --no-fail-fast \
+        --test topology --test core --test handoff --test attribute --test family -- \
+        topology_single:: topology_sentinel:: topology_cluster:: \
+        exclusion:: release:: reentrancy:: waiting:: hand_off:: \
+        attribute:: attribute_kinds:: attribute_family:: \
+        rw_semantics:: semaphore_semantics:: fair_fifo:: \
+        multi_semantics:: multi_cluster:: fenced:: unlock_contract:: \
+        wrong_type:: script_inputs:: layout_version:: redlock_startup:: \
+        --test-threads=2
+    DLOCK_REDIS_SERVER="$valkey" cargo test --workspace --no-fail-fast --test security function \
+        -- --test-threads=2
+fi
