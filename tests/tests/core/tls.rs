@@ -177,7 +177,7 @@ impl TlsServer {
 /// The lock's key patterns of the least-privilege rule of docs/SECURITY.md for single
 /// mode and key prefix `tls:` (fencing-token counters and the client's name and
 /// description included), with every command of the rule: a client refuses to start
-/// without one its scripts call (tests/security.rs checks the whole document against its
+/// without one its scripts call (the `security` tests check the whole document against its
 /// own copy).
 const TLS_USER_RULE: &str = "~tls:* ~dlock:release:tls:* ~dlock:unlock:tls:* &dlock:unlock:tls:* ~dlock:fence:tls:* ~dlock:client:tls:* ~dlock:layout:tls: +incr +client|setname +fcall +evalsha +script|load +exists +hexists +hget +hmget +hkeys +hlen +hset +hincrby +hdel +pttl +pexpire +pexpireat +type +get +set +del +hgetall +time +zadd +zcount +zrange +zrangebyscore +zrem +zpopmin +zscore +incrby +publish +subscribe +unsubscribe +pubsub|numsub";
 const TLS_USER_PASSWORD: &str = "tls-user-pw-a13f";
