@@ -5,7 +5,7 @@
 //! past the grant, a grantee that wants a token the release could not mint gets one from
 //! its own try, a grantee cancelled as the lock is given to it passes it on at once, and a
 //! multi-lock given one of its locks while another is busy gives it back at once.
-//! (A grantee that is frozen, killed or cut off is in `liveness_regressions.rs`.)
+//! (A grantee that is frozen or killed is in `dead_waiters.rs`.)
 
 use std::time::{Duration, Instant};
 
