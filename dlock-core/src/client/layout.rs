@@ -4,9 +4,9 @@
 //! start if not (fail closed), so that two versions never lock the same names and miss
 //! each other's holds during a rolling deploy.
 
-use crate::client::scripts::client_scripts;
 use crate::error::{LockError, Result};
 use crate::redis::Backend;
+use crate::scripts::catalog::client::client_scripts;
 
 /// The layout this code reads and writes. Bump it with every change to a key's name, a
 /// field or a value format, a channel or a message (`docs/LAYOUT.md` describes version 1).

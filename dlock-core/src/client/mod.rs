@@ -14,7 +14,6 @@ pub(crate) mod global;
 pub(crate) mod layout;
 pub(crate) mod permissions;
 pub(crate) mod registration;
-pub(crate) mod scripts;
 pub(crate) mod settings;
 
 pub use builder::LockClientBuilder;

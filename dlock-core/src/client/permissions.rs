@@ -12,10 +12,10 @@
 use std::collections::BTreeSet;
 
 use crate::client::layout::layout_key;
-use crate::client::scripts::client_scripts;
 use crate::error::{LockError, Result};
 use crate::redis::Backend;
-use crate::scripts::every_script;
+use crate::scripts::catalog::client::client_scripts;
+use crate::scripts::catalog::every_script;
 
 /// Fails with [`LockError::MissingCommands`] when the user of `backend` may not run a
 /// command dlock needs there (with `replica_acks`, `WAIT` too).

@@ -15,7 +15,6 @@
 mod acquire;
 pub(crate) mod keys;
 mod release_ops;
-pub(crate) mod scripts;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,12 +22,12 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::fair::keys::FairKeys;
-use crate::fair::scripts::fair_scripts;
 use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
 use crate::lock::keys::LockKeys;
 use crate::names::check_text;
+use crate::scripts::catalog::fair::fair_scripts;
 use crate::sync::attempt::Reply;
 use crate::sync::verbs::acquisition_verbs;
 

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use crate::fair::keys::FairKeys;
-use crate::fair::scripts::fair_scripts;
 use crate::lock::keys::LockKeys;
+use crate::scripts::catalog::fair::fair_scripts;
 use crate::sync::release::{ReleaseJob, ReleaseOp};
 
 /// What a fair release gives back, with the operation id that makes it count once.

@@ -22,15 +22,14 @@
 //! first and write nothing when a key holds something else.
 
 pub(crate) mod keys;
-pub(crate) mod scripts;
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
 use crate::fenced::keys::FencedKeys;
-use crate::fenced::scripts::fenced_scripts;
 use crate::names::check_text;
 use crate::redis::CallError;
+use crate::scripts::catalog::fenced::fenced_scripts;
 
 /// Writes to application keys in Redis that refuse stale fencing tokens; from
 /// [`LockClient::fenced`].

@@ -9,7 +9,7 @@ use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
 use crate::lock::keys::LockKeys;
-use crate::lock::scripts::scripts;
+use crate::scripts::catalog::lock::scripts;
 use crate::sync::held::Held;
 use crate::sync::observe::{self, HoldRecord, Observed};
 use crate::sync::owner;

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::lock::keys::LockKeys;
-use crate::lock::scripts::scripts;
+use crate::scripts::catalog::lock::scripts;
 use crate::sync::release::{ReleaseJob, ReleaseOp};
 
 /// Which hold a release gives back, with the operation id that makes it count once.

@@ -11,7 +11,7 @@ use crate::error::{LockError, Result};
 use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
-use crate::multi::scripts::multi_scripts;
+use crate::scripts::catalog::multi::multi_scripts;
 use crate::sync::acquire::{self, Acquisition, Answer};
 use crate::sync::attempt::{Host, PlaceLifetime, RegisteredFlag, Reply, TryStep};
 use crate::sync::observe::{self, Label};

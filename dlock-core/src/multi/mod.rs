@@ -16,7 +16,6 @@
 
 mod acquire;
 mod guard;
-pub(crate) mod scripts;
 
 pub use guard::MultiGuard;
 

@@ -10,7 +10,8 @@ use redis::{Cmd, FromRedisValue, ServerErrorKind};
 
 use super::{Backend, CallError};
 use crate::error::LockError;
-use crate::scripts::{every_script, FunctionLibrary, ScriptCall};
+use crate::scripts::catalog::every_script;
+use crate::scripts::{FunctionLibrary, ScriptCall};
 
 /// How a client runs dlock's scripts (see [`LockClientBuilder::script_mode`]).
 ///

@@ -9,8 +9,9 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::lock::keys::LockKeys;
 use crate::lock::release_ops::{release_job, ReleaseKind};
-use crate::lock::scripts::{acquire_call, scripts, AcquireArgs};
+use crate::lock::scripts::{acquire_call, AcquireArgs};
 use crate::redis::CallError;
+use crate::scripts::catalog::lock::scripts;
 use crate::sync::attempt::Reply;
 use crate::sync::release::{self, NextInLine, ReleaseJob, Released, Sending};
 

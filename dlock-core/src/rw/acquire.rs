@@ -17,7 +17,7 @@ use crate::error::{LockError, LossReason, Result};
 use crate::kind::LockKind;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::guard::LockGuard;
-use crate::rw::scripts::rw_scripts;
+use crate::scripts::catalog::rw::rw_scripts;
 use crate::scripts::ScriptCall;
 use crate::sync::acquire::{self, Acquisition, Answer};
 use crate::sync::attempt::{PlaceLifetime, Reply, TryStep};

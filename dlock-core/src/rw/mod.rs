@@ -10,7 +10,6 @@
 mod acquire;
 pub(crate) mod layout;
 mod release_ops;
-pub(crate) mod scripts;
 
 use std::sync::Arc;
 use std::time::Duration;

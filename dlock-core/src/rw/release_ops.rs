@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{Kind, Shared};
-use crate::rw::scripts::rw_scripts;
+use crate::scripts::catalog::rw::rw_scripts;
 use crate::sync::release::{ReleaseJob, ReleaseOp};
 
 /// Which hold a release gives back, with the operation id that makes it count once.

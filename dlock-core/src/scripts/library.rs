@@ -11,7 +11,8 @@
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
-use super::{every_script, Oom, Script};
+use super::catalog::every_script;
+use super::{Oom, Script};
 
 /// dlock's scripts as a Redis function library, to be loaded by an administrator with
 /// `FUNCTION LOAD` (see [`LockClientBuilder::load_functions`] or [`code`]) before clients

@@ -1,48 +1,25 @@
-//! The machinery of dlock's Lua scripts: a primitive's scripts live in its own folder
-//! (`<folder>/scripts/`, the `.lua` files and the `mod.rs` that builds them with
-//! [`lua_script!`]); here are the generated prelude and the shared Lua (`clock.lua`: server
-//! time; `naps.lua`: what each waiter was told), the splice that assembles a script, and
-//! `every_script()`, the one list of every folder's scripts, which each client loads
-//! (`SCRIPT LOAD`, see `redis::scripting`) and dlock's function library holds
-//! (`library`).
+//! The machinery of dlock's Lua scripts: a primitive's `.lua` files live in its own folder
+//! (`<folder>/scripts/`); here are the generated prelude and the shared Lua (`clock.lua`:
+//! server time; `naps.lua`: what each waiter was told), the splice that assembles a
+//! script ([`lua_script!`]), and the catalog that builds every folder's scripts.
 //!
 //! - `script`: one script and one call of it;
+//! - `catalog`: every script, by folder, and `every_script()`, the one list of them all,
+//!   which each client loads (`SCRIPT LOAD`, see `redis::scripting`);
 //! - `library`: every script as one Redis 7 function library.
 
+pub(crate) mod catalog;
 mod library;
 mod script;
 
 pub use library::FunctionLibrary;
 pub(crate) use script::{Oom, Script, ScriptCall};
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::lease::{MAX_COMMAND_TIMEOUT, MAX_LEASE};
 use crate::limits::MAX_HOLDERS;
 use crate::names::MAX_NAME_LEN;
-
-/// Every script of every primitive: what a client loads into each server, and what
-/// dlock's function library holds. One line per folder with scripts: the one place that
-/// names them all.
-pub(crate) fn every_script() -> impl Iterator<Item = &'static Script> + Clone {
-    static EVERY: OnceLock<Vec<&'static Script>> = OnceLock::new();
-    EVERY
-        .get_or_init(|| {
-            [
-                crate::lock::scripts::all(),
-                crate::client::scripts::all(),
-                crate::fair::scripts::all(),
-                crate::rw::scripts::all(),
-                crate::multi::scripts::all(),
-                crate::semaphore::scripts::all(),
-                crate::fenced::scripts::all(),
-            ]
-            .concat()
-        })
-        .iter()
-        .copied()
-}
 
 /// A script: its body `$body` with the shared functions of the `$shared` files (paths
 /// under `src/`, wherever the macro is used) spliced in at its [`SHARED_MARK`] line, or

@@ -28,7 +28,6 @@ pub(crate) mod keys;
 pub(crate) mod layout;
 mod permit;
 mod release_ops;
-pub(crate) mod scripts;
 
 pub use permit::SemaphorePermit;
 
@@ -39,8 +38,8 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::names::check_text;
+use crate::scripts::catalog::semaphore::sem_scripts;
 use crate::semaphore::keys::SemKeys;
-use crate::semaphore::scripts::sem_scripts;
 
 /// A handle to one named semaphore, from [`LockClient::semaphore`]: at most `permits`
 /// permits are granted at once, across every process that uses the name.

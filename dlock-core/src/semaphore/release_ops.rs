@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::Shared;
-use crate::semaphore::scripts::sem_scripts;
+use crate::scripts::catalog::semaphore::sem_scripts;
 use crate::sync::release::{ReleaseJob, ReleaseOp};
 
 /// The release of `grant` under operation `op` (see `scripts/release.lua`). A guard's

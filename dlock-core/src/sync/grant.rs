@@ -194,7 +194,7 @@ mod tests {
         let owner = HoldOwner {
             name: "l".into(),
             key: "l".into(),
-            renew_script: &crate::lock::scripts::scripts().renew,
+            renew_script: &crate::scripts::catalog::lock::scripts().renew,
             field: "c:1".into(),
         };
         let held =
@@ -228,7 +228,7 @@ mod tests {
         let owner = HoldOwner {
             name: "l".into(),
             key: "l".into(),
-            renew_script: &crate::lock::scripts::scripts().renew,
+            renew_script: &crate::scripts::catalog::lock::scripts().renew,
             field: "c:1".into(),
         };
         let ends = Instant::now() + Duration::from_millis(100);

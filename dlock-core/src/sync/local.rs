@@ -435,7 +435,7 @@ mod tests {
 
     use futures_util::FutureExt;
 
-    use crate::lock::scripts::scripts;
+    use crate::scripts::catalog::lock::scripts;
     use crate::sync::release::{ReleaseJob, ReleaseOp, ReleaseQueue};
 
     /// Lines whose give-back releases land in the returned queue.

@@ -1,7 +1,7 @@
 //! docs/ARCHITECTURE.md's import rule, checked on dlock-core's source: each room (a file or
 //! folder under `src/`) imports only rooms below it, so that no room depends on one that
-//! depends on it. The one allowed exception is `scripts::every_script`, the list of every
-//! folder's scripts. A room that imports upward fails here with the file and the import.
+//! depends on it, with no exception. A room that imports upward fails here with the file
+//! and the import.
 //!
 //! And docs/PROTOCOL.md against the code: the lock's release modes and the messages of the
 //! hand-off that the page lists are the ones the Lua scripts and the client know, each
@@ -32,17 +32,6 @@ const RANKS: &[(&str, u32)] = &[
     ("fenced", 8),
     ("inspect", 9),
     ("private", 10),
-];
-
-/// The rooms `scripts/mod.rs` may name: its list of every folder's scripts.
-const SCRIPT_FOLDERS: &[&str] = &[
-    "lock",
-    "client",
-    "fair",
-    "rw",
-    "multi",
-    "semaphore",
-    "fenced",
 ];
 
 fn source_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -125,9 +114,7 @@ fn rooms_import_only_rooms_below_them() {
             let Some(&target_rank) = ranks.get(target.as_str()) else {
                 continue; // a root item (`crate::LockClient`) or a public module's re-export
             };
-            let listed = relative == Path::new("scripts/mod.rs")
-                && SCRIPT_FOLDERS.contains(&target.as_str());
-            if target != room && target_rank >= rank && !listed {
+            if target != room && target_rank >= rank {
                 upward.push(format!("{} imports crate::{target}", relative.display()));
             }
         }

@@ -1,8 +1,8 @@
 //! The client's own scripts: the layout version of its key prefix, and the commands its
 //! Redis user may not run, both checked on connect.
 //!
-//! Each script is this folder's `.lua` file with the shared Lua it names spliced in (see
-//! `scripts::lua_script!`); `all` is this folder's line in `scripts::every_script`.
+//! Each script is a `.lua` file of `client/scripts/` with the shared Lua it names spliced in
+//! (see `scripts::lua_script!`); `all` is its line in [`every_script`](super::every_script).
 
 use std::sync::OnceLock;
 

@@ -1,7 +1,7 @@
 //! The read-write lock's scripts, built once per process.
 //!
-//! Each script is this folder's `.lua` file with the shared Lua it names spliced in (see
-//! `scripts::lua_script!`); `all` is this folder's line in `scripts::every_script`.
+//! Each script is a `.lua` file of `rw/scripts/` with the shared Lua it names spliced in
+//! (see `scripts::lua_script!`); `all` is its line in [`every_script`](super::every_script).
 
 use std::sync::OnceLock;
 
