@@ -634,64 +634,23 @@ async fn run(
     backend: Backend,
     timing: Timing,
 ) {
-    let Timing {
-        retry_delay,
-        command_timeout,
-    } = timing;
     let mut changes = changes.lock().await;
-    // No connection until a channel is wanted: a client that never waits (a RedLock's
-    // server client, one that only holds locks or inspects them) opens no subscriber.
-    loop {
-        match wanted(&shared, None) {
-            None => return,
-            Some(channels) if !channels.is_empty() => break,
-            Some(_) => {}
-        }
-        if changes.recv().await.is_none() {
-            return;
-        }
+    if !first_wanted(&shared, &mut changes).await {
+        return;
     }
     let mut generation = backend.generation();
     let mut failures: u32 = 0;
     let mut connected_before = false;
     loop {
         generation.mark_unchanged();
-        let mut subscriber = match backend.subscriber().await {
-            Ok(subscriber) => subscriber,
-            Err(error) => {
-                if shared.strong_count() == 0 {
-                    return;
-                }
-                tracing::warn!(%error, attempt = failures + 1, "dlock: subscriber connection failed; retrying");
-                back_off(retry_delay, &mut failures).await;
+        let mut connection = match Connection::open(&shared, &backend, timing, failures).await {
+            Opened::Ready(connection) => connection,
+            Opened::Failed => {
+                back_off(timing.retry_delay, &mut failures).await;
                 continue;
             }
+            Opened::Stop => return,
         };
-        // The channels this connection is subscribed to, as Redis confirmed them.
-        let mut subscribed = HashSet::new();
-
-        // Subscribe everything wanted right now, in batches; later changes arrive on
-        // `changes`.
-        let Some(wanted) = wanted(&shared, None) else {
-            return;
-        };
-        let mut healthy = true;
-        for batch in wanted.chunks(MAX_BATCH) {
-            if let Err(error) =
-                subscribe(&mut subscriber, &mut subscribed, batch, command_timeout).await
-            {
-                // Back off as for a failed connection: a server that refuses the
-                // subscription (an ACL without the channel, say) must not be hammered.
-                tracing::warn!(%error, channels = batch.len(), attempt = failures + 1, "dlock: subscribing failed; reconnecting");
-                healthy = false;
-                break;
-            }
-        }
-        if !healthy {
-            unconfirm_all(&shared);
-            back_off(retry_delay, &mut failures).await;
-            continue;
-        }
         if failures > 0 {
             tracing::info!("dlock: subscriber connection re-established");
         }
@@ -706,75 +665,222 @@ async fn run(
             }
         }
         connected_before = true;
-
-        while healthy {
-            let expiry = shared.upgrade().and_then(|shared| shared.next_expiry());
-            tokio::select! {
-                () = sleep_until_some(expiry) => {
-                    let Some(expired) = shared.upgrade().map(|shared| shared.expire_lingering(Instant::now())) else {
-                        return;
-                    };
-                    for batch in expired.chunks(MAX_BATCH) {
-                        if let Err(error) = apply(&shared, &mut subscriber, &mut subscribed, batch, command_timeout).await {
-                            tracing::warn!(%error, channels = batch.len(), "dlock: unsubscribing failed; reconnecting");
-                            healthy = false;
-                            break;
-                        }
-                    }
-                }
-                change = changes.recv() => match change {
-                    None => return,
-                    Some(first) => {
-                        let batch = drain(first, &mut changes);
-                        if let Err(error) = apply(&shared, &mut subscriber, &mut subscribed, &batch, command_timeout).await {
-                            tracing::warn!(%error, channels = batch.len(), "dlock: (un)subscribing failed; reconnecting");
-                            healthy = false;
-                        }
-                    }
-                },
-                event = subscriber.next() => match event {
-                    Some(SubscriberEvent::Message { channel, payload }) => {
-                        notify(&shared, &channel, Some(&payload));
-                    }
-                    Some(SubscriberEvent::Dropped(channel)) => {
-                        // A slot moved: subscribe again (routed to the new owner) and let
-                        // the waiters re-check, since a release may have been missed.
-                        subscribed.remove(&channel);
-                        if let Some(shared) = shared.upgrade() {
-                            shared.moved();
-                        }
-                        if is_wanted(&shared, &channel) {
-                            tracing::debug!(%channel, "dlock: sharded subscription dropped by the server; resubscribing");
-                            let again = [channel];
-                            if within(command_timeout, subscriber.subscribe(&again)).await.is_err() {
-                                healthy = false;
-                            } else {
-                                subscribed.extend(again.iter().cloned());
-                            }
-                            notify(&shared, &again[0], None);
-                        }
-                    }
-                    Some(SubscriberEvent::Interrupted) => {
-                        if let Some(shared) = shared.upgrade() {
-                            shared.wake_all();
-                        }
-                    }
-                    None => healthy = false,
-                },
-                () = quiet_for(HEALTH_CHECK, !subscribed.is_empty()) => {
-                    if let Err(error) = within(command_timeout, subscriber.ping()).await {
-                        tracing::warn!(%error, "dlock: the subscriber connection did not answer a PING");
-                        healthy = false;
-                    }
-                }
-                _ = generation.changed() => {
-                    tracing::info!("dlock: master moved; moving the subscriber connection");
-                    healthy = false;
-                }
-            }
+        if let Ended::Stop = connection.serve(&mut changes, &mut generation).await {
+            return;
         }
         tracing::warn!("dlock: subscriber connection lost; reconnecting");
         unconfirm_all(&shared);
+    }
+}
+
+/// Waits until a channel is wanted: a client that never waits (a RedLock's server client,
+/// one that only holds locks or inspects them) opens no subscriber. `false` when the
+/// service is gone first.
+async fn first_wanted(
+    shared: &Weak<Shared>,
+    changes: &mut mpsc::UnboundedReceiver<String>,
+) -> bool {
+    loop {
+        match wanted(shared, None) {
+            None => return false,
+            Some(channels) if !channels.is_empty() => return true,
+            Some(_) => {}
+        }
+        if changes.recv().await.is_none() {
+            return false;
+        }
+    }
+}
+
+/// What opening a subscriber connection came to.
+enum Opened<'a> {
+    /// Connected, with every channel wanted then subscribed and confirmed.
+    Ready(Connection<'a>),
+    /// The connection or a subscription failed: back off and open another.
+    Failed,
+    /// The service is gone.
+    Stop,
+}
+
+/// Why a subscriber connection's service ended.
+enum Ended {
+    /// The connection failed, stopped answering, or the master moved: open another.
+    Lost,
+    /// The service is gone.
+    Stop,
+}
+
+/// One subscriber connection and the channels Redis confirmed on it.
+struct Connection<'a> {
+    shared: &'a Weak<Shared>,
+    subscriber: Subscriber,
+    subscribed: HashSet<String>,
+    command_timeout: Duration,
+}
+
+impl<'a> Connection<'a> {
+    /// Connects and subscribes every channel wanted now, in batches (later changes
+    /// arrive through the task's `changes`); `failures` so far name the attempt in logs.
+    async fn open(
+        shared: &'a Weak<Shared>,
+        backend: &Backend,
+        timing: Timing,
+        failures: u32,
+    ) -> Opened<'a> {
+        let subscriber = match backend.subscriber().await {
+            Ok(subscriber) => subscriber,
+            Err(error) => {
+                if shared.strong_count() == 0 {
+                    return Opened::Stop;
+                }
+                tracing::warn!(%error, attempt = failures + 1, "dlock: subscriber connection failed; retrying");
+                return Opened::Failed;
+            }
+        };
+        let Some(wanted) = wanted(shared, None) else {
+            return Opened::Stop;
+        };
+        let mut connection = Connection {
+            shared,
+            subscriber,
+            subscribed: HashSet::new(),
+            command_timeout: timing.command_timeout,
+        };
+        for batch in wanted.chunks(MAX_BATCH) {
+            let timeout = connection.command_timeout;
+            let subscribed = subscribe(
+                &mut connection.subscriber,
+                &mut connection.subscribed,
+                batch,
+                timeout,
+            );
+            if let Err(error) = subscribed.await {
+                // Back off as for a failed connection: a server that refuses the
+                // subscription (an ACL without the channel, say) must not be hammered.
+                tracing::warn!(%error, channels = batch.len(), attempt = failures + 1, "dlock: subscribing failed; reconnecting");
+                unconfirm_all(shared);
+                return Opened::Failed;
+            }
+        }
+        Opened::Ready(connection)
+    }
+
+    /// Serves the connection until it is lost or the service is gone: lingering channels
+    /// unsubscribed when they expire, changes applied, messages routed, the connection's
+    /// health checked when it is quiet, and a move of the master followed.
+    async fn serve(
+        &mut self,
+        changes: &mut mpsc::UnboundedReceiver<String>,
+        generation: &mut tokio::sync::watch::Receiver<u64>,
+    ) -> Ended {
+        loop {
+            let expiry = self
+                .shared
+                .upgrade()
+                .and_then(|shared| shared.next_expiry());
+            let checking = !self.subscribed.is_empty();
+            let served = tokio::select! {
+                () = sleep_until_some(expiry) => self.unsubscribe_expired().await,
+                change = changes.recv() => match change {
+                    None => Err(Ended::Stop),
+                    Some(first) => {
+                        let batch = drain(first, changes);
+                        self.update(&batch, "(un)subscribing failed").await
+                    }
+                },
+                event = self.subscriber.next() => self.on_event(event).await,
+                () = quiet_for(HEALTH_CHECK, checking) => self.check_health().await,
+                _ = generation.changed() => {
+                    tracing::info!("dlock: master moved; moving the subscriber connection");
+                    Err(Ended::Lost)
+                }
+            };
+            if let Err(ended) = served {
+                return ended;
+            }
+        }
+    }
+
+    /// Unsubscribes the lingering channels whose time is up.
+    async fn unsubscribe_expired(&mut self) -> Result<(), Ended> {
+        let Some(expired) = self
+            .shared
+            .upgrade()
+            .map(|shared| shared.expire_lingering(Instant::now()))
+        else {
+            return Err(Ended::Stop);
+        };
+        for batch in expired.chunks(MAX_BATCH) {
+            self.update(batch, "unsubscribing failed").await?;
+        }
+        Ok(())
+    }
+
+    /// Brings the subscriptions of `batch` in line with what is wanted.
+    async fn update(&mut self, batch: &[String], failed: &str) -> Result<(), Ended> {
+        let (subscriber, subscribed) = (&mut self.subscriber, &mut self.subscribed);
+        apply(
+            self.shared,
+            subscriber,
+            subscribed,
+            batch,
+            self.command_timeout,
+        )
+        .await
+        .map_err(|error| {
+            tracing::warn!(%error, channels = batch.len(), "dlock: {failed}; reconnecting");
+            Ended::Lost
+        })
+    }
+
+    /// Routes what the connection received.
+    async fn on_event(&mut self, event: Option<SubscriberEvent>) -> Result<(), Ended> {
+        match event {
+            Some(SubscriberEvent::Message { channel, payload }) => {
+                notify(self.shared, &channel, Some(&payload));
+                Ok(())
+            }
+            Some(SubscriberEvent::Dropped(channel)) => self.resubscribe(channel).await,
+            Some(SubscriberEvent::Interrupted) => {
+                if let Some(shared) = self.shared.upgrade() {
+                    shared.wake_all();
+                }
+                Ok(())
+            }
+            None => Err(Ended::Lost),
+        }
+    }
+
+    /// A slot moved and Redis dropped the sharded subscription to `channel`: subscribes
+    /// again (routed to the new owner) and lets the waiters re-check, since a release may
+    /// have been missed.
+    async fn resubscribe(&mut self, channel: String) -> Result<(), Ended> {
+        self.subscribed.remove(&channel);
+        if let Some(shared) = self.shared.upgrade() {
+            shared.moved();
+        }
+        if !is_wanted(self.shared, &channel) {
+            return Ok(());
+        }
+        tracing::debug!(%channel, "dlock: sharded subscription dropped by the server; resubscribing");
+        let again = [channel];
+        let resubscribed = within(self.command_timeout, self.subscriber.subscribe(&again)).await;
+        if resubscribed.is_ok() {
+            self.subscribed.extend(again.iter().cloned());
+        }
+        notify(self.shared, &again[0], None);
+        resubscribed.map_err(|_| Ended::Lost)
+    }
+
+    /// After `HEALTH_CHECK` without traffic: a connection that does not answer a `PING`
+    /// is replaced.
+    async fn check_health(&mut self) -> Result<(), Ended> {
+        within(self.command_timeout, self.subscriber.ping())
+            .await
+            .map_err(|error| {
+                tracing::warn!(%error, "dlock: the subscriber connection did not answer a PING");
+                Ended::Lost
+            })
     }
 }
 
