@@ -226,29 +226,8 @@ pub(crate) async fn release(
     next_in_line: NextInLine,
     send: Sending,
 ) -> Result<Released, CallError> {
-    let flag = |on: bool| if on { "1" } else { "0" };
-    let mut invocation = job.op.call.clone();
-    // The first-send flag's place (0-based): after the op's own arguments, the memo's
-    // lifetime, the publish command and the reservation.
-    let again = invocation.args().len() + 3;
-    invocation
-        .arg(timing.memo_ttl.as_millis() as u64)
-        .arg(backend.publish_command())
-        .arg(timing.reservation.as_millis() as u64)
-        .arg(flag(send == Sending::Again));
+    let (mut invocation, again) = release_call(backend, timing, job, &next_in_line, send);
     let next_task = next_in_line.next.as_ref();
-    if let Some(task) = next_task {
-        invocation
-            .arg(&*task.field)
-            .arg(flag(next_in_line.keep))
-            .arg(task.lease_ms)
-            .arg(flag(task.fence));
-    }
-    if next_task.is_some() || next_in_line.contended {
-        if let Some(key) = &job.op.hand_off_key {
-            invocation.key(&**key);
-        }
-    }
     let started = Instant::now();
     let mut failures = 0;
     loop {
@@ -265,17 +244,7 @@ pub(crate) async fn release(
                 if untold {
                     Box::pin(pass_on(backend, timing, job, &invocation)).await;
                 }
-                let released = match outcome {
-                    n if n < 0 && failures > 0 && job.op.finds_nothing_once_done => {
-                        // The first attempt's outcome is unknown (no reply): the hold is
-                        // gone either way, which is what the release is for.
-                        tracing::debug!(lock = %job.name, "dlock: retried release found the hold gone; counted as the first attempt's success");
-                        Released::Free(NextHolder::Anyone)
-                    }
-                    n if n < 0 => Released::NotHeld,
-                    0 => Released::Free(next),
-                    n => Released::StillHeld(u32::try_from(n).unwrap_or(u32::MAX)),
-                };
+                let released = released(job, outcome, next, failures > 0);
                 tracing::debug!(lock = %job.name, ?released, "dlock: released");
                 return Ok(released);
             }
@@ -288,6 +257,57 @@ pub(crate) async fn release(
                 None => return Err(error),
             },
         }
+    }
+}
+
+/// The call of `job`'s release script, with the client's timings, the first-send flag
+/// (`send`) and the task of this client next in line (its hold written by the release),
+/// and the place of the first-send flag among its arguments, which a retry sets.
+fn release_call(
+    backend: &Backend,
+    timing: ReleaseTiming,
+    job: &ReleaseJob,
+    next_in_line: &NextInLine,
+    send: Sending,
+) -> (ScriptCall, usize) {
+    let flag = |on: bool| if on { "1" } else { "0" };
+    let mut invocation = job.op.call.clone();
+    // The first-send flag's place (0-based): after the op's own arguments, the memo's
+    // lifetime, the publish command and the reservation.
+    let again = invocation.args().len() + 3;
+    invocation
+        .arg(timing.memo_ttl.as_millis() as u64)
+        .arg(backend.publish_command())
+        .arg(timing.reservation.as_millis() as u64)
+        .arg(flag(send == Sending::Again));
+    if let Some(task) = &next_in_line.next {
+        invocation
+            .arg(&*task.field)
+            .arg(flag(next_in_line.keep))
+            .arg(task.lease_ms)
+            .arg(flag(task.fence));
+    }
+    if next_in_line.next.is_some() || next_in_line.contended {
+        if let Some(key) = &job.op.hand_off_key {
+            invocation.key(&**key);
+        }
+    }
+    (invocation, again)
+}
+
+/// What the release script's `outcome` (holds left, or below 0 for no hold) means, the
+/// lock having gone to `next`; `retried` when an earlier send got no reply.
+fn released(job: &ReleaseJob, outcome: i64, next: NextHolder, retried: bool) -> Released {
+    match outcome {
+        n if n < 0 && retried && job.op.finds_nothing_once_done => {
+            // The first attempt's outcome is unknown (no reply): the hold is gone either
+            // way, which is what the release is for.
+            tracing::debug!(lock = %job.name, "dlock: retried release found the hold gone; counted as the first attempt's success");
+            Released::Free(NextHolder::Anyone)
+        }
+        n if n < 0 => Released::NotHeld,
+        0 => Released::Free(next),
+        n => Released::StillHeld(u32::try_from(n).unwrap_or(u32::MAX)),
     }
 }
 
