@@ -186,11 +186,17 @@ async fn a_watchdog_renewal_costs_two_commands_per_lock() {
     );
     assert_eq!(delta("pexpire"), renewed, "one PEXPIRE per renewed lock");
     assert_eq!(delta("pttl"), 0, "no PTTL: PEXPIRE GT compares");
+    // Each round is two calls, of 512 and 88 locks. The counts are read while rounds go
+    // on, so the first and last rounds counted may be halves: each call counted is still
+    // one of 512 or 88, alternating (a loaded machine straddled a round: 3,512 locks in
+    // 11 calls, six of 512 and five of 88).
     let calls = delta("evalsha") + delta("fcall");
-    assert_eq!(
-        calls * 600,
-        renewed * 2,
-        "600 locks are two calls of 512 and 88 per round"
+    let beyond_88_each = renewed.checked_sub(88 * calls);
+    let big = beyond_88_each.map(|beyond| beyond / 424);
+    assert!(
+        beyond_88_each.is_some_and(|beyond| beyond % 424 == 0)
+            && big.is_some_and(|big| big <= calls && big.abs_diff(calls - big) <= 1),
+        "{renewed} locks renewed in {calls} calls: not calls of 512 and 88 locks, alternating"
     );
     for guard in guards {
         guard.unlock().await.unwrap();
