@@ -375,10 +375,13 @@ async fn the_single_rule_refuses_everything_else() {
         assert!(is_noperm(&err), "prefix {prefix:?}: {err:?}");
         // The server's own words follow (Redis: "this user has no permissions to access
         // one of the keys used as arguments"; Valkey: "No permissions to access a key").
+        // The error names the server, its password hidden.
         let shown = err.to_string();
+        let server = url.replace(ACL_PASSWORD, "***");
         assert!(
-            shown.starts_with("Redis failed while trying to acquire lock \"goods:1\": NoPerm: ")
-                && shown.to_lowercase().contains("no permissions to access"),
+            shown.starts_with(&format!(
+                "Redis at {server} failed while trying to acquire lock \"goods:1\": NoPerm: "
+            )) && shown.to_lowercase().contains("no permissions to access"),
             "{shown}"
         );
         assert!(
