@@ -70,7 +70,7 @@ CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
     cargo check --locked --manifest-path outside/Cargo.toml
 
 # Every test binary of the workspace through cargo-nextest (.config/nextest.toml, profile
-# ci): three tests at a time across all binaries, each in its own process, every failure
+# ci): four tests at a time across all binaries, each in its own process, every failure
 # listed at the end, none retried; the output of passing tests is kept too, since the
 # fault, overlap and failover tests print what they measured (docs/RELIABILITY.md quotes
 # those figures). Without nextest, cargo test runs the same tests one binary at a time.
