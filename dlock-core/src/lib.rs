@@ -23,6 +23,8 @@ mod multi;
 mod names;
 #[cfg(test)]
 mod naming_tests;
+#[doc(hidden)]
+pub mod protocol;
 mod redact;
 mod redis;
 pub mod redlock;

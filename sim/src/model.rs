@@ -9,6 +9,9 @@
 //! network is quiet, to the next timer; a fault can hold a message back past it.
 
 use std::collections::VecDeque;
+use std::time::Duration;
+
+use dlock::protocol::{self, Call, GrantReader, Message, TakeUp};
 
 use crate::lua::Scripts;
 use crate::redis::{Redis, Reply};
@@ -23,10 +26,8 @@ pub const REGISTRY: &str = "dlock:unlock:{l}:{l}";
 #[allow(missing_docs)]
 pub const NAPS: &str = "dlock:unlock:{l}!{l}";
 
-/// A grant's and a reservation's length, and the least a grant must have left to be held
-/// as it is (`sync::grant`).
-pub const GRANT_MS: u64 = 100;
-const MIN_LEFT_MS: u64 = 20;
+/// A grant's and a reservation's length, in ms (the client's [`protocol::GRANT`]).
+pub const GRANT_MS: u64 = protocol::GRANT.as_millis() as u64;
 
 /// How late a delayed message arrives at most: a slow network's delivery, the round trip
 /// the liveness bound allows.
@@ -176,20 +177,14 @@ pub enum Owner {
     Dead,
 }
 
-/// What messages asked of an owner while a try of it was on its way (the client's
-/// `OwnerWake`): applied once the try's answer is busy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Wake {
-    /// Nothing yet.
-    #[default]
-    Nothing,
-    /// Try now (`pass:`, `wake:`).
-    Now,
-    /// Try at this ms (`next:`).
-    At(u64),
-    /// `held:` with its `lasts_us` and the time it was read.
-    #[allow(missing_docs)]
-    Granted { lasts_us: u64, read_ms: u64 },
+/// What messages asked of an owner while a try of it was on its way, applied once the
+/// try's answer is busy: the client's own [`Call`], on the simulated clock (time since the
+/// run began), merged as the client merges it ([`Call::then`]).
+pub type Wake = Option<Call<Duration>>;
+
+/// `ms` on the clock the client's core reads.
+fn at_ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
 }
 
 /// One client: its owners (an acquisition each, in order), its connections' queues.
@@ -417,7 +412,7 @@ impl World {
                 self.clients[c].owners[o] = Owner::Trying {
                     first_sent_ms: now,
                     registered: false,
-                    woken: Wake::Nothing,
+                    woken: None,
                 };
                 self.clients[c].requests.push_back(Request::Try {
                     owner: o as u32,
@@ -641,7 +636,7 @@ impl World {
                         self.clients[c].owners[o] = Owner::Waiting {
                             first_sent_ms,
                             until_ms: now + nap,
-                            woken: Wake::Nothing,
+                            woken: None,
                         };
                         self.apply_wake(c, o, woken, config);
                     }
@@ -719,14 +714,17 @@ impl World {
     fn apply_wake(&mut self, c: usize, o: usize, woken: Wake, config: &Config) {
         let now = self.now_ms();
         match woken {
-            Wake::Nothing => {}
-            Wake::Now => self.try_again(c, o),
-            Wake::At(at) => {
-                if let Owner::Waiting { until_ms, .. } = &mut self.clients[c].owners[o] {
-                    *until_ms = (*until_ms).min(at.max(now));
+            None => {}
+            Some(Call::Granted(grant)) => self.take_grant(c, o, grant, config),
+            Some(call) => {
+                let Owner::Waiting { until_ms, .. } = &mut self.clients[c].owners[o] else {
+                    return;
+                };
+                match call.sleep_until(at_ms(now), at_ms(*until_ms)) {
+                    Some(at) => *until_ms = at.as_millis() as u64,
+                    None => self.try_again(c, o),
                 }
             }
-            Wake::Granted { lasts_us, read_ms } => self.take_grant(c, o, lasts_us, read_ms, config),
         }
     }
 
@@ -735,7 +733,7 @@ impl World {
             self.clients[c].owners[o] = Owner::Trying {
                 first_sent_ms,
                 registered: true,
-                woken: Wake::Nothing,
+                woken: None,
             };
             self.clients[c].requests.push_back(Request::Try {
                 owner: o as u32,
@@ -744,20 +742,32 @@ impl World {
         }
     }
 
-    /// A grant read at `read_ms`: held as it is, with its extension on its way, or taken
-    /// with a try (`Lock::granted_hold`).
-    fn take_grant(&mut self, c: usize, o: usize, lasts_us: u64, read_ms: u64, config: &Config) {
+    /// A grant read now: held as it is, with its extension on its way, or taken with a
+    /// try, as the client's core decides ([`protocol::take_up`]).
+    fn take_grant(&mut self, c: usize, o: usize, grant: protocol::Grant, config: &Config) {
         let Owner::Waiting { first_sent_ms, .. } = self.clients[c].owners[o] else {
             return;
         };
-        let deadline = (first_sent_ms + lasts_us / 1000).min(read_ms + GRANT_MS);
-        let short = config.client.short_lease_grant_is_tried && config.lease(c) < GRANT_MS;
-        if short || deadline < self.now_ms() + MIN_LEFT_MS {
+        // The mutation that undoes the short-lease rule shows the core a lease it
+        // accepts.
+        let lease = match config.client.short_lease_grant_is_tried {
+            true => config.lease(c),
+            false => config.lease(c).max(GRANT_MS),
+        };
+        let reader = GrantReader {
+            first_sent: at_ms(first_sent_ms),
+            now: at_ms(self.now_ms()),
+            lease: Duration::from_millis(lease),
+            replica_acks: false,
+            wants_token: false,
+            route_moved: false,
+        };
+        let TakeUp::Hold { deadline } = protocol::take_up(grant, &reader) else {
             self.try_again(c, o);
             return;
-        }
+        };
         self.clients[c].owners[o] = Owner::Holding {
-            deadline_ms: deadline,
+            deadline_ms: deadline.as_millis() as u64,
             release_at_ms: self.now_ms() + config.holds_ms[c % 4],
             extending: true,
             token: 0,
@@ -768,28 +778,12 @@ impl World {
     }
 
     fn on_message(&mut self, c: usize, message: &str, config: &Config) {
-        let now = self.now_ms();
-        let (kind, rest) = message.split_once(':').unwrap_or((message, ""));
-        let (wake, owner) = match kind {
-            "pass" | "wake" => (Wake::Now, rest),
-            "next" => {
-                let (ms, owner) = rest.split_once(':').unwrap_or(("0", rest));
-                (Wake::At(now + ms.parse::<u64>().unwrap_or(0)), owner)
-            }
-            "held" => {
-                let mut parts = rest.splitn(3, ':');
-                let lasts_us = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-                let _token = parts.next();
-                (
-                    Wake::Granted {
-                        lasts_us,
-                        read_ms: now,
-                    },
-                    parts.next().unwrap_or(""),
-                )
-            }
-            // A force unlock's word for a holder: the local line's business.
-            _ => return,
+        // The client's own reading of the message; `lost:` asks no waiter anything (the
+        // local line's business).
+        let Some((owner, call)) =
+            Message::parse(message).and_then(|message| message.call(at_ms(self.now_ms())))
+        else {
+            return;
         };
         let o: Option<usize> = owner
             .strip_prefix(&format!("c{c}:"))
@@ -798,23 +792,17 @@ impl World {
             return;
         };
         match self.clients[c].owners[o].clone() {
-            Owner::Waiting { .. } => self.apply_wake(c, o, wake, config),
+            Owner::Waiting { .. } => self.apply_wake(c, o, Some(call), config),
             Owner::Trying {
                 first_sent_ms,
                 registered,
                 woken,
             } => {
                 // Kept for the try's answer, as the client's OwnerWake keeps it.
-                let kept = match (woken, wake) {
-                    (_, Wake::Granted { .. }) => wake,
-                    (Wake::Granted { .. }, _) => woken,
-                    (_, Wake::Now) | (Wake::Now, _) => Wake::Now,
-                    (_, at) => at,
-                };
                 self.clients[c].owners[o] = Owner::Trying {
                     first_sent_ms,
                     registered,
-                    woken: kept,
+                    woken: Some(woken.map_or(call, |earlier| earlier.then(call))),
                 };
             }
             // Not waiting here any more: the lock's leave for it.

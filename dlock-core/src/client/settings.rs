@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::protocol::GRANT;
 use crate::sync::recheck::{place_lifetime, LONGEST_SPACED_RECHECK};
-use crate::sync::release::{ReleaseTiming, HAND_OFF_RESERVATION};
+use crate::sync::release::ReleaseTiming;
 use crate::sync::retry::RetryPolicy;
 use crate::sync::wait::WaitPolicy;
 
@@ -67,7 +68,7 @@ impl Settings {
         ReleaseTiming {
             retry: self.retry(),
             memo_ttl: self.memo_ttl(),
-            reservation: HAND_OFF_RESERVATION,
+            reservation: GRANT,
             replica_acks: self.replica_acks.map(|acks| (acks.replicas, acks.within)),
         }
     }

@@ -14,18 +14,19 @@ use crate::fence::Fence;
 use crate::kind::LockKind;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::scripts::{acquire_call, extend_call, AcquireArgs};
+use crate::protocol::{self, Grant, GrantReader, TakeUp};
 use crate::redis::CallError;
 use crate::scripts::catalog::lock::scripts;
 use crate::scripts::ScriptCall;
 use crate::sync::acquire::{self, Acquisition, Answer};
 use crate::sync::attempt::{PlaceLifetime, RegisteredFlag, Reply, TryStep};
-use crate::sync::grant::{self, Grant};
+use crate::sync::grant;
 use crate::sync::held::{Held, HoldOwner};
 use crate::sync::local::{Given, Place, Ticket, Turn};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::pubsub::{Route, Subscription};
-use crate::sync::release::{NextTask, ReleaseJob, HAND_OFF_RESERVATION};
+use crate::sync::release::{NextTask, ReleaseJob};
 use crate::sync::verbs::Acquire;
 use crate::sync::wait::{NotYet, Waiter};
 
@@ -143,11 +144,8 @@ impl Lock {
 
     /// The hold of the lock a release of another client gave the owner `field` (see
     /// `sync::grant`), extended to `lease` in the background; `None` when the owner
-    /// cannot hold it as it is, and takes it with a try instead: with `replica_acks`,
-    /// without the fencing token it wants, with too little of the grant left, with a
-    /// lease shorter than a grant (held as it is, the lock would outlive the lease: the
-    /// extension never shortens the grant), or when the grant may span two servers'
-    /// clocks (the client's route moved since `first`).
+    /// cannot hold it as it is, and takes it with a try instead (see
+    /// [`protocol::take_up`]).
     fn granted_hold(
         &self,
         field: &Arc<str>,
@@ -158,15 +156,21 @@ impl Lock {
     ) -> Option<Arc<Held>> {
         let inner = &self.client.inner;
         let settings = &inner.settings;
-        if settings.replica_acks.is_some()
-            || settings.fencing_tokens && grant.fence.is_none()
-            || lease < HAND_OFF_RESERVATION
-            || inner.pubsub.route() != first.route
-        {
+        let reader = GrantReader {
+            first_sent: first.at,
+            now: Instant::now(),
+            lease,
+            replica_acks: settings.replica_acks.is_some(),
+            wants_token: settings.fencing_tokens,
+            route_moved: inner.pubsub.route() != first.route,
+        };
+        let TakeUp::Hold { deadline } = protocol::take_up(grant, &reader) else {
             return None;
-        }
-        let deadline = grant.deadline(first.at)?;
-        let fence = grant.fence.filter(|_| settings.fencing_tokens);
+        };
+        let fence = grant
+            .token
+            .filter(|_| settings.fencing_tokens)
+            .map(Fence::new);
         let held = Arc::new(
             Held::new(
                 self.hold_owner(field),
@@ -622,8 +626,7 @@ impl Acquisition for NewOwner<'_> {
             .then_some(nap_until)
     }
 
-    fn handed_over(&mut self, waiter: &Waiter<'_>) -> Option<LockGuard> {
-        let grant = waiter.take_grant()?;
+    fn handed_over(&mut self, grant: Grant) -> Option<LockGuard> {
         let held = self.lock.granted_hold(
             &self.fresh.field,
             self.fresh.lease,

@@ -35,11 +35,11 @@ use crate::lock::guard::LockGuard;
 use crate::lock::keys::LockKeys;
 use crate::lock::release_ops::{release_job, ReleaseKind};
 use crate::names::check_text;
+use crate::protocol::GRANT;
 use crate::scripts::catalog::lock::scripts;
 use crate::sync::attempt::Reply;
 use crate::sync::owner;
 use crate::sync::release::OwnerRelease;
-use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::verbs::acquisition_verbs;
 
 /// A handle to one named lock, from [`LockClient::lock`]. Cheap to clone; creating it does
@@ -292,7 +292,7 @@ impl Lock {
             .key(&self.keys.channel)
             .key(&self.keys.naps)
             .arg(inner.backend.publish_command())
-            .arg(HAND_OFF_RESERVATION.as_millis() as u64);
+            .arg(GRANT.as_millis() as u64);
         let reply: redis::Value = inner
             .backend
             .invoke(&invocation)

@@ -11,13 +11,13 @@ use crate::error::{LockError, Result};
 use crate::kind::LockKind;
 use crate::lease::lease_millis;
 use crate::lock::guard::LockGuard;
+use crate::protocol::GRANT;
 use crate::scripts::catalog::multi::multi_scripts;
 use crate::sync::acquire::{self, Acquisition, Answer};
 use crate::sync::attempt::{Host, PlaceLifetime, RegisteredFlag, Reply, TryStep};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::release::OwnerRelease;
-use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::verbs::Acquire;
 use crate::sync::wait::{NotYet, Waiter};
 use crate::sync::watchdog::renew_once;
@@ -166,7 +166,7 @@ impl MultiLock {
             // Whether an earlier try may have registered it: set by the try step.
             .arg("0")
             .arg(inner.backend.publish_command())
-            .arg(HAND_OFF_RESERVATION.as_millis() as u64);
+            .arg(GRANT.as_millis() as u64);
         // Every hold an unanswered try may have taken, and the owner's place among each
         // lock's waiters, go lock by lock when the acquisition ends without a guard.
         let mut step = TryStep::new(&**inner, first.name(), Arc::clone(&field), call, |field| {

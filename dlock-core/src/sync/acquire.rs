@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{LockError, PermitsAsked, Result};
+use crate::protocol::Grant;
 use crate::scripts::ScriptCall;
 use crate::sync::attempt::{Reply, TryStep};
 use crate::sync::release::ReleaseJob;
@@ -61,10 +62,11 @@ pub(crate) trait Acquisition {
         None
     }
 
-    /// After a wait: the guard of a lock a release handed over meanwhile (see
-    /// `sync::grant`), which needs no try.
-    fn handed_over(&mut self, waiter: &Waiter<'_>) -> Option<Self::Guard> {
-        let _ = waiter;
+    /// After a wait in which a release granted the owner the lock (see `sync::grant`):
+    /// the guard of the granted hold, which needs no try, or `None` to take the grant
+    /// with a try (which finds the hold its own).
+    fn handed_over(&mut self, grant: Grant) -> Option<Self::Guard> {
+        let _ = grant;
         None
     }
 }
@@ -110,10 +112,11 @@ where
         let resumed =
             Box::pin(waiter.wait_or_check(not_yet, |nap_until| acquisition.missed(nap_until)))
                 .await;
-        if resumed.is_ok() {
-            if let Some(guard) = acquisition.handed_over(waiter) {
-                return Ok(acquired(step, started, guard));
-            }
+        // A grant is taken whenever a wait ended with one, so that none outlives the wait
+        // it ended and stands for what later messages ask.
+        let grant = resumed.as_ref().ok().and_then(|_| waiter.take_grant());
+        if let Some(guard) = grant.and_then(|grant| acquisition.handed_over(grant)) {
+            return Ok(acquired(step, started, guard));
         }
         match resumed {
             // The next try keeps the acquisition's place among the waiters for as long

@@ -5,17 +5,11 @@
 //! Between clients a hand-off used to be the release, its message, and the woken waiter's
 //! own try; the grant saves that try's round trip. What makes it safe:
 //!
-//! - **The deadline is counted from a send of the waiter's own.** The release tells the
-//!   waiter how long the grant lasts past its registration's score, the server time at
-//!   which a try of this acquisition registered it. That try was sent after the
-//!   acquisition's first try was, so the first send plus what the release told is never
-//!   later than the grant's expiry in Redis, whatever the offset between the client's
-//!   clock and the server's, provided one server's clock wrote both the score and the
-//!   grant's expiry and did not step between them (only rates matter then, as for every
-//!   lease). A score is kept across a failover or a slot's move, so a grant made after
-//!   one may compare two masters' clocks: the waiter takes the lock with a try whenever
-//!   its client's route moved since its first send (`sync::pubsub::Route`: the master
-//!   moved, the subscriber connected again, or a sharded subscription was moved).
+//! - **The deadline is counted from a send of the waiter's own**, and a grant the waiter
+//!   cannot hold as it is (`replica_acks`, a token it wants and lacks, a short lease, too
+//!   little left, a route moved since its first send: `sync::pubsub::Route`) it takes
+//!   with a try, which finds the hold its own: both decided by
+//!   [`protocol::take_up`](crate::protocol::take_up).
 //! - **The grant is short** (the reservation's length): a chosen waiter that never takes
 //!   it up (its process froze, died or was cut off after its client received the message)
 //!   holds the others up no longer than a reservation would, and the next waiter was told
@@ -25,12 +19,6 @@
 //!   before the message, and only for an owner whose client listens on that server: a
 //!   message also reaches a client still subscribed on a replica (after a failover),
 //!   which the server does not count, and that client is told `pass:` instead.
-//! - **A grant the waiter cannot use as it is, it takes with a try**, which finds the hold
-//!   its own (`acquire.lua`) and sets its lease: with `replica_acks` (the grant counts
-//!   only once the replicas confirmed it, which the try's `WAIT` does), without the fencing
-//!   token the waiter wants (a hold taken without a wait passes no token counter to its
-//!   release, and a lock may have none), or with less than [`MIN_LEFT`] of it left by the
-//!   time the waiter reads it.
 //! - **An acquisition that ended meanwhile cleans up as always**: its `withdraw` release, sent
 //!   after its last try, deletes any hold a grant gave its owner.
 
@@ -41,58 +29,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::LossReason;
-use crate::fence::Fence;
 use crate::redis::Backend;
 use crate::scripts::ScriptCall;
 use crate::sync::held::Held;
-use crate::sync::release::HAND_OFF_RESERVATION;
 use crate::sync::retry::backoff;
 use crate::sync::watchdog::Renewal;
-
-/// The least a grant must have left for its waiter to hold it as it is: with less, the
-/// extension's round trip could not be confirmed before the grant's deadline, and the
-/// waiter's own try, which also takes one round trip, gives it its whole lease at once.
-const MIN_LEFT: Duration = Duration::from_millis(20);
-
-/// A `held:<lasts_us>:<token>:<owner>` message: a release gave the lock to the owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Grant {
-    /// How long the grant lasts past the server time of the owner's registration.
-    lasts: Duration,
-    /// The fencing token minted for the owner's hold, if the lock had a token counter.
-    pub(crate) fence: Option<Fence>,
-}
-
-impl Grant {
-    /// Parses the part of a `held:` message after `held:`: the grant and the owner it names.
-    pub(crate) fn parse(message: &str) -> Option<(&str, Grant)> {
-        let mut parts = message.splitn(3, ':');
-        let lasts_us: u64 = parts.next()?.parse().ok()?;
-        let token: u64 = parts.next()?.parse().ok()?;
-        let owner = parts.next()?;
-        let grant = Grant {
-            lasts: Duration::from_micros(lasts_us),
-            fence: (token > 0).then(|| Fence::new(token)),
-        };
-        Some((owner, grant))
-    }
-
-    /// The deadline of the granted hold for an acquisition whose first try was sent at
-    /// `first_sent`, or `None` when too little of it is left to hold it as it is.
-    ///
-    /// Never later than a grant's length from now either: the grant was made before its
-    /// message was read. That bound alone would not be safe (the message may have taken
-    /// any time to arrive); it only keeps an overstated `lasts` (a registration scored by
-    /// a master whose clock was behind the one that granted) from counting for more
-    /// than the message's delay.
-    pub(crate) fn deadline(&self, first_sent: Instant) -> Option<Instant> {
-        let now = Instant::now();
-        let deadline = first_sent
-            .checked_add(self.lasts)?
-            .min(now + HAND_OFF_RESERVATION);
-        (deadline >= now + MIN_LEFT).then_some(deadline)
-    }
-}
 
 /// Extends the granted hold `held` (made [`extending`](Held::extending)) to `lease` with
 /// `call` (the lock's extend script for its owner), in a task of its own: the hold's guard
@@ -170,22 +111,6 @@ impl Drop for Settled {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_message_names_its_owner_whose_field_has_a_colon() {
-        let (owner, grant) = Grant::parse("1500:7:abc:12").unwrap();
-        assert_eq!(owner, "abc:12");
-        assert_eq!(grant.lasts, Duration::from_micros(1500));
-        assert_eq!(grant.fence, Some(Fence::new(7)));
-        assert_eq!(Grant::parse("1500:0:abc:12").unwrap().1.fence, None);
-    }
-
-    #[test]
-    fn a_malformed_message_is_no_grant() {
-        for message in ["", "x:1:o", "1:x:o", "1:2", "-5:1:o"] {
-            assert_eq!(Grant::parse(message), None, "{message}");
-        }
-    }
-
     #[tokio::test]
     async fn what_waits_for_an_extension_reads_the_extended_deadline() {
         use crate::sync::held::HoldOwner;
@@ -247,23 +172,5 @@ mod tests {
             tokio::time::timeout(Duration::from_secs(2), held.extended()).await
         });
         assert!(settled.is_ok(), "a re-entry would wait for ever");
-    }
-
-    #[test]
-    fn a_grant_with_too_little_left_is_not_held_as_it_is() {
-        let (_, grant) = Grant::parse("90000:0:o").unwrap();
-        let sent = Instant::now();
-        assert_eq!(grant.deadline(sent), Some(sent + Duration::from_millis(90)));
-        let long_ago = sent.checked_sub(Duration::from_millis(71)).unwrap();
-        assert_eq!(grant.deadline(long_ago), None);
-    }
-
-    #[test]
-    fn a_grant_counts_for_no_more_than_its_length_from_now() {
-        let (_, overstated) = Grant::parse("5000000:0:o").unwrap();
-        let before = Instant::now();
-        let deadline = overstated.deadline(before).unwrap();
-        assert!(deadline <= Instant::now() + HAND_OFF_RESERVATION);
-        assert!(deadline >= before + HAND_OFF_RESERVATION);
     }
 }

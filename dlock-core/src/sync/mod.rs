@@ -22,8 +22,8 @@
 //! other clients wait, then the lock goes to them), and the lock a release gives to the
 //! line's next task in its own script (that task's hold, lease and token: no try of its
 //! own), given back (its `withdraw`) when that task stopped waiting; `grant.rs`: a lock another
-//! client's release gave to a waiter (`held:` messages): its deadline from the
-//! acquisition's first send, its extension to the lease; `owner.rs`: which hold a call
+//! client's release gave to a waiter (`held:` messages), extended to the lease (whether
+//! it is held as it is, and until when, is `protocol::take_up`'s decision); `owner.rs`: which hold a call
 //! chain (`scope`) re-enters, and the innermost hold of a kind (a read-write lock's write
 //! hold, say) up the chain; `heard.rs`: what a subscribed channel has heard (Redis's
 //! confirmation, the messages so far), one small state shared by the channel's

@@ -38,8 +38,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::background::Background;
+use crate::protocol::{Call, Grant, Message};
 use crate::redis::{Backend, Subscriber, SubscriberEvent};
-use crate::sync::grant::Grant;
 use crate::sync::heard::{Heard, Notices};
 use crate::sync::recheck::RecheckSpacing;
 use crate::sync::release::{BackgroundReleases, OwnerRelease, ReleaseJob};
@@ -104,60 +104,46 @@ pub(crate) struct Route {
 #[derive(Default)]
 pub(crate) struct OwnerWake {
     notify: Notify,
-    call: Mutex<Call>,
-    /// The last lock a release gave the owner (`held:`), until its waiter takes it.
-    grant: Mutex<Option<Grant>>,
-}
-
-/// What the messages since the owner's last wake-up asked for.
-#[derive(Clone, Copy, Default)]
-enum Call {
-    /// Nothing (a wake-up left from before the owner's last try): try again, to be safe.
-    #[default]
-    Unknown,
-    /// Try now: the lock was passed to the owner, its expiry moved closer, or messages
-    /// may have been lost.
-    Now,
-    /// Try at this moment: the lock is reserved for another owner until then.
-    At(Instant),
+    /// What the messages since the owner's last wake-up asked of it (`None`: nothing, or a
+    /// wake-up left from before the owner's last try: it tries again, to be safe).
+    call: Mutex<Option<Call<Instant>>>,
 }
 
 impl OwnerWake {
-    /// Asks the owner to try now.
-    fn now(&self) {
-        *self.lock_call() = Call::Now;
+    /// Records what a message asks of the owner (see [`Call::then`]) and wakes it.
+    fn ask(&self, call: Call<Instant>) {
+        let mut asked = self.lock_call();
+        *asked = Some(asked.map_or(call, |earlier| earlier.then(call)));
+        drop(asked);
         self.notify.notify_one();
     }
 
-    /// Asks the owner to try at `at`, unless it was asked to try now; a later reservation
-    /// replaces an earlier one (the lock stayed reserved meanwhile).
-    fn at(&self, at: Instant) {
-        let mut call = self.lock_call();
-        if !matches!(*call, Call::Now) {
-            *call = Call::At(at);
-            drop(call);
-            self.notify.notify_one();
+    /// Asks the owner to try now: messages may have been lost.
+    fn now(&self) {
+        self.ask(Call::Now);
+    }
+
+    /// The grant a release made the owner since it was last taken, if any: the owner
+    /// holds the lock once its waiter takes it (a primitive that cannot hold it as it is
+    /// tries now, and finds the hold its own).
+    pub(crate) fn take_grant(&self) -> Option<Grant> {
+        let mut asked = self.lock_call();
+        match *asked {
+            Some(Call::Granted(grant)) => {
+                *asked = None;
+                Some(grant)
+            }
+            _ => None,
         }
     }
 
-    /// A release gave the owner the lock: it holds it, once its waiter takes the grant
-    /// (a primitive that cannot use it as it is tries now, and finds the hold its own).
-    fn granted(&self, grant: Grant) {
-        *self.grant.lock().unwrap_or_else(|p| p.into_inner()) = Some(grant);
-        self.now();
-    }
-
-    /// The grant a release made the owner since it was last taken, if any.
-    pub(crate) fn take_grant(&self) -> Option<Grant> {
-        self.grant.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-
-    fn lock_call(&self) -> std::sync::MutexGuard<'_, Call> {
+    fn lock_call(&self) -> std::sync::MutexGuard<'_, Option<Call<Instant>>> {
         self.call.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Completes when the owner should try again: asked to try now, at the time a
-    /// reservation lapses, or at `deadline` at the latest.
+    /// Completes when the owner should try again: asked to try now or given the lock, at
+    /// the time a hand-off to another lapses, or at `deadline` at the latest. A grant
+    /// stays for [`take_grant`](Self::take_grant).
     pub(crate) async fn called(&self, deadline: Instant) {
         let mut until = deadline;
         loop {
@@ -167,9 +153,14 @@ impl OwnerWake {
             {
                 return;
             }
-            match std::mem::take(&mut *self.lock_call()) {
-                Call::At(at) if at > Instant::now() => until = at.min(deadline),
-                _ => return,
+            let mut asked = self.lock_call();
+            let call = match *asked {
+                Some(Call::Granted(_)) => return,
+                _ => asked.take(),
+            };
+            match call.and_then(|call| call.sleep_until(Instant::now(), deadline)) {
+                Some(at) => until = at,
+                None => return,
             }
         }
     }
@@ -221,10 +212,11 @@ impl Channel {
         payload: Option<&str>,
         live_owners: &Mutex<LiveOwners>,
     ) -> Option<ReleaseJob> {
-        let writers_only = payload
-            .and_then(|payload| payload.strip_prefix("writers:"))
-            .and_then(|lapse_in| lapse_in.parse().ok())
-            .map(|lapse_in| Instant::now() + Duration::from_millis(lapse_in));
+        let message = payload.and_then(Message::parse);
+        let writers_only = match message {
+            Some(Message::Writers { lapses_in }) => Some(Instant::now() + lapses_in),
+            _ => None,
+        };
         self.heard.notice(|notices| {
             notices.seen = notices.seen.wrapping_add(1);
             match writers_only {
@@ -236,28 +228,21 @@ impl Channel {
             self.wake.notify_one();
             return None;
         }
-        let Some(payload) = payload else {
+        if payload.is_none() {
             self.wake.notify_waiters();
             self.wake.notify_one();
             for owner in self.owners.values() {
                 owner.now();
             }
             return None;
-        };
-        let named = match payload.split_once(':') {
-            Some(("pass" | "wake", owner)) => Some((owner, Named::Now)),
-            Some(("held", rest)) => {
-                Grant::parse(rest).map(|(owner, grant)| (owner, Named::Granted(grant)))
-            }
-            Some(("next", rest)) => rest.split_once(':').and_then(|(lapse_in, owner)| {
-                let lapse_in = Duration::from_millis(lapse_in.parse().ok()?);
-                Some((owner, Named::At(Instant::now() + lapse_in)))
-            }),
+        }
+        let named = match message {
             // Only the watchers care: the holder's client learns its hold is gone.
-            Some(("lost", _)) => return None,
-            _ => None,
+            Some(Message::Lost { .. }) => return None,
+            Some(message) => message.call(Instant::now()),
+            None => None,
         };
-        let Some((owner, named)) = named else {
+        let Some((owner, call)) = named else {
             self.wake.notify_one();
             return None;
         };
@@ -271,24 +256,12 @@ impl Channel {
                 .get_mut(owner)
                 .map(|wake| Arc::clone(wake.get_or_insert_with(Arc::default)))
         });
-        match (waiter, named) {
-            (Some(waiter), Named::Now) => waiter.now(),
-            (Some(waiter), Named::Granted(grant)) => waiter.granted(grant),
-            (Some(waiter), Named::At(at)) => waiter.at(at),
-            (None, _) => return self.leave.as_ref().map(|leave| leave(owner)),
+        match waiter {
+            Some(waiter) => waiter.ask(call),
+            None => return self.leave.as_ref().map(|leave| leave(owner)),
         }
         None
     }
-}
-
-/// What a message naming an owner asks of it.
-enum Named {
-    /// Try now.
-    Now,
-    /// Hold the lock a release gave it.
-    Granted(Grant),
-    /// Try at this moment, when a reservation for another lapses.
-    At(Instant),
 }
 
 /// A live waiting owner of the client (see [`PubSubService::live_owner`]); dropping it
@@ -1090,10 +1063,7 @@ mod tests {
         }
         assert!(channel.deliver(Some("held:90000:3:c:7"), &live).is_none());
         let wake = live.lock().unwrap()["c:7"].clone().unwrap();
-        assert_eq!(
-            wake.take_grant().and_then(|grant| grant.fence),
-            Some(crate::fence::Fence::new(3))
-        );
+        assert_eq!(wake.take_grant().and_then(|grant| grant.token), Some(3));
         assert!(given_up.lock().unwrap().is_empty());
 
         // An owner that no longer waits has its message given up.

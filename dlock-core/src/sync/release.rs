@@ -88,12 +88,6 @@ pub(crate) struct NextTask {
     pub(crate) fence: bool,
 }
 
-/// How long a lock passed to a waiting client stays reserved for it: long enough for
-/// the unlock message to arrive and the client to try (under a millisecond when healthy,
-/// tens of milliseconds on a loaded machine); short, because a reservation for a client
-/// that died meanwhile keeps the lock idle that long.
-pub(crate) const HAND_OFF_RESERVATION: Duration = Duration::from_millis(100);
-
 /// How releases are retried, and how long their memos live.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ReleaseTiming {

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::protocol::{self, Grant};
 use crate::redis::CallError;
-use crate::sync::grant::Grant;
 use crate::sync::pubsub::{LiveOwner, OwnerWake, PubSubService, Subscription};
 use crate::sync::recheck::SpacedPlace;
 use crate::sync::release::OwnerRelease;
@@ -275,16 +275,14 @@ impl<'a> Waiter<'a> {
         let now = Instant::now();
         let remaining = match self.policy.give_up_at {
             Some(at) if at <= now => return Err(GiveUp::TimedOut),
-            Some(at) => at - now,
-            None => Duration::MAX,
+            Some(at) => Some(at - now),
+            None => None,
         };
-        let recheck = self.planned.unwrap_or(self.policy.recheck).min(remaining);
         self.subscribe_all();
         // Never sleep past the time the lock can change hands, the recheck interval or
         // the deadline.
-        let nap = u64::try_from(ttl_ms)
-            .map(Duration::from_millis)
-            .map_or(recheck, |ttl| ttl.min(recheck));
+        let recheck = self.planned.unwrap_or(self.policy.recheck);
+        let nap = protocol::nap(ttl_ms, recheck, remaining);
         if !std::mem::replace(&mut self.confirmed, true) {
             // Once Redis confirmed the subscriptions, a release published between the try
             // and a subscription may have been missed: the caller finds out.

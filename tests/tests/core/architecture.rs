@@ -4,8 +4,8 @@
 //! and the import.
 //!
 //! And docs/PROTOCOL.md against the code: the lock's release modes and the messages of the
-//! hand-off that the page lists are the ones the Lua scripts and the client know, each
-//! set in full.
+//! hand-off that the page lists are the ones the Lua scripts and the client's core
+//! (`dlock_core::protocol`) know, each set in full.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +16,7 @@ const RANKS: &[(&str, u32)] = &[
     ("fence", 0),
     ("redact", 0),
     ("background", 0),
+    ("protocol", 0),
     ("error", 1),
     ("names", 2),
     ("lease", 2),
@@ -160,6 +161,20 @@ fn core_source(path: &str) -> String {
     .unwrap()
 }
 
+/// Every `"<word>" =>` in `text`: the arms of a match on strings.
+fn quoted_arms(text: &str) -> std::collections::BTreeSet<String> {
+    text.match_indices("\" =>")
+        .filter_map(|(at, _)| {
+            let before = &text[..at];
+            let start = before.rfind('"')?;
+            let word = &before[start + 1..];
+            word.chars()
+                .all(|c| c.is_ascii_lowercase())
+                .then(|| word.to_owned())
+        })
+        .collect()
+}
+
 /// Every `'<word>'` after `prefix` in `text` (`mode == 'one'` → `one`).
 fn quoted_after(text: &str, prefix: &str) -> std::collections::BTreeSet<String> {
     text.match_indices(prefix)
@@ -199,14 +214,22 @@ fn the_protocol_page_lists_the_modes_and_messages_the_code_knows() {
         .into_iter()
         .map(|what| what.trim_end_matches(':').to_owned())
         .collect();
-    let pubsub = core_source("sync/pubsub.rs");
-    let mut parsed = std::collections::BTreeSet::new();
-    for word in ["held", "pass", "next", "wake", "lost"] {
-        if pubsub.contains(&format!("\"{word}\"")) {
-            parsed.insert(word.to_owned());
-        }
-    }
+    // What the client's sans-IO core parses: an arm of `Message::parse` per kind (the
+    // read-write lock's `writers:` goes on a shared channel, not an owner's).
+    let core = core_source("protocol.rs");
+    let parsed: std::collections::BTreeSet<String> = quoted_arms(&core)
+        .into_iter()
+        .filter(|kind| kind != "writers")
+        .collect();
+    let listed: std::collections::BTreeSet<String> = dlock::protocol::MESSAGE_KINDS
+        .iter()
+        .map(|kind| kind.to_string())
+        .collect();
     let documented = protocol_column("message");
+    assert_eq!(
+        listed, documented,
+        "protocol::MESSAGE_KINDS / PROTOCOL.md lists"
+    );
     assert_eq!(
         published, documented,
         "messages the scripts publish / PROTOCOL.md lists"

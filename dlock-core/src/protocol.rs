@@ -1,0 +1,450 @@
+//! The client's decisions in the hand-off protocol (docs/PROTOCOL.md), without I/O: what a
+//! message on a wake channel says, what the messages an owner received ask of it, how long
+//! a busy owner naps, and whether a grant is held as it is or taken with a try.
+//!
+//! Time is whatever the caller counts it in (`tokio::time::Instant` in the client, the
+//! simulated clock in dlock's simulator): every decision takes "now" as an argument and
+//! reads no clock, sends nothing and sleeps nowhere. The async side (`sync::pubsub`,
+//! `sync::wait`, `sync::grant`) feeds these functions what it received and performs what
+//! they decide; the simulator (`sim/`) feeds them every order of events against the real
+//! Lua scripts, so what it checks is the client's own rule, not a copy of it.
+//!
+//! Not a stable API: public so that the simulator, a crate of its own, can drive it.
+
+use std::ops::Add;
+use std::time::Duration;
+
+/// How long a grant and a reservation last: long enough for the message to arrive and
+/// its owner to act (under a millisecond when healthy, tens of milliseconds on a loaded
+/// machine); short, because one made for an owner whose process died keeps the lock idle
+/// that long.
+pub const GRANT: Duration = Duration::from_millis(100);
+
+/// The least a grant must have left for its owner to hold it as it is: with less, the
+/// extension's round trip could not be confirmed before the grant's deadline, and the
+/// owner's own try, which also takes one round trip, gives it its whole lease at once.
+pub const MIN_LEFT: Duration = Duration::from_millis(20);
+
+/// The kinds of the messages that name an owner, as the scripts publish them.
+pub const MESSAGE_KINDS: [&str; 5] = ["held", "pass", "next", "wake", "lost"];
+
+/// A moment on some clock that durations can be added to.
+pub trait Moment: Copy + Ord + Add<Duration, Output = Self> {}
+
+impl<T: Copy + Ord + Add<Duration, Output = T>> Moment for T {}
+
+/// A message on a lock's channel (docs/PROTOCOL.md, "Messages").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Message<'a> {
+    /// `held:<µs>:<token>:<owner>`: a release wrote `owner`'s hold.
+    Held {
+        /// The owner the lock was granted to.
+        owner: &'a str,
+        /// The grant.
+        grant: Grant,
+    },
+    /// `pass:<owner>`: try now, the lock is reserved for `owner` (or free).
+    Pass {
+        /// The owner told.
+        owner: &'a str,
+    },
+    /// `next:<ms>:<owner>`: try when the hand-off to another lapses, in `lapses_in`.
+    Next {
+        /// The runner-up told.
+        owner: &'a str,
+        /// How long until the other owner's grant or reservation lapses.
+        lapses_in: Duration,
+    },
+    /// `wake:<owner>`: the lock frees earlier than `owner` was promised: try now.
+    Wake {
+        /// The owner told.
+        owner: &'a str,
+    },
+    /// `lost:<owner>`: a force unlock took `owner`'s hold.
+    Lost {
+        /// The holder that lost its hold.
+        owner: &'a str,
+    },
+    /// `writers:<ms>` on a read-write lock's shared channel: the lock is free for a
+    /// writer; every other waiter tries within `lapses_in`.
+    Writers {
+        /// How long the writers have the lock to themselves.
+        lapses_in: Duration,
+    },
+}
+
+impl<'a> Message<'a> {
+    /// The message `payload` says, or `None` for one of no kind known here.
+    pub fn parse(payload: &'a str) -> Option<Message<'a>> {
+        let (kind, rest) = payload.split_once(':')?;
+        let message = match kind {
+            "held" => {
+                let mut parts = rest.splitn(3, ':');
+                let lasts_us: u64 = parts.next()?.parse().ok()?;
+                let token: u64 = parts.next()?.parse().ok()?;
+                let owner = parts.next()?;
+                Message::Held {
+                    owner,
+                    grant: Grant {
+                        lasts: Duration::from_micros(lasts_us),
+                        token: (token > 0).then_some(token),
+                    },
+                }
+            }
+            "pass" => Message::Pass { owner: rest },
+            "next" => {
+                let (ms, owner) = rest.split_once(':')?;
+                Message::Next {
+                    owner,
+                    lapses_in: Duration::from_millis(ms.parse().ok()?),
+                }
+            }
+            "wake" => Message::Wake { owner: rest },
+            "lost" => Message::Lost { owner: rest },
+            "writers" => Message::Writers {
+                lapses_in: Duration::from_millis(rest.parse().ok()?),
+            },
+            _ => return None,
+        };
+        Some(message)
+    }
+
+    /// The owner the message names and what it asks of it if it waits, read at `now`;
+    /// `None` for a message that asks no waiting owner anything (`lost:`, which only the
+    /// holder's watchers care about, and `writers:`).
+    ///
+    /// A message naming an owner that no longer waits in the client that received it is
+    /// answered with the lock's `leave` (the owner leaves the waiters and keeps its holds:
+    /// its own try may have taken the lock before the message came).
+    pub fn call<T: Moment>(&self, now: T) -> Option<(&'a str, Call<T>)> {
+        match *self {
+            Message::Held { owner, grant } => Some((owner, Call::Granted(grant))),
+            Message::Pass { owner } | Message::Wake { owner } => Some((owner, Call::Now)),
+            Message::Next { owner, lapses_in } => Some((owner, Call::At(now + lapses_in))),
+            Message::Lost { .. } | Message::Writers { .. } => None,
+        }
+    }
+}
+
+/// A `held:` message's grant: the owner holds the lock from the message on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Grant {
+    /// How long the grant lasts past the server time of the owner's registration.
+    pub lasts: Duration,
+    /// The fencing token minted for the owner's hold, if the lock has a token counter.
+    pub token: Option<u64>,
+}
+
+/// What the messages naming a waiting owner since its last try ask of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Call<T> {
+    /// Try now: the lock was reserved for the owner, its expiry moved closer than the
+    /// owner was promised, or messages may have been lost.
+    Now,
+    /// Try at this moment: the lock is granted to or reserved for another owner until
+    /// then.
+    At(T),
+    /// A release gave the owner the lock (see [`take_up`]).
+    Granted(Grant),
+}
+
+impl<T: Moment> Call<T> {
+    /// What is asked once `newer` came after `self`: a grant outweighs everything (the
+    /// owner holds the lock), trying now outweighs trying later, and a later reservation
+    /// replaces an earlier one (the lock stayed handed off meanwhile).
+    pub fn then(self, newer: Call<T>) -> Call<T> {
+        match (self, newer) {
+            (_, Call::Granted(grant)) | (Call::Granted(grant), _) => Call::Granted(grant),
+            (Call::Now, _) | (_, Call::Now) => Call::Now,
+            (Call::At(_), Call::At(at)) => Call::At(at),
+        }
+    }
+
+    /// Until when an owner asked this at `now` may sleep before it tries, no later than
+    /// `nap_until`: only a reservation for another lets it sleep on.
+    pub fn sleep_until(self, now: T, nap_until: T) -> Option<T> {
+        match self {
+            Call::At(at) if at > now => Some(at.min(nap_until)),
+            _ => None,
+        }
+    }
+}
+
+/// How long an owner whose try found the lock busy sleeps without a message: the time
+/// the busy answer gave (`busy_ttl_ms`, the lock's expiry or the nap it was promised;
+/// negative when it has none), but never past its recheck interval or `remaining`, the
+/// time left until it gives up.
+pub fn nap(busy_ttl_ms: i64, recheck: Duration, remaining: Option<Duration>) -> Duration {
+    let longest = remaining.map_or(recheck, |remaining| recheck.min(remaining));
+    u64::try_from(busy_ttl_ms)
+        .map(Duration::from_millis)
+        .map_or(longest, |ttl| ttl.min(longest))
+}
+
+/// What an owner knows when it reads a grant (see [`take_up`]).
+#[derive(Debug, Clone, Copy)]
+pub struct GrantReader<T> {
+    /// When its acquisition sent its first try: a grant's length counts from there.
+    pub first_sent: T,
+    /// When it reads the grant.
+    pub now: T,
+    /// The lease its hold is to have.
+    pub lease: Duration,
+    /// Its client waits for replicas to confirm writes (`replica_acks`).
+    pub replica_acks: bool,
+    /// Its holds carry fencing tokens.
+    pub wants_token: bool,
+    /// Its client's route to Redis moved since `first_sent` (a failover, a reconnection,
+    /// a moved slot): the grant's length may be read off another server's clock.
+    pub route_moved: bool,
+}
+
+/// How an owner takes up a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakeUp<T> {
+    /// It holds the lock until `deadline`, and extends the hold to its lease at once.
+    Hold {
+        /// When its hold ends unless the extension confirms more.
+        deadline: T,
+    },
+    /// It tries: its try finds the hold its own and gives it its whole lease.
+    Try,
+}
+
+/// Whether `reader` holds `grant` as it is or takes it with a try.
+///
+/// The deadline counts from the acquisition's first send: the release says how long the
+/// grant lasts past the server time of the registration, which a try sent after the first
+/// made, so the first send plus that is never later than the grant's expiry in Redis,
+/// provided one server's clock wrote both (hence a try when the route moved). It is never
+/// later than a grant's length from now either, which keeps an overstated length from
+/// counting for more than the message's delay.
+///
+/// A try instead with `replica_acks` (the grant counts once the replicas confirm it,
+/// which a try's `WAIT` does), without the token the owner wants, with a lease shorter
+/// than a grant (held as it is, the hold would outlive the lease: an extension never
+/// shortens it), or with less than [`MIN_LEFT`] left.
+pub fn take_up<T: Moment>(grant: Grant, reader: &GrantReader<T>) -> TakeUp<T> {
+    if reader.replica_acks
+        || reader.wants_token && grant.token.is_none()
+        || reader.lease < GRANT
+        || reader.route_moved
+    {
+        return TakeUp::Try;
+    }
+    let deadline = (reader.first_sent + grant.lasts).min(reader.now + GRANT);
+    if deadline >= reader.now + MIN_LEFT {
+        TakeUp::Hold { deadline }
+    } else {
+        TakeUp::Try
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Milliseconds on a test clock.
+    type Ms = Duration;
+
+    fn ms(n: u64) -> Ms {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn every_message_kind_parses() {
+        assert_eq!(
+            Message::parse("held:1500:7:abc:12"),
+            Some(Message::Held {
+                owner: "abc:12",
+                grant: Grant {
+                    lasts: Duration::from_micros(1500),
+                    token: Some(7),
+                },
+            })
+        );
+        assert_eq!(
+            Message::parse("held:1500:0:o"),
+            Some(Message::Held {
+                owner: "o",
+                grant: Grant {
+                    lasts: Duration::from_micros(1500),
+                    token: None,
+                },
+            })
+        );
+        assert_eq!(
+            Message::parse("next:40:c:3"),
+            Some(Message::Next {
+                owner: "c:3",
+                lapses_in: ms(40),
+            })
+        );
+        assert_eq!(
+            Message::parse("pass:c:3"),
+            Some(Message::Pass { owner: "c:3" })
+        );
+        assert_eq!(
+            Message::parse("wake:c:3"),
+            Some(Message::Wake { owner: "c:3" })
+        );
+        assert_eq!(
+            Message::parse("lost:c:3"),
+            Some(Message::Lost { owner: "c:3" })
+        );
+        assert_eq!(
+            Message::parse("writers:25"),
+            Some(Message::Writers { lapses_in: ms(25) })
+        );
+        for kind in MESSAGE_KINDS {
+            assert!(Message::parse(&format!("{kind}:1:1:o")).is_some(), "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_malformed_message_is_none() {
+        for payload in [
+            "",
+            "held",
+            "held:x:1:o",
+            "held:1:x:o",
+            "held:1:2",
+            "held:-5:1:o",
+            "next:o",
+            "next:x:o",
+            "writers:x",
+            "other:o",
+            "1",
+        ] {
+            assert_eq!(Message::parse(payload), None, "{payload}");
+        }
+    }
+
+    #[test]
+    fn a_message_asks_the_owner_it_names() {
+        let now = ms(1000);
+        let ask = |payload| Message::parse(payload).unwrap().call(now);
+        assert_eq!(ask("pass:c:1"), Some(("c:1", Call::Now)));
+        assert_eq!(ask("wake:c:1"), Some(("c:1", Call::Now)));
+        assert_eq!(ask("next:40:c:1"), Some(("c:1", Call::At(ms(1040)))));
+        assert!(matches!(
+            ask("held:1:0:c:1"),
+            Some(("c:1", Call::Granted(_)))
+        ));
+        assert_eq!(ask("lost:c:1"), None);
+        assert_eq!(ask("writers:5"), None);
+    }
+
+    #[test]
+    fn a_grant_outweighs_a_try_now_which_outweighs_a_later_one() {
+        let grant = Grant {
+            lasts: ms(100),
+            token: None,
+        };
+        let calls = [Call::Now, Call::At(ms(5)), Call::Granted(grant)];
+        for earlier in calls {
+            assert_eq!(earlier.then(Call::Granted(grant)), Call::Granted(grant));
+            assert_eq!(Call::Granted(grant).then(earlier), Call::Granted(grant));
+        }
+        assert_eq!(Call::Now.then(Call::At(ms(5))), Call::Now);
+        assert_eq!(Call::At(ms(5)).then(Call::Now), Call::Now);
+        assert_eq!(Call::At(ms(5)).then(Call::At(ms(9))), Call::At(ms(9)));
+        assert_eq!(Call::At(ms(9)).then(Call::At(ms(5))), Call::At(ms(5)));
+    }
+
+    #[test]
+    fn only_a_reservation_for_another_lets_an_owner_sleep_on() {
+        let now = ms(100);
+        assert_eq!(Call::At(ms(150)).sleep_until(now, ms(200)), Some(ms(150)));
+        assert_eq!(Call::At(ms(250)).sleep_until(now, ms(200)), Some(ms(200)));
+        assert_eq!(Call::At(ms(100)).sleep_until(now, ms(200)), None);
+        assert_eq!(Call::<Ms>::Now.sleep_until(now, ms(200)), None);
+    }
+
+    #[test]
+    fn a_nap_ends_at_the_busy_answer_the_recheck_or_the_deadline() {
+        assert_eq!(nap(30, ms(1000), None), ms(30));
+        assert_eq!(nap(5000, ms(1000), None), ms(1000));
+        assert_eq!(nap(-1, ms(1000), None), ms(1000));
+        assert_eq!(nap(-2, ms(1000), Some(ms(10))), ms(10));
+        assert_eq!(nap(30, ms(1000), Some(ms(10))), ms(10));
+        assert_eq!(nap(0, ms(1000), None), ms(0));
+    }
+
+    fn reader(first_sent: u64, now: u64) -> GrantReader<Ms> {
+        GrantReader {
+            first_sent: ms(first_sent),
+            now: ms(now),
+            lease: ms(30_000),
+            replica_acks: false,
+            wants_token: false,
+            route_moved: false,
+        }
+    }
+
+    #[test]
+    fn a_grant_is_held_from_the_first_send_no_longer_than_a_grant_from_now() {
+        let grant = Grant {
+            lasts: ms(90),
+            token: None,
+        };
+        assert_eq!(
+            take_up(grant, &reader(1000, 1000)),
+            TakeUp::Hold { deadline: ms(1090) }
+        );
+        // Read late: too little left.
+        assert_eq!(take_up(grant, &reader(1000, 1071)), TakeUp::Try);
+        // An overstated length counts for a grant from now at most.
+        let overstated = Grant {
+            lasts: ms(5000),
+            token: None,
+        };
+        assert_eq!(
+            take_up(overstated, &reader(1000, 1000)),
+            TakeUp::Hold { deadline: ms(1100) }
+        );
+    }
+
+    #[test]
+    fn a_grant_the_owner_cannot_hold_as_it_is_is_taken_with_a_try() {
+        let grant = Grant {
+            lasts: ms(90),
+            token: None,
+        };
+        let base = reader(1000, 1000);
+        for changed in [
+            GrantReader {
+                replica_acks: true,
+                ..base
+            },
+            GrantReader {
+                wants_token: true,
+                ..base
+            },
+            GrantReader {
+                lease: ms(99),
+                ..base
+            },
+            GrantReader {
+                route_moved: true,
+                ..base
+            },
+        ] {
+            assert_eq!(take_up(grant, &changed), TakeUp::Try, "{changed:?}");
+        }
+        let with_token = Grant {
+            token: Some(3),
+            ..grant
+        };
+        assert!(matches!(
+            take_up(
+                with_token,
+                &GrantReader {
+                    wants_token: true,
+                    ..base
+                }
+            ),
+            TakeUp::Hold { .. }
+        ));
+    }
+}
