@@ -68,6 +68,9 @@ pub struct Config {
     pub cancels: u8,
     /// Processes that die.
     pub crashes: u8,
+    /// Processes that freeze for good with their connections open: the server still
+    /// counts their subscriber, and messages to them go unanswered.
+    pub freezes: u8,
     /// Messages that arrive late (up to [`DELAY_MS`]).
     pub delays: u8,
     /// Force unlocks by an operator.
@@ -118,6 +121,7 @@ impl Default for Config {
             recheck_ms: 10_000,
             cancels: 0,
             crashes: 0,
+            freezes: 0,
             delays: 0,
             force_unlocks: 0,
             lost_replies: 0,
@@ -221,6 +225,8 @@ pub enum Event {
     Cancel(usize),
     /// Client `c`'s process dies.
     Crash(usize),
+    /// Client `c`'s process freezes with its connections open.
+    Freeze(usize),
     /// Client `c`'s next message arrives late: after [`DELAY_MS`] at most, or with the
     /// next timer before that.
     Delay(usize),
@@ -241,6 +247,7 @@ pub struct World {
     /// Faults left to inject (see [`Config`]).
     pub cancels: u8,
     pub crashes: u8,
+    pub freezes: u8,
     pub delays: u8,
     pub force_unlocks: u8,
     pub lost_replies: u8,
@@ -285,6 +292,7 @@ impl World {
                 .collect(),
             cancels: config.cancels,
             crashes: config.crashes,
+            freezes: config.freezes,
             delays: config.delays,
             force_unlocks: config.force_unlocks,
             lost_replies: config.lost_replies,
@@ -354,6 +362,9 @@ impl World {
             }
             if self.crashes > 0 {
                 events.push(Event::Crash(c));
+            }
+            if self.freezes > 0 {
+                events.push(Event::Freeze(c));
             }
         }
         if self.force_unlocks > 0 {
@@ -486,8 +497,12 @@ impl World {
                     mode: "withdraw",
                 });
             }
-            Event::Crash(c) => {
-                self.crashes -= 1;
+            Event::Crash(c) | Event::Freeze(c) => {
+                let crashed = matches!(event, Event::Crash(_));
+                match crashed {
+                    true => self.crashes -= 1,
+                    false => self.freezes -= 1,
+                }
                 let client = &mut self.clients[c];
                 client.dead = true;
                 client.requests.clear();
@@ -499,7 +514,14 @@ impl World {
                         *owner = Owner::Dead;
                     }
                 }
-                if let Some(subscribers) = self.redis.subscribers.get_mut(&wake_channel(c)) {
+                // A frozen process's subscriber stays: the server counts it, and what it
+                // is told goes nowhere.
+                if let Some(subscribers) = self
+                    .redis
+                    .subscribers
+                    .get_mut(&wake_channel(c))
+                    .filter(|_| crashed)
+                {
                     subscribers.remove(&(c as u32));
                 }
             }
@@ -596,9 +618,11 @@ impl World {
     fn deliver_published(&mut self) {
         for published in std::mem::take(&mut self.redis.outbox) {
             for to in published.to {
-                self.clients[to as usize]
-                    .messages
-                    .push_back(published.payload.clone());
+                let client = &mut self.clients[to as usize];
+                // A frozen process reads nothing.
+                if !client.dead {
+                    client.messages.push_back(published.payload.clone());
+                }
             }
         }
     }

@@ -42,6 +42,7 @@ fn the_worlds_of_the_mutations_hold_as_built() {
         lost_reply_world(),
         overslept_world(),
         short_lease_world(),
+        frozen_world(),
     ] {
         if let Err(found) = exhaustive(&config, &scripts, 2_000_000) {
             panic!("{config:?}: {}", found.problem);
@@ -184,4 +185,26 @@ fn an_extension_that_shortens_the_grant() {
         ..short_lease_world()
     };
     found("an extension that shortens the grant", &config, &scripts);
+}
+
+/// A process that freezes with its connections open: the release grants it the lock (its
+/// subscriber still counts), and only the runner-up's `next:` gets the lock going again
+/// when the grant lapses.
+fn frozen_world() -> Config {
+    Config {
+        clients: 3,
+        freezes: 1,
+        ..Config::default()
+    }
+}
+
+/// The runner-up of a grant or a reservation told nothing.
+#[test]
+fn a_runner_up_nobody_tells() {
+    let scripts = mutated(&[(
+        "lock_release",
+        "if tell(publish, registry, runner_up, message) then",
+        "if true then",
+    )]);
+    found("a runner-up nobody tells", &frozen_world(), &scripts);
 }
