@@ -1,6 +1,7 @@
 //! The client's decisions in the hand-off protocol (docs/PROTOCOL.md), without I/O: what a
 //! message on a wake channel says, what the messages an owner received ask of it, how long
-//! a busy owner naps, and whether a grant is held as it is or taken with a try.
+//! a busy owner naps, whether a grant is held as it is or taken with a try, and how
+//! long a client keeps a lock others wait for within its local line.
 //!
 //! Time is whatever the caller counts it in (`tokio::time::Instant` in the client, the
 //! simulated clock in dlock's simulator): every decision takes "now" as an argument and
@@ -240,6 +241,27 @@ pub fn take_up<T: Moment>(grant: Grant, reader: &GrantReader<T>) -> TakeUp<T> {
     }
 }
 
+/// How many times in a row a lock may go from one task of a client to the next (a local
+/// grant) while other clients wait for it. Small enough that no client waits long behind
+/// another (a few critical sections per client in turn); large enough that most hand-offs
+/// stay local, which costs no pub/sub round trip.
+pub const LOCAL_RUN_BOUND: u32 = 8;
+
+/// Whether a release may give the lock to its client's next task while other clients
+/// wait, after `run` local grants in a row while they did.
+pub fn may_keep(run: u32) -> bool {
+    run < LOCAL_RUN_BOUND
+}
+
+/// The run of local grants after a release that gave the lock to its client's next task
+/// while others waited (`kept`), or did anything else (which ends the run).
+pub fn run_after(run: u32, kept: bool) -> u32 {
+    match kept {
+        true => run.saturating_add(1),
+        false => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,6 +271,17 @@ mod tests {
 
     fn ms(n: u64) -> Ms {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_client_keeps_a_lock_others_wait_for_a_bounded_number_of_times() {
+        let mut run = 0;
+        for _ in 0..LOCAL_RUN_BOUND {
+            assert!(may_keep(run));
+            run = run_after(run, true);
+        }
+        assert!(!may_keep(run));
+        assert_eq!(run_after(run, false), 0);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The world the explorer moves: one lock in the simulated Redis, clients that each take
-//! it a few times with fresh owners, the network between them, and the faults the run may
+//! it a few times with fresh owners (one after another, or at once in the client's local
+//! line), the network between them, and the faults the run may
 //! still inject. Each client decides as dlock's client does (docs/PROTOCOL.md, "Where an
 //! owner is in its client"); the scripts decide in Redis.
 //!
@@ -51,8 +52,14 @@ pub fn wake_channel(client: usize) -> String {
 pub struct Config {
     /// Clients, each a process with a command connection and a subscriber.
     pub clients: usize,
-    /// Acquisitions each client makes, one after another (each a fresh owner).
+    /// Acquisitions each client makes (each a fresh owner): one after another, or all at
+    /// once in its local line (see `lined`).
     pub acquisitions: usize,
+    /// A client's acquisitions start whenever the explorer says, each while the others
+    /// may still run, and line up in the client's local line: one at a time in Redis, the
+    /// release of the one holding naming the next, whom its script may give the lock to
+    /// (docs/PROTOCOL.md, "Where an owner is in its client").
+    pub lined: bool,
     /// The explicit lease of each client's holds, in ms (client `c` takes
     /// `leases_ms[c % 4]`).
     pub leases_ms: [u64; 4],
@@ -91,6 +98,8 @@ pub struct ClientRules {
     pub short_lease_grant_is_tried: bool,
     /// A granted hold whose extension finds it gone leaves the waiters.
     pub lost_extension_leaves: bool,
+    /// The local line gives back a lock a release gave to a task that stopped waiting.
+    pub unwanted_local_grant_given_back: bool,
 }
 
 impl Default for ClientRules {
@@ -99,6 +108,7 @@ impl Default for ClientRules {
             retry_says_registered: true,
             short_lease_grant_is_tried: true,
             lost_extension_leaves: true,
+            unwanted_local_grant_given_back: true,
         }
     }
 }
@@ -115,6 +125,7 @@ impl Default for Config {
         Config {
             clients: 2,
             acquisitions: 1,
+            lined: false,
             leases_ms: [300; 4],
             holds_ms: [50; 4],
             min_holds_ms: [0; 4],
@@ -138,10 +149,31 @@ pub enum Request {
     Try { owner: u32, registered: bool },
     /// `extend.lua`, for a grant.
     Extend { owner: u32 },
-    /// `release.lua` in `mode`.
-    Release { owner: u32, mode: &'static str },
+    /// `release.lua` in `mode`; `next`: the client's next task in its local line, which
+    /// the release may give the lock to (`keep`: even while others wait); `retried`: a
+    /// send after one whose reply was lost.
+    Release {
+        owner: u32,
+        mode: &'static str,
+        next: Option<u32>,
+        keep: bool,
+        retried: bool,
+    },
     /// `hold_until.lua`, keeping the lock `ms` more.
     HoldUntil { owner: u32, ms: u64 },
+}
+
+impl Request {
+    /// A release in `mode` that names no next task, sent for the first time.
+    pub fn release(owner: u32, mode: &'static str) -> Request {
+        Request::Release {
+            owner,
+            mode,
+            next: None,
+            keep: false,
+            retried: false,
+        }
+    }
 }
 
 /// Where an owner is (docs/PROTOCOL.md).
@@ -149,6 +181,9 @@ pub enum Request {
 pub enum Owner {
     /// Not started yet.
     Idle,
+    /// In its client's local line behind the owner whose turn it is; nothing of it in
+    /// Redis.
+    Lined,
     /// A try is on its way; `first_sent_ms`: the acquisition's first send; `woken`: what
     /// messages asked meanwhile.
     #[allow(missing_docs)]
@@ -206,6 +241,10 @@ pub struct Client {
     pub held_back: Vec<(String, u64)>,
     /// Its process died.
     pub dead: bool,
+    /// The owner whose turn it is in the local line: the one that tries, waits or holds.
+    pub turn: Option<u32>,
+    /// Local grants in a row while others waited (the client's cohort bound).
+    pub run: u32,
 }
 
 /// The explorer's moves.
@@ -221,8 +260,9 @@ pub enum Event {
     Message(usize),
     /// The clock moves to the next timer.
     Tick,
-    /// Client `c`'s waiting owner gives up (a timeout, a dropped future).
-    Cancel(usize),
+    /// Owner `o` of client `c`, waiting in Redis or in its local line, gives up (a
+    /// timeout, a dropped future).
+    Cancel(usize, usize),
     /// Client `c`'s process dies.
     Crash(usize),
     /// Client `c`'s process freezes with its connections open.
@@ -288,6 +328,8 @@ impl World {
                     messages: VecDeque::new(),
                     held_back: Vec::new(),
                     dead: false,
+                    turn: None,
+                    run: 0,
                 })
                 .collect(),
             cancels: config.cancels,
@@ -331,18 +373,27 @@ impl World {
             if client.dead {
                 continue;
             }
-            let current = client.owners.iter().position(|o| !matches!(o, Owner::Done));
-            if let Some(o) = current {
-                if client.owners[o] == Owner::Idle {
-                    events.push(Event::Start(c));
-                }
-                if self.cancels > 0
-                    && matches!(
-                        client.owners[o],
-                        Owner::Waiting { .. } | Owner::Trying { .. }
-                    )
-                {
-                    events.push(Event::Cancel(c));
+            // One after another: the first owner not done starts once the one before is
+            // done; in a line: the first idle one, whenever.
+            let startable = match config.lined {
+                true => client.owners.iter().position(|o| *o == Owner::Idle),
+                false => client
+                    .owners
+                    .iter()
+                    .position(|o| *o != Owner::Done)
+                    .filter(|&o| client.owners[o] == Owner::Idle),
+            };
+            if startable.is_some() {
+                events.push(Event::Start(c));
+            }
+            if self.cancels > 0 {
+                for (o, owner) in client.owners.iter().enumerate() {
+                    if matches!(
+                        owner,
+                        Owner::Waiting { .. } | Owner::Trying { .. } | Owner::Lined
+                    ) {
+                        events.push(Event::Cancel(c, o));
+                    }
                 }
             }
             if !client.requests.is_empty() {
@@ -418,17 +469,15 @@ impl World {
     pub fn step(&mut self, event: Event, config: &Config, scripts: &Scripts) -> Result<(), String> {
         match event {
             Event::Start(c) => {
-                let o = self.current(c).expect("an owner to start");
-                let now = self.now_ms();
-                self.clients[c].owners[o] = Owner::Trying {
-                    first_sent_ms: now,
-                    registered: false,
-                    woken: None,
-                };
-                self.clients[c].requests.push_back(Request::Try {
-                    owner: o as u32,
-                    registered: false,
-                });
+                let o = self.clients[c]
+                    .owners
+                    .iter()
+                    .position(|o| *o == Owner::Idle)
+                    .expect("an owner to start");
+                match self.clients[c].turn {
+                    Some(_) => self.clients[c].owners[o] = Owner::Lined,
+                    None => self.take_turn(c, o),
+                }
             }
             Event::Exec(c) => {
                 let request = self.clients[c].requests.pop_front().expect("a request");
@@ -463,6 +512,19 @@ impl World {
                             registered: registered || config.client.retry_says_registered,
                         })
                     }
+                    Request::Release {
+                        owner,
+                        mode,
+                        next,
+                        keep,
+                        ..
+                    } => Some(Request::Release {
+                        owner,
+                        mode,
+                        next,
+                        keep,
+                        retried: true,
+                    }),
                     other => Some(other),
                 };
                 if let Some(retried) = retried {
@@ -487,15 +549,18 @@ impl World {
                 }
                 self.on_timers(config);
             }
-            Event::Cancel(c) => {
+            Event::Cancel(c, o) => {
                 self.cancels -= 1;
-                let o = self.current(c).expect("an owner");
+                let lined = self.clients[c].owners[o] == Owner::Lined;
                 self.clients[c].owners[o] = Owner::Done;
-                // The try step's cleanup: the owner's withdraw.
-                self.clients[c].requests.push_back(Request::Release {
-                    owner: o as u32,
-                    mode: "withdraw",
-                });
+                if !lined {
+                    // The try step's cleanup: the owner's withdraw; the next in line goes
+                    // on at once.
+                    self.clients[c]
+                        .requests
+                        .push_back(Request::release(o as u32, "withdraw"));
+                    self.pass_turn(c, o);
+                }
             }
             Event::Crash(c) | Event::Freeze(c) => {
                 let crashed = matches!(event, Event::Crash(_));
@@ -547,12 +612,39 @@ impl World {
         self.check(config)
     }
 
-    /// Client `c`'s current acquisition (the first not done).
-    fn current(&self, c: usize) -> Option<usize> {
+    /// Owner `o` of client `c` has the turn in its line: it tries.
+    fn take_turn(&mut self, c: usize, o: usize) {
+        let now = self.now_ms();
+        let client = &mut self.clients[c];
+        client.turn = Some(o as u32);
+        client.owners[o] = Owner::Trying {
+            first_sent_ms: now,
+            registered: false,
+            woken: None,
+        };
+        client.requests.push_back(Request::Try {
+            owner: o as u32,
+            registered: false,
+        });
+    }
+
+    /// Owner `o` of client `c` gives up the turn, if it has it: the next in line takes it.
+    fn pass_turn(&mut self, c: usize, o: usize) {
+        if self.clients[c].turn != Some(o as u32) {
+            return;
+        }
+        self.clients[c].turn = None;
+        if let Some(next) = self.next_in_line(c) {
+            self.take_turn(c, next);
+        }
+    }
+
+    /// Client `c`'s first owner waiting in its local line.
+    fn next_in_line(&self, c: usize) -> Option<usize> {
         self.clients[c]
             .owners
             .iter()
-            .position(|o| !matches!(o, Owner::Done))
+            .position(|o| *o == Owner::Lined)
     }
 
     fn execute(
@@ -587,24 +679,38 @@ impl World {
                     s("publish"),
                 ],
             ),
-            Request::Release { owner, mode } => (
-                "lock_release",
-                vec![
-                    s(KEY),
-                    s(REGISTRY),
-                    format!("dlock:release:{{l}}:{}:{op}", World::field(c, *owner)),
-                    s(NAPS),
-                    s(FENCE),
-                ],
-                vec![
+            Request::Release {
+                owner,
+                mode,
+                next,
+                keep,
+                retried,
+            } => {
+                let mut args = vec![
                     World::field(c, *owner),
                     s(mode),
                     s("5000"),
                     s("publish"),
                     GRANT_MS.to_string(),
-                    s("0"),
-                ],
-            ),
+                    s(if *retried { "1" } else { "0" }),
+                ];
+                if let Some(next) = next {
+                    args.extend([
+                        World::field(c, *next),
+                        s(if *keep { "1" } else { "0" }),
+                        config.lease(c).to_string(),
+                        s("1"),
+                    ]);
+                }
+                let keys = vec![
+                    s(KEY),
+                    s(REGISTRY),
+                    format!("dlock:release:{{l}}:{}:{op}", World::field(c, *owner)),
+                    s(NAPS),
+                    s(FENCE),
+                ];
+                ("lock_release", keys, args)
+            }
             Request::HoldUntil { owner, ms } => (
                 "lock_hold_until",
                 vec![s(KEY), s(REGISTRY), s(NAPS)],
@@ -696,21 +802,33 @@ impl World {
                             _ => {
                                 *deadline_ms = now;
                                 if config.client.lost_extension_leaves {
-                                    self.clients[c].requests.push_back(Request::Release {
-                                        owner,
-                                        mode: "leave",
-                                    });
+                                    self.clients[c]
+                                        .requests
+                                        .push_back(Request::release(owner, "leave"));
                                 }
+                                self.pass_turn(c, o);
                             }
                         }
                     }
                 }
             }
-            Request::Release { owner, .. } | Request::HoldUntil { owner, .. } => {
+            Request::Release {
+                owner, mode, next, ..
+            } => {
                 let o = owner as usize;
                 if self.clients[c].owners[o] == Owner::Releasing {
                     self.clients[c].owners[o] = Owner::Done;
                 }
+                if mode == "one" && self.clients[c].turn == Some(owner) {
+                    self.released(c, o, next, &reply, config);
+                }
+            }
+            Request::HoldUntil { owner, .. } => {
+                let o = owner as usize;
+                if self.clients[c].owners[o] == Owner::Releasing {
+                    self.clients[c].owners[o] = Owner::Done;
+                }
+                self.pass_turn(c, o);
             }
         }
         Ok(())
@@ -801,6 +919,46 @@ impl World {
             .push_back(Request::Extend { owner: o as u32 });
     }
 
+    /// The release of owner `o` of client `c`, which had the turn, answered `reply`:
+    /// the lock given to `next`, the client's next task (which holds it now, or gives it
+    /// back if it stopped waiting meanwhile), or gone elsewhere (the next tries).
+    fn released(&mut self, c: usize, o: usize, next: Option<u32>, reply: &Reply, config: &Config) {
+        let answer = match reply {
+            Reply::Array(items) => match items.get(1) {
+                Some(Reply::Bulk(word) | Reply::Status(word)) => word.as_str(),
+                _ => "",
+            },
+            _ => "",
+        };
+        let given = matches!(answer, "given" | "kept");
+        let client = &mut self.clients[c];
+        client.run = protocol::run_after(client.run, answer == "kept");
+        let Some(n) = next.filter(|_| given).map(|n| n as usize) else {
+            self.pass_turn(c, o);
+            return;
+        };
+        if client.owners[n] != Owner::Lined {
+            // It stopped waiting before it learnt: the line gives the lock back for it.
+            if config.client.unwanted_local_grant_given_back {
+                client
+                    .requests
+                    .push_back(Request::release(n as u32, "withdraw"));
+            }
+            self.pass_turn(c, o);
+            return;
+        }
+        let token = match reply {
+            Reply::Array(items) => match items.get(2) {
+                Some(Reply::Int(token)) => *token,
+                _ => 0,
+            },
+            _ => 0,
+        };
+        client.turn = Some(n as u32);
+        let now = self.now_ms();
+        let _ = self.hold(c, n, now + config.lease(c), token, config);
+    }
+
     fn on_message(&mut self, c: usize, message: &str, config: &Config) {
         // The client's own reading of the message; `lost:` asks no waiter anything (the
         // local line's business).
@@ -830,10 +988,9 @@ impl World {
                 };
             }
             // Not waiting here any more: the lock's leave for it.
-            _ => self.clients[c].requests.push_back(Request::Release {
-                owner: o as u32,
-                mode: "leave",
-            }),
+            _ => self.clients[c]
+                .requests
+                .push_back(Request::release(o as u32, "leave")),
         }
     }
 
@@ -847,12 +1004,32 @@ impl World {
             for o in 0..self.clients[c].owners.len() {
                 match self.clients[c].owners[o].clone() {
                     Owner::Waiting { until_ms, .. } if until_ms <= now => self.try_again(c, o),
-                    Owner::Holding { release_at_ms, .. } if release_at_ms <= now => {
+                    Owner::Holding {
+                        deadline_ms,
+                        release_at_ms,
+                        ..
+                    } if deadline_ms <= now || release_at_ms <= now => {
+                        // A hold past its deadline is lost: its turn goes on.
+                        if deadline_ms <= now {
+                            self.pass_turn(c, o);
+                        }
+                        if release_at_ms > now {
+                            continue;
+                        }
                         self.clients[c].owners[o] = Owner::Releasing;
+                        // The release names the next in line while its hold has the turn.
+                        let client = &self.clients[c];
+                        let next = match client.turn == Some(o as u32) {
+                            true => self.next_in_line(c).map(|n| n as u32),
+                            false => None,
+                        };
                         let request = match config.min_holds_ms[c % 4] {
                             0 => Request::Release {
                                 owner: o as u32,
                                 mode: "one",
+                                next,
+                                keep: protocol::may_keep(client.run),
+                                retried: false,
                             },
                             min_hold => Request::HoldUntil {
                                 owner: o as u32,
@@ -929,10 +1106,12 @@ impl World {
         // it) while a live owner waits, no longer than a grant's lapse.
         let waiting = self.clients.iter().any(|client| {
             !client.dead
-                && client
-                    .owners
-                    .iter()
-                    .any(|o| matches!(o, Owner::Waiting { .. } | Owner::Trying { .. }))
+                && client.owners.iter().any(|o| {
+                    matches!(
+                        o,
+                        Owner::Waiting { .. } | Owner::Trying { .. } | Owner::Lined
+                    )
+                })
         });
         let takeable = waiting && holding.is_empty() && self.lock_takeable();
         match (takeable, self.takeable_since) {
@@ -1043,6 +1222,22 @@ impl World {
         }
         if !left.is_empty() {
             return Err(format!("left behind: {left:?}"));
+        }
+        // Nothing can happen any more: every live owner must be done, none stuck (in its
+        // local line, say, behind a turn nobody passes on).
+        for (c, client) in self.clients.iter().enumerate() {
+            if let Some(o) = client
+                .owners
+                .iter()
+                .position(|o| *o != Owner::Done)
+                .filter(|_| !client.dead)
+            {
+                return Err(format!(
+                    "{} is stuck: {:?}",
+                    World::field(c, o as u32),
+                    client.owners[o]
+                ));
+            }
         }
         Ok(())
     }

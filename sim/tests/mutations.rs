@@ -43,6 +43,7 @@ fn the_worlds_of_the_mutations_hold_as_built() {
         overslept_world(),
         short_lease_world(),
         frozen_world(),
+        lined_world(),
     ] {
         if let Err(found) = exhaustive(&config, &scripts, 2_000_000) {
             panic!("{config:?}: {}", found.problem);
@@ -207,4 +208,34 @@ fn a_runner_up_nobody_tells() {
         "if true then",
     )]);
     found("a runner-up nobody tells", &frozen_world(), &scripts);
+}
+
+/// Two owners of one client in its local line beside another client, one of which may
+/// give up.
+fn lined_world() -> Config {
+    Config {
+        clients: 2,
+        acquisitions: 2,
+        lined: true,
+        cancels: 1,
+        ..Config::default()
+    }
+}
+
+/// A release gives the lock to its client's next task, which stopped waiting before the
+/// answer came, and nobody gives it back.
+#[test]
+fn a_local_grant_nobody_gives_back() {
+    let config = Config {
+        client: ClientRules {
+            unwanted_local_grant_given_back: false,
+            ..ClientRules::default()
+        },
+        ..lined_world()
+    };
+    found(
+        "a local grant nobody gives back",
+        &config,
+        &Scripts::dlock(|_, code| code),
+    );
 }

@@ -16,7 +16,7 @@
 //!
 //! Across clients the line is one cohort: while other clients wait (the lock's release
 //! script knows them from its waiter registry), the lock stays in this client for at most
-//! [`LOCAL_RUN_BOUND`] hand-offs in a row, then goes to the longest-waiting other client
+//! [`LOCAL_RUN_BOUND`](protocol::LOCAL_RUN_BOUND) hand-offs in a row (the client's core decides: `protocol::may_keep`), then goes to the longest-waiting other client
 //! and this client's next task waits for its own wake-up behind the others. Without the
 //! bound, the local hand-off, which needs no pub/sub hop, would keep a hot lock in one
 //! process while the others wait seconds.
@@ -36,13 +36,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::fence::Fence;
+use crate::protocol;
 use crate::sync::release::{BackgroundReleases, NextHolder, NextInLine, NextTask, OwnerRelease};
-
-/// How many times in a row a lock may go from one task of a client to the next while
-/// other clients wait for it. Small enough that no client waits long behind another
-/// (a few critical sections per client in turn); large enough that most hand-offs stay
-/// local, which costs no pub/sub round trip.
-pub(crate) const LOCAL_RUN_BOUND: u32 = 8;
 
 /// The client's local lines, one per lock key while anyone is in it.
 pub(crate) struct LocalQueues<H> {
@@ -387,7 +382,7 @@ impl<H> Turn<H> {
             line.named = Some(Arc::clone(&first.offer));
             NextInLine {
                 next: Some(first.offer.task.clone()),
-                keep: line.run < LOCAL_RUN_BOUND,
+                keep: protocol::may_keep(line.run),
                 contended: true,
             }
         })
@@ -400,12 +395,14 @@ impl<H> Turn<H> {
     pub(crate) fn released(&self, next: NextHolder, sent_at: Instant) {
         let releases = &self.queues.releases;
         self.with_line(|line| {
-            line.run = match next {
+            let kept = matches!(
+                next,
                 NextHolder::ThisClient {
-                    others_wait: true, ..
-                } => line.run.saturating_add(1),
-                _ => 0,
-            };
+                    others_wait: true,
+                    ..
+                }
+            );
+            line.run = protocol::run_after(line.run, kept);
             let outcome = match next {
                 NextHolder::ThisClient { fence, .. } => Outcome::Given(Given { sent_at, fence }),
                 NextHolder::Anyone | NextHolder::Another => Outcome::NotGiven,
@@ -679,7 +676,7 @@ mod tests {
     async fn the_local_run_counts_hand_offs_while_others_wait() {
         let (queues, _) = queues();
         let mut holder = turn(join(&queues, "k", "h0")).await;
-        for i in 1..=LOCAL_RUN_BOUND {
+        for i in 1..=protocol::LOCAL_RUN_BOUND {
             let next = join(&queues, "k", &format!("h{i}"));
             assert!(holder.next_in_line().keep, "hand-off {i} may stay");
             let kept = NextHolder::ThisClient {

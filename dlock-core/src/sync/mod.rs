@@ -18,7 +18,7 @@
 //! and Redis answers, else in the background when the step is dropped; `held.rs`: one
 //! hold's state (deadline, lost or released, its local turn, when it was acquired);
 //! `local.rs`: the per-process first-come-first-served line per key, generic over the
-//! holder, the cohort bound (`LOCAL_RUN_BOUND`: at most 8 local hand-offs in a row while
+//! holder, the cohort bound (`protocol::LOCAL_RUN_BOUND`: at most 8 local hand-offs in a row while
 //! other clients wait, then the lock goes to them), and the lock a release gives to the
 //! line's next task in its own script (that task's hold, lease and token: no try of its
 //! own), given back (its `withdraw`) when that task stopped waiting; `grant.rs`: a lock another
