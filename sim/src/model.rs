@@ -82,6 +82,11 @@ pub struct Config {
     pub delays: u8,
     /// Force unlocks by an operator.
     pub force_unlocks: u8,
+    /// Failovers to a replica that has every write (no write is lost): each client's
+    /// commands move to the new master at once (its route moves), its subscriber stays on
+    /// the demoted one, now a replica, until it connects again: it hears what the new
+    /// master publishes, which counts it nowhere.
+    pub failovers: u8,
     /// Replies lost with their connection: the client sends the request again.
     pub lost_replies: u8,
     /// The client's side of the protocol as built; a mutation test turns a part off to
@@ -135,6 +140,7 @@ impl Default for Config {
             freezes: 0,
             delays: 0,
             force_unlocks: 0,
+            failovers: 0,
             lost_replies: 0,
             client: ClientRules::default(),
         }
@@ -245,6 +251,12 @@ pub struct Client {
     pub turn: Option<u32>,
     /// Local grants in a row while others waited (the client's cohort bound).
     pub run: u32,
+    /// Its subscriber is still on a demoted master, after a failover.
+    pub stale: bool,
+    /// How often its route to Redis moved (`sync::pubsub::Route`).
+    pub route: u32,
+    /// Its route when each owner's acquisition first sent.
+    pub first_routes: Vec<u32>,
 }
 
 /// The explorer's moves.
@@ -274,6 +286,10 @@ pub enum Event {
     LoseReply(usize),
     /// An operator force-unlocks the lock.
     ForceUnlock,
+    /// The master fails over to a replica with every write.
+    Failover,
+    /// Client `c`'s subscriber, on a demoted master, connects to the new one.
+    Reconnect(usize),
 }
 
 /// The whole world at one moment.
@@ -290,6 +306,7 @@ pub struct World {
     pub freezes: u8,
     pub delays: u8,
     pub force_unlocks: u8,
+    pub failovers: u8,
     pub lost_replies: u8,
     /// Since when the lock has been takeable while a live owner waited (ms).
     pub takeable_since: Option<u64>,
@@ -330,6 +347,9 @@ impl World {
                     dead: false,
                     turn: None,
                     run: 0,
+                    stale: false,
+                    route: 0,
+                    first_routes: vec![0; config.acquisitions],
                 })
                 .collect(),
             cancels: config.cancels,
@@ -337,6 +357,7 @@ impl World {
             freezes: config.freezes,
             delays: config.delays,
             force_unlocks: config.force_unlocks,
+            failovers: config.failovers,
             lost_replies: config.lost_replies,
             takeable_since: None,
             last_token: 0,
@@ -417,9 +438,15 @@ impl World {
             if self.freezes > 0 {
                 events.push(Event::Freeze(c));
             }
+            if client.stale {
+                events.push(Event::Reconnect(c));
+            }
         }
         if self.force_unlocks > 0 {
             events.push(Event::ForceUnlock);
+        }
+        if self.failovers > 0 {
+            events.push(Event::Failover);
         }
         if !self.network_busy() && self.next_timer(config).is_some() {
             events.push(Event::Tick);
@@ -590,6 +617,37 @@ impl World {
                     subscribers.remove(&(c as u32));
                 }
             }
+            Event::Failover => {
+                self.failovers -= 1;
+                for (c, client) in self.clients.iter_mut().enumerate() {
+                    if client.dead {
+                        continue;
+                    }
+                    client.route += 1;
+                    client.stale = true;
+                    if let Some(subscribers) = self.redis.subscribers.get_mut(&wake_channel(c)) {
+                        subscribers.remove(&(c as u32));
+                    }
+                }
+            }
+            Event::Reconnect(c) => {
+                let client = &mut self.clients[c];
+                client.stale = false;
+                client.route += 1;
+                self.redis
+                    .subscribers
+                    .entry(wake_channel(c))
+                    .or_default()
+                    .insert(c as u32);
+                // Messages may have been missed meanwhile: every waiter tries again (one
+                // whose try is on its way, once it answers).
+                for o in 0..self.clients[c].owners.len() {
+                    if let Owner::Trying { woken, .. } = &mut self.clients[c].owners[o] {
+                        *woken = Some(woken.map_or(Call::Now, |earlier| earlier.then(Call::Now)));
+                    }
+                    self.try_again(c, o);
+                }
+            }
             Event::ForceUnlock => {
                 self.force_unlocks -= 1;
                 // An operator's override: whoever held the lock does so no more, as far as
@@ -617,6 +675,7 @@ impl World {
         let now = self.now_ms();
         let client = &mut self.clients[c];
         client.turn = Some(o as u32);
+        client.first_routes[o] = client.route;
         client.owners[o] = Owner::Trying {
             first_sent_ms: now,
             registered: false,
@@ -723,7 +782,13 @@ impl World {
     /// Moves what the scripts published to the subscribers it reached.
     fn deliver_published(&mut self) {
         for published in std::mem::take(&mut self.redis.outbox) {
-            for to in published.to {
+            // The counted subscribers, and those on the demoted master, which replicates
+            // what the new one publishes without being counted.
+            let stale = (0..self.clients.len() as u32).filter(|&c| {
+                self.clients[c as usize].stale && wake_channel(c as usize) == published.channel
+            });
+            let to: Vec<u32> = published.to.iter().copied().chain(stale).collect();
+            for to in to {
                 let client = &mut self.clients[to as usize];
                 // A frozen process reads nothing.
                 if !client.dead {
@@ -902,7 +967,7 @@ impl World {
             lease: Duration::from_millis(lease),
             replica_acks: false,
             wants_token: false,
-            route_moved: false,
+            route_moved: self.clients[c].route != self.clients[c].first_routes[o],
         };
         let TakeUp::Hold { deadline } = protocol::take_up(grant, &reader) else {
             self.try_again(c, o);
@@ -1113,7 +1178,13 @@ impl World {
                     )
                 })
         });
-        let takeable = waiting && holding.is_empty() && self.lock_takeable();
+        // A failover's bound is its clients' reconnection, not a grant's lapse: a waiter
+        // whose subscriber is on the demoted master is passed over meanwhile.
+        let reconnecting = self
+            .clients
+            .iter()
+            .any(|client| client.stale && !client.dead);
+        let takeable = waiting && !reconnecting && holding.is_empty() && self.lock_takeable();
         match (takeable, self.takeable_since) {
             (true, None) => self.takeable_since = Some(now),
             (true, Some(since)) if now - since > takeable_bound_ms(config) => {

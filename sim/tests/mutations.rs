@@ -44,6 +44,7 @@ fn the_worlds_of_the_mutations_hold_as_built() {
         short_lease_world(),
         frozen_world(),
         lined_world(),
+        failover_world(),
     ] {
         if let Err(found) = exhaustive(&config, &scripts, 2_000_000) {
             panic!("{config:?}: {}", found.problem);
@@ -237,5 +238,33 @@ fn a_local_grant_nobody_gives_back() {
         "a local grant nobody gives back",
         &config,
         &Scripts::dlock(|_, code| code),
+    );
+}
+
+/// Two clients taking the lock twice each through a failover that keeps every write.
+fn failover_world() -> Config {
+    Config {
+        clients: 2,
+        acquisitions: 2,
+        failovers: 1,
+        ..Config::default()
+    }
+}
+
+/// A grant made to whoever `PUBLISH` counted: the `held:` message goes out first, and the
+/// hold is written only when the server counted a receiver. A client whose subscriber is
+/// still on the demoted master hears it through replication, uncounted, and holds a lock
+/// nobody holds in Redis (the cluster-failover grant, V26).
+#[test]
+fn a_grant_to_whoever_publish_counted() {
+    let scripts = mutated(&[(
+        "lock_release",
+        "if listens_here(publish, registry, owner) then",
+        "if tell(publish, registry, owner, 'held:' .. string.format('%d', math.max(0, expires_ms * 1000 - tonumber(oldest[2]))) .. ':0') then",
+    )]);
+    found(
+        "a grant to whoever PUBLISH counted",
+        &failover_world(),
+        &scripts,
     );
 }

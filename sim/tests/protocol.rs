@@ -83,6 +83,22 @@ fn a_local_line_beside_another_client() {
     );
 }
 
+/// A failover that keeps every write while two clients take the lock twice each: each client's
+/// subscriber stays on the demoted master until it connects again, hearing the new
+/// master's messages uncounted.
+#[test]
+fn two_clients_through_a_failover() {
+    explore(
+        Config {
+            clients: 2,
+            acquisitions: 2,
+            failovers: 1,
+            ..Config::default()
+        },
+        1_000_000,
+    );
+}
+
 #[test]
 fn lost_replies_and_a_force_unlock() {
     explore(
