@@ -1,7 +1,8 @@
 //! The client's decisions in the hand-off protocol (docs/PROTOCOL.md), without I/O: what a
 //! message on a wake channel says, what the messages an owner received ask of it, how long
 //! a busy owner naps, whether a grant is held as it is or taken with a try, and how
-//! long a client keeps a lock others wait for within its local line.
+//! long a client keeps a lock others wait for within its local line, and what the first
+//! task in that line watches its holder for.
 //!
 //! Time is whatever the caller counts it in (`tokio::time::Instant` in the client, the
 //! simulated clock in dlock's simulator): every decision takes "now" as an argument and
@@ -262,6 +263,79 @@ pub fn run_after(run: u32, kept: bool) -> u32 {
     }
 }
 
+/// How long the first task in a client's local line lets a new holder of its own process
+/// hold before watching it: far below the promised bounds for noticing an expired lease
+/// (50 ms) or a force unlock (100 ms), far above a busy line's hand-off interval.
+pub const WATCH_GRACE: Duration = Duration::from_millis(20);
+
+/// What a task in its client's local line waits for next (see [`LineWatch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch<T> {
+    /// Not first in line: the line to move.
+    Behind,
+    /// The line to move, or `T`, when the holder has held for [`WATCH_GRACE`].
+    Until(T),
+    /// Ask Redis whether the holder still holds, then decide again.
+    Check,
+    /// The line to move, the holder lost, or the subscription to the lock's channel
+    /// confirmed; ask Redis at each recheck.
+    Confirming,
+    /// The line to move, the holder lost; ask Redis after each message on the lock's
+    /// channel and at each recheck.
+    Watching,
+}
+
+/// The first task's watch of the holder ahead of it in its client's local line: it learns
+/// of an expired lease or a force unlock as soon as a waiter in another process would.
+///
+/// A holder is asked about in Redis once it has held for [`WATCH_GRACE`] (it may have been
+/// force-unlocked or have expired before this task came), again once the subscription to
+/// the lock's channel is confirmed (a force unlock before that was not heard), then after
+/// every message on the channel (a force unlock tells the holder's client) and every
+/// recheck. `H` tells holders apart.
+#[derive(Debug, Default)]
+pub struct LineWatch<H> {
+    /// The holder watched, and whether Redis was asked about it since it was first seen.
+    watched: Option<(H, bool)>,
+    confirmation_seen: bool,
+}
+
+impl<H: PartialEq> LineWatch<H> {
+    /// What to wait for at `now`: `holder` is the hold ahead of this task with the time it
+    /// was acquired, or `None` when the task is not first in line; `confirmed` whether
+    /// Redis confirmed the subscription to the lock's channel.
+    pub fn next<T: Moment>(&mut self, holder: Option<(H, T)>, now: T, confirmed: bool) -> Watch<T> {
+        let Some((holder, acquired_at)) = holder else {
+            return Watch::Behind;
+        };
+        if self
+            .watched
+            .as_ref()
+            .is_none_or(|(seen, _)| *seen != holder)
+        {
+            self.watched = Some((holder, false));
+        }
+        // A busy line hands over faster than the grace: only a holder that keeps the lock
+        // longer is worth watching (and asking about in Redis).
+        let watch_from = acquired_at + WATCH_GRACE;
+        if now < watch_from {
+            return Watch::Until(watch_from);
+        }
+        if let Some((_, asked @ false)) = &mut self.watched {
+            *asked = true;
+            return Watch::Check;
+        }
+        match (self.confirmation_seen, confirmed) {
+            (true, _) => Watch::Watching,
+            (false, true) => {
+                self.confirmation_seen = true;
+                Watch::Check
+            }
+            (false, false) => Watch::Confirming,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +356,39 @@ mod tests {
         }
         assert!(!may_keep(run));
         assert_eq!(run_after(run, false), 0);
+    }
+
+    #[test]
+    fn the_first_in_line_asks_about_a_holder_after_its_grace_and_once_it_listens() {
+        let mut watch = LineWatch::default();
+        let acquired = ms(1000);
+        assert_eq!(watch.next::<Ms>(None, ms(1000), false), Watch::Behind);
+        assert_eq!(
+            watch.next(Some((1, acquired)), ms(1005), false),
+            Watch::Until(ms(1020))
+        );
+        assert_eq!(
+            watch.next(Some((1, acquired)), ms(1020), false),
+            Watch::Check
+        );
+        assert_eq!(
+            watch.next(Some((1, acquired)), ms(1030), false),
+            Watch::Confirming
+        );
+        assert_eq!(
+            watch.next(Some((1, acquired)), ms(1040), true),
+            Watch::Check
+        );
+        assert_eq!(
+            watch.next(Some((1, acquired)), ms(1050), true),
+            Watch::Watching
+        );
+        // A new holder is asked about once more; the confirmation stays seen.
+        assert_eq!(watch.next(Some((2, ms(900))), ms(1060), true), Watch::Check);
+        assert_eq!(
+            watch.next(Some((2, ms(900))), ms(1070), true),
+            Watch::Watching
+        );
     }
 
     #[test]

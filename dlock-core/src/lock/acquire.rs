@@ -14,7 +14,7 @@ use crate::fence::Fence;
 use crate::kind::LockKind;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::scripts::{acquire_call, extend_call, AcquireArgs};
-use crate::protocol::{self, Grant, GrantReader, TakeUp};
+use crate::protocol::{self, Grant, GrantReader, LineWatch, TakeUp, Watch};
 use crate::redis::CallError;
 use crate::scripts::catalog::lock::scripts;
 use crate::scripts::ScriptCall;
@@ -304,12 +304,10 @@ impl Lock {
     /// and subscribe again at every hand-off.
     ///
     /// The first waiter watches the holder: it marks the holder lost (which gives up the
-    /// turn) when its lease runs out, and checks it in Redis at once when the hold is
-    /// older than [`WATCH_GRACE`] (it may have been force-unlocked or have expired before
-    /// this task came), again once its subscription is confirmed (a force unlock before
-    /// that was not heard), after every message for the lock (a force unlock tells the
-    /// holder's client) and every `max_wait_recheck`, so that a lock free in Redis frees
-    /// the line as soon as a waiter in another process would get it.
+    /// turn) when its lease runs out, and asks Redis about it when the client's core says
+    /// ([`LineWatch`]: after the hold's grace, once its subscription is confirmed, after
+    /// every message for the lock and every `max_wait_recheck`), so that a lock free in
+    /// Redis frees the line as soon as a waiter in another process would get it.
     ///
     /// A task waiting behind a hold it took itself (`lock()` twice without `scope`) waits
     /// forever; the same state is legitimate when another future of the task holds it
@@ -319,25 +317,24 @@ impl Lock {
         ticket: Ticket<Held>,
         give_up_at: Option<Instant>,
     ) -> Option<(Turn<Held>, Option<Subscription>)> {
+        let waited = self.turn_of(ticket);
+        match give_up_at {
+            Some(at) => tokio::time::timeout_at(at, waited).await.ok(),
+            None => Some(waited.await),
+        }
+    }
+
+    /// [`wait_for_turn`](Self::wait_for_turn) without a deadline: what the client's core
+    /// says to wait for ([`LineWatch`]), performed.
+    async fn turn_of(&self, ticket: Ticket<Held>) -> (Turn<Held>, Option<Subscription>) {
         let inner = &self.client.inner;
         let recheck = inner.settings.max_wait_recheck;
         let mut watching: Option<Subscription> = None;
-        // The holder being watched, and whether Redis was asked about it since it was
-        // first seen.
-        let mut watched: Option<(Arc<Held>, bool)> = None;
-        let mut confirmation_seen = false;
-        let warn_at = tokio::time::Instant::now() + SELF_WAIT_WARNING;
-        let mut warned = false;
-        let give_up = async {
-            match give_up_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(give_up);
+        let mut watch = LineWatch::default();
+        let mut own_hold = SelfWait::new();
         loop {
             let holder = match ticket.place() {
-                Place::Turn => return Some((ticket.into_turn(), watching)),
+                Place::Turn => return (ticket.into_turn(), watching),
                 Place::First => ticket.holder(),
                 Place::Behind => None,
             };
@@ -345,61 +342,38 @@ impl Lock {
             // that it stays subscribed from hand-off to hand-off while anyone waits.
             let subscription =
                 watching.get_or_insert_with(|| inner.pubsub.watch_wake(&self.wake, &self.leave));
-            let Some(holder) = holder else {
-                tokio::select! {
-                    () = ticket.moved() => continue,
-                    () = &mut give_up => return None,
-                }
-            };
-            if !watched
+            let seen = holder
                 .as_ref()
-                .is_some_and(|(seen, _)| Arc::ptr_eq(seen, &holder))
-            {
-                watched = Some((Arc::clone(&holder), false));
-            }
-            // A busy line hands over faster than WATCH_GRACE: only a holder that keeps the
-            // lock longer is worth watching (and checking in Redis).
-            let watch_from = holder.acquired_at + WATCH_GRACE;
-            if Instant::now() < watch_from {
-                tokio::select! {
-                    () = ticket.moved() => {}
-                    () = tokio::time::sleep_until(watch_from) => {}
-                    () = &mut give_up => return None,
+                .map(|held| (Arc::as_ptr(held) as usize, held.acquired_at));
+            match (
+                watch.next(seen, Instant::now(), subscription.is_confirmed()),
+                holder,
+            ) {
+                (Watch::Check, Some(holder)) => self.check_holder(&holder).await,
+                (Watch::Until(at), _) => {
+                    tokio::select! {
+                        () = ticket.moved() => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
                 }
-                continue;
-            }
-            if let Some((_, asked @ false)) = &mut watched {
-                *asked = true;
-                self.check_holder(&holder).await;
-                continue;
-            }
-            if !confirmation_seen {
-                if subscription.is_confirmed() {
-                    confirmation_seen = true;
-                    self.check_holder(&holder).await;
-                    continue;
+                (Watch::Confirming, Some(holder)) => {
+                    tokio::select! {
+                        () = ticket.moved() => {}
+                        _ = holder.wait_lost() => {}
+                        () = subscription.confirmed() => {}
+                        () = tokio::time::sleep(recheck) => self.check_holder(&holder).await,
+                    }
                 }
-                tokio::select! {
-                    () = ticket.moved() => {}
-                    _ = holder.wait_lost() => {}
-                    () = subscription.confirmed() => {}
-                    () = tokio::time::sleep(recheck) => self.check_holder(&holder).await,
-                    () = &mut give_up => return None,
+                (Watch::Watching, Some(holder)) => {
+                    tokio::select! {
+                        () = ticket.moved() => {}
+                        _ = holder.wait_lost() => {}
+                        () = subscription.noticed() => self.check_holder(&holder).await,
+                        () = tokio::time::sleep(recheck) => self.check_holder(&holder).await,
+                        () = own_hold.warning(&self.name, &holder) => {}
+                    }
                 }
-                continue;
-            }
-            // Outside any task (the body of `block_on`, `#[tokio::main]`) both are `None`.
-            let own_hold = !warned && holder.acquired_in == tokio::task::try_id();
-            tokio::select! {
-                () = ticket.moved() => {}
-                _ = holder.wait_lost() => {}
-                () = subscription.noticed() => self.check_holder(&holder).await,
-                () = tokio::time::sleep(recheck) => self.check_holder(&holder).await,
-                () = tokio::time::sleep_until(warn_at), if own_hold => {
-                    warned = true;
-                    tracing::warn!(lock = %self.name, "dlock: this task has waited {} for a lock it acquired itself and still holds; unless another future of the task (join!) releases it, this never ends. To take a lock again inside its own critical section, run that code in `guard.scope(...)`", humantime::format_duration(SELF_WAIT_WARNING));
-                }
-                () = &mut give_up => return None,
+                _ => ticket.moved().await,
             }
         }
     }
@@ -666,11 +640,35 @@ const REGISTERED_FLAG: RegisteredFlag = RegisteredFlag(4);
 /// registration (`ARGV[4]`).
 const REGISTRY_LIFETIME: PlaceLifetime = PlaceLifetime(3);
 
-/// How long the first waiter lets a new holder hold before watching it (see
-/// `Lock::wait_for_turn`): far below the promised bounds for noticing an expired lease
-/// (50 ms) or a force unlock (100 ms), far above a busy line's hand-off interval.
-const WATCH_GRACE: Duration = Duration::from_millis(20);
-
 /// How long a task waits behind a hold it acquired itself before that is logged (see
 /// `Lock::wait_for_turn`).
 const SELF_WAIT_WARNING: Duration = Duration::from_secs(5);
+
+/// The warning for a task that waits in its line behind a hold it acquired itself, given
+/// once per wait.
+struct SelfWait {
+    at: Instant,
+    warned: bool,
+}
+
+impl SelfWait {
+    fn new() -> SelfWait {
+        SelfWait {
+            at: Instant::now() + SELF_WAIT_WARNING,
+            warned: false,
+        }
+    }
+
+    /// Completes once it has warned that this task waits behind `holder`, a hold it
+    /// acquired itself, since [`SELF_WAIT_WARNING`]; never when the hold is another
+    /// task's (outside any task, the body of `block_on`, both are `None`) or it warned
+    /// already.
+    async fn warning(&mut self, name: &str, holder: &Held) {
+        if self.warned || holder.acquired_in != tokio::task::try_id() {
+            return std::future::pending().await;
+        }
+        tokio::time::sleep_until(self.at).await;
+        self.warned = true;
+        tracing::warn!(lock = %name, "dlock: this task has waited {} for a lock it acquired itself and still holds; unless another future of the task (join!) releases it, this never ends. To take a lock again inside its own critical section, run that code in `guard.scope(...)`", humantime::format_duration(SELF_WAIT_WARNING));
+    }
+}

@@ -137,20 +137,6 @@ impl Reply {
 
 impl redis::FromRedisValue for Reply {
     fn from_redis_value(value: redis::Value) -> Result<Reply, redis::ParsingError> {
-        let unexpected = |what: &dyn std::fmt::Debug| -> redis::ParsingError {
-            format!("unexpected reply from a dlock acquire script: {what:?}").into()
-        };
-        let token = |value: &redis::Value| match value {
-            redis::Value::Int(0) => Ok(None),
-            redis::Value::Int(n) => u64::try_from(*n)
-                .map(|n| Some(Fence::new(n)))
-                .map_err(|_| format!("a dlock fencing token must be positive, got {n}").into()),
-            other => Err(unexpected(other)),
-        };
-        let position = |lua: i64| {
-            usize::try_from(lua - 1)
-                .map_err(|_| redis::ParsingError::from(format!("bad key position {lua}")))
-        };
         match value {
             redis::Value::Nil => Ok(Reply::Granted(None)),
             redis::Value::Int(wait_ms) => Ok(Reply::Busy {
@@ -158,66 +144,96 @@ impl redis::FromRedisValue for Reply {
                 at: 0,
                 untold: false,
             }),
-            redis::Value::Array(items) => match items.as_slice() {
-                [single @ redis::Value::Int(_)] => match token(single)? {
-                    Some(fence) => Ok(Reply::Granted(Some(fence))),
-                    None => Err(unexpected(&items)),
-                },
-                [redis::Value::BulkString(tag), rest @ ..] if tag.as_slice() == b"ok" => rest
-                    .iter()
-                    .map(token)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(Reply::GrantedAll),
-                [redis::Value::BulkString(tag), redis::Value::Int(at), redis::Value::Int(wait_ms), untold @ ..]
-                    if tag.as_slice() == b"busy" =>
-                {
-                    let untold = match untold {
-                        [] => false,
-                        [redis::Value::BulkString(what)] if what.as_slice() == b"untold" => true,
-                        _ => return Err(unexpected(&items)),
-                    };
-                    Ok(Reply::Busy {
-                        wait_ms: *wait_ms,
-                        at: position(*at)?,
-                        untold,
-                    })
-                }
-                _ => Err(unexpected(&items)),
-            },
-            other => {
-                let text = String::from_redis_value(other)?;
-                // `<what>:<detail>` or, for a key of a set, `<what>:<i>:<detail>`.
-                let (what, rest) = text.split_once(':').unwrap_or((&text, ""));
-                let (at, detail) = match rest.split_once(':') {
-                    Some((i, detail)) if i.bytes().all(|b| b.is_ascii_digit()) => {
-                        let i: i64 = i.parse().map_err(|_| unexpected(&text))?;
-                        (position(i)?, detail)
-                    }
-                    _ => (0, rest),
-                };
-                match what {
-                    "notheld" => Ok(Reply::NotHeld),
-                    "upgrade" => Ok(Reply::Upgrade),
-                    "crowded" => detail
-                        .parse()
-                        .map(Reply::Crowded)
-                        .map_err(|_| unexpected(&text)),
-                    "drift" => detail
-                        .parse()
-                        .map(Reply::Drift)
-                        .map_err(|_| unexpected(&text)),
-                    "wrongtype" => Ok(Reply::WrongType {
-                        found: detail.to_owned(),
-                        at,
-                    }),
-                    "kind" => LockKind::from_script(detail)
-                        .map(|found| Reply::OtherKind { found, at })
-                        .ok_or_else(|| unexpected(&text)),
-                    _ => Err(unexpected(&text)),
-                }
-            }
+            redis::Value::Array(items) => Reply::from_items(&items),
+            other => Reply::from_text(&String::from_redis_value(other)?),
         }
     }
+}
+
+impl Reply {
+    /// An array reply: a grant's token, a set's tokens (`ok`), or a busy answer naming
+    /// the lock that blocked (`busy`).
+    fn from_items(items: &[redis::Value]) -> Result<Reply, redis::ParsingError> {
+        match items {
+            [single @ redis::Value::Int(_)] => match token(single)? {
+                Some(fence) => Ok(Reply::Granted(Some(fence))),
+                None => Err(unexpected(&items)),
+            },
+            [redis::Value::BulkString(tag), rest @ ..] if tag.as_slice() == b"ok" => rest
+                .iter()
+                .map(token)
+                .collect::<Result<Vec<_>, _>>()
+                .map(Reply::GrantedAll),
+            [redis::Value::BulkString(tag), redis::Value::Int(at), redis::Value::Int(wait_ms), untold @ ..]
+                if tag.as_slice() == b"busy" =>
+            {
+                let untold = match untold {
+                    [] => false,
+                    [redis::Value::BulkString(what)] if what.as_slice() == b"untold" => true,
+                    _ => return Err(unexpected(&items)),
+                };
+                Ok(Reply::Busy {
+                    wait_ms: *wait_ms,
+                    at: key_position(*at)?,
+                    untold,
+                })
+            }
+            _ => Err(unexpected(&items)),
+        }
+    }
+
+    /// A refusal: `<what>:<detail>` or, for a key of a set, `<what>:<i>:<detail>`.
+    fn from_text(text: &str) -> Result<Reply, redis::ParsingError> {
+        let (what, rest) = text.split_once(':').unwrap_or((text, ""));
+        let (at, detail) = match rest.split_once(':') {
+            Some((i, detail)) if i.bytes().all(|b| b.is_ascii_digit()) => {
+                let i: i64 = i.parse().map_err(|_| unexpected(&text))?;
+                (key_position(i)?, detail)
+            }
+            _ => (0, rest),
+        };
+        match what {
+            "notheld" => Ok(Reply::NotHeld),
+            "upgrade" => Ok(Reply::Upgrade),
+            "crowded" => detail
+                .parse()
+                .map(Reply::Crowded)
+                .map_err(|_| unexpected(&text)),
+            "drift" => detail
+                .parse()
+                .map(Reply::Drift)
+                .map_err(|_| unexpected(&text)),
+            "wrongtype" => Ok(Reply::WrongType {
+                found: detail.to_owned(),
+                at,
+            }),
+            "kind" => LockKind::from_script(detail)
+                .map(|found| Reply::OtherKind { found, at })
+                .ok_or_else(|| unexpected(&text)),
+            _ => Err(unexpected(&text)),
+        }
+    }
+}
+
+/// An acquire script's answer that fits no reply of the grammar.
+fn unexpected(what: &dyn std::fmt::Debug) -> redis::ParsingError {
+    format!("unexpected reply from a dlock acquire script: {what:?}").into()
+}
+
+/// A fencing token in a reply: `0` for none.
+fn token(value: &redis::Value) -> Result<Option<Fence>, redis::ParsingError> {
+    match value {
+        redis::Value::Int(0) => Ok(None),
+        redis::Value::Int(n) => u64::try_from(*n)
+            .map(|n| Some(Fence::new(n)))
+            .map_err(|_| format!("a dlock fencing token must be positive, got {n}").into()),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// A Lua key position (from 1) as an index (from 0).
+fn key_position(lua: i64) -> Result<usize, redis::ParsingError> {
+    usize::try_from(lua - 1).map_err(|_| format!("bad key position {lua}").into())
 }
 
 /// Where a call's "an earlier try may have registered this acquisition" flag goes: the

@@ -81,9 +81,17 @@ async fn a_granted_hold_has_the_next_token_and_is_extended_to_its_lease() {
         .await
         .expect("the waiter did not get the lock within 2 s of the release")
         .unwrap();
+    // The deadline first: the extension, in a task of its own, may land between the two
+    // reads, and moves Redis's expiry before the guard's deadline, never after (read the
+    // other way round, an extension in between failed the check beside a busy build).
+    let deadline = granted.deadline();
     let pttl: i64 = server.connection().pttl("{given}").unwrap();
     let latest = Instant::now() + Duration::from_millis(u64::try_from(pttl).unwrap() + 1);
-    assert!(granted.deadline() <= latest, "deadline past Redis's expiry");
+    assert!(
+        deadline <= latest,
+        "deadline {:?} past Redis's expiry (PTTL {pttl} ms)",
+        deadline - latest
+    );
     assert_eq!(
         granted.fencing_token().map(|fence| fence.get()),
         Some(token.get() + 1)
