@@ -25,6 +25,8 @@ pub(crate) struct LockView {
     pub remaining_lease_ms: Option<u64>,
     pub reserved_for: Option<ClientView>,
     pub waiting_clients: Vec<ClientView>,
+    /// Tasks waiting in their client's local line (not in Redis' registry), per client.
+    pub local_lines: Vec<LocalLineView>,
     pub subscribers: u64,
     pub fair_queue: Vec<ClientView>,
     pub fencing_counter: Option<u64>,
@@ -34,6 +36,14 @@ pub(crate) struct LockView {
     pub read_write: Option<ReadWriteView>,
     /// A semaphore's parts; `null` for other kinds.
     pub semaphore: Option<SemaphoreView>,
+}
+
+/// A client's tasks waiting in its local line for a lock.
+#[derive(Debug, Serialize)]
+pub(crate) struct LocalLineView {
+    #[serde(flatten)]
+    pub client: ClientView,
+    pub tasks: u64,
 }
 
 /// A read-write lock's mode, readers, writer and waiting writers.
@@ -186,6 +196,14 @@ impl From<&LockInfo> for LockView {
             remaining_lease_ms: info.remaining_lease.map(millis),
             reserved_for: info.reserved_for.as_ref().map(ClientView::from),
             waiting_clients: clients(&info.waiting_clients),
+            local_lines: info
+                .local_lines
+                .iter()
+                .map(|line| LocalLineView {
+                    client: ClientView::from(&line.client),
+                    tasks: line.tasks,
+                })
+                .collect(),
             subscribers: info.subscribers,
             fair_queue: clients(&info.fair_queue),
             fencing_counter: info.fencing_counter,
@@ -358,6 +376,13 @@ impl LockView {
         for waiter in &self.waiting_clients {
             let _ = writeln!(out, "  {}", waiter.text());
         }
+        if !self.local_lines.is_empty() {
+            let lined: u64 = self.local_lines.iter().map(|line| line.tasks).sum();
+            let _ = writeln!(out, "waiting in their clients' local lines: {lined}");
+            for line in &self.local_lines {
+                let _ = writeln!(out, "  {} of {}", line.tasks, line.client.text());
+            }
+        }
         let _ = writeln!(out, "subscribers: {}", self.subscribers);
         if !self.fair_queue.is_empty() {
             let _ = writeln!(out, "fair queue: {}", self.fair_queue.len());
@@ -396,8 +421,10 @@ impl LockView {
         if let Some(ms) = self.remaining_lease_ms {
             let _ = write!(line, ", {} left", shown(ms));
         }
-        if !self.waiting_clients.is_empty() {
-            let _ = write!(line, ", {} waiting", self.waiting_clients.len());
+        let lined: u64 = self.local_lines.iter().map(|line| line.tasks).sum();
+        let waiting = self.waiting_clients.len() as u64 + lined;
+        if waiting > 0 {
+            let _ = write!(line, ", {waiting} waiting");
         }
         line
     }

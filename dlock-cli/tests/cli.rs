@@ -165,8 +165,9 @@ async fn until_waiting(client: &LockClient, name: &str, count: usize) {
     }
 }
 
-/// Holder `billing` holds `invoice:7` twice (a re-entry), `worker` waits for it: what
-/// `inspect` prints, as text and as JSON.
+/// Holder `billing` holds `invoice:7` twice (a re-entry), `worker` waits for it, and a
+/// second task of `billing` waits in its client's local line: what `inspect` prints, as
+/// text and as JSON.
 async fn inspect_shows_holder_and_waiter(config: &ConfigFile) {
     let billing = config.client("billing").await;
     let worker = config.client("worker").await;
@@ -177,6 +178,22 @@ async fn inspect_shows_holder_and_waiter(config: &ConfigFile) {
     let inner = outer.scope(lock.lock()).await.unwrap();
     let waiter = wait_for(&worker, "invoice:7");
     until_waiting(&billing, "invoice:7", 1).await;
+    let lined = {
+        let lock = billing.lock("invoice:7");
+        tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while billing
+        .lock("invoice:7")
+        .inspect()
+        .await
+        .unwrap()
+        .local_lines
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the local line was not reported");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 
     let text = stdout(&dlock(config, &["inspect", "invoice:7"], "").await);
     let pid = std::process::id();
@@ -197,10 +214,18 @@ async fn inspect_shows_holder_and_waiter(config: &ConfigFile) {
     );
     assert!(text.contains("waiters: 1\n"), "{text}");
     assert!(
+        text.contains(&format!(
+            "waiting in their clients' local lines: 1\n  1 of {} (billing on ",
+            billing.id()
+        )),
+        "{text}"
+    );
+    assert!(
         text.contains(&format!("  {}:", worker.id())) && text.contains(" (worker on "),
         "{text}"
     );
-    assert!(text.contains("subscribers: 1\n"), "{text}");
+    // The worker's client, and the holder's, whose lined task watches the holder.
+    assert!(text.contains("subscribers: 2\n"), "{text}");
 
     let doc = json(&dlock(config, &["--json", "inspect", "invoice:7"], "").await);
     assert_eq!(doc["name"], "invoice:7");
@@ -217,12 +242,15 @@ async fn inspect_shows_holder_and_waiter(config: &ConfigFile) {
     let lease = doc["remaining_lease_ms"].as_u64().unwrap();
     assert!(lease > 0 && lease <= 30_000, "{lease}");
     assert_eq!(doc["waiting_clients"][0]["client"]["name"], "worker");
-    assert_eq!(doc["subscribers"], 1);
+    assert_eq!(doc["local_lines"][0]["tasks"], 1, "{doc}");
+    assert_eq!(doc["local_lines"][0]["client"]["name"], "billing");
+    assert_eq!(doc["subscribers"], 2);
     assert_eq!(doc["fair_queue"], Value::Array(Vec::new()));
 
     inner.unlock().await.unwrap();
     outer.unlock().await.unwrap();
     waiter.await.unwrap().unlock().await.unwrap();
+    lined.await.unwrap();
     let text = stdout(&dlock(config, &["inspect", "invoice:7"], "").await);
     assert!(text.contains("holder: none (the lock is free)\n"), "{text}");
     let doc = json(&dlock(config, &["--json", "inspect", "invoice:7"], "").await);

@@ -39,6 +39,13 @@ pub struct LockInfo {
     /// only: a fair lock's waiters are its [`fair_queue`](LockInfo::fair_queue), and
     /// read-write locks and semaphores keep no registry.
     pub waiting_clients: Vec<Participant>,
+    /// Tasks waiting in their client's local line for the lock, behind a task of their
+    /// own client that holds it or waits in Redis: Redis' registry does not see them
+    /// (each client goes to Redis with one task at a time). One entry per client that has
+    /// any, as the first task of its line last reported it (when it checked the holder:
+    /// 20 ms into each hold, then after every message for the lock and every recheck), so
+    /// up to a recheck interval old. Locks only.
+    pub local_lines: Vec<LocalLine>,
     /// How many connections listen for the lock's messages: for a lock, on the wake
     /// channel of each client that waits for it or holds it (one per client: its waiters
     /// share its subscription) and on its unlock channel; for the other kinds, on their
@@ -54,6 +61,16 @@ pub struct LockInfo {
     pub read_write: Option<ReadWriteInfo>,
     /// A semaphore's capacity and grants; `None` for other kinds.
     pub semaphore: Option<SemaphoreInfo>,
+}
+
+/// A client's local line for a lock, in [`LockInfo::local_lines`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LocalLine {
+    /// The client (its `id` is the client id).
+    pub client: Participant,
+    /// How many of its tasks wait in the line.
+    pub tasks: u64,
 }
 
 /// One owner of a lock, in [`LockInfo::holders`].

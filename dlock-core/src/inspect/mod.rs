@@ -46,7 +46,9 @@ pub use crate::client::ClientDescription;
 pub use crate::kind::LockKind;
 pub use crate::rw::layout::ReadWriteMode;
 pub use crate::sync::metrics::{Stats, LATENCY_BOUNDS};
-pub use info::{LockHolder, LockInfo, OwnerHold, Participant, ReadWriteInfo, SemaphoreInfo};
+pub use info::{
+    LocalLine, LockHolder, LockInfo, OwnerHold, Participant, ReadWriteInfo, SemaphoreInfo,
+};
 pub use list::LockListing;
 pub use track::LockTracker;
 
@@ -125,6 +127,7 @@ impl Lock {
             reserved_for: None,
             kept_for_min_hold: None,
             waiting_clients: Vec::new(),
+            local_lines: Vec::new(),
             subscribers: 0,
             fair_queue: Vec::new(),
             fencing_counter,
@@ -177,8 +180,10 @@ impl Lock {
         clients.sort_unstable();
         clients.dedup();
         let mut channels = vec![keys.channel.clone()];
-        channels.extend(clients.into_iter().map(|client| keys.wake_channel(client)));
+        channels.extend(clients.iter().map(|client| keys.wake_channel(client)));
         info.subscribers = self.subscribers(&channels).await?;
+        // A local line waits behind a task of its client that holds or waits in Redis.
+        info.local_lines = self.local_lines(&clients).await?;
         if fields.fair {
             info.kind = LockKind::Fair;
         }
@@ -197,6 +202,30 @@ impl Lock {
             info.kind = LockKind::Fair;
         }
         Ok(())
+    }
+
+    /// The local lines of `clients` that reported waiting tasks (see
+    /// `Lock::report_line`).
+    async fn local_lines(&self, clients: &[&str]) -> Result<Vec<LocalLine>> {
+        if clients.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = self.keys();
+        // One GET each (a read-only operator's rule has no MGET): a lock has a client or
+        // three that hold or wait in Redis, rarely more.
+        let tasks: Vec<Option<u64>> = try_join_all(clients.iter().map(|client| {
+            let report = keys.line_report(client);
+            async move { self.query("inspect", redis::cmd("GET").arg(report)).await }
+        }))
+        .await?;
+        let mut lines = Vec::new();
+        for (client, tasks) in clients.iter().zip(tasks) {
+            if let Some(tasks) = tasks.filter(|&tasks| tasks > 0) {
+                let client = self.client().describe((*client).to_owned()).await?;
+                lines.push(LocalLine { client, tasks });
+            }
+        }
+        Ok(lines)
     }
 
     /// A read-write lock's parts.

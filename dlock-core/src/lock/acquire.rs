@@ -26,6 +26,7 @@ use crate::sync::local::{Given, Place, Ticket, Turn};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::pubsub::{Route, Subscription};
+use crate::sync::recheck::place_lifetime;
 use crate::sync::release::{NextTask, ReleaseJob};
 use crate::sync::verbs::Acquire;
 use crate::sync::wait::{NotYet, Waiter};
@@ -334,7 +335,13 @@ impl Lock {
         let mut own_hold = SelfWait::new();
         loop {
             let holder = match ticket.place() {
-                Place::Turn => return (ticket.into_turn(), watching),
+                Place::Turn => {
+                    // The last of a line that was reported takes the report back.
+                    if ticket.take_report_of_empty_line() {
+                        self.clear_line_report();
+                    }
+                    return (ticket.into_turn(), watching);
+                }
                 Place::First => ticket.holder(),
                 Place::Behind => None,
             };
@@ -349,7 +356,7 @@ impl Lock {
                 watch.next(seen, Instant::now(), subscription.is_confirmed()),
                 holder,
             ) {
-                (Watch::Check, Some(holder)) => self.check_holder(&holder).await,
+                (Watch::Check, Some(holder)) => self.check_holder(&holder, &ticket).await,
                 (Watch::Until(at), _) => {
                     tokio::select! {
                         () = ticket.moved() => {}
@@ -361,15 +368,15 @@ impl Lock {
                         () = ticket.moved() => {}
                         _ = holder.wait_lost() => {}
                         () = subscription.confirmed() => {}
-                        () = tokio::time::sleep(recheck) => self.check_holder(&holder).await,
+                        () = tokio::time::sleep(recheck) => self.check_holder(&holder, &ticket).await,
                     }
                 }
                 (Watch::Watching, Some(holder)) => {
                     tokio::select! {
                         () = ticket.moved() => {}
                         _ = holder.wait_lost() => {}
-                        () = subscription.noticed() => self.check_holder(&holder).await,
-                        () = tokio::time::sleep(recheck) => self.check_holder(&holder).await,
+                        () = subscription.noticed() => self.check_holder(&holder, &ticket).await,
+                        () = tokio::time::sleep(recheck) => self.check_holder(&holder, &ticket).await,
                         () = own_hold.warning(&self.name, &holder) => {}
                     }
                 }
@@ -435,23 +442,52 @@ impl Lock {
     }
 
     /// Marks `holder` lost when Redis no longer has its hold.
-    async fn check_holder(&self, holder: &Held) {
+    ///
+    /// With the check goes the line's report for `inspect`: how many tasks of this client
+    /// wait in `ticket`'s line, which Redis' registry does not show (see
+    /// `LockKeys::line_report`). It lives three recheck intervals and a second unless a
+    /// check renews it, and the line's last task takes it back when it gets its turn.
+    async fn check_holder(&self, holder: &Held, ticket: &Ticket<Held>) {
         if !holder.is_live() {
             return;
         }
-        let held: std::result::Result<bool, CallError> = self
-            .client
-            .inner
-            .backend
-            .query(
-                redis::cmd("HEXISTS")
-                    .arg(&self.keys.key)
-                    .arg(&*holder.field),
-            )
-            .await;
+        let inner = &self.client.inner;
+        let mut exists = redis::cmd("HEXISTS");
+        exists.arg(&self.keys.key).arg(&*holder.field);
+        let (held, reported) = tokio::join!(
+            inner.backend.query::<bool>(&exists),
+            self.report_line(ticket.in_line())
+        );
+        if reported {
+            ticket.mark_reported();
+        }
         if let Ok(false) = held {
             holder.mark_lost(LossReason::NotHeldOnCheck);
         }
+    }
+
+    /// Records that `tasks` tasks of this client wait in its line for the lock (see
+    /// [`check_holder`](Self::check_holder)); whether Redis took it.
+    async fn report_line(&self, tasks: usize) -> bool {
+        let inner = &self.client.inner;
+        let lifetime = place_lifetime(inner.settings.max_wait_recheck);
+        let report = redis::cmd("SET")
+            .arg(self.keys.line_report(&inner.id_text))
+            .arg(tasks)
+            .arg("PX")
+            .arg(lifetime.as_millis() as u64)
+            .clone();
+        inner.backend.query::<()>(&report).await.is_ok()
+    }
+
+    /// Takes this client's line report back, in the background: the line is empty.
+    fn clear_line_report(&self) {
+        let backend = self.client.inner.backend.clone();
+        let mut clear = redis::cmd("DEL");
+        clear.arg(self.keys.line_report(&self.client.inner.id_text));
+        tokio::spawn(async move {
+            let _ = backend.query::<()>(&clear).await;
+        });
     }
 
     /// Whether the waiting owner `field` is still in the lock's waiter registry, once its

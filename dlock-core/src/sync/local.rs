@@ -72,6 +72,9 @@ struct Line<H> {
     /// the turn ends without it.
     named: Option<Arc<Offer>>,
     withdraw: OwnerRelease,
+    /// Whether the line's length was reported to Redis for `inspect` since it was last
+    /// taken back (see `Lock::report_line`).
+    reported: bool,
 }
 
 /// A ticket waiting for the turn.
@@ -90,6 +93,7 @@ impl<H> Line<H> {
             run: 0,
             named: None,
             withdraw: Arc::clone(withdraw),
+            reported: false,
         }
     }
 
@@ -325,6 +329,33 @@ impl<H> Ticket<H> {
             Place::First
         } else {
             Place::Behind
+        }
+    }
+
+    /// How many tasks wait in this ticket's line (this one included, until it has the
+    /// turn).
+    pub(crate) fn in_line(&self) -> usize {
+        let lines = self.member.queues.lock_lines();
+        lines
+            .get(&self.member.key)
+            .map_or(0, |line| line.waiting.len())
+    }
+
+    /// Records that the line's length was reported to Redis.
+    pub(crate) fn mark_reported(&self) {
+        let mut lines = self.member.queues.lock_lines();
+        if let Some(line) = lines.get_mut(&self.member.key) {
+            line.reported = true;
+        }
+    }
+
+    /// Whether the line is reported to Redis and nobody waits in it any more: then this
+    /// ticket, which has the turn, takes the report back (and the line counts it so).
+    pub(crate) fn take_report_of_empty_line(&self) -> bool {
+        let mut lines = self.member.queues.lock_lines();
+        match lines.get_mut(&self.member.key) {
+            Some(line) if line.waiting.is_empty() => std::mem::take(&mut line.reported),
+            _ => false,
         }
     }
 

@@ -5,7 +5,8 @@
 //! that stopped waiting gets the lock given back (not held by nobody for its lease), a
 //! lost reply neither loses the hand-off nor mints a second token, with `replica_acks` no
 //! task holds a hand-off the replicas did not confirm, and a given hold is renewed and
-//! outlives its dead process by its lease only.
+//! outlives its dead process by its lease only; and `inspect` counts the tasks a local line
+//! holds, which Redis' registry does not see.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -312,4 +313,71 @@ async fn a_given_hold_is_renewed_and_outlives_its_killed_process_by_its_lease() 
         "the rival got it {:?} after the given lease ended",
         acquired_at - expiry
     );
+}
+
+/// What `inspect` says of `name`: (tasks in local lines per client id, registered waiters).
+async fn lined_and_registered(client: &LockClient, name: &str) -> (Vec<(String, u64)>, usize) {
+    let info = client.lock(name).inspect().await.unwrap();
+    let lines = info
+        .local_lines
+        .iter()
+        .map(|line| (line.client.client_id.clone(), line.tasks))
+        .collect();
+    (lines, info.waiting_clients.len())
+}
+
+/// `inspect` counts the tasks that wait in their client's local line, which Redis'
+/// registry does not see (a client goes to Redis with one task at a time): three tasks of
+/// the holder's own client and a waiter of another client show as three lined tasks of
+/// that client and one registered waiter; once every task had its turn, the report is
+/// gone. Fails when a local line is reported nowhere (`waiters: 0` for three waiting
+/// tasks, as a newcomer found) or when its report outlives the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_counts_the_tasks_waiting_in_a_local_line() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let lock = client.lock("lined");
+    let guard = lock.lock().await.unwrap();
+    let mut tasks: Vec<JoinHandle<()>> = Vec::new();
+    for _ in 0..3 {
+        let lock = lock.clone();
+        tasks.push(tokio::spawn(async move {
+            lock.lock().await.unwrap().unlock().await.unwrap();
+        }));
+    }
+    let elsewhere = other.lock("lined");
+    tasks.push(tokio::spawn(async move {
+        elsewhere.lock().await.unwrap().unlock().await.unwrap();
+    }));
+
+    let expected = (vec![(client.id().to_string(), 3)], 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = lined_and_registered(&client, "lined").await;
+    while seen != expected {
+        assert!(
+            Instant::now() < deadline,
+            "inspect shows {seen:?}, not three lined tasks and one registered waiter"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        seen = lined_and_registered(&client, "lined").await;
+    }
+
+    guard.unlock().await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("every task got its turn")
+            .unwrap();
+    }
+    // Well within the report's own lifetime (three rechecks of 1 s and a second): only
+    // taking it back empties it this soon.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !lined_and_registered(&client, "lined").await.0.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the line's report outlived the line"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
