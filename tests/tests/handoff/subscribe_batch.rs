@@ -94,7 +94,10 @@ struct Bounds {
     subscribed: Duration,
     /// From the last waiter's exit until no channel is left.
     gone: Duration,
-    /// From the start of the releases until the last woken waiter has the lock.
+    /// From the start of the releases until the last woken waiter has the lock. A waiter
+    /// that missed its wake-up sleeps to its 60 s recheck and times out at 6 s, which
+    /// fails on its own; this bounds how promptly a thousand are served (2.2 s seen on a
+    /// cluster beside two busy loops on two cores).
     woken: Duration,
 }
 
@@ -252,7 +255,7 @@ async fn thousands_of_waiters_are_subscribed_and_unsubscribed_in_batches() {
         Bounds {
             subscribed: Duration::from_millis(1_000),
             gone: Duration::from_millis(1_000),
-            woken: Duration::from_millis(2_000),
+            woken: Duration::from_millis(4_000),
         },
     )
     .await;
@@ -281,7 +284,7 @@ async fn sharded_waiters_over_many_slots_are_subscribed_in_batches() {
         Bounds {
             subscribed: Duration::from_millis(2_500),
             gone: Duration::from_millis(1_000),
-            woken: Duration::from_millis(2_000),
+            woken: Duration::from_millis(4_000),
         },
     )
     .await;
