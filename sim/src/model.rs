@@ -1,8 +1,10 @@
 //! The world the explorer moves: one lock in the simulated Redis, clients that each take
 //! it a few times with fresh owners (one after another, or at once in the client's local
 //! line), the network between them, and the faults the run may
-//! still inject. Each client decides as dlock's client does (docs/PROTOCOL.md, "Where an
-//! owner is in its client"); the scripts decide in Redis.
+//! still inject. Each client decides with dlock's own sans-IO core where the client has
+//! one (`dlock::protocol`: a message's reading, asks, a grant's take-up, the cohort bound)
+//! and as dlock's client does elsewhere (docs/PROTOCOL.md, "Where an owner is in its
+//! client"); the scripts decide in Redis.
 //!
 //! The network is instantaneous in simulated time but its order is free: any connection's
 //! next request may run, any reply or message may arrive, in any order across connections
