@@ -263,3 +263,81 @@ fn the_protocol_page_lists_the_modes_and_messages_the_code_knows() {
         "modes the client sends / PROTOCOL.md lists"
     );
 }
+
+/// The backticked names in `cell`, each by its last path segment (`Call::then` → `then`,
+/// `local::Turn::{next_in_line, released}` → both).
+fn named_in(cell: &str) -> Vec<String> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .flat_map(|code| {
+            let code = code.trim_end_matches('}');
+            let (path, list) = code.split_once('{').unwrap_or(("", code));
+            let _ = path;
+            list.split(',')
+                .map(|name| {
+                    let name = name.trim();
+                    name.rsplit("::").next().unwrap_or(name).to_owned()
+                })
+                .collect::<Vec<_>>()
+        })
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// Whether `word` occurs in `text` as an identifier of its own.
+fn has_identifier(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + word.len()..].chars().next();
+        let part_of_name = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        !part_of_name(before) && !part_of_name(after)
+    })
+}
+
+/// docs/PROTOCOL.md's table of the client's core names, for each decision, functions of
+/// `protocol.rs`, the client code that performs them and the simulator's: every name it
+/// gives is one the code has, so the table cannot drift from what decides.
+#[test]
+fn the_protocol_page_names_the_cores_functions_and_their_callers() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/PROTOCOL.md"))
+        .unwrap();
+    let core = core_source("protocol.rs");
+    let mut client = String::new();
+    let mut files = Vec::new();
+    source_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../dlock-core/src"),
+        &mut files,
+    );
+    for file in files {
+        client.push_str(&std::fs::read_to_string(file).unwrap());
+    }
+    let sim = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../sim/src/model.rs"))
+        .unwrap();
+    let rows: Vec<&str> = doc
+        .lines()
+        .skip_while(|line| !line.starts_with("| decision |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .collect();
+    assert!(rows.len() >= 6, "the core's table has {} rows", rows.len());
+    let mut missing = Vec::new();
+    for row in rows {
+        let cells: Vec<&str> = row.split('|').collect();
+        for (cell, text, place) in [
+            (cells[2], &core, "protocol.rs"),
+            (cells[3], &client, "dlock-core"),
+            (cells[4], &sim, "sim/src/model.rs"),
+        ] {
+            for name in named_in(cell) {
+                if !has_identifier(text, &name) {
+                    missing.push(format!("{name} ({place})"));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "PROTOCOL.md names what the code does not have: {missing:?}"
+    );
+}
