@@ -318,16 +318,25 @@ impl Lock {
         ticket: Ticket<Held>,
         give_up_at: Option<Instant>,
     ) -> Option<(Turn<Held>, Option<Subscription>)> {
-        let waited = self.turn_of(ticket);
-        match give_up_at {
-            Some(at) => tokio::time::timeout_at(at, waited).await.ok(),
-            None => Some(waited.await),
-        }
+        // However the wait ends (the turn, the deadline, the acquisition dropped), the last
+        // task of a reported line takes the report back.
+        let report = LineReportBack {
+            lock: self,
+            ticket: &ticket,
+        };
+        let waited = self.turn_of(&ticket);
+        let watching = match give_up_at {
+            Some(at) => tokio::time::timeout_at(at, waited).await.ok()?,
+            None => waited.await,
+        };
+        drop(report);
+        Some((ticket.into_turn(), watching))
     }
 
     /// [`wait_for_turn`](Self::wait_for_turn) without a deadline: what the client's core
-    /// says to wait for ([`LineWatch`]), performed.
-    async fn turn_of(&self, ticket: Ticket<Held>) -> (Turn<Held>, Option<Subscription>) {
+    /// says to wait for ([`LineWatch`]), performed, until `ticket` has the turn. Returns
+    /// the subscription it kept.
+    async fn turn_of(&self, ticket: &Ticket<Held>) -> Option<Subscription> {
         let inner = &self.client.inner;
         let recheck = inner.settings.max_wait_recheck;
         let mut watching: Option<Subscription> = None;
@@ -335,13 +344,7 @@ impl Lock {
         let mut own_hold = SelfWait::new();
         loop {
             let holder = match ticket.place() {
-                Place::Turn => {
-                    // The last of a line that was reported takes the report back.
-                    if ticket.take_report_of_empty_line() {
-                        self.clear_line_report();
-                    }
-                    return (ticket.into_turn(), watching);
-                }
+                Place::Turn => return watching,
                 Place::First => ticket.holder(),
                 Place::Behind => None,
             };
@@ -356,7 +359,7 @@ impl Lock {
                 watch.next(seen, Instant::now(), subscription.is_confirmed()),
                 holder,
             ) {
-                (Watch::Check, Some(holder)) => self.check_holder(&holder, &ticket).await,
+                (Watch::Check, Some(holder)) => self.check_holder(&holder, ticket).await,
                 (Watch::Until(at), _) => {
                     tokio::select! {
                         () = ticket.moved() => {}
@@ -368,15 +371,15 @@ impl Lock {
                         () = ticket.moved() => {}
                         _ = holder.wait_lost() => {}
                         () = subscription.confirmed() => {}
-                        () = tokio::time::sleep(recheck) => self.check_holder(&holder, &ticket).await,
+                        () = tokio::time::sleep(recheck) => self.check_holder(&holder, ticket).await,
                     }
                 }
                 (Watch::Watching, Some(holder)) => {
                     tokio::select! {
                         () = ticket.moved() => {}
                         _ = holder.wait_lost() => {}
-                        () = subscription.noticed() => self.check_holder(&holder, &ticket).await,
-                        () = tokio::time::sleep(recheck) => self.check_holder(&holder, &ticket).await,
+                        () = subscription.noticed() => self.check_holder(&holder, ticket).await,
+                        () = tokio::time::sleep(recheck) => self.check_holder(&holder, ticket).await,
                         () = own_hold.warning(&self.name, &holder) => {}
                     }
                 }
@@ -480,12 +483,16 @@ impl Lock {
         inner.backend.query::<()>(&report).await.is_ok()
     }
 
-    /// Takes this client's line report back, in the background: the line is empty.
+    /// Takes this client's line report back, in the background: the line is empty. (Not
+    /// on a runtime, as when an acquisition is dropped outside one, the report expires.)
     fn clear_line_report(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let backend = self.client.inner.backend.clone();
         let mut clear = redis::cmd("DEL");
         clear.arg(self.keys.line_report(&self.client.inner.id_text));
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             let _ = backend.query::<()>(&clear).await;
         });
     }
@@ -679,6 +686,21 @@ const REGISTRY_LIFETIME: PlaceLifetime = PlaceLifetime(3);
 /// How long a task waits behind a hold it acquired itself before that is logged (see
 /// `Lock::wait_for_turn`).
 const SELF_WAIT_WARNING: Duration = Duration::from_secs(5);
+
+/// Takes a line's report back when a wait for the turn ends, by the turn or without it,
+/// and nobody else waits in the line (see `Lock::report_line`).
+struct LineReportBack<'a> {
+    lock: &'a Lock,
+    ticket: &'a Ticket<Held>,
+}
+
+impl Drop for LineReportBack<'_> {
+    fn drop(&mut self) {
+        if self.ticket.take_report_if_alone() {
+            self.lock.clear_line_report();
+        }
+    }
+}
 
 /// The warning for a task that waits in its line behind a hold it acquired itself, given
 /// once per wait.

@@ -349,12 +349,16 @@ impl<H> Ticket<H> {
         }
     }
 
-    /// Whether the line is reported to Redis and nobody waits in it any more: then this
-    /// ticket, which has the turn, takes the report back (and the line counts it so).
-    pub(crate) fn take_report_of_empty_line(&self) -> bool {
+    /// Whether the line is reported to Redis and nobody but this ticket waits in it: then
+    /// this ticket, whose wait ends (it has the turn, or it leaves), takes the report back
+    /// (and the line counts it so).
+    pub(crate) fn take_report_if_alone(&self) -> bool {
+        let id = self.member.id;
         let mut lines = self.member.queues.lock_lines();
         match lines.get_mut(&self.member.key) {
-            Some(line) if line.waiting.is_empty() => std::mem::take(&mut line.reported),
+            Some(line) if line.waiting.iter().all(|waiting| waiting.id == id) => {
+                std::mem::take(&mut line.reported)
+            }
             _ => false,
         }
     }

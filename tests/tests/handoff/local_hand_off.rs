@@ -381,3 +381,39 @@ async fn inspect_counts_the_tasks_waiting_in_a_local_line() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A line's only waiting task gives up (its wait runs out) after the line was reported:
+/// it takes the report back as it leaves, so `inspect` shows no lined task at once, not
+/// when the report expires. Fails when only a task that gets its turn takes it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lined_task_that_gives_up_takes_the_report_back() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let lock = client.lock("lined:gives-up");
+    let guard = lock.lock().await.unwrap();
+    let waiting = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_millis(1_500)).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while lined_and_registered(&client, "lined:gives-up").await.0 != [(client.id().to_string(), 1)]
+    {
+        assert!(Instant::now() < deadline, "the line was never reported");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(waiting.await.unwrap().is_err(), "the lined task gave up");
+    // Well within the report's own lifetime (three rechecks of 1 s and a second).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !lined_and_registered(&client, "lined:gives-up")
+        .await
+        .0
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the report outlived the task that gave up"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    guard.unlock().await.unwrap();
+}
