@@ -326,6 +326,30 @@ async fn lined_and_registered(client: &LockClient, name: &str) -> (Vec<(String, 
     (lines, info.waiting_clients.len())
 }
 
+/// Waits until `inspect` shows `expected` (see [`lined_and_registered`]) for `name`,
+/// failing with `what` after `within`.
+async fn until_inspect_shows(
+    client: &LockClient,
+    name: &str,
+    expected: (Vec<(String, u64)>, usize),
+    within: Duration,
+    what: &str,
+) {
+    let deadline = Instant::now() + within;
+    loop {
+        let seen = lined_and_registered(client, name).await;
+        if seen == expected {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: inspect shows {seen:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The report's own lifetime with the default 1 s recheck is three rechecks and a second:
+/// a report gone well within it was taken back, not expired.
+const TAKEN_BACK_WITHIN: Duration = Duration::from_secs(2);
+
 /// `inspect` counts the tasks that wait in their client's local line, which Redis'
 /// registry does not see (a client goes to Redis with one task at a time): three tasks of
 /// the holder's own client and a waiter of another client show as three lined tasks of
@@ -351,17 +375,15 @@ async fn inspect_counts_the_tasks_waiting_in_a_local_line() {
         elsewhere.lock().await.unwrap().unlock().await.unwrap();
     }));
 
-    let expected = (vec![(client.id().to_string(), 3)], 1);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut seen = lined_and_registered(&client, "lined").await;
-    while seen != expected {
-        assert!(
-            Instant::now() < deadline,
-            "inspect shows {seen:?}, not three lined tasks and one registered waiter"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        seen = lined_and_registered(&client, "lined").await;
-    }
+    let lined = vec![(client.id().to_string(), 3)];
+    until_inspect_shows(
+        &client,
+        "lined",
+        (lined, 1),
+        Duration::from_secs(10),
+        "not three lined tasks and one registered waiter",
+    )
+    .await;
 
     guard.unlock().await.unwrap();
     for task in tasks {
@@ -370,16 +392,14 @@ async fn inspect_counts_the_tasks_waiting_in_a_local_line() {
             .expect("every task got its turn")
             .unwrap();
     }
-    // Well within the report's own lifetime (three rechecks of 1 s and a second): only
-    // taking it back empties it this soon.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while !lined_and_registered(&client, "lined").await.0.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the line's report outlived the line"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_inspect_shows(
+        &client,
+        "lined",
+        (Vec::new(), 0),
+        TAKEN_BACK_WITHIN,
+        "the line's report outlived the line",
+    )
+    .await;
 }
 
 /// A line's only waiting task gives up (its wait runs out) after the line was reported:
@@ -395,25 +415,23 @@ async fn a_lined_task_that_gives_up_takes_the_report_back() {
         let lock = lock.clone();
         tokio::spawn(async move { lock.try_lock_for(Duration::from_millis(1_500)).await })
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while lined_and_registered(&client, "lined:gives-up").await.0 != [(client.id().to_string(), 1)]
-    {
-        assert!(Instant::now() < deadline, "the line was never reported");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let lined = vec![(client.id().to_string(), 1)];
+    until_inspect_shows(
+        &client,
+        "lined:gives-up",
+        (lined, 0),
+        Duration::from_secs(5),
+        "the line was never reported",
+    )
+    .await;
     assert!(waiting.await.unwrap().is_err(), "the lined task gave up");
-    // Well within the report's own lifetime (three rechecks of 1 s and a second).
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while !lined_and_registered(&client, "lined:gives-up")
-        .await
-        .0
-        .is_empty()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the report outlived the task that gave up"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_inspect_shows(
+        &client,
+        "lined:gives-up",
+        (Vec::new(), 0),
+        TAKEN_BACK_WITHIN,
+        "the report outlived the task that gave up",
+    )
+    .await;
     guard.unlock().await.unwrap();
 }
