@@ -6,7 +6,8 @@
 #   scripts/flake-hunt.sh [ROUNDS] [BINARY...]
 #
 # ROUNDS defaults to 5; the binaries default to the areas whose tests measure time
-# (handoff, family, core, faults, topology). Set FLAKE_HOGS to the number of busy loops
+# (handoff, family, core, faults, topology). The name `suite` stands for the whole run CI
+# makes (cargo nextest, profile ci, as many tests at a time as CI runs). Set FLAKE_HOGS to the number of busy loops
 # beside the tests (default: one per core), FLAKE_SERVER to run against another server
 # (e.g. a valkey-server binary), FLAKE_FILTER to run only tests whose names contain it.
 # Failures are listed at the end and kept under target/flake-hunt/; the exit status is 1
@@ -25,7 +26,17 @@ out=target/flake-hunt
 rm -rf "$out"
 mkdir -p "$out"
 
-cargo test -p dlock-tests --no-run "${binaries[@]/#/--test=}" >/dev/null 2>&1 || {
+binary_args=()
+for binary in "${binaries[@]}"; do
+    [ "$binary" = suite ] || binary_args+=("--test=$binary")
+done
+if [[ " ${binaries[*]} " == *" suite "* ]]; then
+    cargo nextest run --workspace --profile ci --no-run >/dev/null 2>&1 || {
+        echo "the suite does not build" >&2
+        exit 2
+    }
+fi
+[ "${#binary_args[@]}" -eq 0 ] || cargo test -p dlock-tests --no-run "${binary_args[@]}" >/dev/null 2>&1 || {
     echo "the test binaries do not build" >&2
     exit 2
 }
@@ -51,9 +62,13 @@ for round in $(seq "$rounds"); do
         if [ -n "${FLAKE_SERVER:-}" ]; then
             export DLOCK_REDIS_SERVER="$FLAKE_SERVER"
         fi
-        # shellcheck disable=SC2086 # an empty filter is no argument
-        if cargo test -q -p dlock-tests --test "$binary" -- --test-threads=2 ${FLAKE_FILTER:-} \
-            >"$log" 2>&1; then
+        # shellcheck disable=SC2206 # an empty filter is no argument
+        if [ "$binary" = suite ]; then
+            run=(cargo nextest run --workspace --profile ci ${FLAKE_FILTER:-})
+        else
+            run=(cargo test -q -p dlock-tests --test "$binary" -- --test-threads=2 ${FLAKE_FILTER:-})
+        fi
+        if "${run[@]}" >"$log" 2>&1; then
             echo "round $round $binary: ok ($(($(date +%s) - started)) s)"
         else
             failed_rounds=$((failed_rounds + 1))
@@ -69,6 +84,13 @@ if [ "$failed_rounds" -eq 0 ]; then
 fi
 echo "flake hunt: $failed_rounds failed run(s); each failure with its message:"
 for log in "$out"/*.log; do
+    if grep -qE "^ +(FAIL|TIMEOUT) \[" "$log"; then
+        # nextest's own summary: each failed test once, then each message.
+        echo "--- $log"
+        grep -E "^ +(FAIL|TIMEOUT) \[" "$log" | sort -u
+        grep -A3 "panicked at" "$log" | grep -v "^stack backtrace" | head -20
+        continue
+    fi
     grep -q "^test result: FAILED" "$log" || continue
     echo "--- $log"
     # The failed tests (the list after the last "failures:" line), then each message.
