@@ -15,7 +15,12 @@ fn quick_limit_s1_s2() {
     // measurements keep both cores busy beside the rest of the suite.
     let output = Command::new(env!("CARGO_BIN_EXE_dlock-bench"))
         .args(["--quick", "--scenarios", "limit,scripts,s1,s2", "--json"])
-        .args(["--duration", "500ms", "--acquisitions", &ACQUISITIONS.to_string()])
+        .args([
+            "--duration",
+            "500ms",
+            "--acquisitions",
+            &ACQUISITIONS.to_string(),
+        ])
         .output()
         .expect("run dlock-bench");
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -97,11 +97,11 @@ fn secrets(url: &Url) -> Vec<Range<usize>> {
         let start = offset(url, Position::AfterPath) + 1;
         values(query, start, is_secret_name, false, &mut hidden);
     }
-    if let Some(fragment) = url.fragment() {
-        if fragment != "insecure" {
-            let start = offset(url, Position::AfterQuery) + 1;
-            hidden.push(start..url.as_str().len());
-        }
+    if let Some(fragment) = url.fragment()
+        && fragment != "insecure"
+    {
+        let start = offset(url, Position::AfterQuery) + 1;
+        hidden.push(start..url.as_str().len());
     }
     hidden
 }

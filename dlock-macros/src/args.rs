@@ -311,18 +311,18 @@ impl Args {
         if let Some(min_hold) = &self.min_hold {
             self.check_min_hold(min_hold, keys_given, errors);
         }
-        if let (Some(span), Some(_)) = (self.on_busy_span, self.wait_span) {
-            if self.on_busy != OnBusy::Wait {
-                let busy = if self.on_busy == OnBusy::Skip {
-                    "skip"
-                } else {
-                    "fail"
-                };
-                errors.push(syn::Error::new(
+        if let (Some(span), Some(_)) = (self.on_busy_span, self.wait_span)
+            && self.on_busy != OnBusy::Wait
+        {
+            let busy = if self.on_busy == OnBusy::Skip {
+                "skip"
+            } else {
+                "fail"
+            };
+            errors.push(syn::Error::new(
                     span,
                     format!("`on_busy = \"{busy}\"` tries the lock once, so it takes no `wait`; remove `wait`, or use on_busy = \"wait\""),
                 ));
-            }
         }
         match (&self.key, keys_given) {
             (None, false) => errors.push(syn::Error::new(
@@ -335,13 +335,13 @@ impl Args {
             )),
             _ => {}
         }
-        if let (Some(span), true) = (self.kind_span, keys_given) {
-            if self.kind != Kind::Reentrant {
-                errors.push(syn::Error::new(
-                    span,
-                    "`keys` takes reentrant locks; `kind` cannot be used with `keys`",
-                ));
-            }
+        if let (Some(span), true) = (self.kind_span, keys_given)
+            && self.kind != Kind::Reentrant
+        {
+            errors.push(syn::Error::new(
+                span,
+                "`keys` takes reentrant locks; `kind` cannot be used with `keys`",
+            ));
         }
         if let Some(permits) = self.permits_span {
             if keys_given {
@@ -377,9 +377,10 @@ impl Args {
                 format!("`min_hold` keeps one reentrant lock taken after the body; it cannot be used with {other}"),
             ));
         }
-        if let Some(lease) = &self.lease {
-            if min_hold.duration > lease.duration {
-                errors.push(syn::Error::new(
+        if let Some(lease) = &self.lease
+            && min_hold.duration > lease.duration
+        {
+            errors.push(syn::Error::new(
                     min_hold.span,
                     format!(
                         "`min_hold` ({}) is longer than `lease` ({}): the lock would expire before its minimum hold; make `min_hold` at most `lease`, or leave `lease` out (the watchdog keeps the lock while the body runs)",
@@ -387,7 +388,6 @@ impl Args {
                         humantime::format_duration(lease.duration),
                     ),
                 ));
-            }
         }
     }
 }

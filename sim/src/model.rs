@@ -857,24 +857,21 @@ impl World {
                     extending,
                     ..
                 } = &mut self.clients[c].owners[o]
+                    && *extending
                 {
-                    if *extending {
-                        *extending = false;
-                        match reply {
-                            Reply::Int(1) => {
-                                *deadline_ms = (*deadline_ms).max(now + config.lease(c))
+                    *extending = false;
+                    match reply {
+                        Reply::Int(1) => *deadline_ms = (*deadline_ms).max(now + config.lease(c)),
+                        // Lost: the guard knows at once, and the owner leaves the
+                        // waiters (a busy try after the grant may have registered it).
+                        _ => {
+                            *deadline_ms = now;
+                            if config.client.lost_extension_leaves {
+                                self.clients[c]
+                                    .requests
+                                    .push_back(Request::release(owner, "leave"));
                             }
-                            // Lost: the guard knows at once, and the owner leaves the
-                            // waiters (a busy try after the grant may have registered it).
-                            _ => {
-                                *deadline_ms = now;
-                                if config.client.lost_extension_leaves {
-                                    self.clients[c]
-                                        .requests
-                                        .push_back(Request::release(owner, "leave"));
-                                }
-                                self.pass_turn(c, o);
-                            }
+                            self.pass_turn(c, o);
                         }
                     }
                 }

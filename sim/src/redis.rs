@@ -81,11 +81,11 @@ impl Redis {
 
     /// Drops `key` if its expiry has passed, as Redis does on access.
     fn expire_if_due(&mut self, key: &str) {
-        if let Some(&at) = self.expiries.get(key) {
-            if self.now_ms() > at {
-                self.keys.remove(key);
-                self.expiries.remove(key);
-            }
+        if let Some(&at) = self.expiries.get(key)
+            && self.now_ms() > at
+        {
+            self.keys.remove(key);
+            self.expiries.remove(key);
         }
     }
 

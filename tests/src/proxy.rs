@@ -307,10 +307,11 @@ fn serve(shared: &Arc<Shared>, connection: &Arc<Connection>, held: bool) {
                 .0;
         }
     }
-    if !connection.is_closed() && !shared.stopping() {
-        if let Some(server) = connect_upstream(shared, connection) {
-            pump_both_ways(shared, connection, server);
-        }
+    if !connection.is_closed()
+        && !shared.stopping()
+        && let Some(server) = connect_upstream(shared, connection)
+    {
+        pump_both_ways(shared, connection, server);
     }
     connection.close();
     forget(shared, connection);

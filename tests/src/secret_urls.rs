@@ -225,12 +225,11 @@ pub fn check(case: &Case, what: &str, shown: &str) -> Result<(), TestCaseError> 
     // A password cut short by an unencoded `/`, `?` or `#` is still a password; only a
     // long one can be looked for without finding it by chance elsewhere.
     use redis::IntoConnectionInfo;
-    if let Ok(info) = case.url.as_str().into_connection_info() {
-        if let Some(password) = info.redis_settings().password() {
-            if password.len() >= 8 {
-                spellings.push(password.to_owned());
-            }
-        }
+    if let Ok(info) = case.url.as_str().into_connection_info()
+        && let Some(password) = info.redis_settings().password()
+        && password.len() >= 8
+    {
+        spellings.push(password.to_owned());
     }
     for spelling in spellings {
         prop_assert!(

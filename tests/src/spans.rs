@@ -82,10 +82,10 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        if let Some(span) = ctx.span(id) {
-            if let Some(open) = span.extensions_mut().get_mut::<Open>() {
-                values.record(&mut Fields(&mut open.fields));
-            }
+        if let Some(span) = ctx.span(id)
+            && let Some(open) = span.extensions_mut().get_mut::<Open>()
+        {
+            values.record(&mut Fields(&mut open.fields));
         }
     }
 

@@ -528,11 +528,11 @@ impl HoldRec {
         if end == u64::MAX / 2 {
             end = horizon;
         }
-        if let Some(until) = self.until_ns {
-            if until > end {
-                end = until;
-                how = "min_hold ended".to_owned();
-            }
+        if let Some(until) = self.until_ns
+            && until > end
+        {
+            end = until;
+            how = "min_hold ended".to_owned();
         }
         if !self.phantom {
             // A force unlock that started after the hold was seen deleted it by its end.

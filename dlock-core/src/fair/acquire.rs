@@ -67,13 +67,13 @@ impl FairLock {
         // A wait too long to represent is a wait without end.
         let give_up_at = wait.and_then(|wait| started.checked_add(wait));
 
-        if let Some(outer) = owner::current_hold(inner.id_bits(), &self.keys.key) {
-            if let Some(guard) = self.reenter(&outer, lease, started).await? {
-                return Ok(guard);
-            }
-            // The outer hold turned out to be gone (it is reported lost now): the scope
-            // owns nothing, so this is a new waiter.
+        if let Some(outer) = owner::current_hold(inner.id_bits(), &self.keys.key)
+            && let Some(guard) = self.reenter(&outer, lease, started).await?
+        {
+            return Ok(guard);
         }
+        // The outer hold turned out to be gone (it is reported lost now): the scope
+        // owns nothing, so this is a new waiter.
         self.acquire_new(wait, lease, entry_ms, started, give_up_at)
             .await
     }

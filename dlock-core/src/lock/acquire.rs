@@ -74,13 +74,13 @@ impl Lock {
 
         // The rarer paths are boxed (a re-entry, a wait in the local line): each await
         // makes this future as large as its own, and this future is moved on every call.
-        if let Some(outer) = owner::current_hold(inner.id_bits(), &self.keys.key) {
-            if let Some(guard) = Box::pin(self.reenter(&outer, lease, started)).await? {
-                return Ok(guard);
-            }
-            // The outer hold turned out to be gone (it is reported lost now): the scope
-            // owns nothing, so this is a new owner's acquisition.
+        if let Some(outer) = owner::current_hold(inner.id_bits(), &self.keys.key)
+            && let Some(guard) = Box::pin(self.reenter(&outer, lease, started)).await?
+        {
+            return Ok(guard);
         }
+        // The outer hold turned out to be gone (it is reported lost now): the scope
+        // owns nothing, so this is a new owner's acquisition.
         let settings = &inner.settings;
         let renewal = lease.is_none().then_some(settings.watchdog_timeout);
         let lease = lease.unwrap_or(settings.watchdog_timeout);

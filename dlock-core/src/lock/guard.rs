@@ -180,7 +180,7 @@ impl LockGuard {
     /// outright: the same state is legitimate when another future of the task (under
     /// `join!`) holds the lock and will release it. After 5 s of such a wait dlock logs a
     /// warning naming the lock and this method.
-    pub fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
+    pub fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> + use<F> {
         owner::scope(self.client.inner.id_bits(), Arc::clone(&self.held), future)
     }
 
@@ -266,10 +266,10 @@ impl LockGuard {
             .arg(millis)
             .arg(inner.backend.publish_command());
         let reply: std::result::Result<i64, _> = inner.backend.invoke(&invocation).await;
-        if let Ok(holds) = reply {
-            if holds > 1 {
-                return self.unlock().await;
-            }
+        if let Ok(holds) = reply
+            && holds > 1
+        {
+            return self.unlock().await;
         }
         // Applied, not ours, or unknown: in every case nothing is left for Drop to release
         // (an unknown outcome is left to the lease rather than freed before `until`).
@@ -354,7 +354,7 @@ impl LockGuard {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn lost(&self) -> impl Future<Output = LockError> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = LockError> + Send + 'static + use<> {
         let held = Arc::clone(&self.held);
         async move {
             let reason = held.wait_lost().await;

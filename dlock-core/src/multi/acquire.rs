@@ -114,11 +114,11 @@ impl MultiLock {
                 }
             }
         }
-        if let Some(lease) = lease {
-            if let Err(error) = refresh_early(&held, lease).await {
-                give_back(held).await;
-                return Err(error);
-            }
+        if let Some(lease) = lease
+            && let Err(error) = refresh_early(&held, lease).await
+        {
+            give_back(held).await;
+            return Err(error);
         }
         Ok(MultiGuard::new(held))
     }

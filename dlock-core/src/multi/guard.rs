@@ -148,7 +148,7 @@ impl MultiGuard {
     /// set is lost while the guard holds it (see [`LockGuard::lost`]). Never completes
     /// once the guard is released. Owns what it needs, so it can race the critical
     /// section.
-    pub fn lost(&self) -> impl Future<Output = LockError> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = LockError> + Send + 'static + use<> {
         let each: Vec<_> = self
             .guards
             .iter()
@@ -164,7 +164,7 @@ impl MultiGuard {
 
     /// Runs `future` in the scope of every lock held (see [`LockGuard::scope`]): taking
     /// any of them again inside, alone or in another multi-lock, re-enters it.
-    pub fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
+    pub fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> + use<F> {
         owner::scope_all(
             self.guards
                 .iter()

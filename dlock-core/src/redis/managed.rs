@@ -97,10 +97,10 @@ impl ManagedConnection {
         };
         let checked = connection.clone();
         let result = unless_lost(checked, call(connection)).await;
-        if let Err(error) = &result {
-            if error.is_unrecoverable_error() {
-                self.reopen(opening.attempt);
-            }
+        if let Err(error) = &result
+            && error.is_unrecoverable_error()
+        {
+            self.reopen(opening.attempt);
         }
         result
     }

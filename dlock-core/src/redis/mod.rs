@@ -558,10 +558,10 @@ impl Backend {
         if let (Err(CallError::Timeout(..)), Some(serial)) = (&result, used) {
             self.replace_silent(serial);
         }
-        if let (Err(error), Route::Sentinel(route)) = (&result, &self.shared.route) {
-            if error.is_transient() {
-                let _ = Box::pin(self.bounded_call(route.resolve(&self.shared))).await;
-            }
+        if let (Err(error), Route::Sentinel(route)) = (&result, &self.shared.route)
+            && error.is_transient()
+        {
+            let _ = Box::pin(self.bounded_call(route.resolve(&self.shared))).await;
         }
         result
     }

@@ -317,10 +317,10 @@ async fn watch_switch_master(
             let Some(strong) = shared.upgrade() else {
                 return;
             };
-            if let Route::Sentinel(route) = &strong.route {
-                if let Err(error) = route.resolve(&strong).await {
-                    tracing::warn!(%error, "dlock: cannot ask the sentinels for the master after resubscribing");
-                }
+            if let Route::Sentinel(route) = &strong.route
+                && let Err(error) = route.resolve(&strong).await
+            {
+                tracing::warn!(%error, "dlock: cannot ask the sentinels for the master after resubscribing");
             }
         }
         let mut messages = pubsub.on_message();

@@ -228,7 +228,7 @@ impl RedLockGuard {
     /// lease) the lease ran out. Never completes once the guard is released.
     ///
     /// The returned future owns what it needs, so it can race the critical section.
-    pub fn lost(&self) -> impl Future<Output = LockError> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = LockError> + Send + 'static + use<> {
         let mut changes = self.hold.lost.subscribe();
         let name = self.hold.lock.name.to_string();
         async move {

@@ -112,13 +112,13 @@ impl ReadWriteLock {
                 writing
             }
         };
-        if let Some(outer) = outer {
-            if let Some(guard) = self.reenter(kind, &outer, lease, started).await? {
-                return Ok(guard);
-            }
-            // The outer hold turned out to be gone (it is reported lost now): the scope
-            // owns nothing, so this is a new owner's acquisition.
+        if let Some(outer) = outer
+            && let Some(guard) = self.reenter(kind, &outer, lease, started).await?
+        {
+            return Ok(guard);
         }
+        // The outer hold turned out to be gone (it is reported lost now): the scope
+        // owns nothing, so this is a new owner's acquisition.
         self.acquire_new(kind, wait, lease, started, give_up_at)
             .await
     }

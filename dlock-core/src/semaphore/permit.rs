@@ -79,7 +79,7 @@ impl SemaphorePermit {
     /// Runs `future` as part of this permit's call chain, as [`LockGuard::scope`] does.
     /// A semaphore is not reentrant: an acquisition inside takes new permits like any
     /// other. The attribute runs its body this way, as it does for every guard.
-    pub fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
+    pub fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> + use<F> {
         self.guard.scope(future)
     }
 
@@ -102,7 +102,7 @@ impl SemaphorePermit {
 
     /// Completes with [`LockError::Lost`] if the grant is lost while held (see
     /// [`LockGuard::lost`]).
-    pub fn lost(&self) -> impl Future<Output = LockError> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = LockError> + Send + 'static + use<> {
         self.guard.lost()
     }
 

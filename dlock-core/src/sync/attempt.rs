@@ -422,13 +422,13 @@ impl<'a, C: Fn(&str) -> Vec<ReleaseJob>> TryStep<'a, C> {
             Ok((_, reply)) => tracing::trace!(lock = %self.name, ?reply, "dlock: try answered"),
             Err(error) => tracing::trace!(lock = %self.name, %error, "dlock: try failed"),
         }
-        if let Ok((_, reply)) = &outcome {
-            if !reply.is_granted() {
-                // Busy or refused before writing a hold: no hold of ours is there.
-                self.maybe_applied = false;
-                // Kept as it is while the acquisition waits: a try sends it again.
-                self.call.shrink_to_fit();
-            }
+        if let Ok((_, reply)) = &outcome
+            && !reply.is_granted()
+        {
+            // Busy or refused before writing a hold: no hold of ours is there.
+            self.maybe_applied = false;
+            // Kept as it is while the acquisition waits: a try sends it again.
+            self.call.shrink_to_fit();
         }
         outcome
     }

@@ -386,11 +386,11 @@ impl<H> Turn<H> {
     /// the holder from now on.
     pub(crate) fn hold(&self, held: &Arc<H>) {
         let mut lines = self.queues.lock_lines();
-        if let Some(line) = lines.get_mut(&self.key) {
-            if line.turn == Some(self.id) {
-                line.holder = Some(Arc::downgrade(held));
-                line.wake_first();
-            }
+        if let Some(line) = lines.get_mut(&self.key)
+            && line.turn == Some(self.id)
+        {
+            line.holder = Some(Arc::downgrade(held));
+            line.wake_first();
         }
     }
 

@@ -50,7 +50,7 @@ pub(crate) fn acquisition<'a, G, F>(
     name: &str,
     wait: Option<Duration>,
     acquire: F,
-) -> impl Future<Output = Result<G>> + Send + 'a
+) -> impl Future<Output = Result<G>> + Send + 'a + use<'a, G, F>
 where
     G: Observed + Send + 'a,
     F: Future<Output = Result<G>> + Send + 'a,

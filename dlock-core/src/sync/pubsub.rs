@@ -428,11 +428,11 @@ impl PubSubService {
         leave: Option<&OwnerRelease>,
     ) -> Subscription {
         let mut channels = self.shared.lock_channels();
-        if let Some(entry) = channels.get_mut(channel) {
-            if entry.idle_since.take().is_some() {
-                // A wake-up stored while nobody waited belongs to nobody now.
-                entry.wake = Arc::new(Notify::new());
-            }
+        if let Some(entry) = channels.get_mut(channel)
+            && entry.idle_since.take().is_some()
+        {
+            // A wake-up stored while nobody waited belongs to nobody now.
+            entry.wake = Arc::new(Notify::new());
         }
         let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
             let _ = self.shared.changes.send(channel.to_owned());
@@ -631,11 +631,9 @@ async fn run(
         // After a reconnection, messages may have been missed: every waiter re-checks.
         // The first connection missed nothing (each waiter re-tries once its subscription
         // is confirmed).
-        if connected_before {
-            if let Some(shared) = shared.upgrade() {
-                shared.moved();
-                shared.wake_all();
-            }
+        if connected_before && let Some(shared) = shared.upgrade() {
+            shared.moved();
+            shared.wake_all();
         }
         connected_before = true;
         if let Ended::Stop = connection.serve(&mut changes, &mut generation).await {

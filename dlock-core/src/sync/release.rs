@@ -281,10 +281,10 @@ fn release_call(
             .arg(task.lease_ms)
             .arg(flag(task.fence));
     }
-    if next_in_line.next.is_some() || next_in_line.contended {
-        if let Some(key) = &job.op.hand_off_key {
-            invocation.key(&**key);
-        }
+    if (next_in_line.next.is_some() || next_in_line.contended)
+        && let Some(key) = &job.op.hand_off_key
+    {
+        invocation.key(&**key);
     }
     (invocation, again)
 }

@@ -64,12 +64,12 @@ async fn main() {
     let (enter, leave) = (redis::Script::new(ENTER), redis::Script::new(LEAVE));
     let (inside, max) = (format!("{name}:inside"), format!("{name}:max"));
     let mine = format!("{name}:inside:{}", std::process::id());
-    let mut handles = vec![];
+    let mut running = tokio::task::JoinSet::new();
     for _ in 0..tasks {
         let (sem, mut redis, started) = (sem.clone(), redis.clone(), Arc::clone(&started));
         let (enter, leave) = (enter.clone(), leave.clone());
         let (inside, max, mine) = (inside.clone(), max.clone(), mine.clone());
-        handles.push(tokio::spawn(async move {
+        running.spawn(async move {
             loop {
                 let guard = if guarded {
                     Some(sem.acquire(1).await.expect("acquire"))
@@ -98,9 +98,10 @@ async fn main() {
                     guard.unlock().await.expect("release");
                 }
             }
-        }));
+        });
     }
-    for handle in handles {
-        handle.await.expect("task");
+    // The tasks loop until the test kills this process: one that ends has panicked.
+    if let Some(Err(error)) = running.join_next().await {
+        panic!("a task failed: {error}");
     }
 }
