@@ -85,10 +85,13 @@ fi
 echo "flake hunt: $failed_rounds failed run(s); each failure with its message:"
 for log in "$out"/*.log; do
     if grep -qE "^ +(FAIL|TIMEOUT) \[" "$log"; then
-        # nextest's own summary: each failed test once, then each message.
+        # nextest's own summary: each failed test once, then each message (from the
+        # failures' output repeated after the summary, not a passing test's own panic).
         echo "--- $log"
         grep -E "^ +(FAIL|TIMEOUT) \[" "$log" | sort -u
-        grep -A3 "panicked at" "$log" | grep -v "^stack backtrace" | head -20
+        awk '/^ *Summary \[/ { after = 1 }
+            after && /^ +(PASS|FAIL|TIMEOUT|SLOW|LEAK) \[/ { failed = ($1 == "FAIL" || $1 == "TIMEOUT") }
+            after && failed' "$log" | grep -A3 "panicked at" | grep -v "^stack backtrace" | head -20
         continue
     fi
     grep -q "^test result: FAILED" "$log" || continue

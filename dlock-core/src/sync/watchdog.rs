@@ -214,12 +214,20 @@ fn expire_overdue(registry: &Registry, held: &[(u64, Arc<Held>)]) {
 /// With `replica_acks` (`acks`), it counts only once the replicas confirmed it, as the
 /// watchdog's rounds do: unconfirmed, it is [`CallError::NotReplicated`] and the deadline
 /// stays where the last confirmed acquisition or renewal put it.
+///
+/// A hold past its deadline is lost for good and not renewed (the watchdog's rounds skip
+/// such holds too): a renewal confirmed now could not undo the time the lock went
+/// unconfirmed, and a late one would otherwise revive a hold whose loss nobody had read
+/// yet.
 pub(crate) async fn renew_once(
     backend: &Backend,
     held: &Held,
     lease: Duration,
     acks: Option<(u32, Duration)>,
 ) -> Result<Option<LossReason>, crate::redis::CallError> {
+    if let Some(reason) = held.loss() {
+        return Ok(Some(reason));
+    }
     let mut invocation = held.renew_script.prepare_invoke();
     invocation
         .arg(lease.as_millis() as u64)

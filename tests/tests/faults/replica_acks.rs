@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use dlock::{LockClient, LockError, LossReason, Topology};
 use dlock_tests::commandstats::command_calls;
+use dlock_tests::keys::{self, LockKeys};
 use dlock_tests::RedisReplicaSet;
 
 const WITHIN: Duration = Duration::from_millis(200);
@@ -388,33 +389,38 @@ async fn a_fenced_increment_confirmed_late_counts_once() {
 /// off while it waits, the first lock's deadline stays where its confirmed acquisition put
 /// it, so the set is not handed out on a hold that only the cut-off master extended (a
 /// promoted replica would have let it expire). Before the fix the renewals went without
-/// `WAIT`, moved the deadline, and the set was acquired.
+/// `WAIT`, moved the deadline, and the set was acquired. A renewal once the deadline has
+/// passed is not sent at all: the flake hunt saw one, confirmed after the replica came
+/// back, revive the first lock before anything had read its loss.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sequential_multi_locks_early_holds_are_renewed_with_replica_acks() {
     const LEASE: Duration = Duration::from_millis(900);
     let set = RedisReplicaSet::start(1);
     let client = acked_client(&set, Duration::from_secs(5)).await;
     let rival = acked_client(&set, Duration::from_secs(5)).await;
-    let busy = rival.lock("acked:seq:b").lock().await.unwrap();
+    let busy = rival.lock("acked:{seq}:b").lock().await.unwrap();
     let multi =
-        dlock::MultiLock::sequential([client.lock("acked:seq:a"), client.lock("acked:seq:b")])
+        dlock::MultiLock::sequential([client.lock("acked:{seq}:a"), client.lock("acked:{seq}:b")])
             .unwrap();
     let acquisition = tokio::spawn(async move { multi.lock_with_lease(LEASE).await });
 
-    // The first lock is taken (confirmed) and the set waits for the second.
+    // The first lock is taken and confirmed, and the set waits for the second: its owner
+    // is registered among the second lock's waiters (which it is only once the first
+    // acquisition's `WAIT` answered and the second's try came back busy).
     let mut conn = set.master.connection();
+    let second = LockKeys::new("", "acked:{seq}:b");
     let started = Instant::now();
-    while !redis::cmd("EXISTS")
-        .arg("acked:seq:a")
-        .query::<bool>(&mut conn)
-        .unwrap()
-    {
+    while keys::registered(&mut conn, &second.registry).is_empty() {
         assert!(
             started.elapsed() < Duration::from_secs(5),
-            "the first lock was never taken"
+            "the set never waited for its second lock"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    assert!(
+        keys::exists(&mut conn, "acked:{seq}:a"),
+        "the first lock is held"
+    );
     let taken = Instant::now();
     set.cut_off_replicas();
     // Two renewals go out unconfirmed; then the first lock's own deadline passes.
@@ -427,7 +433,7 @@ async fn a_sequential_multi_locks_early_holds_are_renewed_with_replica_acks() {
         .expect("the multi-lock never finished")
         .unwrap();
     match outcome {
-        Err(LockError::Lost { name, .. }) => assert_eq!(name, "acked:seq:a"),
+        Err(LockError::Lost { name, .. }) => assert_eq!(name, "acked:{seq}:a"),
         other => panic!(
             "renewals the replica never confirmed kept the first lock {:?} past its lease: {other:?}",
             taken.elapsed()
