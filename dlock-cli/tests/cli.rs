@@ -979,21 +979,27 @@ fn first_holders(output: &Output) -> (Vec<(String, u64)>, String) {
 }
 
 /// Five holds of 5 ms of `name`, 20 ms apart, taken while `dlock watch --json` runs with `args`:
-/// the distinct holders the watch saw, and its stderr.
+/// the distinct holders the watch saw, and its stderr. With `tracked_on` (the port of the
+/// master the watch tracks the lock on), the holds start once the watch is armed there.
 async fn watch_a_burst(
     config: &ConfigFile,
     holder: &LockClient,
     name: &str,
     args: &[&str],
+    tracked_on: Option<u16>,
 ) -> (usize, String) {
     let watching = {
         let path = config.path.clone();
-        let mut all = vec!["--json", "watch", name, "--for", "1500ms"];
+        let mut all = vec!["--json", "watch", name, "--for", "4s"];
         all.extend_from_slice(args);
         let all: Vec<String> = all.into_iter().map(str::to_owned).collect();
         tokio::task::spawn_blocking(move || run(&path, &all, ""))
     };
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    match tracked_on {
+        Some(port) => until_tracked(port).await,
+        // Nothing to wait for: the poll alone, whose misses are the point.
+        None => tokio::time::sleep(Duration::from_millis(600)).await,
+    }
     let lock = holder.lock(name);
     for _ in 0..5 {
         let guard = lock.lock().await.unwrap();
@@ -1018,12 +1024,40 @@ async fn watch_a_burst(
     )
 }
 
+/// Waits until a connection to the server on `port` tracks keys and has read since: the
+/// watch's first read of the lock, which arms Redis' first report. (A fixed 600 ms
+/// assumed the watch had started by then; on a loaded machine it sometimes had not, and
+/// missed the first hold.)
+async fn until_tracked(port: u16) {
+    let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
+        let armed = clients.lines().any(|client| {
+            let field = |name: &str| client.split(' ').find_map(|f| f.strip_prefix(name));
+            field("flags=").is_some_and(|flags| flags.contains('t'))
+                && field("cmd=").is_some_and(|cmd| cmd != "client|tracking" && cmd != "hello")
+        });
+        if armed {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no connection tracked the lock within 10 s:\n{clients}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_sees_every_short_hold() {
     let server = RedisServer::start();
     let config = ConfigFile::single(&server);
     let holder = config.client("alpha").await;
-    let (seen, stderr) = watch_a_burst(&config, &holder, "burst", &[]).await;
+    let (seen, stderr) = watch_a_burst(&config, &holder, "burst", &[], Some(server.port())).await;
     assert_eq!(seen, 5, "{stderr}");
     assert_eq!(stderr, "");
 
@@ -1044,7 +1078,8 @@ async fn watch_sees_every_short_hold() {
         "[redis.single]\naddress = \"{}\"\n[connection]\nusername = \"untracked\"\npassword = \"secret\"",
         server.url()
     ));
-    let (seen, stderr) = watch_a_burst(&untracked, &holder, "burst", &["--interval", "50ms"]).await;
+    let (seen, stderr) =
+        watch_a_burst(&untracked, &holder, "burst", &["--interval", "50ms"], None).await;
     assert!(
         stderr.contains("dlock: warning: Redis will not report changes of \"burst\"")
             && stderr.contains("+client|tracking"),
@@ -1070,7 +1105,8 @@ async fn watch_in_a_cluster_tracks_at_the_master_of_the_locks_slot() {
         .map(|i| format!("burst:{i}"))
         .find(|n| cluster.slot_owner_port(cluster.key_slot(&format!("shop:{n}"))) != first)
         .unwrap();
-    let (seen, stderr) = watch_a_burst(&config, &holder, &name, &[]).await;
+    let owner = cluster.slot_owner_port(cluster.key_slot(&format!("shop:{name}")));
+    let (seen, stderr) = watch_a_burst(&config, &holder, &name, &[], Some(owner)).await;
     assert_eq!(seen, 5, "{stderr}");
     assert_eq!(stderr, "");
 }
