@@ -17,7 +17,7 @@ use std::time::Duration;
 use dlock::protocol::{self, Call, GrantReader, Message, TakeUp};
 
 use crate::lua::Scripts;
-use crate::redis::{Redis, Reply};
+use crate::redis::{Redis, Reply, Value};
 
 /// The lock's Redis names (a tagged name: every helper in its slot): the hash, the
 /// fencing counter, the registry and the naps set.
@@ -87,8 +87,16 @@ pub struct Config {
     /// Failovers to a replica that has every write (no write is lost): each client's
     /// commands move to the new master at once (its route moves), its subscriber stays on
     /// the demoted one, now a replica, until it connects again: it hears what the new
-    /// master publishes, which counts it nowhere.
+    /// master publishes, which counts it nowhere. After a failover each client sends the
+    /// releases it made again (dlock's release log, replayed on the new master).
     pub failovers: u8,
+    /// Failovers to a replica that missed the writes of the last script run (Redis'
+    /// asynchronous replication), otherwise as above. A hold in Redis at that moment is
+    /// no longer its owner's to keep: the new master may have lost it, or kept it with
+    /// an earlier expiry, and its guard learns at its deadline (dlock's at a renewal;
+    /// `replica_acks` is what closes that window). The lost script's tokens may be
+    /// minted again; they increase from there.
+    pub lossy_failovers: u8,
     /// Replies lost with their connection: the client sends the request again.
     pub lost_replies: u8,
     /// The client's side of the protocol as built; a mutation test turns a part off to
@@ -107,6 +115,10 @@ pub struct ClientRules {
     pub lost_extension_leaves: bool,
     /// The local line gives back a lock a release gave to a task that stopped waiting.
     pub unwanted_local_grant_given_back: bool,
+    /// A release goes into the client's release log (replayed after a failover) as it is
+    /// sent, not once it is answered: a reply that comes after the master moved still
+    /// has its release replayed.
+    pub release_logged_when_sent: bool,
 }
 
 impl Default for ClientRules {
@@ -116,6 +128,7 @@ impl Default for ClientRules {
             short_lease_grant_is_tried: true,
             lost_extension_leaves: true,
             unwanted_local_grant_given_back: true,
+            release_logged_when_sent: true,
         }
     }
 }
@@ -143,6 +156,7 @@ impl Default for Config {
             delays: 0,
             force_unlocks: 0,
             failovers: 0,
+            lossy_failovers: 0,
             lost_replies: 0,
             client: ClientRules::default(),
         }
@@ -169,6 +183,10 @@ pub enum Request {
     },
     /// `hold_until.lua`, keeping the lock `ms` more.
     HoldUntil { owner: u32, ms: u64 },
+    /// A release the client made, sent again on a new master after a failover (as a
+    /// retry: an earlier send applied it, at least on the old master); its reply changes
+    /// nothing in the client.
+    Replay { owner: u32, mode: &'static str },
 }
 
 impl Request {
@@ -259,6 +277,9 @@ pub struct Client {
     pub route: u32,
     /// Its route when each owner's acquisition first sent.
     pub first_routes: Vec<u32>,
+    /// The releases Redis answered, which it sends again after a failover (kept only
+    /// while a failover may still come).
+    pub released: Vec<(u32, &'static str)>,
 }
 
 /// The explorer's moves.
@@ -290,6 +311,8 @@ pub enum Event {
     ForceUnlock,
     /// The master fails over to a replica with every write.
     Failover,
+    /// The master fails over to a replica without the last script run's writes.
+    LossyFailover,
     /// Client `c`'s subscriber, on a demoted master, connects to the new one.
     Reconnect(usize),
 }
@@ -309,7 +332,11 @@ pub struct World {
     pub delays: u8,
     pub force_unlocks: u8,
     pub failovers: u8,
+    pub lossy_failovers: u8,
     pub lost_replies: u8,
+    /// The keys and expiries as the replica has them, while a lossy failover may still
+    /// come: as they were before the last script run.
+    pub replica: Option<Box<Replica>>,
     /// Since when the lock has been takeable while a live owner waited (ms).
     pub takeable_since: Option<u64>,
     /// The last fencing token a holder got in Redis, and that holder.
@@ -317,10 +344,27 @@ pub struct World {
     pub last_holder: Option<String>,
     /// Until when (ms) the last `hold until` keeps the lock from everybody.
     pub kept_until: u64,
-    /// The owners a force unlock took the lock from: exclusion is not theirs to keep.
+    /// The owners a force unlock or a lossy failover took the lock from: exclusion is not
+    /// theirs to keep.
     pub forced: std::collections::BTreeSet<String>,
+    /// The owners that held when a lossy failover came: the failover may bring back their
+    /// registration or promise from before their last script run, which they no longer
+    /// clean up (they hold, as far as they know). Those lapse by themselves (a reservation
+    /// in a grant's 100 ms, a promise at its time, the registry three recheck intervals
+    /// and a second after its last waiter's registration), and the liveness bound still
+    /// holds meanwhile; they are not counted as left behind.
+    pub failed_over: std::collections::BTreeSet<String>,
     /// The last release op id (each release's memo names one).
     pub op: u32,
+}
+
+/// What a replica has of the master's data.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Replica {
+    /// Every key's value.
+    pub keys: std::collections::BTreeMap<String, Value>,
+    /// Key → the ms at which it expires.
+    pub expiries: std::collections::BTreeMap<String, u64>,
 }
 
 impl World {
@@ -352,6 +396,7 @@ impl World {
                     stale: false,
                     route: 0,
                     first_routes: vec![0; config.acquisitions],
+                    released: Vec::new(),
                 })
                 .collect(),
             cancels: config.cancels,
@@ -360,12 +405,15 @@ impl World {
             delays: config.delays,
             force_unlocks: config.force_unlocks,
             failovers: config.failovers,
+            lossy_failovers: config.lossy_failovers,
             lost_replies: config.lost_replies,
+            replica: None,
             takeable_since: None,
             last_token: 0,
             last_holder: None,
             kept_until: 0,
             forced: std::collections::BTreeSet::new(),
+            failed_over: std::collections::BTreeSet::new(),
             op: 0,
         }
     }
@@ -450,6 +498,9 @@ impl World {
         if self.failovers > 0 {
             events.push(Event::Failover);
         }
+        if self.lossy_failovers > 0 {
+            events.push(Event::LossyFailover);
+        }
         if !self.network_busy() && self.next_timer(config).is_some() {
             events.push(Event::Tick);
         }
@@ -510,6 +561,10 @@ impl World {
             }
             Event::Exec(c) => {
                 let request = self.clients[c].requests.pop_front().expect("a request");
+                self.replicate();
+                if config.client.release_logged_when_sent {
+                    self.log_release(c, &request);
+                }
                 let reply = self.execute(c, &request, config, scripts);
                 self.deliver_published();
                 if let (Request::HoldUntil { ms, .. }, Reply::Int(0)) = (&request, &reply) {
@@ -621,16 +676,12 @@ impl World {
             }
             Event::Failover => {
                 self.failovers -= 1;
-                for (c, client) in self.clients.iter_mut().enumerate() {
-                    if client.dead {
-                        continue;
-                    }
-                    client.route += 1;
-                    client.stale = true;
-                    if let Some(subscribers) = self.redis.subscribers.get_mut(&wake_channel(c)) {
-                        subscribers.remove(&(c as u32));
-                    }
-                }
+                self.fail_over();
+            }
+            Event::LossyFailover => {
+                self.lossy_failovers -= 1;
+                self.lose_last_writes();
+                self.fail_over();
             }
             Event::Reconnect(c) => {
                 let client = &mut self.clients[c];
@@ -656,10 +707,11 @@ impl World {
                 // exclusion goes (its guard learns at its next renewal; fencing tokens are
                 // what protects the data from it meanwhile), also an owner whose try took
                 // the lock and whose answer is still on its way.
-                if let Some(crate::redis::Value::Hash(hash)) = self.redis.keys.get(KEY) {
+                if let Some(Value::Hash(hash)) = self.redis.keys.get(KEY) {
                     self.forced
                         .extend(hash.keys().filter(|f| !f.starts_with('!')).cloned());
                 }
+                self.replicate();
                 let keys = vec![KEY.to_owned(), REGISTRY.to_owned(), NAPS.to_owned()];
                 let args = vec!["publish".to_owned(), GRANT_MS.to_string()];
                 let reply = scripts.run(&mut self.redis, "lock_force_unlock", &keys, &args);
@@ -670,6 +722,87 @@ impl World {
             }
         }
         self.check(config)
+    }
+
+    /// Puts `request`, when it is a release, into client `c`'s release log, while a
+    /// failover may still come.
+    fn log_release(&mut self, c: usize, request: &Request) {
+        if let Request::Release { owner, mode, .. } = *request
+            && self.failovers + self.lossy_failovers > 0
+        {
+            self.clients[c].released.push((owner, mode));
+        }
+    }
+
+    /// Copies the keys to the replica before a script runs, while a lossy failover may
+    /// still come.
+    fn replicate(&mut self) {
+        self.replica = (self.lossy_failovers > 0).then(|| {
+            Box::new(Replica {
+                keys: self.redis.keys.clone(),
+                expiries: self.redis.expiries.clone(),
+            })
+        });
+    }
+
+    /// The replica becomes the master: the last script run's writes are gone. Every hold
+    /// in Redis now is no longer its owner's to keep (see [`Config::lossy_failovers`]);
+    /// tokens count on from the replica's, and a minimum hold the replica does not have
+    /// is over.
+    fn lose_last_writes(&mut self) {
+        if let Some(Value::Hash(hash)) = self.redis.keys.get(KEY) {
+            let holders = hash.keys().filter(|f| !f.starts_with('!'));
+            self.failed_over.extend(holders.cloned());
+            self.forced.extend(self.failed_over.iter().cloned());
+        }
+        if let Some(replica) = self.replica.take() {
+            self.redis.keys = replica.keys;
+            self.redis.expiries = replica.expiries;
+        }
+        self.redis.expire_all_due();
+        let (holder, token) = match self.redis.keys.get(KEY) {
+            Some(Value::Hash(hash)) => hash
+                .iter()
+                .find_map(|(field, token)| Some((field.strip_suffix(":f")?, token)))
+                .map_or((None, None), |(field, token)| {
+                    (Some(field.to_owned()), token.parse().ok())
+                }),
+            _ => (None, None),
+        };
+        let counter = match self.redis.keys.get(FENCE) {
+            Some(Value::Str(count)) => count.parse().unwrap_or(0),
+            _ => 0,
+        };
+        self.last_token = token.unwrap_or(counter);
+        self.last_holder = holder;
+        let kept = matches!(self.redis.keys.get(KEY), Some(Value::Hash(hash)) if hash.contains_key("!held"));
+        if !kept {
+            self.kept_until = 0;
+        }
+    }
+
+    /// Each live client's commands move to the new master at once, its subscriber stays
+    /// on the old one until it connects again, and it sends its releases again there.
+    fn fail_over(&mut self) {
+        let last = self.failovers + self.lossy_failovers == 0;
+        for (c, client) in self.clients.iter_mut().enumerate() {
+            if client.dead {
+                continue;
+            }
+            client.route += 1;
+            client.stale = true;
+            if let Some(subscribers) = self.redis.subscribers.get_mut(&wake_channel(c)) {
+                subscribers.remove(&(c as u32));
+            }
+            let replays = client
+                .released
+                .iter()
+                .map(|&(owner, mode)| Request::Replay { owner, mode });
+            client.requests.extend(replays);
+            if last {
+                client.released.clear();
+            }
+        }
     }
 
     /// Owner `o` of client `c` has the turn in its line: it tries.
@@ -740,25 +873,30 @@ impl World {
                     s("publish"),
                 ],
             ),
-            Request::Release {
-                owner,
-                mode,
-                next,
-                keep,
-                retried,
-            } => {
+            Request::Release { .. } | Request::Replay { .. } => {
+                let (owner, mode, next, keep, retried) = match request {
+                    Request::Release {
+                        owner,
+                        mode,
+                        next,
+                        keep,
+                        retried,
+                    } => (owner, mode, *next, *keep, *retried),
+                    Request::Replay { owner, mode } => (owner, mode, None, false, true),
+                    _ => unreachable!("a release"),
+                };
                 let mut args = vec![
                     World::field(c, *owner),
                     s(mode),
                     s("5000"),
                     s("publish"),
                     GRANT_MS.to_string(),
-                    s(if *retried { "1" } else { "0" }),
+                    s(if retried { "1" } else { "0" }),
                 ];
                 if let Some(next) = next {
                     args.extend([
-                        World::field(c, *next),
-                        s(if *keep { "1" } else { "0" }),
+                        World::field(c, next),
+                        s(if keep { "1" } else { "0" }),
                         config.lease(c).to_string(),
                         s("1"),
                     ]);
@@ -876,10 +1014,14 @@ impl World {
                     }
                 }
             }
+            Request::Replay { .. } => {}
             Request::Release {
                 owner, mode, next, ..
             } => {
                 let o = owner as usize;
+                if !config.client.release_logged_when_sent {
+                    self.log_release(c, &request);
+                }
                 if self.clients[c].owners[o] == Owner::Releasing {
                     self.clients[c].owners[o] = Owner::Done;
                 }
@@ -1111,7 +1253,7 @@ impl World {
     /// Tokens in grant order: each new holder in Redis has a greater token than the last;
     /// and nobody takes the lock inside a minimum hold (unless force-unlocked).
     fn check_token(&mut self) -> Result<(), String> {
-        let Some(crate::redis::Value::Hash(hash)) = self.redis.keys.get(KEY) else {
+        let Some(Value::Hash(hash)) = self.redis.keys.get(KEY) else {
             return Ok(());
         };
         for (field, token) in hash
@@ -1203,10 +1345,10 @@ impl World {
     /// request it had (its leave or withdraw among them).
     fn check_left_behind(&self) -> Result<(), String> {
         for key in [REGISTRY, NAPS] {
-            let Some(crate::redis::Value::ZSet(set)) = self.redis.keys.get(key) else {
+            let Some(Value::ZSet(set)) = self.redis.keys.get(key) else {
                 continue;
             };
-            for member in set.keys() {
+            for member in set.keys().filter(|m| !self.failed_over.contains(*m)) {
                 let done = self
                     .owner_of(member)
                     .is_some_and(|owner| *owner == Owner::Done);
@@ -1226,7 +1368,7 @@ impl World {
     /// is the bound), a grant to one or a reservation for one as takeable (those lapse in
     /// 100 ms, and that is what the bound is about); a minimum hold is busy.
     fn lock_takeable(&self) -> bool {
-        let Some(crate::redis::Value::Hash(hash)) = self.redis.keys.get(KEY) else {
+        let Some(Value::Hash(hash)) = self.redis.keys.get(KEY) else {
             return true;
         };
         if hash.contains_key("!held") {
@@ -1279,7 +1421,7 @@ impl World {
         self.redis.expire_all_due();
         let mut left = Vec::new();
         for key in [REGISTRY, NAPS] {
-            if let Some(crate::redis::Value::ZSet(set)) = self.redis.keys.get(key) {
+            if let Some(Value::ZSet(set)) = self.redis.keys.get(key) {
                 for member in set.keys() {
                     if self
                         .owner_of(member)

@@ -1,10 +1,14 @@
 //! Proof that the explorer finds what matters: each fix of the hand-off, undone one at a
-//! time (in the scripts, as text, or in the client's rules), gives a counterexample. Each
-//! test prints the counterexample's length; docs/RELIABILITY.md records them.
+//! time (in the scripts, as text, or in the client's rules), gives a counterexample in a
+//! world of `worlds`, which `protocol.rs` explores as built (the control: there every
+//! invariant holds). Each test prints the counterexample's length; docs/RELIABILITY.md
+//! records them.
 
 use dlock_sim::explore::{exhaustive, Counterexample};
 use dlock_sim::lua::Scripts;
 use dlock_sim::model::{ClientRules, Config};
+
+mod worlds;
 
 /// Undoes `edits` (script, text, replacement) in dlock's scripts; each must apply.
 fn mutated(edits: &'static [(&'static str, &'static str, &'static str)]) -> Scripts {
@@ -29,38 +33,6 @@ fn found(name: &str, config: &Config, scripts: &Scripts) -> Counterexample {
             );
             found
         }
-    }
-}
-
-/// The control: the same worlds with the scripts and rules as built hold every invariant,
-/// so each counterexample below is the mutation's.
-#[test]
-fn the_worlds_of_the_mutations_hold_as_built() {
-    let scripts = Scripts::dlock(|_, code| code);
-    for config in [
-        late_leave_world(),
-        lost_reply_world(),
-        overslept_world(),
-        short_lease_world(),
-        frozen_world(),
-        lined_world(),
-        failover_world(),
-    ] {
-        if let Err(found) = exhaustive(&config, &scripts, 2_000_000) {
-            panic!("{config:?}: {}", found.problem);
-        }
-    }
-}
-
-/// A grantee's own try races its grant and wins (its nap ends as its holder releases),
-/// its `held:` message comes late, after its short body ended under `min_hold`.
-fn late_leave_world() -> Config {
-    Config {
-        clients: 3,
-        holds_ms: [300, 5, 300, 300],
-        min_holds_ms: [0, 150, 0, 0],
-        delays: 3,
-        ..Config::default()
     }
 }
 
@@ -90,17 +62,7 @@ fn a_next_mark_that_outlives_its_grant() {
             "if found[2] == owner then",
         ),
     ]);
-    found("!next outlives its grant", &late_leave_world(), &scripts);
-}
-
-fn lost_reply_world() -> Config {
-    Config {
-        clients: 2,
-        acquisitions: 2,
-        lost_replies: 1,
-        force_unlocks: 1,
-        ..Config::default()
-    }
+    found("!next outlives its grant", &worlds::late_leave(), &scripts);
 }
 
 /// A try that finds its own hold keeps the owner among the waiters, and a retried send
@@ -117,7 +79,7 @@ fn a_registration_left_by_a_retried_try() {
             retry_says_registered: false,
             ..ClientRules::default()
         },
-        ..lost_reply_world()
+        ..worlds::lost_reply()
     };
     found("a retried try's registration", &config, &scripts);
 }
@@ -131,23 +93,13 @@ fn a_lost_extension_that_does_not_leave() {
             lost_extension_leaves: false,
             ..ClientRules::default()
         },
-        ..lost_reply_world()
+        ..worlds::lost_reply()
     };
     found(
         "a lost extension's registration",
         &config,
         &Scripts::dlock(|_, code| code),
     );
-}
-
-fn overslept_world() -> Config {
-    Config {
-        clients: 4,
-        leases_ms: [500, 150, 150, 150],
-        holds_ms: [200; 4],
-        crashes: 1,
-        ..Config::default()
-    }
 }
 
 /// A grant's extension to a lease shorter than what waiters were promised tells nobody.
@@ -160,18 +112,9 @@ fn an_extension_that_tells_nobody() {
     )]);
     found(
         "an extension that tells nobody",
-        &overslept_world(),
+        &worlds::overslept(),
         &scripts,
     );
-}
-
-fn short_lease_world() -> Config {
-    Config {
-        clients: 3,
-        leases_ms: [300, 60, 300, 300],
-        holds_ms: [200; 4],
-        ..Config::default()
-    }
 }
 
 /// A grantee with a lease shorter than the grant holds it as it is, and its extension
@@ -184,20 +127,9 @@ fn an_extension_that_shortens_the_grant() {
             short_lease_grant_is_tried: false,
             ..ClientRules::default()
         },
-        ..short_lease_world()
+        ..worlds::short_lease()
     };
     found("an extension that shortens the grant", &config, &scripts);
-}
-
-/// A process that freezes with its connections open: the release grants it the lock (its
-/// subscriber still counts), and only the runner-up's `next:` gets the lock going again
-/// when the grant lapses.
-fn frozen_world() -> Config {
-    Config {
-        clients: 3,
-        freezes: 1,
-        ..Config::default()
-    }
 }
 
 /// The runner-up of a grant or a reservation told nothing.
@@ -208,19 +140,7 @@ fn a_runner_up_nobody_tells() {
         "if tell(publish, registry, runner_up, message) then",
         "if true then",
     )]);
-    found("a runner-up nobody tells", &frozen_world(), &scripts);
-}
-
-/// Two owners of one client in its local line beside another client, one of which may
-/// give up.
-fn lined_world() -> Config {
-    Config {
-        clients: 2,
-        acquisitions: 2,
-        lined: true,
-        cancels: 1,
-        ..Config::default()
-    }
+    found("a runner-up nobody tells", &worlds::frozen(), &scripts);
 }
 
 /// A release gives the lock to its client's next task, which stopped waiting before the
@@ -232,23 +152,13 @@ fn a_local_grant_nobody_gives_back() {
             unwanted_local_grant_given_back: false,
             ..ClientRules::default()
         },
-        ..lined_world()
+        ..worlds::lined()
     };
     found(
         "a local grant nobody gives back",
         &config,
         &Scripts::dlock(|_, code| code),
     );
-}
-
-/// Two clients taking the lock twice each through a failover that keeps every write.
-fn failover_world() -> Config {
-    Config {
-        clients: 2,
-        acquisitions: 2,
-        failovers: 1,
-        ..Config::default()
-    }
 }
 
 /// A grant made to whoever `PUBLISH` counted: the `held:` message goes out first, and the
@@ -264,7 +174,27 @@ fn a_grant_to_whoever_publish_counted() {
     )]);
     found(
         "a grant to whoever PUBLISH counted",
-        &failover_world(),
+        &worlds::failover(),
         &scripts,
+    );
+}
+
+/// A release put into the client's release log only once Redis answered it: a release
+/// the old master applied and the promoted replica never got, whose reply the client
+/// reads after it moved to the new master, is never replayed, and the lock sits there
+/// until its lease runs out while a waiter is passed over.
+#[test]
+fn a_release_logged_once_answered() {
+    let config = Config {
+        client: ClientRules {
+            release_logged_when_sent: false,
+            ..ClientRules::default()
+        },
+        ..worlds::lossy_failover()
+    };
+    found(
+        "a release logged once answered",
+        &config,
+        &Scripts::dlock(|_, code| code),
     );
 }

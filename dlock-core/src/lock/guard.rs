@@ -204,10 +204,10 @@ impl LockGuard {
         let next_in_line = self.held.next_in_line();
         let timing = inner.settings.release_timing();
         let sent_at = Instant::now();
+        inner.release_log.record(job);
         let outcome =
             release::release(&inner.backend, timing, job, next_in_line, Sending::First).await;
         if let Ok(released) = outcome {
-            inner.release_log.record(job);
             match released {
                 Released::Free(next) => self.held.give_up_turn_after(next, sent_at),
                 Released::NotHeld | Released::StillHeld(_) => self.held.give_up_turn(),

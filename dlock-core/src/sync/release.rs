@@ -527,15 +527,12 @@ pub(crate) async fn run_background(
         tokio::spawn(async move {
             // A job comes here when its guard was dropped, or after a send whose outcome
             // is unknown (a failed or cancelled unlock): counted as sent before.
+            log.record(&job);
             let outcome = release(&backend, timing, &job, NextInLine::NONE, Sending::Again).await;
-            match &outcome {
-                Ok(_) => log.record(&job),
-                // Only a guard's hold is owed: a cleanup's tries may never have reached
-                // Redis (an outage), and whatever one took lapses with its lease.
-                Err(_) if job.counted => {
-                    done.0.failed.fetch_add(1, Ordering::AcqRel);
-                }
-                Err(_) => {}
+            // Only a guard's hold is owed: a cleanup's tries may never have reached Redis
+            // (an outage), and whatever one took lapses with its lease.
+            if outcome.is_err() && job.counted {
+                done.0.failed.fetch_add(1, Ordering::AcqRel);
             }
             let confirmed = matches!(outcome, Ok(Released::Free(_) | Released::StillHeld(_)));
             if job.counted {
@@ -611,8 +608,14 @@ impl ReleaseLog {
         }
     }
 
-    /// Remembers a release that was applied. It counts once when replayed (see
-    /// [`ReleaseOp`]): where the first attempt reached the new master, its memo answers.
+    /// Remembers a release as it is sent. Not once it is answered: the old master may
+    /// apply it and answer after the client has moved to the new master, whose replica
+    /// never got it, and then the replay has passed already (the simulator's
+    /// `a_release_logged_once_answered`). It counts once when replayed (see
+    /// [`ReleaseOp`]): where an attempt reached the new master, its memo answers; a
+    /// release that reached no master is applied by the replay, as it was asked to be;
+    /// one sent again after an unknown outcome is in the log twice, and its second
+    /// replay finds the first's memo.
     pub(crate) fn record(&self, job: &ReleaseJob) {
         let Some(entries) = &self.entries else {
             return;

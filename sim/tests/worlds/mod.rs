@@ -1,0 +1,97 @@
+//! The worlds the mutation tests break, shared by `protocol.rs`, which explores each as
+//! built (where every invariant must hold), and `mutations.rs`, which explores each with
+//! one fix undone (where the explorer must find a counterexample).
+
+use dlock_sim::model::Config;
+
+/// A grantee's own try races its grant and wins (its nap ends as its holder releases),
+/// its `held:` message comes late, after its short body ended under `min_hold`.
+pub fn late_leave() -> Config {
+    Config {
+        clients: 3,
+        holds_ms: [300, 5, 300, 300],
+        min_holds_ms: [0, 150, 0, 0],
+        delays: 3,
+        ..Config::default()
+    }
+}
+
+/// Two clients taking the lock twice each; a reply lost with its connection (the request
+/// sent again) and a force unlock.
+pub fn lost_reply() -> Config {
+    Config {
+        clients: 2,
+        acquisitions: 2,
+        lost_replies: 1,
+        force_unlocks: 1,
+        ..Config::default()
+    }
+}
+
+/// Four clients with leases of 500 and 150 ms held past their end, one of which dies:
+/// waiters promised the long lease while a short one holds.
+pub fn overslept() -> Config {
+    Config {
+        clients: 4,
+        leases_ms: [500, 150, 150, 150],
+        holds_ms: [200; 4],
+        crashes: 1,
+        ..Config::default()
+    }
+}
+
+/// Three clients, one with a 60 ms lease (under a grant's 100 ms), held past its end.
+pub fn short_lease() -> Config {
+    Config {
+        clients: 3,
+        leases_ms: [300, 60, 300, 300],
+        holds_ms: [200; 4],
+        ..Config::default()
+    }
+}
+
+/// A process that freezes with its connections open: the release grants it the lock (its
+/// subscriber still counts), and only the runner-up's `next:` gets the lock going again
+/// when the grant lapses.
+pub fn frozen() -> Config {
+    Config {
+        clients: 3,
+        freezes: 1,
+        ..Config::default()
+    }
+}
+
+/// Two owners of one client in its local line beside another client, one of which may
+/// give up.
+pub fn lined() -> Config {
+    Config {
+        clients: 2,
+        acquisitions: 2,
+        lined: true,
+        cancels: 1,
+        ..Config::default()
+    }
+}
+
+/// Two clients taking the lock twice each through a failover that keeps every write.
+pub fn failover() -> Config {
+    Config {
+        clients: 2,
+        acquisitions: 2,
+        failovers: 1,
+        ..Config::default()
+    }
+}
+
+/// Two clients taking the lock twice each through a failover to a replica that missed the
+/// last script run's writes: a release, a registration, a grant, its extension or a
+/// withdraw lost. The releases come back with the clients' replays, the waiters try again
+/// once their route moved; the holds lost are their owners' loss.
+pub fn lossy_failover() -> Config {
+    Config {
+        clients: 2,
+        acquisitions: 2,
+        lossy_failovers: 1,
+        ..Config::default()
+    }
+}
