@@ -978,15 +978,17 @@ fn first_holders(output: &Output) -> (Vec<(String, u64)>, String) {
     (seen, shown)
 }
 
-/// Five holds of 5 ms of `name`, 20 ms apart, taken while `dlock watch --json` runs with `args`:
-/// the distinct holders the watch saw, and its stderr. With `tracked_on` (the port of the
-/// master the watch tracks the lock on), the holds start once the watch is armed there.
+/// Five holds of `name` lasting `hold` each, 20 ms apart, taken while `dlock watch --json`
+/// runs with `args`: the distinct holders the watch saw, and its stderr. With `tracked_on`
+/// (the port of the master the watch tracks the lock on), the holds start once the watch
+/// is armed there.
 async fn watch_a_burst(
     config: &ConfigFile,
     holder: &LockClient,
     name: &str,
     args: &[&str],
     tracked_on: Option<u16>,
+    hold: Duration,
 ) -> (usize, String) {
     let watching = {
         let path = config.path.clone();
@@ -1003,7 +1005,7 @@ async fn watch_a_burst(
     let lock = holder.lock(name);
     for _ in 0..5 {
         let guard = lock.lock().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(hold).await;
         guard.unlock().await.unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -1052,12 +1054,28 @@ async fn until_tracked(port: u16) {
     }
 }
 
+/// How long each hold of a burst the watch tracks lasts: 50 times shorter than the poll's
+/// 10 s, long enough for the watch's read to land inside it on a loaded machine.
+const TRACKED_HOLD: Duration = Duration::from_millis(200);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_sees_every_short_hold() {
     let server = RedisServer::start();
     let config = ConfigFile::single(&server);
     let holder = config.client("alpha").await;
-    let (seen, stderr) = watch_a_burst(&config, &holder, "burst", &[], Some(server.port())).await;
+    // Holds far shorter than the poll's interval, each seen because Redis reported it: a
+    // hold is seen when the watch reads the lock before it ends, so they last long enough
+    // for a loaded machine to run the watch in time (5 ms holds were missed beside a busy
+    // loop).
+    let (seen, stderr) = watch_a_burst(
+        &config,
+        &holder,
+        "burst",
+        &["--interval", "10s"],
+        Some(server.port()),
+        TRACKED_HOLD,
+    )
+    .await;
     assert_eq!(seen, 5, "{stderr}");
     assert_eq!(stderr, "");
 
@@ -1078,8 +1096,15 @@ async fn watch_sees_every_short_hold() {
         "[redis.single]\naddress = \"{}\"\n[connection]\nusername = \"untracked\"\npassword = \"secret\"",
         server.url()
     ));
-    let (seen, stderr) =
-        watch_a_burst(&untracked, &holder, "burst", &["--interval", "50ms"], None).await;
+    let (seen, stderr) = watch_a_burst(
+        &untracked,
+        &holder,
+        "burst",
+        &["--interval", "50ms"],
+        None,
+        Duration::from_millis(5),
+    )
+    .await;
     assert!(
         stderr.contains("dlock: warning: Redis will not report changes of \"burst\"")
             && stderr.contains("+client|tracking"),
@@ -1106,7 +1131,15 @@ async fn watch_in_a_cluster_tracks_at_the_master_of_the_locks_slot() {
         .find(|n| cluster.slot_owner_port(cluster.key_slot(&format!("shop:{n}"))) != first)
         .unwrap();
     let owner = cluster.slot_owner_port(cluster.key_slot(&format!("shop:{name}")));
-    let (seen, stderr) = watch_a_burst(&config, &holder, &name, &[], Some(owner)).await;
+    let (seen, stderr) = watch_a_burst(
+        &config,
+        &holder,
+        &name,
+        &["--interval", "10s"],
+        Some(owner),
+        TRACKED_HOLD,
+    )
+    .await;
     assert_eq!(seen, 5, "{stderr}");
     assert_eq!(stderr, "");
 }
