@@ -172,6 +172,10 @@ async fn transfer(world: &World, sections: usize, seed: u64) {
         let (sf, st) = (world.server(from), world.server(to));
         let a: i64 = data[sf].get(format!("balance:{from}")).await.expect("get");
         let b: i64 = data[st].get(format!("balance:{to}")).await.expect("get");
+        // Each account also counts the transfers that touched it: a lost update of a
+        // balance can cancel out in the total, one of a count cannot.
+        let ta: i64 = data[sf].get(format!("touches:{from}")).await.expect("get");
+        let tb: i64 = data[st].get(format!("touches:{to}")).await.expect("get");
         tokio::time::sleep(Duration::from_micros(200)).await;
         let _: () = data[sf]
             .set(format!("balance:{from}"), a - 1)
@@ -179,6 +183,14 @@ async fn transfer(world: &World, sections: usize, seed: u64) {
             .expect("set");
         let _: () = data[st]
             .set(format!("balance:{to}"), b + 1)
+            .await
+            .expect("set");
+        let _: () = data[sf]
+            .set(format!("touches:{from}"), ta + 1)
+            .await
+            .expect("set");
+        let _: () = data[st]
+            .set(format!("touches:{to}"), tb + 1)
             .await
             .expect("set");
         if let Some(guard) = guard {
