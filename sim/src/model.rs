@@ -99,6 +99,12 @@ pub struct Config {
     pub lossy_failovers: u8,
     /// Replies lost with their connection: the client sends the request again.
     pub lost_replies: u8,
+    /// Clients start without listening on their wake channel: a client subscribes when
+    /// its first owner waits, and until Redis confirms the subscription a release tells it
+    /// nothing (its script counts no receiver and takes the waiter out of the registry).
+    /// An owner whose busy try was sent before the confirmation asks Redis, once
+    /// confirmed, whether it is still registered (`ZSCORE`), and tries again if not.
+    pub cold: bool,
     /// The client's side of the protocol as built; a mutation test turns a part off to
     /// show the explorer finds what it prevents.
     pub client: ClientRules,
@@ -119,6 +125,9 @@ pub struct ClientRules {
     /// sent, not once it is answered: a reply that comes after the master moved still
     /// has its release replayed.
     pub release_logged_when_sent: bool,
+    /// An owner whose busy try was sent before its client listened asks Redis, once it
+    /// listens, whether it is still registered (`Acquisition::missed`).
+    pub unheard_try_checked: bool,
 }
 
 impl Default for ClientRules {
@@ -129,6 +138,7 @@ impl Default for ClientRules {
             lost_extension_leaves: true,
             unwanted_local_grant_given_back: true,
             release_logged_when_sent: true,
+            unheard_try_checked: true,
         }
     }
 }
@@ -158,6 +168,7 @@ impl Default for Config {
             failovers: 0,
             lossy_failovers: 0,
             lost_replies: 0,
+            cold: false,
             client: ClientRules::default(),
         }
     }
@@ -187,6 +198,9 @@ pub enum Request {
     /// retry: an earlier send applied it, at least on the old master); its reply changes
     /// nothing in the client.
     Replay { owner: u32, mode: &'static str },
+    /// `ZSCORE` of the owner in the lock's registry: whether a release passed it over
+    /// while its client did not listen yet (`Lock::still_registered`).
+    Check { owner: u32 },
 }
 
 impl Request {
@@ -211,19 +225,22 @@ pub enum Owner {
     /// Redis.
     Lined,
     /// A try is on its way; `first_sent_ms`: the acquisition's first send; `woken`: what
-    /// messages asked meanwhile.
+    /// messages asked meanwhile; `unheard`: sent before its client's subscription was
+    /// confirmed.
     #[allow(missing_docs)]
     Trying {
         first_sent_ms: u64,
         registered: bool,
         woken: Wake,
+        unheard: bool,
     },
-    /// Registered; it tries at `until_ms` unless a message comes first.
+    /// Registered; it tries at `until_ms` unless a message comes first, or, `pending`
+    /// something, once that is done.
     #[allow(missing_docs)]
     Waiting {
         first_sent_ms: u64,
         until_ms: u64,
-        woken: Wake,
+        pending: Pending,
     },
     /// It holds the lock as far as it knows, until `deadline_ms`; it releases at
     /// `release_at_ms`; `token`: its fencing token (0 for a grant without one).
@@ -240,6 +257,18 @@ pub enum Owner {
     Done,
     /// Its process died.
     Dead,
+}
+
+/// What a waiting owner whose busy try was sent before its client listened waits for
+/// before it waits for messages (see [`Config::cold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pending {
+    /// Nothing: it waits for a message or `until_ms`.
+    Nothing,
+    /// Its client's subscription to be confirmed (until `until_ms`, then it tries).
+    Subscription,
+    /// The answer of its check, with what messages asked meanwhile.
+    Check(Wake),
 }
 
 /// What messages asked of an owner while a try of it was on its way, applied once the
@@ -280,6 +309,19 @@ pub struct Client {
     /// The releases Redis answered, which it sends again after a failover (kept only
     /// while a failover may still come).
     pub released: Vec<(u32, &'static str)>,
+    /// Whether it listens on its wake channel (see [`Config::cold`]).
+    pub listening: Listening,
+}
+
+/// Where a client's subscription to its wake channel is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Listening {
+    /// Not asked for yet.
+    No,
+    /// Asked for, not confirmed yet.
+    Asked,
+    /// Confirmed: a release tells the client's owners.
+    Yes,
 }
 
 /// The explorer's moves.
@@ -315,6 +357,8 @@ pub enum Event {
     LossyFailover,
     /// Client `c`'s subscriber, on a demoted master, connects to the new one.
     Reconnect(usize),
+    /// Redis runs client `c`'s subscription to its wake channel, and confirms it.
+    Subscribe(usize),
 }
 
 /// The whole world at one moment.
@@ -374,7 +418,7 @@ impl World {
             now_us: 1_000_000_000_000,
             ..Redis::default()
         };
-        for c in 0..config.clients {
+        for c in (0..config.clients).filter(|_| !config.cold) {
             redis
                 .subscribers
                 .entry(wake_channel(c))
@@ -397,6 +441,10 @@ impl World {
                     route: 0,
                     first_routes: vec![0; config.acquisitions],
                     released: Vec::new(),
+                    listening: match config.cold {
+                        true => Listening::No,
+                        false => Listening::Yes,
+                    },
                 })
                 .collect(),
             cancels: config.cancels,
@@ -433,7 +481,8 @@ impl World {
             !client.dead
                 && (!client.requests.is_empty()
                     || !client.replies.is_empty()
-                    || !client.messages.is_empty())
+                    || !client.messages.is_empty()
+                    || client.listening == Listening::Asked && !client.stale)
         })
     }
 
@@ -491,6 +540,10 @@ impl World {
             if client.stale {
                 events.push(Event::Reconnect(c));
             }
+            // (While the subscriber is on a demoted master, its reconnection subscribes.)
+            if client.listening == Listening::Asked && !client.stale {
+                events.push(Event::Subscribe(c));
+            }
         }
         if self.force_unlocks > 0 {
             events.push(Event::ForceUnlock);
@@ -520,7 +573,9 @@ impl World {
         for client in self.clients.iter().filter(|c| !c.dead) {
             for owner in &client.owners {
                 match owner {
-                    Owner::Waiting { until_ms, .. } => at(*until_ms),
+                    Owner::Waiting {
+                        until_ms, pending, ..
+                    } if !matches!(pending, Pending::Check(_)) => at(*until_ms),
                     Owner::Holding {
                         deadline_ms,
                         release_at_ms,
@@ -687,11 +742,16 @@ impl World {
                 let client = &mut self.clients[c];
                 client.stale = false;
                 client.route += 1;
-                self.redis
-                    .subscribers
-                    .entry(wake_channel(c))
-                    .or_default()
-                    .insert(c as u32);
+                // The new connection subscribes to what the client listens on or asked
+                // for; the waiters' tries below are sent once it is confirmed.
+                if client.listening != Listening::No {
+                    client.listening = Listening::Yes;
+                    self.redis
+                        .subscribers
+                        .entry(wake_channel(c))
+                        .or_default()
+                        .insert(c as u32);
+                }
                 // Messages may have been missed meanwhile: every waiter tries again (one
                 // whose try is on its way, once it answers).
                 for o in 0..self.clients[c].owners.len() {
@@ -699,6 +759,24 @@ impl World {
                         *woken = Some(woken.map_or(Call::Now, |earlier| earlier.then(Call::Now)));
                     }
                     self.try_again(c, o);
+                }
+            }
+            Event::Subscribe(c) => {
+                self.clients[c].listening = Listening::Yes;
+                self.redis
+                    .subscribers
+                    .entry(wake_channel(c))
+                    .or_default()
+                    .insert(c as u32);
+                for o in 0..self.clients[c].owners.len() {
+                    if let Owner::Waiting { pending, .. } = &mut self.clients[c].owners[o]
+                        && *pending == Pending::Subscription
+                    {
+                        *pending = Pending::Check(None);
+                        self.clients[c]
+                            .requests
+                            .push_back(Request::Check { owner: o as u32 });
+                    }
                 }
             }
             Event::ForceUnlock => {
@@ -815,6 +893,7 @@ impl World {
             first_sent_ms: now,
             registered: false,
             woken: None,
+            unheard: client.listening != Listening::Yes,
         };
         client.requests.push_back(Request::Try {
             owner: o as u32,
@@ -852,6 +931,10 @@ impl World {
         let op = self.op;
         let s = |v: &str| v.to_owned();
         let (script, keys, args) = match request {
+            Request::Check { owner } => {
+                let zscore = [s("ZSCORE"), s(REGISTRY), World::field(c, *owner)];
+                return self.redis.command(&zscore);
+            }
             Request::Try { owner, registered } => (
                 "lock_acquire",
                 vec![s(KEY), s(FENCE), s(REGISTRY), s(NAPS)],
@@ -955,6 +1038,7 @@ impl World {
                 let Owner::Trying {
                     first_sent_ms,
                     woken,
+                    unheard,
                     ..
                 } = self.clients[c].owners[o].clone()
                 else {
@@ -968,12 +1052,39 @@ impl World {
                         let nap = u64::try_from(ttl)
                             .unwrap_or(config.recheck_ms)
                             .clamp(1, config.recheck_ms);
-                        self.clients[c].owners[o] = Owner::Waiting {
-                            first_sent_ms,
-                            until_ms: now + nap,
-                            woken: None,
+                        let until_ms = now + nap;
+                        if !unheard || !config.client.unheard_try_checked {
+                            let client = &mut self.clients[c];
+                            if client.listening == Listening::No {
+                                client.listening = Listening::Asked;
+                            }
+                            self.clients[c].owners[o] = Owner::Waiting {
+                                first_sent_ms,
+                                until_ms,
+                                pending: Pending::Nothing,
+                            };
+                            self.apply_wake(c, o, woken, config);
+                            return Ok(());
+                        }
+                        // Sent before the client listened: a release since may have
+                        // passed it over, told nothing. Once the subscription is
+                        // confirmed it asks Redis.
+                        let client = &mut self.clients[c];
+                        let pending = match client.listening {
+                            Listening::Yes => {
+                                client.requests.push_back(Request::Check { owner });
+                                Pending::Check(woken)
+                            }
+                            Listening::Asked | Listening::No => {
+                                client.listening = Listening::Asked;
+                                Pending::Subscription
+                            }
                         };
-                        self.apply_wake(c, o, woken, config);
+                        client.owners[o] = Owner::Waiting {
+                            first_sent_ms,
+                            until_ms,
+                            pending,
+                        };
                     }
                     Reply::Nil | Reply::Array(_) => {
                         let token = match &reply {
@@ -1015,6 +1126,27 @@ impl World {
                 }
             }
             Request::Replay { .. } => {}
+            Request::Check { owner } => {
+                let o = owner as usize;
+                let Owner::Waiting {
+                    pending: Pending::Check(woken),
+                    ..
+                } = self.clients[c].owners[o]
+                else {
+                    // Cancelled meanwhile: its withdraw follows.
+                    return Ok(());
+                };
+                if let Owner::Waiting { pending, .. } = &mut self.clients[c].owners[o] {
+                    *pending = Pending::Nothing;
+                }
+                // A grant a message brought meanwhile is taken up whatever the check
+                // says (the grant took the owner out of the registry).
+                match (woken, reply) {
+                    (Some(Call::Granted(grant)), _) => self.take_grant(c, o, grant, config),
+                    (_, Reply::Nil) => self.try_again(c, o),
+                    (woken, _) => self.apply_wake(c, o, woken, config),
+                }
+            }
             Request::Release {
                 owner, mode, next, ..
             } => {
@@ -1082,6 +1214,7 @@ impl World {
                 first_sent_ms,
                 registered: true,
                 woken: None,
+                unheard: self.clients[c].listening != Listening::Yes,
             };
             self.clients[c].requests.push_back(Request::Try {
                 owner: o as u32,
@@ -1180,17 +1313,31 @@ impl World {
             return;
         };
         match self.clients[c].owners[o].clone() {
+            Owner::Waiting {
+                pending: Pending::Check(woken),
+                first_sent_ms,
+                until_ms,
+            } => {
+                // Kept for the check's answer, as the client's OwnerWake keeps it.
+                self.clients[c].owners[o] = Owner::Waiting {
+                    first_sent_ms,
+                    until_ms,
+                    pending: Pending::Check(Some(woken.map_or(call, |earlier| earlier.then(call)))),
+                };
+            }
             Owner::Waiting { .. } => self.apply_wake(c, o, Some(call), config),
             Owner::Trying {
                 first_sent_ms,
                 registered,
                 woken,
+                unheard,
             } => {
                 // Kept for the try's answer, as the client's OwnerWake keeps it.
                 self.clients[c].owners[o] = Owner::Trying {
                     first_sent_ms,
                     registered,
                     woken: Some(woken.map_or(call, |earlier| earlier.then(call))),
+                    unheard,
                 };
             }
             // Not waiting here any more: the lock's leave for it.
@@ -1209,7 +1356,11 @@ impl World {
             }
             for o in 0..self.clients[c].owners.len() {
                 match self.clients[c].owners[o].clone() {
-                    Owner::Waiting { until_ms, .. } if until_ms <= now => self.try_again(c, o),
+                    Owner::Waiting {
+                        until_ms, pending, ..
+                    } if until_ms <= now && !matches!(pending, Pending::Check(_)) => {
+                        self.try_again(c, o)
+                    }
                     Owner::Holding {
                         deadline_ms,
                         release_at_ms,

@@ -198,3 +198,22 @@ fn a_release_logged_once_answered() {
         &Scripts::dlock(|_, code| code),
     );
 }
+
+/// An owner whose busy try was sent before its client listened waits once it listens,
+/// without asking whether a release passed it over meanwhile: it sleeps through the
+/// release it was not told of.
+#[test]
+fn an_unheard_try_nobody_checks() {
+    let config = Config {
+        client: ClientRules {
+            unheard_try_checked: false,
+            ..ClientRules::default()
+        },
+        ..worlds::cold()
+    };
+    found(
+        "an unheard try nobody checks",
+        &config,
+        &Scripts::dlock(|_, code| code),
+    );
+}

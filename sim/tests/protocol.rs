@@ -139,6 +139,45 @@ fn leases_that_run_out_and_differ() {
     );
 }
 
+/// Clients that listen only once an owner waits: a release before the subscription is
+/// confirmed tells the client nothing and passes its waiter over; the waiter asks whether
+/// it is still registered once it listens.
+#[test]
+fn clients_that_subscribe_when_they_first_wait() {
+    explore(worlds::cold(), 1_000_000);
+}
+
+/// The same for three clients, one of which freezes, with a late message.
+#[test]
+fn three_clients_that_subscribe_when_they_first_wait() {
+    explore(
+        Config {
+            clients: 3,
+            cold: true,
+            freezes: 1,
+            delays: 1,
+            ..Config::default()
+        },
+        1_000_000,
+    );
+}
+
+/// Cold clients' local lines, with an owner that gives up.
+#[test]
+fn local_lines_that_subscribe_when_they_first_wait() {
+    explore(
+        Config {
+            clients: 2,
+            acquisitions: 2,
+            lined: true,
+            cancels: 1,
+            cold: true,
+            ..Config::default()
+        },
+        1_000_000,
+    );
+}
+
 /// The other worlds `mutations.rs` breaks, as built: the control of each mutation (the
 /// failover's and the lost reply's are above).
 mod mutation_worlds {
@@ -173,14 +212,16 @@ mod mutation_worlds {
 /// 999 seeded random walks of 3 clients × 3 acquisitions with every fault (2 cancels, a
 /// crash, a freeze, 3 late messages, a force unlock, 2 lost replies, a failover that keeps
 /// every write and one that loses the last script run's); `lined`: each
-/// client's acquisitions at once in its local line. Optimised, a thousand walks take about
-/// as long as 300 did unoptimised.
-fn random_walks_with(lined: bool) {
+/// client's acquisitions at once in its local line; `cold`: clients that subscribe when
+/// they first wait. Optimised, a thousand walks take about as long as 300 did
+/// unoptimised.
+fn random_walks_with(lined: bool, cold: bool) {
     let scripts = Scripts::dlock(|_, code| code);
     let config = Config {
         clients: 3,
         acquisitions: 3,
         lined,
+        cold,
         leases_ms: [300, 150, 60, 60],
         cancels: 2,
         crashes: 1,
@@ -205,10 +246,16 @@ fn random_walks_with(lined: bool) {
 
 #[test]
 fn random_walks() {
-    random_walks_with(false);
+    random_walks_with(false, false);
 }
 
 #[test]
 fn random_walks_with_local_lines() {
-    random_walks_with(true);
+    random_walks_with(true, false);
+}
+
+#[test]
+fn random_walks_of_clients_that_subscribe_when_they_first_wait() {
+    random_walks_with(false, true);
+    random_walks_with(true, true);
 }

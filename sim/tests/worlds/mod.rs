@@ -95,3 +95,13 @@ pub fn lossy_failover() -> Config {
         ..Config::default()
     }
 }
+
+/// Two clients taking the lock twice each, which listen only once an owner waits.
+pub fn cold() -> Config {
+    Config {
+        clients: 2,
+        acquisitions: 2,
+        cold: true,
+        ..Config::default()
+    }
+}
