@@ -103,7 +103,9 @@ pub struct Config {
     /// its first owner waits, and until Redis confirms the subscription a release tells it
     /// nothing (its script counts no receiver and takes the waiter out of the registry).
     /// An owner whose busy try was sent before the confirmation asks Redis, once
-    /// confirmed, whether it is still registered (`ZSCORE`), and tries again if not.
+    /// confirmed, whether it is still registered (`ZSCORE`), and tries again if not. A
+    /// client none of whose owners waits may give its subscription up (it lingers a
+    /// while in dlock); its next waiter subscribes again.
     pub cold: bool,
     /// The client's side of the protocol as built; a mutation test turns a part off to
     /// show the explorer finds what it prevents.
@@ -359,6 +361,8 @@ pub enum Event {
     Reconnect(usize),
     /// Redis runs client `c`'s subscription to its wake channel, and confirms it.
     Subscribe(usize),
+    /// Client `c`, none of whose owners waits, gives its subscription up.
+    Unsubscribe(usize),
 }
 
 /// The whole world at one moment.
@@ -543,6 +547,15 @@ impl World {
             // (While the subscriber is on a demoted master, its reconnection subscribes.)
             if client.listening == Listening::Asked && !client.stale {
                 events.push(Event::Subscribe(c));
+            }
+            let nobody_waits = !client.owners.iter().any(|o| {
+                matches!(
+                    o,
+                    Owner::Waiting { .. } | Owner::Trying { .. } | Owner::Lined
+                )
+            });
+            if config.cold && client.listening == Listening::Yes && !client.stale && nobody_waits {
+                events.push(Event::Unsubscribe(c));
             }
         }
         if self.force_unlocks > 0 {
@@ -777,6 +790,12 @@ impl World {
                             .requests
                             .push_back(Request::Check { owner: o as u32 });
                     }
+                }
+            }
+            Event::Unsubscribe(c) => {
+                self.clients[c].listening = Listening::No;
+                if let Some(subscribers) = self.redis.subscribers.get_mut(&wake_channel(c)) {
+                    subscribers.remove(&(c as u32));
                 }
             }
             Event::ForceUnlock => {
