@@ -130,6 +130,9 @@ pub struct ClientRules {
     /// An owner whose busy try was sent before its client listened asks Redis, once it
     /// listens, whether it is still registered (`Acquisition::missed`).
     pub unheard_try_checked: bool,
+    /// A release whose hand-off stopped at its bound with waiters left untold is followed
+    /// by the owner's `leave`, which goes on (`sync::release::pass_on`).
+    pub untold_passed_on: bool,
 }
 
 impl Default for ClientRules {
@@ -141,6 +144,7 @@ impl Default for ClientRules {
             unwanted_local_grant_given_back: true,
             release_logged_when_sent: true,
             unheard_try_checked: true,
+            untold_passed_on: true,
         }
     }
 }
@@ -277,6 +281,12 @@ pub enum Pending {
 /// try's answer is busy: the client's own [`Call`], on the simulated clock (time since the
 /// run began), merged as the client merges it ([`Call::then`]).
 pub type Wake = Option<Call<Duration>>;
+
+/// Whether a script's answer says its hand-off stopped at its bound with waiters left
+/// untold (`'untold'` after the answer).
+fn untold(reply: &Reply) -> bool {
+    matches!(reply, Reply::Array(items) if matches!(items.last(), Some(Reply::Bulk(w) | Reply::Status(w)) if w == "untold"))
+}
 
 /// `ms` on the clock the client's core reads.
 fn at_ms(ms: u64) -> Duration {
@@ -811,7 +821,29 @@ impl World {
                 self.replicate();
                 let keys = vec![KEY.to_owned(), REGISTRY.to_owned(), NAPS.to_owned()];
                 let args = vec!["publish".to_owned(), GRANT_MS.to_string()];
-                let reply = scripts.run(&mut self.redis, "lock_force_unlock", &keys, &args);
+                let mut reply = scripts.run(&mut self.redis, "lock_force_unlock", &keys, &args);
+                // The operator's client passes the lock on while waiters were left untold
+                // (its own `leave`, as one call after another here).
+                while untold(&reply) {
+                    self.deliver_published();
+                    let args = [
+                        "operator:0",
+                        "leave",
+                        "5000",
+                        "publish",
+                        &GRANT_MS.to_string(),
+                        "0",
+                    ]
+                    .map(str::to_owned);
+                    let keys = [
+                        KEY.to_owned(),
+                        REGISTRY.to_owned(),
+                        "dlock:release:{l}:operator".to_owned(),
+                        NAPS.to_owned(),
+                        FENCE.to_owned(),
+                    ];
+                    reply = scripts.run(&mut self.redis, "lock_release", &keys, &args);
+                }
                 if let Reply::Error(e) = reply {
                     return Err(format!("force unlock failed: {e}"));
                 }
@@ -819,6 +851,16 @@ impl World {
             }
         }
         self.check(config)
+    }
+
+    /// After a release of `owner` of client `c` whose hand-off left waiters untold: the
+    /// owner's `leave`, which goes on.
+    fn pass_on(&mut self, c: usize, owner: u32, reply: &Reply, config: &Config) {
+        if config.client.untold_passed_on && untold(reply) {
+            self.clients[c]
+                .requests
+                .push_back(Request::release(owner, "leave"));
+        }
     }
 
     /// Puts `request`, when it is a release, into client `c`'s release log, while a
@@ -1144,7 +1186,7 @@ impl World {
                     }
                 }
             }
-            Request::Replay { .. } => {}
+            Request::Replay { owner, .. } => self.pass_on(c, owner, &reply, config),
             Request::Check { owner } => {
                 let o = owner as usize;
                 let Owner::Waiting {
@@ -1173,6 +1215,7 @@ impl World {
                 if !config.client.release_logged_when_sent {
                     self.log_release(c, &request);
                 }
+                self.pass_on(c, owner, &reply, config);
                 if self.clients[c].owners[o] == Owner::Releasing {
                     self.clients[c].owners[o] = Owner::Done;
                 }

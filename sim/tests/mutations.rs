@@ -217,3 +217,21 @@ fn an_unheard_try_nobody_checks() {
         &Scripts::dlock(|_, code| code),
     );
 }
+
+/// A release whose hand-off left waiters untold is not followed by a `leave`: the live
+/// waiter behind a gone one sleeps on.
+#[test]
+fn an_untold_waiter_nobody_passes_to() {
+    let config = Config {
+        client: ClientRules {
+            untold_passed_on: false,
+            ..ClientRules::default()
+        },
+        ..worlds::untold()
+    };
+    found(
+        "an untold waiter nobody passes to",
+        &config,
+        &worlds::scripts_with_a_bound_of_one(),
+    );
+}

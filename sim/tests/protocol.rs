@@ -178,6 +178,35 @@ fn local_lines_that_subscribe_when_they_first_wait() {
     );
 }
 
+/// A release whose hand-off stops at its bound (one registry entry, for the test) with a
+/// live waiter left untold behind a gone one: the releasing owner's `leave` goes on.
+#[test]
+fn a_hand_off_that_stops_at_its_bound() {
+    explore_bounded(worlds::untold());
+}
+
+/// The same with cold clients and a late message.
+#[test]
+fn a_hand_off_that_stops_at_its_bound_beside_cold_clients() {
+    explore_bounded(Config {
+        cold: true,
+        delays: 1,
+        ..worlds::untold()
+    });
+}
+
+/// [`explore`] with [`worlds::scripts_with_a_bound_of_one`].
+fn explore_bounded(config: Config) {
+    let max_states = 1_000_000;
+    match explore_with(&config, &worlds::scripts_with_a_bound_of_one(), max_states) {
+        Err(trace) => panic!("{trace}"),
+        Ok(explored) => assert!(
+            explored.states < max_states && explored.cut == 0,
+            "not every order was explored ({explored:?}): raise the bound"
+        ),
+    }
+}
+
 /// The other worlds `mutations.rs` breaks, as built: the control of each mutation (the
 /// failover's and the lost reply's are above).
 mod mutation_worlds {

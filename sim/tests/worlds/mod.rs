@@ -2,6 +2,7 @@
 //! built (where every invariant must hold), and `mutations.rs`, which explores each with
 //! one fix undone (where the explorer must find a counterexample).
 
+use dlock_sim::lua::Scripts;
 use dlock_sim::model::Config;
 
 /// A grantee's own try races its grant and wins (its nap ends as its holder releases),
@@ -104,4 +105,31 @@ pub fn cold() -> Config {
         cold: true,
         ..Config::default()
     }
+}
+
+/// Three clients, one of which may die while its owner waits: with
+/// [`scripts_with_a_bound_of_one`], a release whose first registered waiter is gone stops
+/// at its bound and leaves the next untold.
+pub fn untold() -> Config {
+    Config {
+        clients: 3,
+        crashes: 1,
+        ..Config::default()
+    }
+}
+
+/// dlock's scripts with a hand-off that looks at one registry entry per call (64 in
+/// dlock), so that one gone waiter ahead of a live one is enough to meet the bound.
+pub fn scripts_with_a_bound_of_one() -> Scripts {
+    Scripts::dlock(|_, code| {
+        if !code.contains("MAX_PASSED_OVER") {
+            return code;
+        }
+        let bound = "local MAX_PASSED_OVER = 64";
+        assert!(
+            code.contains(bound),
+            "the hand-off's bound is not {bound:?}"
+        );
+        code.replacen(bound, "local MAX_PASSED_OVER = 1", 1)
+    })
 }
