@@ -97,6 +97,11 @@ pub struct Config {
     /// `replica_acks` is what closes that window). The lost script's tokens may be
     /// minted again; they increase from there.
     pub lossy_failovers: u8,
+    /// How far the new master's clock is ahead of the old one's at a failover that keeps
+    /// every write (0: the same). Its expiries are the old master's, so every key lives
+    /// that much less: the holds of that moment are no longer their owners' to keep (a
+    /// lease assumes one clock), and a grant's length read off two clocks is overstated.
+    pub failover_clock_ahead_ms: u64,
     /// Replies lost with their connection: the client sends the request again.
     pub lost_replies: u8,
     /// Clients start without listening on their wake channel: a client subscribes when
@@ -133,6 +138,9 @@ pub struct ClientRules {
     /// A release whose hand-off stopped at its bound with waiters left untold is followed
     /// by the owner's `leave`, which goes on (`sync::release::pass_on`).
     pub untold_passed_on: bool,
+    /// A grant read after the client's route moved since the owner's first send is taken
+    /// with a try: its length may be read off two servers' clocks (V29).
+    pub moved_route_grant_is_tried: bool,
 }
 
 impl Default for ClientRules {
@@ -145,6 +153,7 @@ impl Default for ClientRules {
             release_logged_when_sent: true,
             unheard_try_checked: true,
             untold_passed_on: true,
+            moved_route_grant_is_tried: true,
         }
     }
 }
@@ -173,6 +182,7 @@ impl Default for Config {
             force_unlocks: 0,
             failovers: 0,
             lossy_failovers: 0,
+            failover_clock_ahead_ms: 0,
             lost_replies: 0,
             cold: false,
             client: ClientRules::default(),
@@ -395,6 +405,9 @@ pub struct World {
     /// The keys and expiries as the replica has them, while a lossy failover may still
     /// come: as they were before the last script run.
     pub replica: Option<Box<Replica>>,
+    /// How far the server's clock is ahead of the clients' (ms), after failovers to a
+    /// master whose clock is ahead.
+    pub server_ahead_ms: u64,
     /// Since when the lock has been takeable while a live owner waited (ms).
     pub takeable_since: Option<u64>,
     /// The last fencing token a holder got in Redis, and that holder.
@@ -470,6 +483,7 @@ impl World {
             lossy_failovers: config.lossy_failovers,
             lost_replies: config.lost_replies,
             replica: None,
+            server_ahead_ms: 0,
             takeable_since: None,
             last_token: 0,
             last_holder: None,
@@ -480,9 +494,9 @@ impl World {
         }
     }
 
-    /// The server's clock in ms.
+    /// The clients' clock in ms (the server's, less how far it is ahead).
     pub fn now_ms(&self) -> u64 {
-        self.redis.now_ms()
+        self.redis.now_ms() - self.server_ahead_ms
     }
 
     /// The owner field of client `c`'s acquisition `o`.
@@ -611,8 +625,9 @@ impl World {
                 }
             }
         }
+        // A key expires once the server's clock is past its time.
         for &expiry in self.redis.expiries.values() {
-            at(expiry + 1);
+            at((expiry + 1).saturating_sub(self.server_ahead_ms));
         }
         // A held-back message arrives with the next timer, or at its time.
         for client in self.clients.iter().filter(|c| !c.dead) {
@@ -701,7 +716,7 @@ impl World {
             }
             Event::Tick => {
                 let next = self.next_timer(config).expect("a timer");
-                self.redis.now_us = next * 1000;
+                self.redis.now_us = (next + self.server_ahead_ms) * 1000;
                 self.redis.expire_all_due();
                 for client in &mut self.clients {
                     let back = std::mem::take(&mut client.held_back);
@@ -754,6 +769,7 @@ impl World {
             }
             Event::Failover => {
                 self.failovers -= 1;
+                self.move_clock(config.failover_clock_ahead_ms);
                 self.fail_over();
             }
             Event::LossyFailover => {
@@ -918,6 +934,30 @@ impl World {
         if !kept {
             self.kept_until = 0;
         }
+    }
+
+    /// The new master's clock is `ahead_ms` ahead of the old one's: the holds in Redis
+    /// now end that much sooner than their owners count, and so does a minimum hold. The
+    /// owners that count already (they hold as far as they know, or an answer that says
+    /// so is on its way) are no longer held to exclusion; one that learns of its grant
+    /// only now must not count on the old clock.
+    fn move_clock(&mut self, ahead_ms: u64) {
+        if ahead_ms == 0 {
+            return;
+        }
+        if let Some(Value::Hash(hash)) = self.redis.keys.get(KEY) {
+            let counting: Vec<String> = hash
+                .keys()
+                .filter(|field| !field.starts_with('!') && self.counts_on_its_hold(field))
+                .cloned()
+                .collect();
+            self.failed_over.extend(counting.iter().cloned());
+            self.forced.extend(counting);
+        }
+        self.server_ahead_ms += ahead_ms;
+        self.redis.now_us += ahead_ms * 1000;
+        self.redis.expire_all_due();
+        self.kept_until = self.kept_until.saturating_sub(ahead_ms);
     }
 
     /// Each live client's commands move to the new master at once, its subscriber stays
@@ -1303,7 +1343,8 @@ impl World {
             lease: Duration::from_millis(lease),
             replica_acks: false,
             wants_token: false,
-            route_moved: self.clients[c].route != self.clients[c].first_routes[o],
+            route_moved: config.client.moved_route_grant_is_tried
+                && self.clients[c].route != self.clients[c].first_routes[o],
         };
         let TakeUp::Hold { deadline } = protocol::take_up(grant, &reader) else {
             self.try_again(c, o);
@@ -1603,6 +1644,24 @@ impl World {
             .filter(|field| !field.starts_with('!') && !field.ends_with(":f"))
             .all(|field| gone(field, granted));
         holds_gone && hash.get("!next").is_none_or(|next| gone(next, true))
+    }
+
+    /// Whether the owner `field` holds as far as it knows, or a reply that will tell it so
+    /// (a try's or an extension's) is on its way.
+    fn counts_on_its_hold(&self, field: &str) -> bool {
+        let Some((c, o)) = field.split_once(':').and_then(|(c, o)| {
+            Some((
+                c.strip_prefix('c')?.parse::<usize>().ok()?,
+                o.parse::<u32>().ok()?,
+            ))
+        }) else {
+            return false;
+        };
+        let client = &self.clients[c];
+        matches!(client.owners[o as usize], Owner::Holding { .. })
+            || client.replies.iter().any(|(request, _)| {
+                matches!(request, Request::Try { owner, .. } | Request::Extend { owner } if *owner == o)
+            })
     }
 
     fn client_of(&self, field: &str) -> Option<&Client> {

@@ -235,3 +235,22 @@ fn an_untold_waiter_nobody_passes_to() {
         &worlds::scripts_with_a_bound_of_one(),
     );
 }
+
+/// A grant read after the client's route moved is held as it is: its length, from a
+/// registration on the old master to a grant on the new one, is read off two clocks
+/// (V29, the grant timed by two clocks).
+#[test]
+fn a_grant_timed_by_two_clocks() {
+    let config = Config {
+        client: ClientRules {
+            moved_route_grant_is_tried: false,
+            ..ClientRules::default()
+        },
+        ..worlds::clock_failover()
+    };
+    found(
+        "a grant timed by two clocks",
+        &config,
+        &Scripts::dlock(|_, code| code),
+    );
+}

@@ -100,6 +100,14 @@ fn two_clients_through_a_failover() {
     explore(worlds::failover(), 1_000_000);
 }
 
+/// The same through a failover to a master whose clock is 150 ms ahead: the holds of
+/// that moment end sooner than their owners count, and a grant's length may be read off
+/// both clocks.
+#[test]
+fn two_clients_through_a_failover_that_moves_the_clock() {
+    explore(worlds::clock_failover(), 2_000_000);
+}
+
 /// The same through a failover that loses the last script run's writes.
 #[test]
 fn two_clients_through_a_failover_that_loses_the_last_writes() {

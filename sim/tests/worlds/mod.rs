@@ -133,3 +133,16 @@ pub fn scripts_with_a_bound_of_one() -> Scripts {
         code.replacen(bound, "local MAX_PASSED_OVER = 1", 1)
     })
 }
+
+/// Two clients taking the lock twice each through a failover to a master whose clock is
+/// 150 ms ahead (more than a grant lasts): a grant the old master wrote is gone on the new
+/// one before its owner reads it.
+pub fn clock_failover() -> Config {
+    Config {
+        clients: 2,
+        acquisitions: 2,
+        failovers: 1,
+        failover_clock_ahead_ms: 150,
+        ..Config::default()
+    }
+}
