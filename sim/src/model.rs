@@ -41,7 +41,7 @@ pub const DELAY_MS: u64 = 10;
 /// expiry is a time the clock must be past), and the delays the run injected (the
 /// network is instantaneous otherwise).
 pub fn takeable_bound_ms(config: &Config) -> u64 {
-    GRANT_MS + 1 + u64::from(config.delays) * DELAY_MS
+    GRANT_MS + 1 + u64::from(config.delays + config.late_replies) * DELAY_MS
 }
 
 /// The wake channel of `client`.
@@ -104,6 +104,9 @@ pub struct Config {
     pub failover_clock_ahead_ms: u64,
     /// Replies lost with their connection: the client sends the request again.
     pub lost_replies: u8,
+    /// Replies that arrive late (up to [`DELAY_MS`], with the connection's replies behind
+    /// them): the client counts a hold from the send, not from the answer.
+    pub late_replies: u8,
     /// Clients start without listening on their wake channel: a client subscribes when
     /// its first owner waits, and until Redis confirms the subscription a release tells it
     /// nothing (its script counts no receiver and takes the waiter out of the registry).
@@ -141,6 +144,8 @@ pub struct ClientRules {
     /// A grant read after the client's route moved since the owner's first send is taken
     /// with a try: its length may be read off two servers' clocks (V29).
     pub moved_route_grant_is_tried: bool,
+    /// A hold counts from the send of the call that took it, not from its answer.
+    pub hold_counted_from_send: bool,
 }
 
 impl Default for ClientRules {
@@ -154,6 +159,7 @@ impl Default for ClientRules {
             unheard_try_checked: true,
             untold_passed_on: true,
             moved_route_grant_is_tried: true,
+            hold_counted_from_send: true,
         }
     }
 }
@@ -184,6 +190,7 @@ impl Default for Config {
             lossy_failovers: 0,
             failover_clock_ahead_ms: 0,
             lost_replies: 0,
+            late_replies: 0,
             cold: false,
             client: ClientRules::default(),
         }
@@ -311,7 +318,9 @@ pub struct Client {
     /// Requests on their way to Redis, in order.
     pub requests: VecDeque<Request>,
     /// Replies on their way back, with the request each answers.
-    pub replies: VecDeque<(Request, Reply)>,
+    pub replies: VecDeque<(Request, Reply, u64)>,
+    /// Its replies arrive from this ms on, after a fault held them back.
+    pub replies_held_until: Option<u64>,
     /// Messages on their way to the subscriber.
     pub messages: VecDeque<String>,
     /// Messages a fault holds back, each until the ms it arrives at.
@@ -371,6 +380,9 @@ pub enum Event {
     Delay(usize),
     /// Client `c`'s next reply is lost with its connection: the request is sent again.
     LoseReply(usize),
+    /// Client `c`'s next reply arrives late: after [`DELAY_MS`] at most, or with the next
+    /// timer before that.
+    DelayReply(usize),
     /// An operator force-unlocks the lock.
     ForceUnlock,
     /// The master fails over to a replica with every write.
@@ -402,6 +414,7 @@ pub struct World {
     pub failovers: u8,
     pub lossy_failovers: u8,
     pub lost_replies: u8,
+    pub late_replies: u8,
     /// The keys and expiries as the replica has them, while a lossy failover may still
     /// come: as they were before the last script run.
     pub replica: Option<Box<Replica>>,
@@ -459,6 +472,7 @@ impl World {
                     owners: vec![Owner::Idle; config.acquisitions],
                     requests: VecDeque::new(),
                     replies: VecDeque::new(),
+                    replies_held_until: None,
                     messages: VecDeque::new(),
                     held_back: Vec::new(),
                     dead: false,
@@ -482,6 +496,7 @@ impl World {
             failovers: config.failovers,
             lossy_failovers: config.lossy_failovers,
             lost_replies: config.lost_replies,
+            late_replies: config.late_replies,
             replica: None,
             server_ahead_ms: 0,
             takeable_since: None,
@@ -508,7 +523,7 @@ impl World {
         self.clients.iter().any(|client| {
             !client.dead
                 && (!client.requests.is_empty()
-                    || !client.replies.is_empty()
+                    || !client.replies.is_empty() && client.replies_held_until.is_none()
                     || !client.messages.is_empty()
                     || client.listening == Listening::Asked && !client.stale)
         })
@@ -547,7 +562,10 @@ impl World {
             if !client.requests.is_empty() {
                 events.push(Event::Exec(c));
             }
-            if !client.replies.is_empty() {
+            if !client.replies.is_empty() && client.replies_held_until.is_none() {
+                if self.late_replies > 0 {
+                    events.push(Event::DelayReply(c));
+                }
                 events.push(Event::Reply(c));
                 if self.lost_replies > 0 {
                     events.push(Event::LoseReply(c));
@@ -629,9 +647,10 @@ impl World {
         for &expiry in self.redis.expiries.values() {
             at((expiry + 1).saturating_sub(self.server_ahead_ms));
         }
-        // A held-back message arrives with the next timer, or at its time.
+        // A held-back message or reply arrives with the next timer, or at its time.
         for client in self.clients.iter().filter(|c| !c.dead) {
-            for (_, arrives) in &client.held_back {
+            let replies = client.replies_held_until.iter();
+            for arrives in client.held_back.iter().map(|(_, at)| at).chain(replies) {
                 next = Some(next.map_or(*arrives, |n: u64| n.min(*arrives)));
             }
         }
@@ -663,12 +682,14 @@ impl World {
                 if let (Request::HoldUntil { ms, .. }, Reply::Int(0)) = (&request, &reply) {
                     self.kept_until = self.now_ms() + ms;
                 }
-                self.clients[c].replies.push_back((request, reply));
+                let sent_ms = self.now_ms();
+                self.clients[c].replies.push_back((request, reply, sent_ms));
                 self.check_token()?;
             }
             Event::Reply(c) => {
-                let (request, reply) = self.clients[c].replies.pop_front().expect("a reply");
-                self.on_reply(c, request, reply, config)?;
+                let (request, reply, sent_ms) =
+                    self.clients[c].replies.pop_front().expect("a reply");
+                self.on_reply(c, request, reply, sent_ms, config)?;
             }
             Event::Message(c) => {
                 let message = self.clients[c].messages.pop_front().expect("a message");
@@ -676,7 +697,7 @@ impl World {
             }
             Event::LoseReply(c) => {
                 self.lost_replies -= 1;
-                let (request, _) = self.clients[c].replies.pop_front().expect("a reply");
+                let (request, _, _) = self.clients[c].replies.pop_front().expect("a reply");
                 // The retry goes on the new connection before anything sent after it; a
                 // try of an owner that gave up meanwhile is not sent again (its future,
                 // which retries, is gone; its withdraw follows it).
@@ -708,6 +729,10 @@ impl World {
                     self.clients[c].requests.push_front(retried);
                 }
             }
+            Event::DelayReply(c) => {
+                self.late_replies -= 1;
+                self.clients[c].replies_held_until = Some(self.now_ms() + DELAY_MS);
+            }
             Event::Delay(c) => {
                 self.delays -= 1;
                 let message = self.clients[c].messages.pop_front().expect("a message");
@@ -719,6 +744,7 @@ impl World {
                 self.redis.now_us = (next + self.server_ahead_ms) * 1000;
                 self.redis.expire_all_due();
                 for client in &mut self.clients {
+                    client.replies_held_until = None;
                     let back = std::mem::take(&mut client.held_back);
                     client
                         .messages
@@ -1122,17 +1148,24 @@ impl World {
         }
     }
 
+    /// Client `c` reads `reply` to `request`, which Redis ran at `sent_ms` (requests take
+    /// no time on their way: the send): a hold counts from it, as dlock's do.
     fn on_reply(
         &mut self,
         c: usize,
         request: Request,
         reply: Reply,
+        sent_ms: u64,
         config: &Config,
     ) -> Result<(), String> {
         if let Reply::Error(e) = &reply {
             return Err(format!("client {c}'s {request:?} failed: {e}"));
         }
         let now = self.now_ms();
+        let sent_ms = match config.client.hold_counted_from_send {
+            true => sent_ms,
+            false => now,
+        };
         match request {
             Request::Try { owner, .. } => {
                 let o = owner as usize;
@@ -1195,7 +1228,7 @@ impl World {
                             },
                             _ => 0,
                         };
-                        self.hold(c, o, now + config.lease(c), token, config)?;
+                        self.hold(c, o, sent_ms + config.lease(c), token, config)?;
                     }
                     other => return Err(format!("unexpected try answer {other:?}")),
                 }
@@ -1211,7 +1244,9 @@ impl World {
                 {
                     *extending = false;
                     match reply {
-                        Reply::Int(1) => *deadline_ms = (*deadline_ms).max(now + config.lease(c)),
+                        Reply::Int(1) => {
+                            *deadline_ms = (*deadline_ms).max(sent_ms + config.lease(c))
+                        }
                         // Lost: the guard knows at once, and the owner leaves the
                         // waiters (a busy try after the grant may have registered it).
                         _ => {
@@ -1260,7 +1295,7 @@ impl World {
                     self.clients[c].owners[o] = Owner::Done;
                 }
                 if mode == "one" && self.clients[c].turn == Some(owner) {
-                    self.released(c, o, next, &reply, config);
+                    self.released(c, o, next, &reply, sent_ms, config);
                 }
             }
             Request::HoldUntil { owner, .. } => {
@@ -1364,7 +1399,15 @@ impl World {
     /// The release of owner `o` of client `c`, which had the turn, answered `reply`:
     /// the lock given to `next`, the client's next task (which holds it now, or gives it
     /// back if it stopped waiting meanwhile), or gone elsewhere (the next tries).
-    fn released(&mut self, c: usize, o: usize, next: Option<u32>, reply: &Reply, config: &Config) {
+    fn released(
+        &mut self,
+        c: usize,
+        o: usize,
+        next: Option<u32>,
+        reply: &Reply,
+        sent_ms: u64,
+        config: &Config,
+    ) {
         let answer = match reply {
             Reply::Array(items) => match items.get(1) {
                 Some(Reply::Bulk(word) | Reply::Status(word)) => word.as_str(),
@@ -1397,8 +1440,8 @@ impl World {
             _ => 0,
         };
         client.turn = Some(n as u32);
-        let now = self.now_ms();
-        let _ = self.hold(c, n, now + config.lease(c), token, config);
+        // The task's deadline counts from the release's send.
+        let _ = self.hold(c, n, sent_ms + config.lease(c), token, config);
     }
 
     fn on_message(&mut self, c: usize, message: &str, config: &Config) {
@@ -1659,7 +1702,7 @@ impl World {
         };
         let client = &self.clients[c];
         matches!(client.owners[o as usize], Owner::Holding { .. })
-            || client.replies.iter().any(|(request, _)| {
+            || client.replies.iter().any(|(request, _, _)| {
                 matches!(request, Request::Try { owner, .. } | Request::Extend { owner } if *owner == o)
             })
     }

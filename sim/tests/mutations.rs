@@ -254,3 +254,21 @@ fn a_grant_timed_by_two_clocks() {
         &Scripts::dlock(|_, code| code),
     );
 }
+
+/// A hold counted from the answer of the call that took it, not from its send: a late
+/// answer makes the guard outlive the hold's expiry in Redis.
+#[test]
+fn a_hold_counted_from_its_answer() {
+    let config = Config {
+        client: ClientRules {
+            hold_counted_from_send: false,
+            ..ClientRules::default()
+        },
+        ..worlds::late_replies()
+    };
+    found(
+        "a hold counted from its answer",
+        &config,
+        &Scripts::dlock(|_, code| code),
+    );
+}

@@ -215,6 +215,30 @@ fn explore_bounded(config: Config) {
     }
 }
 
+/// Replies that come late, in a local line beside another client, with a late message:
+/// a hold counts from its send, a local grant from the release's.
+#[test]
+fn late_replies_in_a_local_line() {
+    explore(
+        Config {
+            clients: 2,
+            acquisitions: 2,
+            lined: true,
+            late_replies: 1,
+            delays: 1,
+            ..Config::default()
+        },
+        1_000_000,
+    );
+}
+
+/// Late replies with leases that run out and differ: a short lease's hold counted from
+/// an answer that came late would outlive its expiry in Redis.
+#[test]
+fn late_replies_and_leases_that_run_out() {
+    explore(worlds::late_replies(), 1_000_000);
+}
+
 /// The other worlds `mutations.rs` breaks, as built: the control of each mutation (the
 /// failover's and the lost reply's are above).
 mod mutation_worlds {
@@ -247,8 +271,8 @@ mod mutation_worlds {
 }
 
 /// 999 seeded random walks of 3 clients × 3 acquisitions with every fault (2 cancels, a
-/// crash, a freeze, 3 late messages, a force unlock, 2 lost replies, a failover that keeps
-/// every write and one that loses the last script run's); `lined`: each
+/// crash, a freeze, 3 late messages, a force unlock, 2 lost and 2 late replies, a failover
+/// that keeps every write and one that loses the last script run's); `lined`: each
 /// client's acquisitions at once in its local line; `cold`: clients that subscribe when
 /// they first wait. Optimised, a thousand walks take about as long as 300 did
 /// unoptimised.
@@ -266,6 +290,7 @@ fn random_walks_with(lined: bool, cold: bool) {
         delays: 3,
         force_unlocks: 1,
         lost_replies: 2,
+        late_replies: 2,
         failovers: 1,
         lossy_failovers: 1,
         ..Config::default()

@@ -146,3 +146,15 @@ pub fn clock_failover() -> Config {
         ..Config::default()
     }
 }
+
+/// Three clients with leases of 500, 150 and 60 ms held past their end, whose replies may
+/// come late (twice).
+pub fn late_replies() -> Config {
+    Config {
+        clients: 3,
+        leases_ms: [500, 150, 60, 60],
+        holds_ms: [200; 4],
+        late_replies: 2,
+        ..Config::default()
+    }
+}
