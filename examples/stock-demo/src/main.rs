@@ -317,7 +317,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             )
         }
         None => {
-            let server = LocalRedis::start(free_port()?)?;
+            let server = LocalRedis::start_on_a_free_port()?;
             let url = server.url().to_owned();
             eprintln!("started redis-server at {url}");
             (Some(server), vec!["--redis-url".to_owned(), url])
@@ -330,39 +330,54 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     let mut pauser = None;
     let first_paused = Arc::new(AtomicBool::new(false));
     for index in 0..args.processes {
-        let port = free_port()?;
-        let mut command = Command::new(&exe);
-        command
-            .arg("serve")
-            .arg("--port")
-            .arg(port.to_string())
-            .args(&redis_args)
-            .arg("--hold")
-            .arg(humantime::format_duration(args.hold).to_string())
-            .stdin(Stdio::null());
-        if args.no_lock {
-            command.arg("--no-lock");
-        }
-        if fenced {
-            command.arg("--fenced");
-        }
         let pause = args.pause_holder.filter(|_| index == 0);
-        if pause.is_some() {
+        let mut attempts = 0;
+        let (mut child, url) = loop {
+            attempts += 1;
+            let port = free_port()?;
+            let mut command = Command::new(&exe);
             command
-                .arg("--pause-point")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped());
-        }
-        let mut child = command
-            .spawn()
-            .map_err(|e| format!("cannot start a service: {e}"))?;
+                .arg("serve")
+                .arg("--port")
+                .arg(port.to_string())
+                .args(&redis_args)
+                .arg("--hold")
+                .arg(humantime::format_duration(args.hold).to_string())
+                .stdin(Stdio::null());
+            if args.no_lock {
+                command.arg("--no-lock");
+            }
+            if fenced {
+                command.arg("--fenced");
+            }
+            if pause.is_some() {
+                command
+                    .arg("--pause-point")
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped());
+            }
+            let mut child = command
+                .spawn()
+                .map_err(|e| format!("cannot start a service: {e}"))?;
+            let url = format!("http://127.0.0.1:{port}");
+            if serving(&url, &mut child).await? {
+                break (child, url);
+            }
+            // Another process took the port first: a new one.
+            let _ = child.kill();
+            let _ = child.wait();
+            if attempts == SERVICE_ATTEMPTS {
+                return Err(format!(
+                    "a service did not start in {SERVICE_ATTEMPTS} attempts: each exited (its error is above) or another process answered on its port"
+                ));
+            }
+        };
         if let Some(pause) = pause {
             pauser = Some(pause_holder(&mut child, pause, first_paused.clone())?);
         }
         services.0.push(child);
-        urls.push(format!("http://127.0.0.1:{port}"));
+        urls.push(url);
     }
-    wait_until_serving(&urls).await?;
 
     let ids: Vec<u64> = match args.mode {
         Mode::Hot => vec![1],
@@ -493,24 +508,30 @@ fn pause_holder(
     }))
 }
 
-async fn wait_until_serving(urls: &[String]) -> Result<(), String> {
+/// How many times a service is started on a free port: a port found free can be taken
+/// by another process before the service binds it.
+const SERVICE_ATTEMPTS: usize = 5;
+
+/// Waits until the service `child`, started on `url`, answers: `false` when it exited
+/// first or another process answers there (its port was taken), an error when nothing
+/// answers within 20 s.
+async fn serving(url: &str, child: &mut Child) -> Result<bool, String> {
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(20);
-    for url in urls {
-        loop {
-            if http
-                .get(format!("{url}/health"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-            {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(format!("the service at {url} did not start within 20 s"));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = child.id().to_string();
+    loop {
+        if let Ok(response) = http.get(format!("{url}/health")).send().await
+            && response.status().is_success()
+        {
+            let answered = response.text().await.unwrap_or_default();
+            return Ok(answered == started);
         }
+        if child.try_wait().is_ok_and(|exited| exited.is_some()) {
+            return Ok(false);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the service at {url} did not start within 20 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Ok(())
 }
