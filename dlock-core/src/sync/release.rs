@@ -612,10 +612,10 @@ impl ReleaseLog {
     /// apply it and answer after the client has moved to the new master, whose replica
     /// never got it, and then the replay has passed already (the simulator's
     /// `a_release_logged_once_answered`). It counts once when replayed (see
-    /// [`ReleaseOp`]): where an attempt reached the new master, its memo answers; a
-    /// release that reached no master is applied by the replay, as it was asked to be;
-    /// one sent again after an unknown outcome is in the log twice, and its second
-    /// replay finds the first's memo.
+    /// [`ReleaseOp`]): where an attempt reached the new master, its memo or the absence
+    /// of anything of the owner's answers; a release that reached no master is applied
+    /// by the replay, as it was asked to be; one sent again after an unknown outcome is
+    /// in the log twice, and its second replay finds nothing left to do.
     pub(crate) fn record(&self, job: &ReleaseJob) {
         let Some(entries) = &self.entries else {
             return;
