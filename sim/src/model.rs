@@ -810,12 +810,7 @@ impl World {
                 // The new connection subscribes to what the client listens on or asked
                 // for; the waiters' tries below are sent once it is confirmed.
                 if client.listening != Listening::No {
-                    client.listening = Listening::Yes;
-                    self.redis
-                        .subscribers
-                        .entry(wake_channel(c))
-                        .or_default()
-                        .insert(c as u32);
+                    self.listen(c);
                 }
                 // Messages may have been missed meanwhile: every waiter tries again (one
                 // whose try is on its way, once it answers).
@@ -827,12 +822,7 @@ impl World {
                 }
             }
             Event::Subscribe(c) => {
-                self.clients[c].listening = Listening::Yes;
-                self.redis
-                    .subscribers
-                    .entry(wake_channel(c))
-                    .or_default()
-                    .insert(c as u32);
+                self.listen(c);
                 for o in 0..self.clients[c].owners.len() {
                     if let Owner::Waiting { pending, .. } = &mut self.clients[c].owners[o]
                         && *pending == Pending::Subscription
@@ -893,6 +883,16 @@ impl World {
             }
         }
         self.check(config)
+    }
+
+    /// Client `c` listens on its wake channel: Redis counts its subscriber there.
+    fn listen(&mut self, c: usize) {
+        self.clients[c].listening = Listening::Yes;
+        self.redis
+            .subscribers
+            .entry(wake_channel(c))
+            .or_default()
+            .insert(c as u32);
     }
 
     /// After a release of `owner` of client `c` whose hand-off left waiters untold: the
