@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 
 use crate::lua::Scripts;
-use crate::model::{Config, Event, World, KEY, NAPS, REGISTRY};
+use crate::model::{Config, Event, World, KEYS, NAPS, REGISTRIES};
 
 /// What an exploration covered.
 #[derive(Debug, Clone, Copy, Default)]
@@ -187,8 +187,8 @@ pub fn random_walk(config: &Config, scripts: &Scripts, seed: u64) -> Result<usiz
     Ok(path.len())
 }
 
-/// A counterexample replayed step by step: each event with the lock's hash, registry and
-/// naps after it.
+/// A counterexample replayed step by step: each event with the locks' hashes, registries
+/// and naps after it.
 pub struct Trace(pub String);
 
 impl Trace {
@@ -199,9 +199,10 @@ impl Trace {
         let mut text = String::new();
         for (i, event) in events.iter().enumerate() {
             let outcome = world.step(*event, config, scripts);
-            let keys: Vec<String> = [KEY, REGISTRY, NAPS]
-                .iter()
-                .map(|key| format!("{key} = {:?}", world.redis.keys.get(*key)))
+            // The second lock's names only where a multi-lock or its clients use them.
+            let keys: Vec<String> = (KEYS.into_iter().chain(REGISTRIES).chain(NAPS))
+                .filter(|key| key.ends_with(KEYS[0]) || world.redis.keys.contains_key(*key))
+                .map(|key| format!("{key} = {:?}", world.redis.keys.get(key)))
                 .collect();
             text.push_str(&format!(
                 "{i:>3} +{:>4} ms {event:?}\n      {}\n",

@@ -44,6 +44,7 @@ impl Scripts {
             "lock_renew",
             "lock_hold_until",
             "lock_force_unlock",
+            "multi_acquire",
         ];
         Scripts::new(names.map(|name| {
             let code = library

@@ -1,7 +1,7 @@
-//! The world the explorer moves: one lock in the simulated Redis, clients that each take
-//! it a few times with fresh owners (one after another, or at once in the client's local
-//! line), the network between them, and the faults the run may
-//! still inject. Each client decides with dlock's own sans-IO core where the client has
+//! The world the explorer moves: two locks in one slot of the simulated Redis, clients
+//! that each take one of them a few times with fresh owners (one after another, or at once
+//! in the client's local line) or both at once with the same-slot multi-lock's script,
+//! the network between them, and the faults the run may still inject. Each client decides with dlock's own sans-IO core where the client has
 //! one (`dlock::protocol`: a message's reading, asks, a grant's take-up, the cohort bound)
 //! and as dlock's client does elsewhere (docs/PROTOCOL.md, "Where an owner is in its
 //! client"); the scripts decide in Redis.
@@ -19,15 +19,17 @@ use dlock::protocol::{self, Call, GrantReader, Message, TakeUp};
 use crate::lua::Scripts;
 use crate::redis::{Redis, Reply, Value};
 
-/// The lock's Redis names (a tagged name: every helper in its slot): the hash, the
-/// fencing counter, the registry and the naps set.
-pub const KEY: &str = "{l}";
-#[allow(missing_docs)]
+/// The two locks' hashes, in one slot (a tagged name: every helper in it too), as
+/// `LockKeys` names them: a client takes one of them, or both at once with the same-slot
+/// multi-lock's script (see [`Takes`]).
+pub const KEYS: [&str; 2] = ["{l}", "{l}b"];
+/// Each lock's waiter registry.
+pub const REGISTRIES: [&str; 2] = ["dlock:unlock:{l}:{l}", "dlock:unlock:{l}:{l}b"];
+/// What each lock's waiters were told they may sleep until.
+pub const NAPS: [&str; 2] = ["dlock:unlock:{l}!{l}", "dlock:unlock:{l}!{l}b"];
+/// The fencing counter, one per slot and so shared by both locks (their tokens still
+/// increase lock by lock).
 pub const FENCE: &str = "dlock:fence:{l}";
-#[allow(missing_docs)]
-pub const REGISTRY: &str = "dlock:unlock:{l}:{l}";
-#[allow(missing_docs)]
-pub const NAPS: &str = "dlock:unlock:{l}!{l}";
 
 /// A grant's and a reservation's length, in ms (the client's [`protocol::GRANT`]).
 pub const GRANT_MS: u64 = protocol::GRANT.as_millis() as u64;
@@ -44,9 +46,36 @@ pub fn takeable_bound_ms(config: &Config) -> u64 {
     GRANT_MS + 1 + u64::from(config.delays + config.late_replies) * DELAY_MS
 }
 
-/// The wake channel of `client`.
-pub fn wake_channel(client: usize) -> String {
-    format!("dlock:unlock:{{l}}#c{client}:{{l}}")
+/// The wake channel of `client` for lock `lock`.
+pub fn wake_channel(client: usize, lock: usize) -> String {
+    format!("dlock:unlock:{{l}}#c{client}:{}", KEYS[lock])
+}
+
+/// The lock whose wake channel `channel` is (of whichever client).
+fn lock_of_channel(channel: &str) -> u8 {
+    u8::from(channel.ends_with(KEYS[1]))
+}
+
+/// What a client's owners take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takes {
+    /// One lock (an index of [`KEYS`]) with the lock's own acquisition.
+    Lock(u8),
+    /// Both locks at once, with the same-slot multi-lock's script: registered with the
+    /// lock that blocked it, it listens on both locks' wake channels and takes a grant of
+    /// either with a try (`multi/acquire.rs`); its guard releases lock by lock.
+    Both,
+}
+
+impl Takes {
+    /// The locks taken, in the order their releases are sent.
+    pub fn locks(self) -> &'static [u8] {
+        match self {
+            Takes::Lock(0) => &[0],
+            Takes::Lock(_) => &[1],
+            Takes::Both => &[0, 1],
+        }
+    }
 }
 
 /// A run's shape.
@@ -68,8 +97,12 @@ pub struct Config {
     /// How long each client's holders keep the lock before they release (past the lease:
     /// they keep the guard past it, and Redis lets the lock expire).
     pub holds_ms: [u64; 4],
-    /// Each client's `min_hold` (0: none): its release keeps the lock this long.
+    /// Each client's `min_hold` (0: none): its release keeps the lock this long (a
+    /// client that takes one lock).
     pub min_holds_ms: [u64; 4],
+    /// What each client's owners take (client `c`: `takes[c % 4]`). A client that takes
+    /// both locks is not `lined` (the same-slot multi-lock has no local line).
+    pub takes: [Takes; 4],
     /// How long a waiter sleeps without a message: long, so that relying on it shows.
     pub recheck_ms: u64,
     /// How many faults of each kind a run may inject.
@@ -82,7 +115,7 @@ pub struct Config {
     pub freezes: u8,
     /// Messages that arrive late (up to [`DELAY_MS`]).
     pub delays: u8,
-    /// Force unlocks by an operator.
+    /// Force unlocks of the first lock by an operator.
     pub force_unlocks: u8,
     /// Failovers to a replica that has every write (no write is lost): each client's
     /// commands move to the new master at once (its route moves), its subscriber stays on
@@ -169,6 +202,16 @@ impl Config {
     pub fn lease(&self, c: usize) -> u64 {
         self.leases_ms[c % 4]
     }
+
+    /// What client `c`'s owners take.
+    pub fn takes(&self, c: usize) -> Takes {
+        self.takes[c % 4]
+    }
+
+    /// The one lock client `c`'s owners take (the first of both, for a multi-lock's).
+    fn lock(&self, c: usize) -> u8 {
+        self.takes(c).locks()[0]
+    }
 }
 
 impl Default for Config {
@@ -180,6 +223,7 @@ impl Default for Config {
             leases_ms: [300; 4],
             holds_ms: [50; 4],
             min_holds_ms: [0; 4],
+            takes: [Takes::Lock(0); 4],
             recheck_ms: 10_000,
             cancels: 0,
             crashes: 0,
@@ -197,19 +241,22 @@ impl Default for Config {
     }
 }
 
-/// One request of a client, as its command connection carries it.
+/// One request of a client, as its command connection carries it. A request without a
+/// `lock` is for the client's one lock (or, a try, for both).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[allow(missing_docs)]
 pub enum Request {
-    /// `acquire.lua`; `registered`: an earlier send may have registered the owner.
+    /// `acquire.lua` (`multi/scripts/acquire.lua` for both locks); `registered`: an
+    /// earlier send may have registered the owner.
     Try { owner: u32, registered: bool },
     /// `extend.lua`, for a grant.
     Extend { owner: u32 },
-    /// `release.lua` in `mode`; `next`: the client's next task in its local line, which
-    /// the release may give the lock to (`keep`: even while others wait); `retried`: a
-    /// send after one whose reply was lost.
+    /// `release.lua` of `lock` in `mode`; `next`: the client's next task in its local
+    /// line, which the release may give the lock to (`keep`: even while others wait);
+    /// `retried`: a send after one whose reply was lost.
     Release {
         owner: u32,
+        lock: u8,
         mode: &'static str,
         next: Option<u32>,
         keep: bool,
@@ -220,17 +267,22 @@ pub enum Request {
     /// A release the client made, sent again on a new master after a failover (as a
     /// retry: an earlier send applied it, at least on the old master); its reply changes
     /// nothing in the client.
-    Replay { owner: u32, mode: &'static str },
-    /// `ZSCORE` of the owner in the lock's registry: whether a release passed it over
+    Replay {
+        owner: u32,
+        lock: u8,
+        mode: &'static str,
+    },
+    /// `ZSCORE` of the owner in `lock`'s registry: whether a release passed it over
     /// while its client did not listen yet (`Lock::still_registered`).
-    Check { owner: u32 },
+    Check { owner: u32, lock: u8 },
 }
 
 impl Request {
-    /// A release in `mode` that names no next task, sent for the first time.
-    pub fn release(owner: u32, mode: &'static str) -> Request {
+    /// A release of `lock` in `mode` that names no next task, sent for the first time.
+    pub fn release(owner: u32, lock: u8, mode: &'static str) -> Request {
         Request::Release {
             owner,
+            lock,
             mode,
             next: None,
             keep: false,
@@ -257,12 +309,13 @@ pub enum Owner {
         woken: Wake,
         unheard: bool,
     },
-    /// Registered; it tries at `until_ms` unless a message comes first, or, `pending`
-    /// something, once that is done.
+    /// Registered with `lock` (the one that blocked it); it tries at `until_ms` unless a
+    /// message comes first, or, `pending` something, once that is done.
     #[allow(missing_docs)]
     Waiting {
         first_sent_ms: u64,
         until_ms: u64,
+        lock: u8,
         pending: Pending,
     },
     /// It holds the lock as far as it knows, until `deadline_ms`; it releases at
@@ -305,6 +358,54 @@ fn untold(reply: &Reply) -> bool {
     matches!(reply, Reply::Array(items) if matches!(items.last(), Some(Reply::Bulk(w) | Reply::Status(w)) if w == "untold"))
 }
 
+/// A try's answer, as the client reads it.
+enum TryAnswer {
+    /// Busy: `lock` blocked the owner, registered with it, for `ttl` ms; `untold`: the
+    /// multi-lock's try passed a lock on and that hand-off left waiters untold.
+    Busy { lock: u8, ttl: i64, untold: bool },
+    /// Every lock taken, the first with `token`.
+    Granted { token: i64 },
+}
+
+impl TryAnswer {
+    /// Reads the answer of `acquire.lua` (a number: busy; nil or the token: taken) or, for
+    /// both locks, of `multi/scripts/acquire.lua` (`{'busy', i, ttl[, 'untold']}` or
+    /// `{'ok', token...}`).
+    fn read(reply: &Reply, takes: Takes) -> Option<TryAnswer> {
+        let word = |item: Option<&Reply>| match item {
+            Some(Reply::Bulk(word) | Reply::Status(word)) => Some(word.clone()),
+            _ => None,
+        };
+        let int = |item: Option<&Reply>| match item {
+            Some(Reply::Int(n)) => Some(*n),
+            _ => None,
+        };
+        match (takes, reply) {
+            (Takes::Lock(lock), Reply::Int(ttl)) => Some(TryAnswer::Busy {
+                lock,
+                ttl: *ttl,
+                untold: false,
+            }),
+            (Takes::Lock(_), Reply::Nil) => Some(TryAnswer::Granted { token: 0 }),
+            (Takes::Lock(_), Reply::Array(items)) => Some(TryAnswer::Granted {
+                token: int(items.first()).unwrap_or(0),
+            }),
+            (Takes::Both, Reply::Array(items)) => match word(items.first())?.as_str() {
+                "ok" => Some(TryAnswer::Granted {
+                    token: int(items.get(1))?,
+                }),
+                "busy" => Some(TryAnswer::Busy {
+                    lock: u8::try_from(int(items.get(1))? - 1).ok()?,
+                    ttl: int(items.get(2))?,
+                    untold: untold(reply),
+                }),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
 /// `ms` on the clock the client's core reads.
 fn at_ms(ms: u64) -> Duration {
     Duration::from_millis(ms)
@@ -321,10 +422,11 @@ pub struct Client {
     pub replies: VecDeque<(Request, Reply, u64)>,
     /// Its replies arrive from this ms on, after a fault held them back.
     pub replies_held_until: Option<u64>,
-    /// Messages on their way to the subscriber.
-    pub messages: VecDeque<String>,
+    /// Messages on their way to the subscriber, each with the lock whose wake channel
+    /// carries it.
+    pub messages: VecDeque<(u8, String)>,
     /// Messages a fault holds back, each until the ms it arrives at.
-    pub held_back: Vec<(String, u64)>,
+    pub held_back: Vec<((u8, String), u64)>,
     /// Its process died.
     pub dead: bool,
     /// The owner whose turn it is in the local line: the one that tries, waits or holds.
@@ -337,9 +439,9 @@ pub struct Client {
     pub route: u32,
     /// Its route when each owner's acquisition first sent.
     pub first_routes: Vec<u32>,
-    /// The releases Redis answered, which it sends again after a failover (kept only
-    /// while a failover may still come).
-    pub released: Vec<(u32, &'static str)>,
+    /// The releases it sent (owner, lock, mode), which it sends again after a failover
+    /// (kept only while a failover may still come).
+    pub released: Vec<(u32, u8, &'static str)>,
     /// Whether it listens on its wake channel (see [`Config::cold`]).
     pub listening: Listening,
 }
@@ -421,13 +523,14 @@ pub struct World {
     /// How far the server's clock is ahead of the clients' (ms), after failovers to a
     /// master whose clock is ahead.
     pub server_ahead_ms: u64,
-    /// Since when the lock has been takeable while a live owner waited (ms).
-    pub takeable_since: Option<u64>,
-    /// The last fencing token a holder got in Redis, and that holder.
-    pub last_token: i64,
-    pub last_holder: Option<String>,
-    /// Until when (ms) the last `hold until` keeps the lock from everybody.
-    pub kept_until: u64,
+    /// Since when each lock has been takeable while a live owner of it waited, and both
+    /// while a multi-lock's owner waited (ms).
+    pub takeable_since: [Option<u64>; 3],
+    /// The last fencing token a holder got in Redis, and that holder, lock by lock.
+    pub last_token: [i64; 2],
+    pub last_holder: [Option<String>; 2],
+    /// Until when (ms) the last `hold until` keeps each lock from everybody.
+    pub kept_until: [u64; 2],
     /// The owners a force unlock or a lossy failover took the lock from: exclusion is not
     /// theirs to keep.
     pub forced: std::collections::BTreeSet<String>,
@@ -459,11 +562,13 @@ impl World {
             ..Redis::default()
         };
         for c in (0..config.clients).filter(|_| !config.cold) {
-            redis
-                .subscribers
-                .entry(wake_channel(c))
-                .or_default()
-                .insert(c as u32);
+            for &lock in config.takes(c).locks() {
+                redis
+                    .subscribers
+                    .entry(wake_channel(c, lock.into()))
+                    .or_default()
+                    .insert(c as u32);
+            }
         }
         World {
             redis,
@@ -499,10 +604,10 @@ impl World {
             late_replies: config.late_replies,
             replica: None,
             server_ahead_ms: 0,
-            takeable_since: None,
-            last_token: 0,
-            last_holder: None,
-            kept_until: 0,
+            takeable_since: [None; 3],
+            last_token: [0; 2],
+            last_holder: [None, None],
+            kept_until: [0; 2],
             forced: std::collections::BTreeSet::new(),
             failed_over: std::collections::BTreeSet::new(),
             op: 0,
@@ -680,7 +785,7 @@ impl World {
                 let reply = self.execute(c, &request, config, scripts);
                 self.deliver_published();
                 if let (Request::HoldUntil { ms, .. }, Reply::Int(0)) = (&request, &reply) {
-                    self.kept_until = self.now_ms() + ms;
+                    self.kept_until[usize::from(config.lock(c))] = self.now_ms() + ms;
                 }
                 let sent_ms = self.now_ms();
                 self.clients[c].replies.push_back((request, reply, sent_ms));
@@ -712,12 +817,14 @@ impl World {
                     }
                     Request::Release {
                         owner,
+                        lock,
                         mode,
                         next,
                         keep,
                         ..
                     } => Some(Request::Release {
                         owner,
+                        lock,
                         mode,
                         next,
                         keep,
@@ -757,11 +864,13 @@ impl World {
                 let lined = self.clients[c].owners[o] == Owner::Lined;
                 self.clients[c].owners[o] = Owner::Done;
                 if !lined {
-                    // The try step's cleanup: the owner's withdraw; the next in line goes
-                    // on at once.
-                    self.clients[c]
-                        .requests
-                        .push_back(Request::release(o as u32, "withdraw"));
+                    // The try step's cleanup: the owner's withdraw of each lock; the next
+                    // in line goes on at once.
+                    for &lock in config.takes(c).locks() {
+                        self.clients[c]
+                            .requests
+                            .push_back(Request::release(o as u32, lock, "withdraw"));
+                    }
                     self.pass_turn(c, o);
                 }
             }
@@ -784,13 +893,8 @@ impl World {
                 }
                 // A frozen process's subscriber stays: the server counts it, and what it
                 // is told goes nowhere.
-                if let Some(subscribers) = self
-                    .redis
-                    .subscribers
-                    .get_mut(&wake_channel(c))
-                    .filter(|_| crashed)
-                {
-                    subscribers.remove(&(c as u32));
+                if crashed {
+                    self.unlisten(c);
                 }
             }
             Event::Failover => {
@@ -810,7 +914,7 @@ impl World {
                 // The new connection subscribes to what the client listens on or asked
                 // for; the waiters' tries below are sent once it is confirmed.
                 if client.listening != Listening::No {
-                    self.listen(c);
+                    self.listen(c, config);
                 }
                 // Messages may have been missed meanwhile: every waiter tries again (one
                 // whose try is on its way, once it answers).
@@ -822,23 +926,23 @@ impl World {
                 }
             }
             Event::Subscribe(c) => {
-                self.listen(c);
+                self.listen(c, config);
                 for o in 0..self.clients[c].owners.len() {
-                    if let Owner::Waiting { pending, .. } = &mut self.clients[c].owners[o]
+                    if let Owner::Waiting { pending, lock, .. } = &mut self.clients[c].owners[o]
                         && *pending == Pending::Subscription
                     {
                         *pending = Pending::Check(None);
-                        self.clients[c]
-                            .requests
-                            .push_back(Request::Check { owner: o as u32 });
+                        let check = Request::Check {
+                            owner: o as u32,
+                            lock: *lock,
+                        };
+                        self.clients[c].requests.push_back(check);
                     }
                 }
             }
             Event::Unsubscribe(c) => {
                 self.clients[c].listening = Listening::No;
-                if let Some(subscribers) = self.redis.subscribers.get_mut(&wake_channel(c)) {
-                    subscribers.remove(&(c as u32));
-                }
+                self.unlisten(c);
             }
             Event::ForceUnlock => {
                 self.force_unlocks -= 1;
@@ -846,12 +950,12 @@ impl World {
                 // exclusion goes (its guard learns at its next renewal; fencing tokens are
                 // what protects the data from it meanwhile), also an owner whose try took
                 // the lock and whose answer is still on its way.
-                if let Some(Value::Hash(hash)) = self.redis.keys.get(KEY) {
+                if let Some(Value::Hash(hash)) = self.redis.keys.get(KEYS[0]) {
                     self.forced
                         .extend(hash.keys().filter(|f| !f.starts_with('!')).cloned());
                 }
                 self.replicate();
-                let keys = vec![KEY.to_owned(), REGISTRY.to_owned(), NAPS.to_owned()];
+                let keys = [KEYS[0], REGISTRIES[0], NAPS[0]].map(str::to_owned);
                 let args = vec!["publish".to_owned(), GRANT_MS.to_string()];
                 let mut reply = scripts.run(&mut self.redis, "lock_force_unlock", &keys, &args);
                 // The operator's client passes the lock on while waiters were left untold
@@ -868,12 +972,13 @@ impl World {
                     ]
                     .map(str::to_owned);
                     let keys = [
-                        KEY.to_owned(),
-                        REGISTRY.to_owned(),
-                        "dlock:release:{l}:operator".to_owned(),
-                        NAPS.to_owned(),
-                        FENCE.to_owned(),
-                    ];
+                        KEYS[0],
+                        REGISTRIES[0],
+                        "dlock:release:{l}:operator",
+                        NAPS[0],
+                        FENCE,
+                    ]
+                    .map(str::to_owned);
                     reply = scripts.run(&mut self.redis, "lock_release", &keys, &args);
                 }
                 if let Reply::Error(e) = reply {
@@ -885,33 +990,46 @@ impl World {
         self.check(config)
     }
 
-    /// Client `c` listens on its wake channel: Redis counts its subscriber there.
-    fn listen(&mut self, c: usize) {
+    /// Client `c` listens on its wake channels: Redis counts its subscriber there.
+    fn listen(&mut self, c: usize, config: &Config) {
         self.clients[c].listening = Listening::Yes;
-        self.redis
-            .subscribers
-            .entry(wake_channel(c))
-            .or_default()
-            .insert(c as u32);
+        for &lock in config.takes(c).locks() {
+            self.redis
+                .subscribers
+                .entry(wake_channel(c, lock.into()))
+                .or_default()
+                .insert(c as u32);
+        }
     }
 
-    /// After a release of `owner` of client `c` whose hand-off left waiters untold: the
-    /// owner's `leave`, which goes on.
-    fn pass_on(&mut self, c: usize, owner: u32, reply: &Reply, config: &Config) {
+    /// Redis no longer counts client `c`'s subscriber on its wake channels.
+    fn unlisten(&mut self, c: usize) {
+        for lock in 0..KEYS.len() {
+            if let Some(subscribers) = self.redis.subscribers.get_mut(&wake_channel(c, lock)) {
+                subscribers.remove(&(c as u32));
+            }
+        }
+    }
+
+    /// After a release of `lock` by `owner` of client `c` whose hand-off left waiters
+    /// untold: the owner's `leave` of that lock, which goes on.
+    fn pass_on(&mut self, c: usize, owner: u32, lock: u8, reply: &Reply, config: &Config) {
         if config.client.untold_passed_on && untold(reply) {
             self.clients[c]
                 .requests
-                .push_back(Request::release(owner, "leave"));
+                .push_back(Request::release(owner, lock, "leave"));
         }
     }
 
     /// Puts `request`, when it is a release, into client `c`'s release log, while a
     /// failover may still come.
     fn log_release(&mut self, c: usize, request: &Request) {
-        if let Request::Release { owner, mode, .. } = *request
+        if let Request::Release {
+            owner, lock, mode, ..
+        } = *request
             && self.failovers + self.lossy_failovers > 0
         {
-            self.clients[c].released.push((owner, mode));
+            self.clients[c].released.push((owner, lock, mode));
         }
     }
 
@@ -931,34 +1049,42 @@ impl World {
     /// tokens count on from the replica's, and a minimum hold the replica does not have
     /// is over.
     fn lose_last_writes(&mut self) {
-        if let Some(Value::Hash(hash)) = self.redis.keys.get(KEY) {
-            let holders = hash.keys().filter(|f| !f.starts_with('!'));
-            self.failed_over.extend(holders.cloned());
-            self.forced.extend(self.failed_over.iter().cloned());
+        for key in KEYS {
+            if let Some(Value::Hash(hash)) = self.redis.keys.get(key) {
+                let holders = hash.keys().filter(|f| !f.starts_with('!'));
+                self.failed_over.extend(holders.cloned());
+            }
         }
+        self.forced.extend(self.failed_over.iter().cloned());
         if let Some(replica) = self.replica.take() {
             self.redis.keys = replica.keys;
             self.redis.expiries = replica.expiries;
         }
         self.redis.expire_all_due();
-        let (holder, token) = match self.redis.keys.get(KEY) {
-            Some(Value::Hash(hash)) => hash
-                .iter()
-                .find_map(|(field, token)| Some((field.strip_suffix(":f")?, token)))
-                .map_or((None, None), |(field, token)| {
-                    (Some(field.to_owned()), token.parse().ok())
-                }),
-            _ => (None, None),
-        };
         let counter = match self.redis.keys.get(FENCE) {
             Some(Value::Str(count)) => count.parse().unwrap_or(0),
             _ => 0,
         };
-        self.last_token = token.unwrap_or(counter);
-        self.last_holder = holder;
-        let kept = matches!(self.redis.keys.get(KEY), Some(Value::Hash(hash)) if hash.contains_key("!held"));
-        if !kept {
-            self.kept_until = 0;
+        for (lock, key) in KEYS.into_iter().enumerate() {
+            // (A lock nobody took yet has no token to count on from.)
+            if self.last_holder[lock].is_none() && !self.redis.keys.contains_key(key) {
+                continue;
+            }
+            let (holder, token) = match self.redis.keys.get(key) {
+                Some(Value::Hash(hash)) => hash
+                    .iter()
+                    .find_map(|(field, token)| Some((field.strip_suffix(":f")?, token)))
+                    .map_or((None, None), |(field, token)| {
+                        (Some(field.to_owned()), token.parse().ok())
+                    }),
+                _ => (None, None),
+            };
+            self.last_token[lock] = token.unwrap_or(counter);
+            self.last_holder[lock] = holder;
+            let kept = matches!(self.redis.keys.get(key), Some(Value::Hash(hash)) if hash.contains_key("!held"));
+            if !kept {
+                self.kept_until[lock] = 0;
+            }
         }
     }
 
@@ -971,38 +1097,41 @@ impl World {
         if ahead_ms == 0 {
             return;
         }
-        if let Some(Value::Hash(hash)) = self.redis.keys.get(KEY) {
-            let counting: Vec<String> = hash
-                .keys()
-                .filter(|field| !field.starts_with('!') && self.counts_on_its_hold(field))
-                .cloned()
-                .collect();
-            self.failed_over.extend(counting.iter().cloned());
-            self.forced.extend(counting);
+        for key in KEYS {
+            if let Some(Value::Hash(hash)) = self.redis.keys.get(key) {
+                let counting: Vec<String> = hash
+                    .keys()
+                    .filter(|field| !field.starts_with('!') && self.counts_on_its_hold(field))
+                    .cloned()
+                    .collect();
+                self.failed_over.extend(counting.iter().cloned());
+                self.forced.extend(counting);
+            }
         }
         self.server_ahead_ms += ahead_ms;
         self.redis.now_us += ahead_ms * 1000;
         self.redis.expire_all_due();
-        self.kept_until = self.kept_until.saturating_sub(ahead_ms);
+        for kept in &mut self.kept_until {
+            *kept = kept.saturating_sub(ahead_ms);
+        }
     }
 
     /// Each live client's commands move to the new master at once, its subscriber stays
     /// on the old one until it connects again, and it sends its releases again there.
     fn fail_over(&mut self) {
         let last = self.failovers + self.lossy_failovers == 0;
-        for (c, client) in self.clients.iter_mut().enumerate() {
-            if client.dead {
+        for c in 0..self.clients.len() {
+            if self.clients[c].dead {
                 continue;
             }
+            self.unlisten(c);
+            let client = &mut self.clients[c];
             client.route += 1;
             client.stale = true;
-            if let Some(subscribers) = self.redis.subscribers.get_mut(&wake_channel(c)) {
-                subscribers.remove(&(c as u32));
-            }
             let replays = client
                 .released
                 .iter()
-                .map(|&(owner, mode)| Request::Replay { owner, mode });
+                .map(|&(owner, lock, mode)| Request::Replay { owner, lock, mode });
             client.requests.extend(replays);
             if last {
                 client.released.clear();
@@ -1057,14 +1186,34 @@ impl World {
         self.op += 1;
         let op = self.op;
         let s = |v: &str| v.to_owned();
+        // The lock of a request for the client's one lock.
+        let one = usize::from(config.lock(c));
         let (script, keys, args) = match request {
-            Request::Check { owner } => {
-                let zscore = [s("ZSCORE"), s(REGISTRY), World::field(c, *owner)];
+            Request::Check { owner, lock } => {
+                let registry = REGISTRIES[usize::from(*lock)];
+                let zscore = [s("ZSCORE"), s(registry), World::field(c, *owner)];
                 return self.redis.command(&zscore);
             }
+            Request::Try { owner, registered } if config.takes(c) == Takes::Both => (
+                "multi_acquire",
+                [KEYS, [FENCE; 2], REGISTRIES, NAPS]
+                    .concat()
+                    .into_iter()
+                    .map(s)
+                    .collect(),
+                vec![
+                    config.lease(c).to_string(),
+                    World::field(c, *owner),
+                    s("1"),
+                    (3 * config.recheck_ms + 1000).to_string(),
+                    s(if *registered { "1" } else { "0" }),
+                    s("publish"),
+                    GRANT_MS.to_string(),
+                ],
+            ),
             Request::Try { owner, registered } => (
                 "lock_acquire",
-                vec![s(KEY), s(FENCE), s(REGISTRY), s(NAPS)],
+                vec![s(KEYS[one]), s(FENCE), s(REGISTRIES[one]), s(NAPS[one])],
                 vec![
                     config.lease(c).to_string(),
                     World::field(c, *owner),
@@ -1076,7 +1225,7 @@ impl World {
             ),
             Request::Extend { owner } => (
                 "lock_extend",
-                vec![s(KEY), s(REGISTRY), s(NAPS)],
+                vec![s(KEYS[one]), s(REGISTRIES[one]), s(NAPS[one])],
                 vec![
                     config.lease(c).to_string(),
                     World::field(c, *owner),
@@ -1084,17 +1233,19 @@ impl World {
                 ],
             ),
             Request::Release { .. } | Request::Replay { .. } => {
-                let (owner, mode, next, keep, retried) = match request {
+                let (owner, lock, mode, next, keep, retried) = match request {
                     Request::Release {
                         owner,
+                        lock,
                         mode,
                         next,
                         keep,
                         retried,
-                    } => (owner, mode, *next, *keep, *retried),
-                    Request::Replay { owner, mode } => (owner, mode, None, false, true),
+                    } => (owner, lock, mode, *next, *keep, *retried),
+                    Request::Replay { owner, lock, mode } => (owner, lock, mode, None, false, true),
                     _ => unreachable!("a release"),
                 };
+                let lock = usize::from(*lock);
                 let mut args = vec![
                     World::field(c, *owner),
                     s(mode),
@@ -1112,17 +1263,17 @@ impl World {
                     ]);
                 }
                 let keys = vec![
-                    s(KEY),
-                    s(REGISTRY),
+                    s(KEYS[lock]),
+                    s(REGISTRIES[lock]),
                     format!("dlock:release:{{l}}:{}:{op}", World::field(c, *owner)),
-                    s(NAPS),
+                    s(NAPS[lock]),
                     s(FENCE),
                 ];
                 ("lock_release", keys, args)
             }
             Request::HoldUntil { owner, ms } => (
                 "lock_hold_until",
-                vec![s(KEY), s(REGISTRY), s(NAPS)],
+                vec![s(KEYS[one]), s(REGISTRIES[one]), s(NAPS[one])],
                 vec![World::field(c, *owner), ms.to_string(), s("publish")],
             ),
         };
@@ -1134,15 +1285,17 @@ impl World {
         for published in std::mem::take(&mut self.redis.outbox) {
             // The counted subscribers, and those on the demoted master, which replicates
             // what the new one publishes without being counted.
+            let lock = lock_of_channel(&published.channel);
             let stale = (0..self.clients.len() as u32).filter(|&c| {
-                self.clients[c as usize].stale && wake_channel(c as usize) == published.channel
+                self.clients[c as usize].stale
+                    && wake_channel(c as usize, lock.into()) == published.channel
             });
             let to: Vec<u32> = published.to.iter().copied().chain(stale).collect();
             for to in to {
                 let client = &mut self.clients[to as usize];
                 // A frozen process reads nothing.
                 if !client.dead {
-                    client.messages.push_back(published.payload.clone());
+                    client.messages.push_back((lock, published.payload.clone()));
                 }
             }
         }
@@ -1179,8 +1332,17 @@ impl World {
                     // Cancelled meanwhile: its withdraw follows the try.
                     return Ok(());
                 };
-                match reply {
-                    Reply::Int(ttl) => {
+                match TryAnswer::read(&reply, config.takes(c)) {
+                    Some(TryAnswer::Busy { lock, ttl, untold }) => {
+                        // A multi-lock whose try passed a lock on and left waiters untold
+                        // sends the `leave` of each other lock, which goes on.
+                        if untold {
+                            for &other in config.takes(c).locks().iter().filter(|&&l| l != lock) {
+                                self.clients[c]
+                                    .requests
+                                    .push_back(Request::release(owner, other, "leave"));
+                            }
+                        }
                         // A nap of 0 (the lock ends this millisecond) is a retry in the
                         // next: Redis expires a key once its time has passed.
                         let nap = u64::try_from(ttl)
@@ -1195,6 +1357,7 @@ impl World {
                             self.clients[c].owners[o] = Owner::Waiting {
                                 first_sent_ms,
                                 until_ms,
+                                lock,
                                 pending: Pending::Nothing,
                             };
                             self.apply_wake(c, o, woken, config);
@@ -1206,7 +1369,7 @@ impl World {
                         let client = &mut self.clients[c];
                         let pending = match client.listening {
                             Listening::Yes => {
-                                client.requests.push_back(Request::Check { owner });
+                                client.requests.push_back(Request::Check { owner, lock });
                                 Pending::Check(woken)
                             }
                             Listening::Asked | Listening::No => {
@@ -1217,20 +1380,14 @@ impl World {
                         client.owners[o] = Owner::Waiting {
                             first_sent_ms,
                             until_ms,
+                            lock,
                             pending,
                         };
                     }
-                    Reply::Nil | Reply::Array(_) => {
-                        let token = match &reply {
-                            Reply::Array(items) => match items.first() {
-                                Some(Reply::Int(token)) => *token,
-                                _ => 0,
-                            },
-                            _ => 0,
-                        };
+                    Some(TryAnswer::Granted { token }) => {
                         self.hold(c, o, sent_ms + config.lease(c), token, config)?;
                     }
-                    other => return Err(format!("unexpected try answer {other:?}")),
+                    None => return Err(format!("unexpected try answer {reply:?}")),
                 }
             }
             Request::Extend { owner } => {
@@ -1252,17 +1409,16 @@ impl World {
                         _ => {
                             *deadline_ms = now;
                             if config.client.lost_extension_leaves {
-                                self.clients[c]
-                                    .requests
-                                    .push_back(Request::release(owner, "leave"));
+                                let leave = Request::release(owner, config.lock(c), "leave");
+                                self.clients[c].requests.push_back(leave);
                             }
                             self.pass_turn(c, o);
                         }
                     }
                 }
             }
-            Request::Replay { owner, .. } => self.pass_on(c, owner, &reply, config),
-            Request::Check { owner } => {
+            Request::Replay { owner, lock, .. } => self.pass_on(c, owner, lock, &reply, config),
+            Request::Check { owner, .. } => {
                 let o = owner as usize;
                 let Owner::Waiting {
                     pending: Pending::Check(woken),
@@ -1284,13 +1440,22 @@ impl World {
                 }
             }
             Request::Release {
-                owner, mode, next, ..
+                owner,
+                lock,
+                mode,
+                next,
+                ..
             } => {
                 let o = owner as usize;
                 if !config.client.release_logged_when_sent {
                     self.log_release(c, &request);
                 }
-                self.pass_on(c, owner, &reply, config);
+                self.pass_on(c, owner, lock, &reply, config);
+                // A multi-lock's guard is given back once its last lock's release is
+                // answered.
+                if config.takes(c).locks().last() != Some(&lock) {
+                    return Ok(());
+                }
                 if self.clients[c].owners[o] == Owner::Releasing {
                     self.clients[c].owners[o] = Owner::Done;
                 }
@@ -1366,6 +1531,12 @@ impl World {
         let Owner::Waiting { first_sent_ms, .. } = self.clients[c].owners[o] else {
             return;
         };
+        // A multi-lock cannot hold one lock as it is given: its try takes the grant with
+        // the other locks, or passes it on (`SameSlot` has no `handed_over`).
+        if config.takes(c) == Takes::Both {
+            self.try_again(c, o);
+            return;
+        }
         // The mutation that undoes the short-lease rule shows the core a lease it
         // accepts.
         let lease = match config.client.short_lease_grant_is_tried {
@@ -1427,7 +1598,7 @@ impl World {
             if config.client.unwanted_local_grant_given_back {
                 client
                     .requests
-                    .push_back(Request::release(n as u32, "withdraw"));
+                    .push_back(Request::release(n as u32, config.lock(c), "withdraw"));
             }
             self.pass_turn(c, o);
             return;
@@ -1444,7 +1615,7 @@ impl World {
         let _ = self.hold(c, n, sent_ms + config.lease(c), token, config);
     }
 
-    fn on_message(&mut self, c: usize, message: &str, config: &Config) {
+    fn on_message(&mut self, c: usize, (lock, message): &(u8, String), config: &Config) {
         // The client's own reading of the message; `lost:` asks no waiter anything (the
         // local line's business).
         let Some((owner, call)) =
@@ -1463,11 +1634,13 @@ impl World {
                 pending: Pending::Check(woken),
                 first_sent_ms,
                 until_ms,
+                lock,
             } => {
                 // Kept for the check's answer, as the client's OwnerWake keeps it.
                 self.clients[c].owners[o] = Owner::Waiting {
                     first_sent_ms,
                     until_ms,
+                    lock,
                     pending: Pending::Check(Some(woken.map_or(call, |earlier| earlier.then(call)))),
                 };
             }
@@ -1489,7 +1662,7 @@ impl World {
             // Not waiting here any more: the lock's leave for it.
             _ => self.clients[c]
                 .requests
-                .push_back(Request::release(o as u32, "leave")),
+                .push_back(Request::release(o as u32, *lock, "leave")),
         }
     }
 
@@ -1526,20 +1699,26 @@ impl World {
                             true => self.next_in_line(c).map(|n| n as u32),
                             false => None,
                         };
-                        let request = match config.min_holds_ms[c % 4] {
-                            0 => Request::Release {
+                        let keep = protocol::may_keep(client.run);
+                        if config.min_holds_ms[c % 4] > 0 {
+                            let ms = config.min_holds_ms[c % 4];
+                            let request = Request::HoldUntil {
                                 owner: o as u32,
+                                ms,
+                            };
+                            self.clients[c].requests.push_back(request);
+                            continue;
+                        }
+                        for &lock in config.takes(c).locks() {
+                            self.clients[c].requests.push_back(Request::Release {
+                                owner: o as u32,
+                                lock,
                                 mode: "one",
                                 next,
-                                keep: protocol::may_keep(client.run),
+                                keep,
                                 retried: false,
-                            },
-                            min_hold => Request::HoldUntil {
-                                owner: o as u32,
-                                ms: min_hold,
-                            },
-                        };
-                        self.clients[c].requests.push_back(request);
+                            });
+                        }
                     }
                     _ => {}
                 }
@@ -1550,31 +1729,34 @@ impl World {
     /// Tokens in grant order: each new holder in Redis has a greater token than the last;
     /// and nobody takes the lock inside a minimum hold (unless force-unlocked).
     fn check_token(&mut self) -> Result<(), String> {
-        let Some(Value::Hash(hash)) = self.redis.keys.get(KEY) else {
-            return Ok(());
-        };
-        for (field, token) in hash
-            .iter()
-            .filter_map(|(field, value)| Some((field.strip_suffix(":f")?, value)))
-        {
-            let token: i64 = token.parse().unwrap_or(0);
-            if self.last_holder.as_deref() == Some(field) {
+        for (lock, key) in KEYS.into_iter().enumerate() {
+            let Some(Value::Hash(hash)) = self.redis.keys.get(key) else {
                 continue;
+            };
+            for (field, token) in hash
+                .iter()
+                .filter_map(|(field, value)| Some((field.strip_suffix(":f")?, value)))
+            {
+                let token: i64 = token.parse().unwrap_or(0);
+                if self.last_holder[lock].as_deref() == Some(field) {
+                    continue;
+                }
+                if token <= self.last_token[lock] {
+                    return Err(format!(
+                        "{key}: token {token} of {field} after {} of {:?}",
+                        self.last_token[lock], self.last_holder[lock]
+                    ));
+                }
+                let kept_until = self.kept_until[lock];
+                if self.now_ms() < kept_until && self.forced.is_empty() {
+                    return Err(format!(
+                        "{field} took {key} {} ms inside the last holder's minimum hold",
+                        kept_until - self.now_ms()
+                    ));
+                }
+                self.last_token[lock] = token;
+                self.last_holder[lock] = Some(field.to_owned());
             }
-            if token <= self.last_token {
-                return Err(format!(
-                    "token {token} of {field} after {} of {:?}",
-                    self.last_token, self.last_holder
-                ));
-            }
-            if self.now_ms() < self.kept_until && self.forced.is_empty() {
-                return Err(format!(
-                    "{field} took the lock {} ms inside the last holder's minimum hold",
-                    self.kept_until - self.now_ms()
-                ));
-            }
-            self.last_token = token;
-            self.last_holder = Some(field.to_owned());
         }
         Ok(())
     }
@@ -1582,66 +1764,81 @@ impl World {
     /// The invariants, after every move.
     fn check(&mut self, config: &Config) -> Result<(), String> {
         let now = self.now_ms();
-        // Exclusion: no two owners' guards consider themselves holding.
-        let holding: Vec<String> = self
-            .clients
-            .iter()
-            .enumerate()
-            .filter(|(_, client)| !client.dead)
-            .flat_map(|(c, client)| {
-                client
-                    .owners
-                    .iter()
-                    .enumerate()
-                    .filter_map(move |(o, owner)| match owner {
-                        Owner::Holding { deadline_ms, .. } if *deadline_ms > now => {
-                            Some(World::field(c, o as u32))
+        // Exclusion: no two owners' guards of a lock consider themselves holding it.
+        let mut holding: [Vec<String>; 2] = Default::default();
+        for (c, client) in self.clients.iter().enumerate().filter(|(_, c)| !c.dead) {
+            for (o, owner) in client.owners.iter().enumerate() {
+                let field = World::field(c, o as u32);
+                match owner {
+                    Owner::Holding { deadline_ms, .. }
+                        if *deadline_ms > now && !self.forced.contains(&field) =>
+                    {
+                        for &lock in config.takes(c).locks() {
+                            holding[usize::from(lock)].push(field.clone());
                         }
-                        _ => None,
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (lock, holders) in holding.iter().enumerate() {
+            if holders.len() > 1 {
+                return Err(format!(
+                    "two holders of {} at once: {holders:?}",
+                    KEYS[lock]
+                ));
+            }
+        }
+        // Liveness: a lock takeable (free, or given to or reserved for nobody who takes
+        // it) while a live owner waits for it, no longer than a grant's lapse; and both,
+        // while a multi-lock's owner waits.
+        let waits_for = |wanted: Takes| {
+            self.clients.iter().enumerate().any(|(c, client)| {
+                !client.dead
+                    && config.takes(c) == wanted
+                    && client.owners.iter().any(|o| {
+                        matches!(
+                            o,
+                            Owner::Waiting { .. } | Owner::Trying { .. } | Owner::Lined
+                        )
                     })
             })
-            .filter(|field| !self.forced.contains(field))
-            .collect();
-        if holding.len() > 1 {
-            return Err(format!("two holders at once: {holding:?}"));
-        }
-        // Liveness: the lock takeable (free, or given to or reserved for nobody who takes
-        // it) while a live owner waits, no longer than a grant's lapse.
-        let waiting = self.clients.iter().any(|client| {
-            !client.dead
-                && client.owners.iter().any(|o| {
-                    matches!(
-                        o,
-                        Owner::Waiting { .. } | Owner::Trying { .. } | Owner::Lined
-                    )
-                })
-        });
+        };
         // A failover's bound is its clients' reconnection, not a grant's lapse: a waiter
         // whose subscriber is on the demoted master is passed over meanwhile.
         let reconnecting = self
             .clients
             .iter()
             .any(|client| client.stale && !client.dead);
-        let takeable = waiting && !reconnecting && holding.is_empty() && self.lock_takeable();
-        match (takeable, self.takeable_since) {
-            (true, None) => self.takeable_since = Some(now),
-            (true, Some(since)) if now - since > takeable_bound_ms(config) => {
-                return Err(format!(
-                    "the lock sat takeable for {} ms while an owner waited",
-                    now - since
-                ));
+        let takeable = |lock: u8| {
+            holding[usize::from(lock)].is_empty() && self.lock_takeable(usize::from(lock))
+        };
+        let conditions = [
+            waits_for(Takes::Lock(0)) && takeable(0),
+            waits_for(Takes::Lock(1)) && takeable(1),
+            waits_for(Takes::Both) && takeable(0) && takeable(1),
+        ];
+        for (i, condition) in conditions.into_iter().enumerate() {
+            match (condition && !reconnecting, self.takeable_since[i]) {
+                (true, None) => self.takeable_since[i] = Some(now),
+                (true, Some(since)) if now - since > takeable_bound_ms(config) => {
+                    let what = ["the lock", "lock {l}b", "both locks"][i];
+                    return Err(format!(
+                        "{what} sat takeable for {} ms while an owner waited",
+                        now - since
+                    ));
+                }
+                (false, _) => self.takeable_since[i] = None,
+                _ => {}
             }
-            (false, _) => self.takeable_since = None,
-            _ => {}
         }
-        let _ = config;
         self.check_left_behind()
     }
 
     /// No registration or promise of an owner that is done, once its client sent every
     /// request it had (its leave or withdraw among them).
     fn check_left_behind(&self) -> Result<(), String> {
-        for key in [REGISTRY, NAPS] {
+        for key in REGISTRIES.into_iter().chain(NAPS) {
             let Some(Value::ZSet(set)) = self.redis.keys.get(key) else {
                 continue;
             };
@@ -1664,8 +1861,8 @@ impl World {
     /// hold, grant or reservation in it. A hold of a dead process counts as held (its lease
     /// is the bound), a grant to one or a reservation for one as takeable (those lapse in
     /// 100 ms, and that is what the bound is about); a minimum hold is busy.
-    fn lock_takeable(&self) -> bool {
-        let Some(Value::Hash(hash)) = self.redis.keys.get(KEY) else {
+    fn lock_takeable(&self, lock: usize) -> bool {
+        let Some(Value::Hash(hash)) = self.redis.keys.get(KEYS[lock]) else {
             return true;
         };
         if hash.contains_key("!held") {
@@ -1735,7 +1932,7 @@ impl World {
     pub fn check_end(&mut self) -> Result<(), String> {
         self.redis.expire_all_due();
         let mut left = Vec::new();
-        for key in [REGISTRY, NAPS] {
+        for key in REGISTRIES.into_iter().chain(NAPS) {
             if let Some(Value::ZSet(set)) = self.redis.keys.get(key) {
                 for member in set.keys() {
                     if self

@@ -272,3 +272,20 @@ fn a_hold_counted_from_its_answer() {
         &Scripts::dlock(|_, code| code),
     );
 }
+
+/// A same-slot multi-lock's try that takes a lock a release gave it leaves the `!next`
+/// mark beside its hold: the hash reads as a grant that lapses in 100 ms, not a hold of
+/// the whole lease (found by the simulator, this round).
+#[test]
+fn a_grant_mark_left_by_the_multi_lock() {
+    let scripts = mutated(&[(
+        "multi_acquire",
+        "    elseif given[i] then\n      -- A lock given",
+        "    elseif false then\n      -- A lock given",
+    )]);
+    found(
+        "a grant mark left by the multi-lock",
+        &worlds::multi_crash(),
+        &scripts,
+    );
+}

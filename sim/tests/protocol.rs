@@ -267,6 +267,82 @@ mod mutation_worlds {
     }
 }
 
+/// A same-slot multi-lock (`multi/scripts/acquire.lua`, both locks at once) beside a
+/// plain lock on each of its names: the lock hashes, registries and naps are the lock's,
+/// so every invariant is checked lock by lock.
+mod multi_lock {
+    use super::*;
+
+    #[test]
+    fn beside_a_lock_on_each_name() {
+        explore(worlds::multi(), 100_000);
+    }
+
+    #[test]
+    fn with_a_process_that_dies() {
+        explore(worlds::multi_crash(), 500_000);
+    }
+
+    #[test]
+    fn through_failovers() {
+        let two = Config {
+            clients: 2,
+            ..worlds::multi()
+        };
+        for config in [
+            Config {
+                failovers: 1,
+                ..two
+            },
+            Config {
+                lossy_failovers: 1,
+                ..two
+            },
+            Config {
+                failovers: 1,
+                failover_clock_ahead_ms: 150,
+                ..two
+            },
+        ] {
+            explore(config, 100_000);
+        }
+    }
+
+    #[test]
+    fn with_cold_clients_lost_replies_and_a_force_unlock() {
+        let cold = Config {
+            cold: true,
+            delays: 1,
+            ..worlds::multi()
+        };
+        explore(cold, 100_000);
+        let lost = Config {
+            lost_replies: 1,
+            force_unlocks: 1,
+            ..worlds::multi()
+        };
+        explore(lost, 200_000);
+    }
+
+    #[test]
+    fn with_late_replies_short_leases_and_a_minimum_hold() {
+        let late = Config {
+            late_replies: 2,
+            leases_ms: [60, 150, 500, 60],
+            holds_ms: [200; 4],
+            ..worlds::multi()
+        };
+        explore(late, 100_000);
+        let kept = Config {
+            min_holds_ms: [0, 150, 0, 0],
+            holds_ms: [5, 5, 300, 5],
+            delays: 2,
+            ..worlds::multi()
+        };
+        explore(kept, 100_000);
+    }
+}
+
 /// 999 seeded random walks of 3 clients × 3 acquisitions with every fault (2 cancels, a
 /// crash, a freeze, 3 late messages, a force unlock, 2 lost and 2 late replies, a failover
 /// that keeps every write and one that loses the last script run's); `lined`: each
@@ -274,12 +350,19 @@ mod mutation_worlds {
 /// they first wait. Optimised, a thousand walks take about as long as 300 did
 /// unoptimised.
 fn random_walks_with(lined: bool, cold: bool) {
+    random_walks_of(Config {
+        lined,
+        cold,
+        ..Config::default()
+    });
+}
+
+/// [`random_walks_with`] of `shape`'s lines, subscriptions and locks.
+fn random_walks_of(shape: Config) {
     let scripts = Scripts::dlock(|_, code| code);
     let config = Config {
         clients: 3,
         acquisitions: 3,
-        lined,
-        cold,
         leases_ms: [300, 150, 60, 60],
         cancels: 2,
         crashes: 1,
@@ -290,7 +373,7 @@ fn random_walks_with(lined: bool, cold: bool) {
         late_replies: 2,
         failovers: 1,
         lossy_failovers: 1,
-        ..Config::default()
+        ..shape
     };
     for seed in 1..1_000 {
         if let Err(found) = random_walk(&config, &scripts, seed) {
@@ -311,6 +394,17 @@ fn random_walks() {
 #[test]
 fn random_walks_with_local_lines() {
     random_walks_with(true, false);
+}
+
+/// The same of a same-slot multi-lock beside a client of each of its locks, warm and cold.
+#[test]
+fn random_walks_of_a_multi_lock() {
+    for cold in [false, true] {
+        random_walks_of(Config {
+            cold,
+            ..worlds::multi()
+        });
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! one fix undone (where the explorer must find a counterexample).
 
 use dlock_sim::lua::Scripts;
-use dlock_sim::model::Config;
+use dlock_sim::model::{Config, Takes};
 
 /// A grantee's own try races its grant and wins (its nap ends as its holder releases),
 /// its `held:` message comes late, after its short body ended under `min_hold`.
@@ -156,5 +156,25 @@ pub fn late_replies() -> Config {
         holds_ms: [200; 4],
         late_replies: 2,
         ..Config::default()
+    }
+}
+
+/// A same-slot multi-lock's client (both locks at once) beside a client of each lock.
+pub fn multi() -> Config {
+    Config {
+        clients: 3,
+        takes: [Takes::Both, Takes::Lock(0), Takes::Lock(1), Takes::Lock(0)],
+        ..Config::default()
+    }
+}
+
+/// [`multi`] with a second client of the first lock, and a process that dies: a release
+/// gives the multi-lock's owner a lock it then takes with the other, and dies holding
+/// both (its lease, not a grant's lapse, is the bound).
+pub fn multi_crash() -> Config {
+    Config {
+        clients: 4,
+        crashes: 1,
+        ..multi()
     }
 }

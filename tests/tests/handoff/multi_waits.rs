@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use dlock::{LockClient, MultiLock};
+use dlock_tests::keys;
 use dlock_tests::liveness::slow_recheck;
 use dlock_tests::RedisServer;
 use tokio::time::Instant;
@@ -108,5 +109,43 @@ async fn a_waiting_multi_lock_listens_on_every_lock_s_wake_channel() {
     held_a.unlock().await.unwrap();
     let acquired =
         acquired_within_bound("item 13: the multi-lock, from the releases", released, task).await;
+    acquired.unlock().await.unwrap();
+}
+
+/// A same-slot multi-lock of client C waits for `{mg}a`, held by D; `{mg}b` is free. D's
+/// release gives `{mg}a` to C's owner (its hold and the `!next` mark of a grant), and C's
+/// next try takes it with `{mg}b`. From then on `{mg}a` is a hold like any other, for the
+/// multi-lock's lease: no `!next` beside it, which would read as a grant that lapses in
+/// 100 ms (to the scripts' hand-off and to `inspect`). Fails when the multi-lock's script
+/// keeps the mark, as it did until the simulator found it (docs/RELIABILITY.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_given_to_a_multi_lock_is_held_without_a_grant_s_mark() {
+    let names = ["{mg}a", "{mg}b"];
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = slow_recheck(&url).await;
+    let d = LockClient::connect(&url).await.unwrap();
+    let held_a = d.lock(names[0]).lock().await.unwrap();
+    let multi = MultiLock::same_slot(&c, names).unwrap();
+    let task = acquiring(async move { multi.try_lock_for(WAIT).await });
+    waiting(&server, names[0], &c).await;
+
+    let released = Instant::now();
+    held_a.unlock().await.unwrap();
+    let acquired = acquired_within_bound("the multi-lock, given {mg}a", released, task).await;
+    let mut conn = server.connection();
+    for name in names {
+        let holders = keys::holders(&mut conn, name);
+        assert_eq!(
+            holders.len(),
+            1,
+            "{name} is not held by the multi-lock: {holders:?}"
+        );
+        assert_eq!(
+            keys::marks(&mut conn, name),
+            Default::default(),
+            "{name}, held by the multi-lock, still carries a grant's mark"
+        );
+    }
     acquired.unlock().await.unwrap();
 }

@@ -78,6 +78,11 @@ local function take_all()
     local key = KEYS[i]
     if reserved[i] then
       redis.call('del', key)
+    elseif given[i] then
+      -- A lock given to the owner is its hold now like the others: no '!next' left beside
+      -- it, which would read as a grant lapsing soon (as lock/scripts/acquire.lua does
+      -- for a hold it finds its own).
+      redis.call('hdel', key, '!next')
     end
     local token = 0
     if ARGV[3] == '1' then
