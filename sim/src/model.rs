@@ -9,7 +9,8 @@
 //! The network is instantaneous in simulated time but its order is free: any connection's
 //! next request may run, any reply or message may arrive, in any order across connections
 //! (each connection keeps its own order, as TCP and Redis do). Time moves only when the
-//! network is quiet, to the next timer; a fault can hold a message back past it.
+//! network is quiet, to the next timer; a fault can hold a message, a reply or a request
+//! back past it.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -43,7 +44,7 @@ pub const DELAY_MS: u64 = 10;
 /// expiry is a time the clock must be past), and the delays the run injected (the
 /// network is instantaneous otherwise).
 pub fn takeable_bound_ms(config: &Config) -> u64 {
-    GRANT_MS + 1 + u64::from(config.delays + config.late_replies) * DELAY_MS
+    GRANT_MS + 1 + u64::from(config.delays + config.late_replies + config.late_requests) * DELAY_MS
 }
 
 /// The wake channel of `client` for lock `lock`.
@@ -140,6 +141,10 @@ pub struct Config {
     /// Replies that arrive late (up to [`DELAY_MS`], with the connection's replies behind
     /// them): the client counts a hold from the send, not from the answer.
     pub late_replies: u8,
+    /// Requests that reach Redis late (up to [`DELAY_MS`], with the connection's requests
+    /// behind them): Redis runs them, and their locks' expiries count, from then; the
+    /// client counts from the send.
+    pub late_requests: u8,
     /// Clients start without listening on their wake channel: a client subscribes when
     /// its first owner waits, and until Redis confirms the subscription a release tells it
     /// nothing (its script counts no receiver and takes the waiter out of the registry).
@@ -235,6 +240,7 @@ impl Default for Config {
             failover_clock_ahead_ms: 0,
             lost_replies: 0,
             late_replies: 0,
+            late_requests: 0,
             cold: false,
             client: ClientRules::default(),
         }
@@ -416,8 +422,10 @@ fn at_ms(ms: u64) -> Duration {
 pub struct Client {
     /// Its acquisitions, in order.
     pub owners: Vec<Owner>,
-    /// Requests on their way to Redis, in order.
-    pub requests: VecDeque<Request>,
+    /// Requests on their way to Redis, in order, each with the ms it was sent at.
+    pub requests: VecDeque<(Request, u64)>,
+    /// Its requests reach Redis from this ms on, after a fault held them back.
+    pub requests_held_until: Option<u64>,
     /// Replies on their way back, with the request each answers.
     pub replies: VecDeque<(Request, Reply, u64)>,
     /// Its replies arrive from this ms on, after a fault held them back.
@@ -485,6 +493,9 @@ pub enum Event {
     /// Client `c`'s next reply arrives late: after [`DELAY_MS`] at most, or with the next
     /// timer before that.
     DelayReply(usize),
+    /// Client `c`'s next request reaches Redis late: after [`DELAY_MS`] at most, or with
+    /// the next timer before that.
+    DelayRequest(usize),
     /// An operator force-unlocks the lock.
     ForceUnlock,
     /// The master fails over to a replica with every write.
@@ -517,6 +528,7 @@ pub struct World {
     pub lossy_failovers: u8,
     pub lost_replies: u8,
     pub late_replies: u8,
+    pub late_requests: u8,
     /// The keys and expiries as the replica has them, while a lossy failover may still
     /// come: as they were before the last script run.
     pub replica: Option<Box<Replica>>,
@@ -576,6 +588,7 @@ impl World {
                 .map(|_| Client {
                     owners: vec![Owner::Idle; config.acquisitions],
                     requests: VecDeque::new(),
+                    requests_held_until: None,
                     replies: VecDeque::new(),
                     replies_held_until: None,
                     messages: VecDeque::new(),
@@ -602,6 +615,7 @@ impl World {
             lossy_failovers: config.lossy_failovers,
             lost_replies: config.lost_replies,
             late_replies: config.late_replies,
+            late_requests: config.late_requests,
             replica: None,
             server_ahead_ms: 0,
             takeable_since: [None; 3],
@@ -627,7 +641,7 @@ impl World {
     fn network_busy(&self) -> bool {
         self.clients.iter().any(|client| {
             !client.dead
-                && (!client.requests.is_empty()
+                && (!client.requests.is_empty() && client.requests_held_until.is_none()
                     || !client.replies.is_empty() && client.replies_held_until.is_none()
                     || !client.messages.is_empty()
                     || client.listening == Listening::Asked && !client.stale)
@@ -664,7 +678,10 @@ impl World {
                     }
                 }
             }
-            if !client.requests.is_empty() {
+            if !client.requests.is_empty() && client.requests_held_until.is_none() {
+                if self.late_requests > 0 {
+                    events.push(Event::DelayRequest(c));
+                }
                 events.push(Event::Exec(c));
             }
             if !client.replies.is_empty() && client.replies_held_until.is_none() {
@@ -755,7 +772,9 @@ impl World {
         // A held-back message or reply arrives with the next timer, or at its time.
         for client in self.clients.iter().filter(|c| !c.dead) {
             let replies = client.replies_held_until.iter();
-            for arrives in client.held_back.iter().map(|(_, at)| at).chain(replies) {
+            let requests = client.requests_held_until.iter();
+            let held_back = client.held_back.iter().map(|(_, at)| at);
+            for arrives in held_back.chain(replies).chain(requests) {
                 next = Some(next.map_or(*arrives, |n: u64| n.min(*arrives)));
             }
         }
@@ -777,7 +796,8 @@ impl World {
                 }
             }
             Event::Exec(c) => {
-                let request = self.clients[c].requests.pop_front().expect("a request");
+                // Run as it arrives; a hold it takes counts from its send.
+                let (request, sent_ms) = self.clients[c].requests.pop_front().expect("a request");
                 self.replicate();
                 if config.client.release_logged_when_sent {
                     self.log_release(c, &request);
@@ -787,7 +807,6 @@ impl World {
                 if let (Request::HoldUntil { ms, .. }, Reply::Int(0)) = (&request, &reply) {
                     self.kept_until[usize::from(config.lock(c))] = self.now_ms() + ms;
                 }
-                let sent_ms = self.now_ms();
                 self.clients[c].replies.push_back((request, reply, sent_ms));
                 self.check_token()?;
             }
@@ -833,12 +852,17 @@ impl World {
                     other => Some(other),
                 };
                 if let Some(retried) = retried {
-                    self.clients[c].requests.push_front(retried);
+                    let now = self.now_ms();
+                    self.clients[c].requests.push_front((retried, now));
                 }
             }
             Event::DelayReply(c) => {
                 self.late_replies -= 1;
                 self.clients[c].replies_held_until = Some(self.now_ms() + DELAY_MS);
+            }
+            Event::DelayRequest(c) => {
+                self.late_requests -= 1;
+                self.clients[c].requests_held_until = Some(self.now_ms() + DELAY_MS);
             }
             Event::Delay(c) => {
                 self.delays -= 1;
@@ -852,6 +876,7 @@ impl World {
                 self.redis.expire_all_due();
                 for client in &mut self.clients {
                     client.replies_held_until = None;
+                    client.requests_held_until = None;
                     let back = std::mem::take(&mut client.held_back);
                     client
                         .messages
@@ -867,9 +892,7 @@ impl World {
                     // The try step's cleanup: the owner's withdraw of each lock; the next
                     // in line goes on at once.
                     for &lock in config.takes(c).locks() {
-                        self.clients[c]
-                            .requests
-                            .push_back(Request::release(o as u32, lock, "withdraw"));
+                        self.send(c, Request::release(o as u32, lock, "withdraw"));
                     }
                     self.pass_turn(c, o);
                 }
@@ -883,6 +906,7 @@ impl World {
                 let client = &mut self.clients[c];
                 client.dead = true;
                 client.requests.clear();
+                client.requests_held_until = None;
                 client.replies.clear();
                 client.messages.clear();
                 client.held_back.clear();
@@ -936,7 +960,7 @@ impl World {
                             owner: o as u32,
                             lock: *lock,
                         };
-                        self.clients[c].requests.push_back(check);
+                        self.send(c, check);
                     }
                 }
             }
@@ -990,6 +1014,12 @@ impl World {
         self.check(config)
     }
 
+    /// Client `c` sends `request` now.
+    fn send(&mut self, c: usize, request: Request) {
+        let now = self.now_ms();
+        self.clients[c].requests.push_back((request, now));
+    }
+
     /// Client `c` listens on its wake channels: Redis counts its subscriber there.
     fn listen(&mut self, c: usize, config: &Config) {
         self.clients[c].listening = Listening::Yes;
@@ -1015,9 +1045,7 @@ impl World {
     /// untold: the owner's `leave` of that lock, which goes on.
     fn pass_on(&mut self, c: usize, owner: u32, lock: u8, reply: &Reply, config: &Config) {
         if config.client.untold_passed_on && untold(reply) {
-            self.clients[c]
-                .requests
-                .push_back(Request::release(owner, lock, "leave"));
+            self.send(c, Request::release(owner, lock, "leave"));
         }
     }
 
@@ -1120,6 +1148,7 @@ impl World {
     /// on the old one until it connects again, and it sends its releases again there.
     fn fail_over(&mut self) {
         let last = self.failovers + self.lossy_failovers == 0;
+        let now = self.now_ms();
         for c in 0..self.clients.len() {
             if self.clients[c].dead {
                 continue;
@@ -1131,7 +1160,7 @@ impl World {
             let replays = client
                 .released
                 .iter()
-                .map(|&(owner, lock, mode)| Request::Replay { owner, lock, mode });
+                .map(|&(owner, lock, mode)| (Request::Replay { owner, lock, mode }, now));
             client.requests.extend(replays);
             if last {
                 client.released.clear();
@@ -1151,10 +1180,11 @@ impl World {
             woken: None,
             unheard: client.listening != Listening::Yes,
         };
-        client.requests.push_back(Request::Try {
+        let request = Request::Try {
             owner: o as u32,
             registered: false,
-        });
+        };
+        client.requests.push_back((request, now));
     }
 
     /// Owner `o` of client `c` gives up the turn, if it has it: the next in line takes it.
@@ -1301,8 +1331,9 @@ impl World {
         }
     }
 
-    /// Client `c` reads `reply` to `request`, which Redis ran at `sent_ms` (requests take
-    /// no time on their way: the send): a hold counts from it, as dlock's do.
+    /// Client `c` reads `reply` to `request`, which it sent at `sent_ms` (Redis ran it
+    /// then or, a late request, up to [`DELAY_MS`] after): a hold counts from the send,
+    /// as dlock's do.
     fn on_reply(
         &mut self,
         c: usize,
@@ -1338,9 +1369,7 @@ impl World {
                         // sends the `leave` of each other lock, which goes on.
                         if untold {
                             for &other in config.takes(c).locks().iter().filter(|&&l| l != lock) {
-                                self.clients[c]
-                                    .requests
-                                    .push_back(Request::release(owner, other, "leave"));
+                                self.send(c, Request::release(owner, other, "leave"));
                             }
                         }
                         // A nap of 0 (the lock ends this millisecond) is a retry in the
@@ -1369,7 +1398,8 @@ impl World {
                         let client = &mut self.clients[c];
                         let pending = match client.listening {
                             Listening::Yes => {
-                                client.requests.push_back(Request::Check { owner, lock });
+                                let check = Request::Check { owner, lock };
+                                client.requests.push_back((check, now));
                                 Pending::Check(woken)
                             }
                             Listening::Asked | Listening::No => {
@@ -1410,7 +1440,7 @@ impl World {
                             *deadline_ms = now;
                             if config.client.lost_extension_leaves {
                                 let leave = Request::release(owner, config.lock(c), "leave");
-                                self.clients[c].requests.push_back(leave);
+                                self.send(c, leave);
                             }
                             self.pass_turn(c, o);
                         }
@@ -1518,10 +1548,13 @@ impl World {
                 woken: None,
                 unheard: self.clients[c].listening != Listening::Yes,
             };
-            self.clients[c].requests.push_back(Request::Try {
-                owner: o as u32,
-                registered: true,
-            });
+            self.send(
+                c,
+                Request::Try {
+                    owner: o as u32,
+                    registered: true,
+                },
+            );
         }
     }
 
@@ -1562,9 +1595,7 @@ impl World {
             extending: true,
             token: 0,
         };
-        self.clients[c]
-            .requests
-            .push_back(Request::Extend { owner: o as u32 });
+        self.send(c, Request::Extend { owner: o as u32 });
     }
 
     /// The release of owner `o` of client `c`, which had the turn, answered `reply`:
@@ -1596,9 +1627,8 @@ impl World {
         if client.owners[n] != Owner::Lined {
             // It stopped waiting before it learnt: the line gives the lock back for it.
             if config.client.unwanted_local_grant_given_back {
-                client
-                    .requests
-                    .push_back(Request::release(n as u32, config.lock(c), "withdraw"));
+                let withdraw = Request::release(n as u32, config.lock(c), "withdraw");
+                self.send(c, withdraw);
             }
             self.pass_turn(c, o);
             return;
@@ -1660,9 +1690,7 @@ impl World {
                 };
             }
             // Not waiting here any more: the lock's leave for it.
-            _ => self.clients[c]
-                .requests
-                .push_back(Request::release(o as u32, *lock, "leave")),
+            _ => self.send(c, Request::release(o as u32, *lock, "leave")),
         }
     }
 
@@ -1706,18 +1734,21 @@ impl World {
                                 owner: o as u32,
                                 ms,
                             };
-                            self.clients[c].requests.push_back(request);
+                            self.send(c, request);
                             continue;
                         }
                         for &lock in config.takes(c).locks() {
-                            self.clients[c].requests.push_back(Request::Release {
-                                owner: o as u32,
-                                lock,
-                                mode: "one",
-                                next,
-                                keep,
-                                retried: false,
-                            });
+                            self.send(
+                                c,
+                                Request::Release {
+                                    owner: o as u32,
+                                    lock,
+                                    mode: "one",
+                                    next,
+                                    keep,
+                                    retried: false,
+                                },
+                            );
                         }
                     }
                     _ => {}

@@ -343,8 +343,52 @@ mod multi_lock {
     }
 }
 
+/// Requests that reach Redis up to 10 ms after they were sent (with the connection's
+/// requests behind them): Redis counts a lock's expiry from the run, the client from the
+/// send. Leases that run out and differ, with a late reply too; a local line with a late
+/// message and an owner that gives up; a multi-lock; a failover.
+#[test]
+fn late_requests() {
+    for (config, bound) in [
+        (
+            Config {
+                late_requests: 1,
+                late_replies: 1,
+                ..worlds::late_replies()
+            },
+            200_000,
+        ),
+        (
+            Config {
+                late_requests: 1,
+                delays: 1,
+                ..worlds::lined()
+            },
+            200_000,
+        ),
+        (
+            Config {
+                late_requests: 1,
+                ..worlds::multi()
+            },
+            100_000,
+        ),
+        (
+            Config {
+                late_requests: 1,
+                failovers: 1,
+                ..Config::default()
+            },
+            100_000,
+        ),
+    ] {
+        explore(config, bound);
+    }
+}
+
 /// 999 seeded random walks of 3 clients × 3 acquisitions with every fault (2 cancels, a
-/// crash, a freeze, 3 late messages, a force unlock, 2 lost and 2 late replies, a failover
+/// crash, a freeze, 3 late messages, a force unlock, 2 lost and 2 late replies, 2 late
+/// requests, a failover
 /// that keeps every write and one that loses the last script run's); `lined`: each
 /// client's acquisitions at once in its local line; `cold`: clients that subscribe when
 /// they first wait. Optimised, a thousand walks take about as long as 300 did
@@ -371,6 +415,7 @@ fn random_walks_of(shape: Config) {
         force_unlocks: 1,
         lost_replies: 2,
         late_replies: 2,
+        late_requests: 2,
         failovers: 1,
         lossy_failovers: 1,
         ..shape
