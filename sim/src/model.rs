@@ -1466,7 +1466,17 @@ impl World {
                 match (woken, reply) {
                     (Some(Call::Granted(grant)), _) => self.take_grant(c, o, grant, config),
                     (_, Reply::Nil) => self.try_again(c, o),
-                    (woken, _) => self.apply_wake(c, o, woken, config),
+                    (woken, _) => {
+                        self.apply_wake(c, o, woken, config);
+                        // Nothing missed: it sleeps out the rest of its nap, and tries at
+                        // once when the nap ended while the check was on its way (dlock's
+                        // `wait_or_check`; the nap's timer went by meanwhile).
+                        if let Owner::Waiting { until_ms, .. } = self.clients[c].owners[o]
+                            && until_ms <= now
+                        {
+                            self.try_again(c, o);
+                        }
+                    }
                 }
             }
             Request::Release {
