@@ -184,6 +184,10 @@ pub struct ClientRules {
     pub moved_route_grant_is_tried: bool,
     /// A hold counts from the send of the call that took it, not from its answer.
     pub hold_counted_from_send: bool,
+    /// A client whose owners take both locks at once listens on both locks' wake
+    /// channels (each try may register its owner with either lock), not on the first's
+    /// alone.
+    pub multi_listens_on_every_lock: bool,
 }
 
 impl Default for ClientRules {
@@ -198,6 +202,7 @@ impl Default for ClientRules {
             untold_passed_on: true,
             moved_route_grant_is_tried: true,
             hold_counted_from_send: true,
+            multi_listens_on_every_lock: true,
         }
     }
 }
@@ -211,6 +216,14 @@ impl Config {
     /// What client `c`'s owners take.
     pub fn takes(&self, c: usize) -> Takes {
         self.takes[c % 4]
+    }
+
+    /// The locks on whose wake channels client `c` listens.
+    fn listens(&self, c: usize) -> &'static [u8] {
+        match self.client.multi_listens_on_every_lock {
+            true => self.takes(c).locks(),
+            false => &self.takes(c).locks()[..1],
+        }
     }
 
     /// The one lock client `c`'s owners take (the first of both, for a multi-lock's).
@@ -574,7 +587,7 @@ impl World {
             ..Redis::default()
         };
         for c in (0..config.clients).filter(|_| !config.cold) {
-            for &lock in config.takes(c).locks() {
+            for &lock in config.listens(c) {
                 redis
                     .subscribers
                     .entry(wake_channel(c, lock.into()))
@@ -1023,7 +1036,7 @@ impl World {
     /// Client `c` listens on its wake channels: Redis counts its subscriber there.
     fn listen(&mut self, c: usize, config: &Config) {
         self.clients[c].listening = Listening::Yes;
-        for &lock in config.takes(c).locks() {
+        for &lock in config.listens(c) {
             self.redis
                 .subscribers
                 .entry(wake_channel(c, lock.into()))
@@ -1224,35 +1237,29 @@ impl World {
                 let zscore = [s("ZSCORE"), s(registry), World::field(c, *owner)];
                 return self.redis.command(&zscore);
             }
-            Request::Try { owner, registered } if config.takes(c) == Takes::Both => (
-                "multi_acquire",
-                [KEYS, [FENCE; 2], REGISTRIES, NAPS]
-                    .concat()
-                    .into_iter()
-                    .map(s)
-                    .collect(),
-                vec![
+            Request::Try { owner, registered } => {
+                // The same arguments for both scripts; the multi-lock's adds how long a
+                // lock it passes on stays reserved.
+                let mut args = vec![
                     config.lease(c).to_string(),
                     World::field(c, *owner),
                     s("1"),
                     (3 * config.recheck_ms + 1000).to_string(),
                     s(if *registered { "1" } else { "0" }),
                     s("publish"),
-                    GRANT_MS.to_string(),
-                ],
-            ),
-            Request::Try { owner, registered } => (
-                "lock_acquire",
-                vec![s(KEYS[one]), s(FENCE), s(REGISTRIES[one]), s(NAPS[one])],
-                vec![
-                    config.lease(c).to_string(),
-                    World::field(c, *owner),
-                    s("1"),
-                    (3 * config.recheck_ms + 1000).to_string(),
-                    s(if *registered { "1" } else { "0" }),
-                    s("publish"),
-                ],
-            ),
+                ];
+                match config.takes(c) {
+                    Takes::Both => {
+                        args.push(GRANT_MS.to_string());
+                        let keys = [KEYS, [FENCE; 2], REGISTRIES, NAPS].concat();
+                        ("multi_acquire", keys.into_iter().map(s).collect(), args)
+                    }
+                    Takes::Lock(_) => {
+                        let keys = [KEYS[one], FENCE, REGISTRIES[one], NAPS[one]];
+                        ("lock_acquire", keys.map(s).to_vec(), args)
+                    }
+                }
+            }
             Request::Extend { owner } => (
                 "lock_extend",
                 vec![s(KEYS[one]), s(REGISTRIES[one]), s(NAPS[one])],

@@ -289,3 +289,23 @@ fn a_grant_mark_left_by_the_multi_lock() {
         &scripts,
     );
 }
+
+/// A multi-lock's client that listens on the first lock's wake channel alone: a try
+/// blocked by the second registers its owner there, and that lock's release, counting no
+/// receiver, passes it over (the integration test `multi_waits` found this on a real
+/// Redis, with another task of the client keeping that channel subscribed).
+#[test]
+fn a_multi_lock_deaf_to_its_second_lock() {
+    let config = Config {
+        client: ClientRules {
+            multi_listens_on_every_lock: false,
+            ..ClientRules::default()
+        },
+        ..worlds::multi()
+    };
+    found(
+        "a multi-lock deaf to its second lock",
+        &config,
+        &Scripts::dlock(|_, code| code),
+    );
+}
