@@ -84,14 +84,15 @@ pub fn failover() -> Config {
     }
 }
 
-/// Two clients taking the lock twice each through a failover to a replica that missed the
+/// Two clients taking the lock once each through a failover to a replica that missed the
 /// last script run's writes: a release, a registration, a grant, its extension or a
 /// withdraw lost. The releases come back with the clients' replays, the waiters try again
-/// once their route moved; the holds lost are their owners' loss.
+/// once their route moved; the holds lost are their owners' loss. (Twice each, 464,000
+/// states, with `DLOCK_SIM_FULL=1`: see `protocol.rs`.)
 pub fn lossy_failover() -> Config {
     Config {
         clients: 2,
-        acquisitions: 2,
+        acquisitions: 1,
         lossy_failovers: 1,
         ..Config::default()
     }
