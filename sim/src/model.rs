@@ -73,7 +73,8 @@ impl Takes {
     pub fn locks(self) -> &'static [u8] {
         match self {
             Takes::Lock(0) => &[0],
-            Takes::Lock(_) => &[1],
+            Takes::Lock(1) => &[1],
+            Takes::Lock(other) => panic!("a world has two locks, 0 and 1, not {other}"),
             Takes::Both => &[0, 1],
         }
     }
