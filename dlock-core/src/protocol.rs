@@ -172,15 +172,165 @@ impl<T: Moment> Call<T> {
     }
 }
 
-/// How long an owner whose try found the lock busy sleeps without a message: the time
-/// the busy answer gave (`busy_ttl_ms`, the lock's expiry or the nap it was promised;
-/// negative when it has none), but never past its recheck interval or `remaining`, the
-/// time left until it gives up.
-pub fn nap(busy_ttl_ms: i64, recheck: Duration, remaining: Option<Duration>) -> Duration {
-    let longest = remaining.map_or(recheck, |remaining| recheck.min(remaining));
-    u64::try_from(busy_ttl_ms)
-        .map(Duration::from_millis)
-        .map_or(longest, |ttl| ttl.min(longest))
+/// The shortest nap: a busy answer's TTL of 0 says the lock ends within the millisecond,
+/// which Redis still counts as held, so a try sent at once would find it busy again.
+pub const SHORTEST_NAP: Duration = Duration::from_millis(1);
+
+/// A waiting owner between a busy try and its next (docs/PROTOCOL.md, "Waiting"): which
+/// phase of its wait it is in, and until when.
+///
+/// The async side performs what a phase asks (it sleeps, awaits its subscriptions'
+/// confirmation, sends its check) and tells the wait what happened; every step answers
+/// what the owner does next ([`Step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Wait<T> {
+    /// What the owner waits for.
+    pub phase: Phase,
+    /// When it tries unless something comes first.
+    pub until: T,
+    /// The end of the busy answer's nap, which no message moves a try past.
+    pub nap_until: T,
+    /// What messages asked while it could not act on them yet (subscribing or checking).
+    pub kept: Option<Call<T>>,
+}
+
+/// What a waiting owner waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// A message naming it, or [`Wait::until`].
+    Asleep,
+    /// Its try was sent before its subscriptions were confirmed, so a release published
+    /// in between was not heard: their confirmation, then the check ([`Phase::Checking`]);
+    /// at [`Wait::until`] it tries.
+    Subscribing,
+    /// The answer to its check whether a release passed it over while it did not listen
+    /// (cheaper than a try); only the answer moves it on.
+    Checking,
+}
+
+/// What a waiting owner does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step<T> {
+    /// Waits on.
+    Wait(Wait<T>),
+    /// Tries again.
+    Try,
+    /// Takes up the grant a release made it ([`take_up`]).
+    Granted(Grant),
+    /// Gives up: its deadline passed while the lock was busy.
+    GiveUp,
+}
+
+impl<T: Moment> Wait<T> {
+    /// The wait after a try answered busy at `now` (`busy_ttl_ms`: the lock's expiry or
+    /// the nap the owner was promised, negative when it has none): it never sleeps past
+    /// that, its `recheck` interval or `give_up_at`, and never less than
+    /// [`SHORTEST_NAP`] unless `give_up_at` comes first. `heard`: its subscriptions were
+    /// confirmed before the try was sent; `asked`: what messages asked meanwhile.
+    pub fn after_busy(
+        now: T,
+        busy_ttl_ms: i64,
+        recheck: Duration,
+        give_up_at: Option<T>,
+        heard: bool,
+        asked: Option<Call<T>>,
+    ) -> Step<T> {
+        if give_up_at.is_some_and(|at| at <= now) {
+            return Step::GiveUp;
+        }
+        let nap = u64::try_from(busy_ttl_ms)
+            .map_or(recheck, Duration::from_millis)
+            .clamp(SHORTEST_NAP, recheck.max(SHORTEST_NAP));
+        let nap_until = give_up_at.map_or(now + nap, |at| at.min(now + nap));
+        let wait = Wait {
+            phase: if heard {
+                Phase::Asleep
+            } else {
+                Phase::Subscribing
+            },
+            until: nap_until,
+            nap_until,
+            kept: None,
+        };
+        match asked {
+            Some(call) => wait.called(now, call),
+            None => Step::Wait(wait),
+        }
+    }
+
+    /// A message asked `call` at `now`: an owner asleep acts on it, one subscribing or
+    /// checking keeps it for when it can.
+    pub fn called(self, now: T, call: Call<T>) -> Step<T> {
+        match self.phase {
+            Phase::Asleep => match call {
+                Call::Granted(grant) => Step::Granted(grant),
+                call => match call.sleep_until(now, self.nap_until) {
+                    Some(until) => Step::Wait(Wait { until, ..self }),
+                    None => Step::Try,
+                },
+            },
+            Phase::Subscribing | Phase::Checking => Step::Wait(Wait {
+                kept: Some(self.kept.map_or(call, |earlier| earlier.then(call))),
+                ..self
+            }),
+        }
+    }
+
+    /// Its subscriptions were confirmed: one subscribing sends its check.
+    pub fn confirmed(self) -> Wait<T> {
+        match self.phase {
+            Phase::Subscribing => Wait {
+                phase: Phase::Checking,
+                ..self
+            },
+            _ => self,
+        }
+    }
+
+    /// Its check was answered at `now`: `None`, a release passed it over (or may have),
+    /// or until when it may sleep on. A grant a message brought meanwhile is taken up
+    /// whatever the check says (the grant took the owner out of the registry); other
+    /// asks apply to the rest of the nap, and a nap that ended while the check was on its
+    /// way ends in a try.
+    pub fn checked(self, now: T, sleep_until: Option<T>) -> Step<T> {
+        if self.phase != Phase::Checking {
+            return Step::Wait(self);
+        }
+        if let Some(Call::Granted(grant)) = self.kept {
+            return Step::Granted(grant);
+        }
+        let Some(until) = sleep_until.map(|until| until.min(self.nap_until)) else {
+            return Step::Try;
+        };
+        if until <= now {
+            return Step::Try;
+        }
+        // The check's answer bounds the rest of the wait as a busy answer's nap does.
+        let asleep = Wait {
+            phase: Phase::Asleep,
+            until,
+            nap_until: until,
+            kept: None,
+        };
+        match self.kept {
+            Some(call) => asleep.called(now, call),
+            None => Step::Wait(asleep),
+        }
+    }
+
+    /// Its timer fired at `now`: a wait past its `until` tries, but for a check's, which
+    /// its answer ends.
+    pub fn timer(self, now: T) -> Step<T> {
+        match self.phase {
+            Phase::Asleep | Phase::Subscribing if self.until <= now => Step::Try,
+            _ => Step::Wait(self),
+        }
+    }
+
+    /// When its timer fires, if it has one.
+    pub fn timer_at(&self) -> Option<T> {
+        (self.phase != Phase::Checking).then_some(self.until)
+    }
 }
 
 /// What an owner knows when it reads a grant (see [`take_up`]).
@@ -501,14 +651,106 @@ mod tests {
         assert_eq!(Call::<Ms>::Now.sleep_until(now, ms(200)), None);
     }
 
+    /// The wait a busy answer at `now` starts, asleep or subscribing.
+    fn waiting(step: Step<Ms>) -> Wait<Ms> {
+        match step {
+            Step::Wait(wait) => wait,
+            other => panic!("expected a wait, got {other:?}"),
+        }
+    }
+
     #[test]
     fn a_nap_ends_at_the_busy_answer_the_recheck_or_the_deadline() {
-        assert_eq!(nap(30, ms(1000), None), ms(30));
-        assert_eq!(nap(5000, ms(1000), None), ms(1000));
-        assert_eq!(nap(-1, ms(1000), None), ms(1000));
-        assert_eq!(nap(-2, ms(1000), Some(ms(10))), ms(10));
-        assert_eq!(nap(30, ms(1000), Some(ms(10))), ms(10));
-        assert_eq!(nap(0, ms(1000), None), ms(0));
+        let nap_end = |ttl, give_up_at| {
+            waiting(Wait::after_busy(
+                ms(100),
+                ttl,
+                ms(1000),
+                give_up_at,
+                true,
+                None,
+            ))
+            .until
+        };
+        assert_eq!(nap_end(30, None), ms(130));
+        assert_eq!(nap_end(5000, None), ms(1100));
+        assert_eq!(nap_end(-1, None), ms(1100));
+        assert_eq!(nap_end(-2, Some(ms(110))), ms(110));
+        assert_eq!(nap_end(30, Some(ms(110))), ms(110));
+        // The lock ends within the millisecond: a try at once would find it held.
+        assert_eq!(nap_end(0, None), ms(101));
+        assert_eq!(
+            Wait::after_busy(ms(100), 30, ms(1000), Some(ms(100)), true, None),
+            Step::GiveUp
+        );
+    }
+
+    #[test]
+    fn an_owner_asleep_acts_on_a_message_at_once() {
+        let asleep = waiting(Wait::after_busy(ms(100), 500, ms(1000), None, true, None));
+        assert_eq!(asleep.phase, Phase::Asleep);
+        assert_eq!(asleep.called(ms(120), Call::Now), Step::Try);
+        let grant = Grant {
+            lasts: ms(100),
+            token: None,
+        };
+        assert_eq!(
+            asleep.called(ms(120), Call::Granted(grant)),
+            Step::Granted(grant)
+        );
+        // A later hand-off to another replaces an earlier one, within the nap.
+        let first = waiting(asleep.called(ms(120), Call::At(ms(200))));
+        assert_eq!(first.until, ms(200));
+        assert_eq!(
+            waiting(first.called(ms(150), Call::At(ms(300)))).until,
+            ms(300)
+        );
+        assert_eq!(
+            waiting(first.called(ms(150), Call::At(ms(900)))).until,
+            ms(600)
+        );
+        assert_eq!(first.timer(ms(199)), Step::Wait(first));
+        assert_eq!(first.timer(ms(200)), Step::Try);
+        // What a message asked during the try applies as the wait starts.
+        assert_eq!(
+            Wait::after_busy(ms(100), 500, ms(1000), None, true, Some(Call::Now)),
+            Step::Try
+        );
+    }
+
+    #[test]
+    fn an_owner_that_was_not_listening_checks_once_it_listens_and_acts_on_messages_after() {
+        let subscribing = waiting(Wait::after_busy(ms(100), 500, ms(1000), None, false, None));
+        assert_eq!(subscribing.phase, Phase::Subscribing);
+        // Never confirmed: it tries at the nap's end.
+        assert_eq!(subscribing.timer(ms(600)), Step::Try);
+        // A message is kept until the check answers.
+        let kept = waiting(subscribing.called(ms(110), Call::At(ms(300))));
+        assert_eq!(kept.kept, Some(Call::At(ms(300))));
+        let checking = kept.confirmed();
+        assert_eq!(checking.phase, Phase::Checking);
+        assert_eq!(checking.timer_at(), None);
+        assert_eq!(checking.timer(ms(900)), Step::Wait(checking));
+        // Missed a release: it tries.
+        assert_eq!(checking.checked(ms(120), None), Step::Try);
+        // Nothing missed: it sleeps on, as the kept message says.
+        let asleep = waiting(checking.checked(ms(120), Some(ms(600))));
+        assert_eq!(
+            (asleep.phase, asleep.until, asleep.kept),
+            (Phase::Asleep, ms(300), None)
+        );
+        // Its nap ended while the check was on its way: it tries.
+        assert_eq!(checking.checked(ms(600), Some(ms(600))), Step::Try);
+        // A grant that came meanwhile is taken up whatever the check says.
+        let grant = Grant {
+            lasts: ms(100),
+            token: Some(3),
+        };
+        let granted = waiting(checking.called(ms(130), Call::Granted(grant)));
+        assert_eq!(
+            granted.checked(ms(140), Some(ms(600))),
+            Step::Granted(grant)
+        );
     }
 
     fn reader(first_sent: u64, now: u64) -> GrantReader<Ms> {

@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use dlock::protocol::{self, Call, GrantReader, Message, TakeUp};
+use dlock::protocol::{self, Call, GrantReader, Message, Phase, Step, TakeUp, Wait};
 
 use crate::lua::Scripts;
 use crate::redis::{Redis, Reply, Value};
@@ -329,14 +329,13 @@ pub enum Owner {
         woken: Wake,
         unheard: bool,
     },
-    /// Registered with `lock` (the one that blocked it); it tries at `until_ms` unless a
-    /// message comes first, or, `pending` something, once that is done.
+    /// Registered with `lock` (the one that blocked it), in the wait the client's core
+    /// keeps ([`protocol::Wait`]).
     #[allow(missing_docs)]
     Waiting {
         first_sent_ms: u64,
-        until_ms: u64,
         lock: u8,
-        pending: Pending,
+        wait: Wait<Duration>,
     },
     /// It holds the lock as far as it knows, until `deadline_ms`; it releases at
     /// `release_at_ms`; `token`: its fencing token (0 for a grant without one).
@@ -353,18 +352,6 @@ pub enum Owner {
     Done,
     /// Its process died.
     Dead,
-}
-
-/// What a waiting owner whose busy try was sent before its client listened waits for
-/// before it waits for messages (see [`Config::cold`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Pending {
-    /// Nothing: it waits for a message or `until_ms`.
-    Nothing,
-    /// Its client's subscription to be confirmed (until `until_ms`, then it tries).
-    Subscription,
-    /// The answer of its check, with what messages asked meanwhile.
-    Check(Wake),
 }
 
 /// What messages asked of an owner while a try of it was on its way, applied once the
@@ -764,9 +751,11 @@ impl World {
         for client in self.clients.iter().filter(|c| !c.dead) {
             for owner in &client.owners {
                 match owner {
-                    Owner::Waiting {
-                        until_ms, pending, ..
-                    } if !matches!(pending, Pending::Check(_)) => at(*until_ms),
+                    Owner::Waiting { wait, .. } => {
+                        if let Some(until) = wait.timer_at() {
+                            at(until.as_millis() as u64);
+                        }
+                    }
                     Owner::Holding {
                         deadline_ms,
                         release_at_ms,
@@ -966,16 +955,7 @@ impl World {
             Event::Subscribe(c) => {
                 self.listen(c, config);
                 for o in 0..self.clients[c].owners.len() {
-                    if let Owner::Waiting { pending, lock, .. } = &mut self.clients[c].owners[o]
-                        && *pending == Pending::Subscription
-                    {
-                        *pending = Pending::Check(None);
-                        let check = Request::Check {
-                            owner: o as u32,
-                            lock: *lock,
-                        };
-                        self.send(c, check);
-                    }
+                    self.confirmed(c, o);
                 }
             }
             Event::Unsubscribe(c) => {
@@ -1380,47 +1360,29 @@ impl World {
                                 self.send(c, Request::release(owner, other, "leave"));
                             }
                         }
-                        // A nap of 0 (the lock ends this millisecond) is a retry in the
-                        // next: Redis expires a key once its time has passed.
-                        let nap = u64::try_from(ttl)
-                            .unwrap_or(config.recheck_ms)
-                            .clamp(1, config.recheck_ms);
-                        let until_ms = now + nap;
-                        if !unheard || !config.client.unheard_try_checked {
-                            let client = &mut self.clients[c];
-                            if client.listening == Listening::No {
-                                client.listening = Listening::Asked;
-                            }
-                            self.clients[c].owners[o] = Owner::Waiting {
-                                first_sent_ms,
-                                until_ms,
-                                lock,
-                                pending: Pending::Nothing,
-                            };
-                            self.apply_wake(c, o, woken, config);
-                            return Ok(());
-                        }
-                        // Sent before the client listened: a release since may have
-                        // passed it over, told nothing. Once the subscription is
-                        // confirmed it asks Redis.
+                        // Sent before the client listened, a try may have missed a
+                        // release that passed it over, told nothing: once the
+                        // subscription is confirmed it asks Redis.
+                        let heard = !unheard || !config.client.unheard_try_checked;
+                        let recheck = Duration::from_millis(config.recheck_ms);
+                        let step = Wait::after_busy(at_ms(now), ttl, recheck, None, heard, woken);
                         let client = &mut self.clients[c];
-                        let pending = match client.listening {
-                            Listening::Yes => {
-                                let check = Request::Check { owner, lock };
-                                client.requests.push_back((check, now));
-                                Pending::Check(woken)
-                            }
-                            Listening::Asked | Listening::No => {
-                                client.listening = Listening::Asked;
-                                Pending::Subscription
-                            }
-                        };
+                        if client.listening == Listening::No {
+                            client.listening = Listening::Asked;
+                        }
+                        // The wait's place, for the step to move on from.
                         client.owners[o] = Owner::Waiting {
                             first_sent_ms,
-                            until_ms,
                             lock,
-                            pending,
+                            wait: Wait {
+                                phase: Phase::Asleep,
+                                until: at_ms(now),
+                                nap_until: at_ms(now),
+                                kept: None,
+                            },
                         };
+                        self.move_on(c, o, step, config);
+                        self.confirmed(c, o);
                     }
                     Some(TryAnswer::Granted { token }) => {
                         self.hold(c, o, sent_ms + config.lease(c), token, config)?;
@@ -1458,34 +1420,14 @@ impl World {
             Request::Replay { owner, lock, .. } => self.pass_on(c, owner, lock, &reply, config),
             Request::Check { owner, .. } => {
                 let o = owner as usize;
-                let Owner::Waiting {
-                    pending: Pending::Check(woken),
-                    ..
-                } = self.clients[c].owners[o]
-                else {
+                let Owner::Waiting { wait, .. } = self.clients[c].owners[o] else {
                     // Cancelled meanwhile: its withdraw follows.
                     return Ok(());
                 };
-                if let Owner::Waiting { pending, .. } = &mut self.clients[c].owners[o] {
-                    *pending = Pending::Nothing;
-                }
-                // A grant a message brought meanwhile is taken up whatever the check
-                // says (the grant took the owner out of the registry).
-                match (woken, reply) {
-                    (Some(Call::Granted(grant)), _) => self.take_grant(c, o, grant, config),
-                    (_, Reply::Nil) => self.try_again(c, o),
-                    (woken, _) => {
-                        self.apply_wake(c, o, woken, config);
-                        // Nothing missed: it sleeps out the rest of its nap, and tries at
-                        // once when the nap ended while the check was on its way (dlock's
-                        // `wait_or_check`; the nap's timer went by meanwhile).
-                        if let Owner::Waiting { until_ms, .. } = self.clients[c].owners[o]
-                            && until_ms <= now
-                        {
-                            self.try_again(c, o);
-                        }
-                    }
-                }
+                // Nil: a release passed the owner over. Else nothing was missed: it may
+                // sleep out its nap.
+                let answer = (reply != Reply::Nil).then_some(wait.nap_until);
+                self.move_on(c, o, wait.checked(at_ms(now), answer), config);
             }
             Request::Release {
                 owner,
@@ -1540,21 +1482,36 @@ impl World {
         Ok(())
     }
 
-    /// What a message asked of a waiting owner, once it waits.
-    fn apply_wake(&mut self, c: usize, o: usize, woken: Wake, config: &Config) {
-        let now = self.now_ms();
-        match woken {
-            None => {}
-            Some(Call::Granted(grant)) => self.take_grant(c, o, grant, config),
-            Some(call) => {
-                let Owner::Waiting { until_ms, .. } = &mut self.clients[c].owners[o] else {
-                    return;
-                };
-                match call.sleep_until(at_ms(now), at_ms(*until_ms)) {
-                    Some(at) => *until_ms = at.as_millis() as u64,
-                    None => self.try_again(c, o),
+    /// A waiting owner moves on as its client's core decided.
+    fn move_on(&mut self, c: usize, o: usize, step: Step<Duration>, config: &Config) {
+        match step {
+            Step::Wait(next) => {
+                if let Owner::Waiting { wait, .. } = &mut self.clients[c].owners[o] {
+                    *wait = next;
                 }
             }
+            Step::Try => self.try_again(c, o),
+            Step::Granted(grant) => self.take_grant(c, o, grant, config),
+            // The simulated owners have no deadline: a cancellation is an event of its own.
+            Step::GiveUp => {}
+        }
+    }
+
+    /// A waiting owner that was subscribing sends its check once its client listens.
+    fn confirmed(&mut self, c: usize, o: usize) {
+        let client = &mut self.clients[c];
+        if client.listening != Listening::Yes {
+            return;
+        }
+        if let Owner::Waiting { wait, lock, .. } = &mut client.owners[o]
+            && wait.phase == Phase::Subscribing
+        {
+            *wait = wait.confirmed();
+            let check = Request::Check {
+                owner: o as u32,
+                lock: *lock,
+            };
+            self.send(c, check);
         }
     }
 
@@ -1678,21 +1635,10 @@ impl World {
             return;
         };
         match self.clients[c].owners[o].clone() {
-            Owner::Waiting {
-                pending: Pending::Check(woken),
-                first_sent_ms,
-                until_ms,
-                lock,
-            } => {
-                // Kept for the check's answer, as the client's OwnerWake keeps it.
-                self.clients[c].owners[o] = Owner::Waiting {
-                    first_sent_ms,
-                    until_ms,
-                    lock,
-                    pending: Pending::Check(Some(woken.map_or(call, |earlier| earlier.then(call)))),
-                };
+            Owner::Waiting { wait, .. } => {
+                let step = wait.called(at_ms(self.now_ms()), call);
+                self.move_on(c, o, step, config);
             }
-            Owner::Waiting { .. } => self.apply_wake(c, o, Some(call), config),
             Owner::Trying {
                 first_sent_ms,
                 registered,
@@ -1721,11 +1667,7 @@ impl World {
             }
             for o in 0..self.clients[c].owners.len() {
                 match self.clients[c].owners[o].clone() {
-                    Owner::Waiting {
-                        until_ms, pending, ..
-                    } if until_ms <= now && !matches!(pending, Pending::Check(_)) => {
-                        self.try_again(c, o)
-                    }
+                    Owner::Waiting { wait, .. } => self.move_on(c, o, wait.timer(at_ms(now)), config),
                     Owner::Holding {
                         deadline_ms,
                         release_at_ms,

@@ -114,14 +114,14 @@ where
                 .await;
         // A grant is taken whenever a wait ended with one, so that none outlives the wait
         // it ended and stands for what later messages ask.
-        let grant = resumed.as_ref().ok().and_then(|_| waiter.take_grant());
+        let grant = resumed.as_ref().ok().and_then(|()| waiter.take_grant());
         if let Some(guard) = grant.and_then(|grant| acquisition.handed_over(grant)) {
             return Ok(acquired(step, started, guard));
         }
         match resumed {
             // The next try keeps the acquisition's place among the waiters for as long
             // as the wait after it may last.
-            Ok(_) => step.plan_next_wait(waiter),
+            Ok(()) => step.plan_next_wait(waiter),
             Err(GiveUp::TimedOut) => {
                 tracing::debug!(lock = %acquisition.name(), waited = ?started.elapsed(), "dlock: wait budget spent");
                 step.metrics().timed_out();

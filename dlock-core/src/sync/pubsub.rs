@@ -141,27 +141,15 @@ impl OwnerWake {
         self.call.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Completes when the owner should try again: asked to try now or given the lock, at
-    /// the time a hand-off to another lapses, or at `deadline` at the latest. A grant
-    /// stays for [`take_grant`](Self::take_grant).
-    pub(crate) async fn called(&self, deadline: Instant) {
-        let mut until = deadline;
-        loop {
-            if tokio::time::timeout_at(until, self.notify.notified())
-                .await
-                .is_err()
-            {
-                return;
-            }
-            let mut asked = self.lock_call();
-            let call = match *asked {
-                Some(Call::Granted(_)) => return,
-                _ => asked.take(),
-            };
-            match call.and_then(|call| call.sleep_until(Instant::now(), deadline)) {
-                Some(at) => until = at,
-                None => return,
-            }
+    /// What messages asked of the owner since the last call, once one did or at `until`
+    /// (`None`: nothing). A grant stays for [`take_grant`](Self::take_grant): what the
+    /// owner does about an ask is the core's ([`Wait::called`](crate::protocol::Wait::called)).
+    pub(crate) async fn next_call(&self, until: Instant) -> Option<Call<Instant>> {
+        let _ = tokio::time::timeout_at(until, self.notify.notified()).await;
+        let mut asked = self.lock_call();
+        match *asked {
+            Some(Call::Granted(grant)) => Some(Call::Granted(grant)),
+            _ => asked.take(),
         }
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::protocol::{self, Grant};
+use crate::protocol::{Call, Grant, Phase, Step, Wait};
 use crate::redis::CallError;
 use crate::sync::pubsub::{LiveOwner, OwnerWake, PubSubService, Subscription};
 use crate::sync::recheck::SpacedPlace;
@@ -27,29 +27,6 @@ pub(crate) enum NotYet {
     Busy { ttl_ms: i64 },
     /// Redis did not answer or refused.
     Unavailable(CallError),
-}
-
-impl NotYet {
-    /// Busy until `at`: the rest of a nap a check ended early having found nothing missed
-    /// (see [`Waiter::wait_or_check`]).
-    fn busy_until(at: Instant) -> NotYet {
-        let rest = at.saturating_duration_since(Instant::now());
-        NotYet::Busy {
-            ttl_ms: i64::try_from(rest.as_millis()).unwrap_or(i64::MAX),
-        }
-    }
-}
-
-/// Why a wait ended without giving up.
-pub(crate) enum Resumed {
-    /// Try again: a message came, the nap ended, or an outage's pause passed.
-    Try,
-    /// The waiter's subscriptions were just confirmed, after a busy try sent before they
-    /// were: a release published in between was not heard. Trying again finds out; a
-    /// primitive that can tell more cheaply whether a release passed it over meanwhile
-    /// asks that instead ([`Waiter::wait_or_check`]) and, if none did, waits on without
-    /// trying, at most until `nap_until` (the end of the busy answer's nap).
-    Subscribed { nap_until: Instant },
 }
 
 /// Why to stop trying.
@@ -237,75 +214,83 @@ impl<'a> Waiter<'a> {
         self.policy.patient
     }
 
-    /// [`wait`](Self::wait), and when that ends with the subscriptions just confirmed
-    /// (after a busy try sent before them), the primitive's cheap check of what it may
-    /// have missed meanwhile instead of a second try: `check` gets the end of the busy
-    /// answer's nap and answers until when the waiter may sleep on (no later than that),
-    /// or `None` to try now.
+    /// Waits after `outcome` until the next try is worth it, or says why to give up. A
+    /// busy answer's wait is the core's ([`protocol::Wait`]): this performs what each of
+    /// its phases asks and tells it what happened. A try sent before the subscriptions
+    /// were confirmed may have missed a release: once they are, `check` (the primitive's
+    /// cheaper question than a try, given the end of the busy answer's nap) answers until
+    /// when the waiter may sleep on, or `None` to try now.
     pub(crate) async fn wait_or_check<F>(
         &mut self,
         outcome: NotYet,
         check: impl FnOnce(Instant) -> F,
-    ) -> Result<Resumed, GiveUp>
+    ) -> Result<(), GiveUp>
     where
         F: Future<Output = Option<Instant>>,
     {
-        let resumed = self.wait(outcome).await;
-        let Ok(Resumed::Subscribed { nap_until }) = resumed else {
-            return resumed;
+        let ttl_ms = match outcome {
+            NotYet::Busy { ttl_ms } => ttl_ms,
+            NotYet::Unavailable(error) => return self.ride_out(error).await,
         };
-        match check(nap_until).await {
-            Some(until) => self.wait(NotYet::busy_until(until.min(nap_until))).await,
-            None => resumed,
-        }
-    }
-
-    /// Waits after `outcome` until the next try is worth it, or says why to give up.
-    async fn wait(&mut self, outcome: NotYet) -> Result<Resumed, GiveUp> {
-        match outcome {
-            NotYet::Busy { ttl_ms } => {
-                self.outage = None;
-                self.wait_for_release(ttl_ms).await
-            }
-            NotYet::Unavailable(error) => self.ride_out(error).await.map(|()| Resumed::Try),
-        }
-    }
-
-    async fn wait_for_release(&mut self, ttl_ms: i64) -> Result<Resumed, GiveUp> {
-        let now = Instant::now();
-        let remaining = match self.policy.give_up_at {
-            Some(at) if at <= now => return Err(GiveUp::TimedOut),
-            Some(at) => Some(at - now),
-            None => None,
-        };
-        self.subscribe_all();
-        // Never sleep past the time the lock can change hands, the recheck interval or
-        // the deadline.
+        self.outage = None;
+        let heard = std::mem::replace(&mut self.confirmed, true);
         let recheck = self.planned.unwrap_or(self.policy.recheck);
-        let nap = protocol::nap(ttl_ms, recheck, remaining);
-        if !std::mem::replace(&mut self.confirmed, true) {
-            // Once Redis confirmed the subscriptions, a release published between the try
-            // and a subscription may have been missed: the caller finds out.
-            tracing::trace!(channel = %self.channels[0].0, ttl_ms, "dlock: waiting for release");
-            let confirmations = futures_util::future::join_all(
-                self.subscriptions.iter_mut().map(Subscription::confirmed),
-            );
-            let _ = tokio::time::timeout(nap, confirmations).await;
-            if self.subscriptions.iter().all(Subscription::is_confirmed) {
-                return Ok(Resumed::Subscribed {
-                    nap_until: now + nap,
-                });
-            }
-        } else if let Some(wake) = &self.wake {
-            wake.called(now + nap).await;
-        } else if let Some(subscription) = self.subscriptions.first_mut() {
-            if self.every_message {
-                subscription.called_by_every(now + nap).await;
-            } else {
-                let _ = tokio::time::timeout(nap, subscription.notified()).await;
-            }
+        let give_up_at = self.policy.give_up_at;
+        let mut check = Some(check);
+        let mut step = Wait::after_busy(Instant::now(), ttl_ms, recheck, give_up_at, heard, None);
+        loop {
+            let wait = match step {
+                Step::Wait(wait) => {
+                    self.subscribe_all();
+                    wait
+                }
+                // A grant stays with the owner's wake-up for the acquisition to take.
+                Step::Try | Step::Granted(_) => return Ok(()),
+                Step::GiveUp => return Err(GiveUp::TimedOut),
+            };
+            step = match wait.phase {
+                Phase::Asleep => self.sleep(wait).await,
+                Phase::Subscribing => {
+                    tracing::trace!(channel = %self.channels[0].0, ttl_ms, "dlock: waiting for release");
+                    let confirmations = futures_util::future::join_all(
+                        self.subscriptions.iter_mut().map(Subscription::confirmed),
+                    );
+                    match tokio::time::timeout_at(wait.until, confirmations).await {
+                        Ok(_) => Step::Wait(wait.confirmed()),
+                        Err(_) => wait.timer(Instant::now()),
+                    }
+                }
+                Phase::Checking => {
+                    let answer = match check.take() {
+                        Some(check) => check(wait.nap_until).await,
+                        None => None,
+                    };
+                    wait.checked(Instant::now(), answer)
+                }
+            };
         }
-        Ok(Resumed::Try)
+    }
+
+    /// Sleeps as `wait` asks, until a message or its timer, and says what comes next.
+    async fn sleep(&mut self, wait: Wait<Instant>) -> Step<Instant> {
+        if let Some(wake) = &self.wake {
+            return match wake.next_call(wait.until).await {
+                Some(call) => wait.called(Instant::now(), call),
+                None => wait.timer(Instant::now()),
+            };
+        }
+        let Some(subscription) = self.subscriptions.first_mut() else {
+            return wait.timer(Instant::now());
+        };
+        // A shared channel's message asks every waiter it wakes to try now.
+        if self.every_message {
+            subscription.called_by_every(wait.until).await;
+            return Step::Try;
+        }
+        match tokio::time::timeout_at(wait.until, subscription.notified()).await {
+            Ok(()) => wait.called(Instant::now(), Call::Now),
+            Err(_) => wait.timer(Instant::now()),
+        }
     }
 
     /// Subscribes to every channel not subscribed yet (all of them, or the ones an owner
