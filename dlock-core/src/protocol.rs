@@ -333,6 +333,25 @@ impl<T: Moment> Wait<T> {
     }
 }
 
+/// The longest pause between tries while Redis does not answer: short, so that an owner
+/// is back soon after a failover.
+pub const OUTAGE_PAUSE: Duration = Duration::from_millis(200);
+
+/// When an owner whose try found Redis unavailable at `now` (since `since`, the first
+/// failure of this outage) tries again: after its `recheck` interval or
+/// [`OUTAGE_PAUSE`], whichever is shorter; `None` gives up, when that would be past
+/// `failover_wait` into the outage or past `give_up_at`.
+pub fn ride_out<T: Moment>(
+    now: T,
+    since: T,
+    recheck: Duration,
+    failover_wait: Duration,
+    give_up_at: Option<T>,
+) -> Option<T> {
+    let back = now + recheck.min(OUTAGE_PAUSE);
+    (back < since + failover_wait && give_up_at.is_none_or(|at| back < at)).then_some(back)
+}
+
 /// What an owner knows when it reads a grant (see [`take_up`]).
 #[derive(Debug, Clone, Copy)]
 pub struct GrantReader<T> {
@@ -750,6 +769,29 @@ mod tests {
         assert_eq!(
             granted.checked(ms(140), Some(ms(600))),
             Step::Granted(grant)
+        );
+    }
+
+    #[test]
+    fn an_outage_is_ridden_out_until_failover_wait_or_the_deadline() {
+        let wait = ms(1000);
+        assert_eq!(
+            ride_out(ms(100), ms(100), ms(50), wait, None),
+            Some(ms(150))
+        );
+        assert_eq!(
+            ride_out(ms(100), ms(100), ms(5000), wait, None),
+            Some(ms(300))
+        );
+        // The pause would end past failover_wait into the outage, or at the deadline.
+        assert_eq!(ride_out(ms(900), ms(100), ms(5000), wait, None), None);
+        assert_eq!(
+            ride_out(ms(100), ms(100), ms(50), wait, Some(ms(150))),
+            None
+        );
+        assert_eq!(
+            ride_out(ms(100), ms(100), ms(50), wait, Some(ms(151))),
+            Some(ms(150))
         );
     }
 

@@ -1667,7 +1667,9 @@ impl World {
             }
             for o in 0..self.clients[c].owners.len() {
                 match self.clients[c].owners[o].clone() {
-                    Owner::Waiting { wait, .. } => self.move_on(c, o, wait.timer(at_ms(now)), config),
+                    Owner::Waiting { wait, .. } => {
+                        self.move_on(c, o, wait.timer(at_ms(now)), config)
+                    }
                     Owner::Holding {
                         deadline_ms,
                         release_at_ms,

@@ -14,12 +14,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::protocol::{Call, Grant, Phase, Step, Wait};
+use crate::protocol::{self, Call, Grant, Phase, Step, Wait};
 use crate::redis::CallError;
 use crate::sync::pubsub::{LiveOwner, OwnerWake, PubSubService, Subscription};
 use crate::sync::recheck::SpacedPlace;
 use crate::sync::release::OwnerRelease;
-use crate::sync::retry::ends_before;
 
 /// A try that did not acquire.
 pub(crate) enum NotYet {
@@ -315,20 +314,25 @@ impl<'a> Waiter<'a> {
     }
 
     async fn ride_out(&mut self, error: CallError) -> Result<(), GiveUp> {
-        let since = *self.outage.get_or_insert_with(Instant::now);
-        let pause = self.policy.recheck.min(Duration::from_millis(200));
-        let patient = self.policy.patient
-            && error.is_transient()
-            && since.elapsed().saturating_add(pause) < self.policy.failover_wait
-            && self
-                .policy
-                .give_up_at
-                .is_none_or(|at| ends_before(pause, at));
-        if !patient {
+        let now = Instant::now();
+        let since = *self.outage.get_or_insert(now);
+        let policy = &self.policy;
+        let resume_at = (policy.patient && error.is_transient())
+            .then(|| {
+                protocol::ride_out(
+                    now,
+                    since,
+                    policy.recheck,
+                    policy.failover_wait,
+                    policy.give_up_at,
+                )
+            })
+            .flatten();
+        let Some(resume_at) = resume_at else {
             return Err(GiveUp::Unavailable(error));
-        }
+        };
         tracing::debug!(channel = %self.channels[0].0, %error, "dlock: Redis unavailable while waiting; retrying");
-        tokio::time::sleep(pause).await;
+        tokio::time::sleep_until(resume_at).await;
         Ok(())
     }
 }
