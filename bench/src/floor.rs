@@ -195,7 +195,7 @@ impl FloorScripts {
             }
             // dlock's 4 keys and 6 arguments when no task of the client waits next: the
             // registry, the memo (the hash itself on a first send), the naps; the owner,
-            // `one`, the memo's life, the publish command, the reservation and the
+            // `one`, the memo's life, the publish command, the grant's length and the
             // first-send flag.
             Floor::DesignAtDlockArguments | Floor::DlockScripts => {
                 call.key(format!("{key}:waiters"))

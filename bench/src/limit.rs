@@ -47,8 +47,8 @@ const LEASE_MS: u64 = 30_000;
 const MEMO_TTL_MS: u64 = 10_000;
 /// Lifetime of waiter registries, as dlock's default client uses (3 × 1 s + 1 s).
 const REGISTRY_TTL_MS: u64 = 4_000;
-/// How long a lock passed to a waiting client stays reserved for it.
-const RESERVATION_MS: u64 = 100;
+/// How long a lock given to a waiting client lasts until that client extends it.
+const GRANT_MS: u64 = 100;
 
 /// What every task needs to send the scripts.
 #[derive(Clone)]
@@ -239,7 +239,7 @@ async fn cycles(
             .arg("one")
             .arg(MEMO_TTL_MS)
             .arg("publish")
-            .arg(RESERVATION_MS)
+            .arg(GRANT_MS)
             // A first send, as dlock's unlock sends it; no task of this client waits
             // next, so nothing for one follows.
             .arg("0")
@@ -359,7 +359,7 @@ async fn run_redis_benchmark(
         let naps = format!("dlock:unlock:{prefix}{{x}}!rb");
         let memo = format!("{prefix}rb:memo:{shape}:__rand_int__");
         let memo_ttl = MEMO_TTL_MS.to_string();
-        let reservation = RESERVATION_MS.to_string();
+        let grant = GRANT_MS.to_string();
         let args = [
             "EVALSHA",
             &scripts.release_sha,
@@ -372,7 +372,7 @@ async fn run_redis_benchmark(
             "one",
             &memo_ttl,
             "publish",
-            &reservation,
+            &grant,
             // A first send; no task of this client waits next.
             "0",
         ];

@@ -23,7 +23,6 @@ pub(crate) struct LockView {
     pub holders: Vec<HolderView>,
     /// Milliseconds until the lock expires; `null` when nobody holds it.
     pub remaining_lease_ms: Option<u64>,
-    pub reserved_for: Option<ClientView>,
     pub waiting_clients: Vec<ClientView>,
     /// Tasks waiting in their client's local line (not in Redis' registry), per client.
     pub local_lines: Vec<LocalLineView>,
@@ -194,7 +193,6 @@ impl From<&LockInfo> for LockView {
             key: info.key.clone(),
             holders: info.holders.iter().map(HolderView::from).collect(),
             remaining_lease_ms: info.remaining_lease.map(millis),
-            reserved_for: info.reserved_for.as_ref().map(ClientView::from),
             waiting_clients: clients(&info.waiting_clients),
             local_lines: info
                 .local_lines
@@ -368,9 +366,6 @@ impl LockView {
         }
         if let Some(ms) = self.remaining_lease_ms {
             let _ = writeln!(out, "lease: {} left", shown(ms));
-        }
-        if let Some(client) = &self.reserved_for {
-            let _ = writeln!(out, "reserved for: {}", client.text());
         }
         let _ = writeln!(out, "waiters: {}", self.waiting_clients.len());
         for waiter in &self.waiting_clients {

@@ -452,8 +452,8 @@ async fn watch_sees_a_hand_off() {
             more => panic!("two holders of one lock: {more:?}"),
         })
         .collect();
-    // While the release reserves the lock for beta, nobody holds it: a free moment may
-    // show between the two holders.
+    // Between the two holders a free moment may show (when the release finds beta's
+    // client not listening yet, it tells beta to try instead of granting it the lock).
     let holders: Vec<&str> = seen.iter().copied().filter(|s| *s != "free").collect();
     assert_eq!(holders, ["alpha", "beta"], "{seen:?}");
     assert_eq!(seen.first(), Some(&"alpha"), "{seen:?}");

@@ -205,7 +205,7 @@ pub enum LockError {
     /// (of dropped guards, cleanups of acquisitions that ended without a guard) that Redis
     /// did not answer: still running after its bound (they go on while the process runs),
     /// or given up after their retries. What they would have given back lapses with its
-    /// lease (a lock, a reservation) or is passed over (a waiter's registration).
+    /// lease (a lock, a grant) or is passed over (a waiter's registration).
     #[error("shutdown: {failed} of the client's background releases gave up without Redis' answer and {pending} were still unanswered after {}; what they would have given back lapses with its lease", format_duration(*.waited))]
     ShutdownIncomplete {
         /// Background releases still queued or running.

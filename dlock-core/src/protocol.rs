@@ -16,7 +16,7 @@
 use std::ops::Add;
 use std::time::Duration;
 
-/// How long a grant and a reservation last: long enough for the message to arrive and
+/// How long a grant lasts: long enough for the message to arrive and
 /// its owner to act (under a millisecond when healthy, tens of milliseconds on a loaded
 /// machine); short, because one made for an owner whose process died keeps the lock idle
 /// that long.
@@ -45,7 +45,8 @@ pub enum Message<'a> {
         /// The grant.
         grant: Grant,
     },
-    /// `pass:<owner>`: try now, the lock is reserved for `owner` (or free).
+    /// `pass:<owner>`: try now: a grant passed `owner` over (its client does not listen on
+    /// that server: a replica, after a failover), and the lock may be free.
     Pass {
         /// The owner told.
         owner: &'a str,
@@ -54,7 +55,7 @@ pub enum Message<'a> {
     Next {
         /// The runner-up told.
         owner: &'a str,
-        /// How long until the other owner's grant or reservation lapses.
+        /// How long until the other owner's grant lapses.
         lapses_in: Duration,
     },
     /// `wake:<owner>`: the lock frees earlier than `owner` was promised: try now.
@@ -140,10 +141,10 @@ pub struct Grant {
 /// What the messages naming a waiting owner since its last try ask of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Call<T> {
-    /// Try now: the lock was reserved for the owner, its expiry moved closer than the
+    /// Try now: a grant passed the owner over, the lock's expiry moved closer than the
     /// owner was promised, or messages may have been lost.
     Now,
-    /// Try at this moment: the lock is granted to or reserved for another owner until
+    /// Try at this moment: the lock is granted to another owner until
     /// then.
     At(T),
     /// A release gave the owner the lock (see [`take_up`]).
@@ -152,8 +153,8 @@ pub enum Call<T> {
 
 impl<T: Moment> Call<T> {
     /// What is asked once `newer` came after `self`: a grant outweighs everything (the
-    /// owner holds the lock), trying now outweighs trying later, and a later reservation
-    /// replaces an earlier one (the lock stayed handed off meanwhile).
+    /// owner holds the lock), trying now outweighs trying later, and the lapse of a
+    /// later grant to another replaces an earlier one (the lock stayed handed off).
     pub fn then(self, newer: Call<T>) -> Call<T> {
         match (self, newer) {
             (_, Call::Granted(grant)) | (Call::Granted(grant), _) => Call::Granted(grant),
@@ -163,7 +164,7 @@ impl<T: Moment> Call<T> {
     }
 
     /// Until when an owner asked this at `now` may sleep before it tries, no later than
-    /// `nap_until`: only a reservation for another lets it sleep on.
+    /// `nap_until`: only a grant to another lets it sleep on.
     pub fn sleep_until(self, now: T, nap_until: T) -> Option<T> {
         match self {
             Call::At(at) if at > now => Some(at.min(nap_until)),
@@ -662,7 +663,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_reservation_for_another_lets_an_owner_sleep_on() {
+    fn only_a_grant_to_another_lets_an_owner_sleep_on() {
         let now = ms(100);
         assert_eq!(Call::At(ms(150)).sleep_until(now, ms(200)), Some(ms(150)));
         assert_eq!(Call::At(ms(250)).sleep_until(now, ms(200)), Some(ms(200)));

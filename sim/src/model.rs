@@ -32,15 +32,14 @@ pub const NAPS: [&str; 2] = ["dlock:unlock:{l}!{l}", "dlock:unlock:{l}!{l}b"];
 /// increase lock by lock).
 pub const FENCE: &str = "dlock:fence:{l}";
 
-/// A grant's and a reservation's length, in ms (the client's [`protocol::GRANT`]).
+/// A grant's length, in ms (the client's [`protocol::GRANT`]).
 pub const GRANT_MS: u64 = protocol::GRANT.as_millis() as u64;
 
 /// How late a delayed message arrives at most: a slow network's delivery, the round trip
 /// the liveness bound allows.
 pub const DELAY_MS: u64 = 10;
 
-/// The longest the lock may sit takeable while a live owner waits: a grant's or a
-/// reservation's lapse, the millisecond after it in which Redis expires the key (its
+/// The longest the lock may sit takeable while a live owner waits: a grant's lapse, the millisecond after it in which Redis expires the key (its
 /// expiry is a time the clock must be past), and the delays the run injected (the
 /// network is instantaneous otherwise).
 pub fn takeable_bound_ms(config: &Config) -> u64 {
@@ -162,8 +161,6 @@ pub struct Config {
 /// Decisions of dlock's client that a mutation test can undo.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientRules {
-    /// A retried try says an earlier send may have registered its owner.
-    pub retry_says_registered: bool,
     /// A grant to an owner whose lease is shorter than a grant is taken with a try.
     pub short_lease_grant_is_tried: bool,
     /// A granted hold whose extension finds it gone leaves the waiters.
@@ -194,7 +191,6 @@ pub struct ClientRules {
 impl Default for ClientRules {
     fn default() -> Self {
         ClientRules {
-            retry_says_registered: true,
             short_lease_grant_is_tried: true,
             lost_extension_leaves: true,
             unwanted_local_grant_given_back: true,
@@ -549,8 +545,8 @@ pub struct World {
     pub forced: std::collections::BTreeSet<String>,
     /// The owners that held when a lossy failover came: the failover may bring back their
     /// registration or promise from before their last script run, which they no longer
-    /// clean up (they hold, as far as they know). Those lapse by themselves (a reservation
-    /// in a grant's 100 ms, a promise at its time, the registry three recheck intervals
+    /// clean up (they hold, as far as they know). Those lapse by themselves (a grant in its
+    /// 100 ms, a promise at its time, the registry three recheck intervals
     /// and a second after its last waiter's registration), and the liveness bound still
     /// holds meanwhile; they are not counted as left behind.
     pub failed_over: std::collections::BTreeSet<String>,
@@ -812,6 +808,7 @@ impl World {
                 }
                 self.clients[c].replies.push_back((request, reply, sent_ms));
                 self.check_token()?;
+                self.check_grant_marks()?;
             }
             Event::Reply(c) => {
                 let (request, reply, sent_ms) =
@@ -829,12 +826,13 @@ impl World {
                 // try of an owner that gave up meanwhile is not sent again (its future,
                 // which retries, is gone; its withdraw follows it).
                 let retried = match request {
-                    Request::Try { owner, registered } => {
+                    Request::Try { owner, .. } => {
                         let trying =
                             matches!(self.clients[c].owners[owner as usize], Owner::Trying { .. });
+                        // The lost send may have registered its owner: the retry says so.
                         trying.then_some(Request::Try {
                             owner,
-                            registered: registered || config.client.retry_says_registered,
+                            registered: true,
                         })
                     }
                     Request::Release {
@@ -1220,7 +1218,7 @@ impl World {
             }
             Request::Try { owner, registered } => {
                 // The same arguments for both scripts; the multi-lock's adds how long a
-                // lock it passes on stays reserved.
+                // lock it passes on is given to the next waiter.
                 let mut args = vec![
                     config.lease(c).to_string(),
                     World::field(c, *owner),
@@ -1782,8 +1780,7 @@ impl World {
                 ));
             }
         }
-        // Liveness: a lock takeable (free, or given to or reserved for nobody who takes
-        // it) while a live owner waits for it, no longer than a grant's lapse; and both,
+        // Liveness: a lock takeable (free, or given to nobody who takes it) while a live owner waits for it, no longer than a grant's lapse; and both,
         // while a multi-lock's owner waits.
         let waits_for = |wanted: Takes| {
             self.clients.iter().enumerate().any(|(c, client)| {
@@ -1828,6 +1825,25 @@ impl World {
         self.check_left_behind()
     }
 
+    /// No stale mark (docs/PROTOCOL.md, "What always holds"): `!next` only beside the
+    /// hold of the owner it names, the grant it marks; left beside anything else it would
+    /// read as a grant lapsing soon, to a `leave` and to an inspection.
+    fn check_grant_marks(&self) -> Result<(), String> {
+        for key in KEYS {
+            let Some(Value::Hash(hash)) = self.redis.keys.get(key) else {
+                continue;
+            };
+            if let Some(owner) = hash.get("!next")
+                && !hash.contains_key(owner)
+            {
+                return Err(format!(
+                    "{key}: `!next` names {owner}, who holds nothing: {hash:?}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// No registration or promise of an owner that is done, once its client sent every
     /// request it had (its leave or withdraw among them).
     fn check_left_behind(&self) -> Result<(), String> {
@@ -1851,9 +1867,9 @@ impl World {
     }
 
     /// Whether the lock is free for nobody that will take it: no key; or no live owner's
-    /// hold, grant or reservation in it. A hold of a dead process counts as held (its lease
-    /// is the bound), a grant to one or a reservation for one as takeable (those lapse in
-    /// 100 ms, and that is what the bound is about); a minimum hold is busy.
+    /// hold or grant in it. A hold of a dead process counts as held (its lease is the
+    /// bound), a grant to one as takeable (it lapses in 100 ms, and that is what the bound
+    /// is about); a minimum hold is busy.
     fn lock_takeable(&self, lock: usize) -> bool {
         let Some(Value::Hash(hash)) = self.redis.keys.get(KEYS[lock]) else {
             return true;

@@ -50,7 +50,7 @@ const KILL_EVERY: Duration = Duration::from_secs(2);
 /// How long the workers get to exit after the end of the run.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 /// A takeable-while-waiting interval longer than this is counted: beyond any hand-off or
-/// the 100 ms reservation of a hand-off, a waiter was left asleep.
+/// the 100 ms grant of a hand-off, a waiter was left asleep.
 const STALL: Duration = Duration::from_millis(150);
 
 /// The name of hot lock `key`.

@@ -214,7 +214,7 @@ impl LockClient {
     /// queue entries and waiting-writer entries, and any hold an unanswered try took),
     /// and the hand-offs that reached this client after its waiter had stopped. Each of
     /// these runs in the background as soon as it is queued; without `shutdown`, a
-    /// process that exits first leaves them to expire (a lock or a reservation lapses
+    /// process that exits first leaves them to expire (a lock or a grant lapses
     /// with its lease; a registration is passed over once the client is gone).
     ///
     /// Call it when the application no longer acquires or holds locks through this client

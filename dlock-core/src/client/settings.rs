@@ -68,7 +68,7 @@ impl Settings {
         ReleaseTiming {
             retry: self.retry(),
             memo_ttl: self.memo_ttl(),
-            reservation: GRANT,
+            grant: GRANT,
             replica_acks: self.replica_acks.map(|acks| (acks.replicas, acks.within)),
         }
     }

@@ -28,9 +28,6 @@ pub struct LockInfo {
     pub holders: Vec<LockHolder>,
     /// Time until the lock expires; `None` when nobody holds it.
     pub remaining_lease: Option<Duration>,
-    /// The waiting owner (and its client) a release reserved the free lock for (for
-    /// 100 ms), if any.
-    pub reserved_for: Option<Participant>,
     /// The finished holder whose `min_hold` (of `#[distributed_lock]`) keeps the lock
     /// taken until it expires, if any: the lock is busy though nobody holds it.
     pub kept_for_min_hold: Option<Participant>,

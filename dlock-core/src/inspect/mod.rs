@@ -9,7 +9,7 @@
 //! `keys`, and each layout from its primitive's parser, so this module never spells
 //! dlock's layout itself (docs/LAYOUT.md describes it). One name can stand for four kinds of primitive, told apart by what Redis holds:
 //! - a lock or a fair lock: the lock hash (owner field `<client id>:<n>` → hold count,
-//!   `<owner>:f` → fencing token, `!next` → the client a release reserved the lock for,
+//!   `<owner>:f` → fencing token, `!next` → beside a hold, the owner a release gave it to,
 //!   `!held` → the finished holder whose `min_hold` keeps it taken), the waiter registry
 //!   (a sorted set named like the unlock channel), the unlock channel's subscribers and,
 //!   for a fair lock, its queue;
@@ -124,7 +124,6 @@ impl Lock {
             key: keys.key.clone(),
             holders: Vec::new(),
             remaining_lease: None,
-            reserved_for: None,
             kept_for_min_hold: None,
             waiting_clients: Vec::new(),
             local_lines: Vec::new(),
@@ -170,7 +169,6 @@ impl Lock {
         let mut clients: Vec<&str> = waiting
             .iter()
             .chain(fields.holds.iter().map(|(owner, _)| owner))
-            .chain(fields.reserved_for.iter())
             .map(|owner| {
                 owner
                     .split_once(':')
@@ -187,10 +185,6 @@ impl Lock {
         if fields.fair {
             info.kind = LockKind::Fair;
         }
-        info.reserved_for = match fields.reserved_for.clone() {
-            Some(id) => Some(describe(id).await?),
-            None => None,
-        };
         info.kept_for_min_hold = match fields.min_hold.clone() {
             Some(id) => Some(describe(id).await?),
             None => None,

@@ -1,5 +1,5 @@
 //! The lock hash's layout, parsed from `HGETALL` for inspection (`inspect`): holds,
-//! fencing tokens, the reservation, `min_hold` and the fair lock's marker (the fair lock
+//! fencing tokens, a grant's mark, `min_hold` and the fair lock's marker (the fair lock
 //! keeps the lock's layout). A field the layout has not makes the parse fail: never a
 //! guess. docs/LAYOUT.md describes every field.
 
@@ -12,29 +12,27 @@ use crate::names::is_owner;
 pub(crate) struct Fields {
     pub(crate) holds: Vec<(String, u64)>,
     pub(crate) fences: HashMap<String, u64>,
-    pub(crate) reserved_for: Option<String>,
     pub(crate) min_hold: Option<String>,
     /// The fair lock's marker is there: the name is held as a fair lock.
     pub(crate) fair: bool,
 }
 
-/// The hash field that names the waiting owner a release passed the lock to: alone, it
-/// reserves the free lock for that owner; beside that owner's hold, the release gave it
-/// the lock (until the owner extends or re-takes it).
-const RESERVATION: &str = "!next";
+/// The hash field beside a hold that names the owner a release gave the lock to, until
+/// the owner extends or re-takes it: the hold says all an inspection needs.
+const GRANT_MARK: &str = "!next";
 /// The hash field that marks a fair lock's hash.
 const FAIR: &str = "!fair";
 /// The hash field naming the finished holder whose `min_hold` keeps the lock taken.
 const MIN_HOLD: &str = "!held";
 
 impl Fields {
-    /// Sorts `hash` (from `HGETALL`) into holds, fences and the reservation; `None` when
-    /// a field fits none of them (not a lock of this layout).
+    /// Sorts `hash` (from `HGETALL`) into holds, fences and marks; `None` when a field
+    /// fits none of them (not a lock of this layout).
     pub(crate) fn parse(hash: HashMap<String, String>) -> Option<Fields> {
         let mut fields = Fields::default();
         for (field, value) in hash {
-            if field == RESERVATION {
-                fields.reserved_for = Some(value);
+            if field == GRANT_MARK {
+                // Beside the hold it marks: the hold says all an inspection needs.
             } else if field == MIN_HOLD {
                 fields.min_hold = Some(value);
             } else if field == FAIR {
@@ -48,12 +46,6 @@ impl Fields {
             }
         }
         fields.holds.sort();
-        // A reservation is '!next' alone, as the scripts read it: beside a hold it names
-        // the owner a release gave the lock to (a hold, not a reservation), and beside a
-        // minimum hold's mark it is left from such a grant.
-        if !fields.holds.is_empty() || fields.min_hold.is_some() {
-            fields.reserved_for = None;
-        }
         Some(fields)
     }
 }
@@ -63,7 +55,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lock_fields_are_sorted_into_holds_fences_and_the_reservation() {
+    fn lock_fields_are_sorted_into_holds_fences_and_marks() {
         let hash = HashMap::from([
             ("c1:1".to_owned(), "2".to_owned()),
             ("c1:1:f".to_owned(), "17".to_owned()),
@@ -77,28 +69,17 @@ mod tests {
         );
         assert_eq!(fields.holds, [("c1:1".to_owned(), 2)]);
         assert_eq!(fields.fences.get("c1:1"), Some(&17));
-        // Beside a hold, `!next` is no reservation; alone, it is.
-        assert_eq!(fields.reserved_for, None);
-        let reserved = HashMap::from([("!next".to_owned(), "c2:3".to_owned())]);
-        assert_eq!(
-            Fields::parse(reserved).unwrap().reserved_for.as_deref(),
-            Some("c2:3")
-        );
+        // A grant's mark beside the hold it marks: the hold is what counts.
         let granted = HashMap::from([
             ("c2:5".to_owned(), "1".to_owned()),
             ("!next".to_owned(), "c2:5".to_owned()),
         ]);
         let granted = Fields::parse(granted).unwrap();
         assert_eq!(granted.holds, [("c2:5".to_owned(), 1)]);
-        assert_eq!(granted.reserved_for, None);
-        let kept = HashMap::from([
-            ("!held".to_owned(), "c2:5".to_owned()),
-            ("!next".to_owned(), "c2:5".to_owned()),
-        ]);
-        let kept = Fields::parse(kept).unwrap();
+        let kept = HashMap::from([("!held".to_owned(), "c2:5".to_owned())]);
         assert_eq!(
-            (kept.min_hold.as_deref(), kept.reserved_for),
-            (Some("c2:5"), None)
+            Fields::parse(kept).unwrap().min_hold.as_deref(),
+            Some("c2:5")
         );
         for foreign in [
             ("mode", "read"),

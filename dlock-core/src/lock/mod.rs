@@ -63,17 +63,18 @@ use crate::sync::verbs::acquisition_verbs;
 /// A try that finds the lock taken registers its owner as waiting (one entry per waiting
 /// owner, oldest first). A release hands the lock to the longest-waiting owner whose
 /// client still listens (one try at Redis per release, however many wait; a waiter whose
-/// process died is passed over) and reserves it for that owner for 100 ms, so that a
-/// caller elsewhere that needs no wake-up cannot take it first. A hand-off that reaches
-/// an owner that no longer waits (its acquisition timed out or was dropped meanwhile) is
-/// handed on at once, and the waiter after it is told to try when the reservation lapses,
-/// in case the one it was made for froze or died. Within one client, tasks line up and
+/// process died is passed over): it gives that owner the lock, a hold of 100 ms which the
+/// owner extends to its lease at once, so that a caller elsewhere that needs no wake-up
+/// cannot take it first and the owner needs no try of its own. A grant that reaches an
+/// owner that no longer waits (its acquisition timed out or was dropped meanwhile) is
+/// handed on at once, and the waiter after it is told to try when the grant lapses, in
+/// case the one it was made for froze or died. Within one client, tasks line up and
 /// the lock goes from one to the next, for at most 8 hand-offs in a row while other
 /// clients wait; then it goes to them.
 /// [`try_lock`](Lock::try_lock), which does not wait, never registers. While a lock is
-/// reserved, [`is_locked`](Lock::is_locked) reports it taken.
+/// granted, [`is_locked`](Lock::is_locked) reports it taken.
 ///
-/// So a live waiter gets a free lock within the reservation plus a round trip, whatever
+/// So a live waiter gets a free lock within a grant's 100 ms plus a round trip, whatever
 /// the other waiters do; `max_wait_recheck` is only a safety net for a message Redis
 /// lost.
 ///

@@ -18,12 +18,12 @@ pub(crate) enum ReleaseKind {
     /// failed, or a task a release gave the lock to stopped waiting before it learnt so,
     /// a `withdraw` its client's local line sends, see `sync::local`). No guard of that owner exists, so every hold it has
     /// is that acquisition's: all go, the owner leaves the waiter registry, and a lock left
-    /// free or reserved for it goes to the next waiter.
+    /// free goes to the next waiter.
     Withdraw,
     /// A hand-off reached an owner that no longer waits on this client (it stopped, or
     /// took the lock by a try of its own before the message came): it leaves the waiter
-    /// registry, and a lock free or reserved for it goes to the next waiter. Its holds,
-    /// if any, belong to its guard and stay.
+    /// registry, and a free lock goes to the next waiter. Its holds, if any, belong to its
+    /// guard and stay.
     Leave,
     /// A re-entry was abandoned with its outcome unknown: its hold goes if its marker
     /// (acquisition `op`) shows it was applied.

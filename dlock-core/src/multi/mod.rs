@@ -7,7 +7,7 @@
 //! keeping explicit-lease holds alive while later ones are awaited; same-slot, one script
 //! over N lock hashes in the lock's layout (prefixed with the lock's `handoff.lua`) that
 //! answers which lock blocks, registers the owner as that lock's waiter (the `Waiter`
-//! listens on its wake channel) and passes on a lock reserved for it that it cannot take
+//! listens on its wake channel) and passes on a lock given to it that it cannot take
 //! yet, run by a `TryStep` whose cleanup is the lock's `withdraw` release for each of the N
 //! locks; a same-slot set goes the sequential way inside a scope holding one of its locks;
 //! `guard.rs`: `MultiGuard`, one `LockGuard` per lock (`lost` = the first loss, `scope` =

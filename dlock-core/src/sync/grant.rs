@@ -10,10 +10,9 @@
 //!   little left, a route moved since its first send: `sync::pubsub::Route`) it takes
 //!   with a try, which finds the hold its own: both decided by
 //!   [`protocol::take_up`](crate::protocol::take_up).
-//! - **The grant is short** (the reservation's length): a chosen waiter that never takes
-//!   it up (its process froze, died or was cut off after its client received the message)
-//!   holds the others up no longer than a reservation would, and the next waiter was told
-//!   to try when it lapses. The holder extends it to its lease with its renew script,
+//! - **The grant is short** (100 ms): a chosen waiter that never takes it up (its process
+//!   froze, died or was cut off after its client received the message) holds the others
+//!   up no longer than that, and the next waiter was told to try when it lapses. The holder extends it to its lease with its renew script,
 //!   which touches only a hold that is still its own.
 //! - **Whoever hears `held:` holds a hold that exists.** The release writes the hold
 //!   before the message, and only for an owner whose client listens on that server: a

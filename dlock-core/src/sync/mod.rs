@@ -31,7 +31,7 @@
 //! waiters, changes sent in batches (one `SUBSCRIBE` / `UNSUBSCRIBE` for every change
 //! queued, one `SSUBSCRIBE` per slot in a cluster), a channel kept subscribed 50 ms after
 //! its last waiter (`LINGER`); a lock's wake channel routes each message to the waiting
-//! owner it names (`OwnerWake`: try now, or when a reservation lapses) and hands a message
+//! owner it names (`OwnerWake`: try now, or when a grant to another lapses) and hands a message
 //! for an owner that no longer waits back (the lock's `leave`, an `OwnerRelease`), a shared channel
 //! wakes one waiter per message (or every waiter that asks); `wait.rs`: the wait between
 //! tries (subscribe — an owner to every channel a hand-off to it can come by, before its

@@ -5,13 +5,14 @@
 //! Two kinds of channel:
 //! - **A lock's wake channel for this client** (the lock, the multi-lock and the fair
 //!   lock): a release names the one waiting owner it passes the lock to, given
-//!   (`held:<µs>:<token>:<owner>`, see `sync::grant`) or reserved (`pass:<owner>`, see
+//!   (`held:<µs>:<token>:<owner>`, see `sync::grant`), or tells an owner whose client
+//!   does not listen on that server to try (`pass:<owner>`, see
 //!   `lock/scripts/handoff.lua`), and publishes on that owner's client's channel only, so
 //!   one release costs at most one try at Redis however many clients wait. The message
 //!   wakes that owner's waiter alone, with the grant for it to take. A message for an owner that no longer waits here (cancelled,
 //!   timed out, or not yet subscribed) is handed back at once: the lock goes to the next
 //!   waiter (the primitive's [`OwnerRelease`] release), so a hand-off never idles until a
-//!   recheck. `next:<ms>:<owner>` asks the owner to try when the reservation made for
+//!   recheck. `next:<ms>:<owner>` asks the owner to try when the grant made to
 //!   another lapses, `<ms>` ms from now, `wake:<owner>` to try again now (the
 //!   lock's expiry moved closer), and `lost:<owner>` tells the client that one of its
 //!   holds was deleted: all reach the channel's watchers too. The fair lock sends only

@@ -46,8 +46,7 @@ pub(crate) enum NextHolder {
         others_wait: bool,
         fence: Option<Fence>,
     },
-    /// The lock went to the longest-waiting live waiter (given to it, or reserved for it
-    /// by a `withdraw` release); this client's next task, if any, finds it taken and waits in
+    /// The lock went to the longest-waiting live waiter (given to it); this client's next task, if any, finds it taken and waits in
     /// line behind the others.
     Another,
 }
@@ -93,8 +92,8 @@ pub(crate) struct NextTask {
 pub(crate) struct ReleaseTiming {
     pub(crate) retry: RetryPolicy,
     pub(crate) memo_ttl: Duration,
-    /// How long a lock passed to a waiting client stays reserved for it.
-    pub(crate) reservation: Duration,
+    /// How long a lock given to a waiting client lasts until that client extends it.
+    pub(crate) grant: Duration,
     /// How many replicas must confirm a lock given to the client's next task, and within
     /// how long (`replica_acks`, as its acquisition would be); `None`: none.
     pub(crate) replica_acks: Option<(u32, Duration)>,
@@ -110,7 +109,7 @@ pub(crate) struct ReleaseTiming {
 ///   the release is idempotent by itself and leaves nothing of the owner's behind;
 /// - after the primitive's own arguments it receives four more: the memo's lifetime in
 ///   ms, the command that announces a release (`publish`, `spublish` in a cluster), how
-///   long a lock passed on stays reserved for its next holder, in ms, and `'0'` on the
+///   long a lock passed on is given to its next holder until it extends it, in ms, and `'0'` on the
 ///   op's first send (which cannot find its own memo, so a script may skip the lookup) or
 ///   `'1'` on a retry or a replay; then, only when the client has a task waiting next
 ///   (the [`NextInLine`]), four more: that task's owner field, `'1'`/`'0'` (it may keep the
@@ -267,12 +266,12 @@ fn release_call(
     let flag = |on: bool| if on { "1" } else { "0" };
     let mut invocation = job.op.call.clone();
     // The first-send flag's place (0-based): after the op's own arguments, the memo's
-    // lifetime, the publish command and the reservation.
+    // lifetime, the publish command and the grant's length.
     let again = invocation.args().len() + 3;
     invocation
         .arg(timing.memo_ttl.as_millis() as u64)
         .arg(backend.publish_command())
-        .arg(timing.reservation.as_millis() as u64)
+        .arg(timing.grant.as_millis() as u64)
         .arg(flag(send == Sending::Again));
     if let Some(task) = &next_in_line.next {
         invocation

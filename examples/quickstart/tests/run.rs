@@ -81,7 +81,7 @@ fn quickstart_runs_against_the_harness_redis() {
     // after 3 command timeouts + 1 s), the fencing-token counters (which never expire,
     // one per slot anchor), what the client wrote by connecting (its description, gone
     // 30 s after the process, and the key prefix's layout version):
-    // no lock, reservation or waiter registration (the example settles its clients with
+    // no lock, grant or waiter registration (the example settles its clients with
     // `shutdown` before it exits).
     let mut keys: Vec<String> = server.connection().keys("*").unwrap();
     keys.retain(|key| {

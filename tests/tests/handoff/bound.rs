@@ -3,8 +3,8 @@
 //!
 //! # The invariant
 //!
-//! While a live client waits for a lock, the lock is never free, or reserved for a client
-//! that does not take it, for longer than the reservation lifetime (100 ms) plus one round
+//! While a live client waits for a lock, the lock is never free, or granted to a client
+//! that does not take it up, for longer than a grant's lifetime (100 ms) plus one round
 //! trip: the waiter gets the lock within [`BOUND`] (150 ms) of the moment the lock became
 //! takeable. A waiter never depends on its periodic recheck (`max_wait_recheck`, 1 s by
 //! default) to make progress: the recheck is a safety net for lost messages, not the
@@ -16,7 +16,7 @@
 //! measured delay is printed and checked against [`BOUND`].
 //!
 //! The files that use it each set up one subject's ways the hand-off can lose a live
-//! waiter: `registry_leftovers` (a release reserving the lock for the releasing client, a
+//! waiter: `registry_leftovers` (a release handing the lock to the releasing client, a
 //! waiter that stopped waiting without leaving the registry), `dead_waiters` (a waiter
 //! killed or frozen while registered), `expiries` (a `min_hold` or a reader's lease ending
 //! with nobody told), `multi_waits` (a wake-up taken by a multi-lock of the same client
@@ -41,7 +41,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// The promise: a live waiter gets the lock within this of the moment it became
-/// takeable (the 100 ms reservation of a hand-off plus a round trip).
+/// takeable (the 100 ms grant of a hand-off plus a round trip).
 pub(crate) const BOUND: Duration = Duration::from_millis(150);
 /// How long a test waits for an acquisition that should take milliseconds: a waiter that
 /// sleeps until its 10 s recheck fails the test after this.
@@ -158,5 +158,5 @@ pub(crate) async fn acquired_within_bound<G>(
 }
 
 // ---------------------------------------------------------------------------------------
-// 1. A release must not reserve the lock for the releasing client itself.
+// 1. A release must not hand the lock to the releasing client itself.
 // ---------------------------------------------------------------------------------------

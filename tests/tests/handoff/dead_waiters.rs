@@ -134,7 +134,7 @@ async fn killed_waiters_ahead_of_a_live_one(killed: usize, name: &str) {
     acquired.unlock().await.unwrap();
 }
 
-/// Fails when a release wakes (and reserves the lock for) a registered client that died:
+/// Fails when a release wakes (and grants the lock to) a registered client that died:
 /// the live waiter behind it is woken by nobody and sleeps until its recheck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_killed_while_registered_does_not_hold_up_a_live_one() {
@@ -150,13 +150,13 @@ async fn three_waiters_killed_while_registered_do_not_hold_up_a_live_one() {
 
 /// A waiter process registers for a held lock and is frozen (SIGSTOP) there, its
 /// connections open; a live client waits behind it. The release passes the lock to the
-/// frozen waiter (its client still listens, as far as Redis can tell) and reserves it for
-/// 100 ms: the live waiter must get the lock within [`BOUND`] of the release. Fails when
-/// nobody but the reservee hears of the hand-off: the reservation lapses and the live
+/// frozen waiter (its client still listens, as far as Redis can tell): a grant of 100 ms
+/// nobody extends. The live waiter must get the lock within [`BOUND`] of the release.
+/// Fails when nobody but the grantee hears of the hand-off: the grant lapses and the live
 /// waiter sleeps until its recheck. (The same happens when a waiter is killed after it
 /// was told and before it tried.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hand_off_to_a_frozen_waiter_moves_on_when_its_reservation_lapses() {
+async fn a_hand_off_to_a_frozen_waiter_moves_on_when_its_grant_lapses() {
     let setup = BehindAFrozenWaiter::start("{frozen}").await;
     eprintln!(
         "item 2c: registry {:?} (frozen {}, live {})",
@@ -249,7 +249,7 @@ async fn a_waiter_thawed_after_its_grant_lapsed_does_not_hold_the_lock() {
     );
 }
 
-/// As above, but the waiter told to try when the frozen one's reservation lapses (the
+/// As above, but the waiter told to try when the frozen one's grant lapses (the
 /// runner-up) waits no more: its entry is still in the registry (its leave has not
 /// reached Redis), while its client listens for another of its tasks, which waits too.
 /// That client hands the message back (`leave`); the leave must have the next waiter told

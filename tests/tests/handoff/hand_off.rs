@@ -421,9 +421,9 @@ async fn a_waiter_cancelled_during_its_first_try_leaves_the_registry() {
 
 /// Twenty clients, one task each, take a contended lock again right after giving it
 /// back, as a busy endpoint does: each acquisition costs its first try (busy) and the try
-/// its hand-off causes; a first try that finds the lock reserved for another waiter naps
-/// only until the reservation ends and tries once more then (so that a reservation
-/// nobody takes never idles the lock), which some of them do. The channel stays
+/// its hand-off causes; a first try that finds the lock granted to another waiter naps
+/// only until the grant lapses and tries once more then (so that a grant nobody takes
+/// up never idles the lock), which some of them do. The channel stays
 /// subscribed a moment after a client's wait, so the next call's busy try waits for its
 /// wake-up at once. Fails when every call subscribes afresh (a further try per
 /// acquisition, after the subscription's confirmation: 3 or more per acquisition).

@@ -149,7 +149,8 @@ fn granted_with_runner_ups(lock: &mut Lock, url: &str, others: &[&str]) -> Vec<r
 /// `min_hold` keeps the lock (`hold_until`); then the `leave` its client sends for the
 /// `held:` message it heard late arrives. The lock must stay taken for the rest of the
 /// minimum hold: before the fix, `hold_until` left `!next` beside `!held`, and the leave
-/// read it as a reservation for its owner and deleted the lock.
+/// read it as a reservation for its owner (a state dlock no longer has) and deleted the
+/// lock.
 #[test]
 fn a_late_leave_never_ends_a_minimum_hold() {
     let server = RedisServer::start();
@@ -206,10 +207,10 @@ fn an_extended_grant_is_a_plain_hold_and_tells_the_overslept() {
 }
 
 /// A `leave` for an owner with a `!next` naming it beside a hold that is not its own (a
-/// state no script writes any more, but a lock of an older layout or a hand-edited one may
-/// have) leaves the lock alone: only `!next` alone is a reservation.
+/// state no script writes, but a lock of an older layout or a hand-edited one may have)
+/// leaves the lock alone: no script deletes a lock for its `!next`.
 #[test]
-fn a_next_mark_beside_a_hold_is_no_reservation() {
+fn a_next_mark_beside_another_s_hold_is_left_alone_by_a_leave() {
     let server = RedisServer::start();
     let mut lock = Lock::new(server);
     let key = lock.keys.key.clone();

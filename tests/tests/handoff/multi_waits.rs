@@ -19,7 +19,7 @@ use crate::bound::*;
 /// C's plain waiter must get it within [`BOUND`]. Fails when the release's one wake-up
 /// for C goes to the multi-lock (the client's first waiter on the channel), which finds
 /// `{s}j` still busy and goes back to sleep, while the plain waiter, which could take
-/// `{s}k`, sleeps until its recheck and the reservation for C runs out.
+/// `{s}k`, sleeps until its recheck and the grant to C runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_waiter_gets_a_key_its_client_also_waits_for_in_a_multi_lock() {
     const K: &str = "{s}k";

@@ -1,6 +1,6 @@
 //! Liveness under everything at once: while a live client waits for a lock, the lock is
-//! never takeable (free, or reserved for a client that does not take it) for longer than
-//! the reservation's lifetime plus a round trip, whatever cancellations, timeouts,
+//! never takeable (free, or granted to a client that does not take it up) for longer than
+//! a grant's lifetime plus a round trip, whatever cancellations, timeouts,
 //! retries, kills, expiring leases, force unlocks, `min_hold`s and mixes of primitives
 //! happen around it; and no two exclusive holders are ever inside at once.
 //!
@@ -56,9 +56,9 @@ use dlock_tests::timeline::{
 use dlock_tests::RedisServer;
 use tokio::time::Instant;
 
-/// How long a release reserves a lock for the client it wakes (`release.lua`'s `!next`,
-/// 100 ms by default): a client that does not take it costs the others this long.
-const RESERVATION_MS: u64 = 100;
+/// How long a release's grant to the client it wakes lasts until extended (100 ms by
+/// default): a client that does not take it up costs the others this long.
+const GRANT_MS: u64 = 100;
 /// One round trip to Redis and the reaction to a message, generously: on loopback it is
 /// well under 10 ms.
 const ROUND_TRIP_MS: u64 = 50;
@@ -68,16 +68,16 @@ const ROUND_TRIP_MS: u64 = 50;
 /// tens of ms under load), which lengthens the takeable interval before it. A dropped
 /// guard's lock is freed by the client's background task, and a cancelled try that took
 /// the lock is given back the same way, a few ms after the records say. None of this is
-/// reservation or recheck time, which is what the bound is about: the bugs it exists for
+/// grant or recheck time, which is what the bound is about: the bugs it exists for
 /// leave a lock takeable for a recheck interval (here 10 s) or the rest of a wait.
 const MEASUREMENT_SLACK_MS: u64 = 100;
 /// The longest a lock may sit takeable while a client waits for it: the promise
-/// (reservation + round trip = 150 ms) plus the measurement slack. The same bound serves
+/// (grant + round trip = 150 ms) plus the measurement slack. The same bound serves
 /// the fair lock, the read-write lock (an idle lock counts as takeable for readers and
 /// writers alike) and the semaphore (takeable when the permits free cover a waiter's
-/// need), which reserve nothing for anyone and so keep well within it.
+/// need), which hand nothing to anyone and so keep well within it.
 const TAKEABLE_BOUND: Duration =
-    Duration::from_millis(RESERVATION_MS + ROUND_TRIP_MS + MEASUREMENT_SLACK_MS);
+    Duration::from_millis(GRANT_MS + ROUND_TRIP_MS + MEASUREMENT_SLACK_MS);
 
 /// How long each case draws new operations; operations in progress then finish.
 const SCHEDULE: Duration = Duration::from_secs(5);
@@ -803,7 +803,7 @@ fn kill_workers(
             }
             std::thread::sleep(ms(&mut rng, 0, 40));
         }
-        // Sometimes frozen first, for longer than a reservation; always as the lull
+        // Sometimes frozen first, for longer than a grant; always as the lull
         // begins, when a lock passed to it holds up the waiters left the longest.
         let frozen_for = (kill_at == lull_start || rng.chance(40)).then(|| ms(&mut rng, 150, 500));
         if let Err(problem) = worker.kill(timeline, frozen_for) {

@@ -1,5 +1,5 @@
 //! A client that stops waiting leaves nothing that would make a release choose it: a
-//! release does not reserve the lock for the releasing client, a wait that ends during its
+//! release does not hand the lock to the releasing client, a wait that ends during its
 //! first try (or a multi-lock cancelled then) leaves the registry, and a new wait right
 //! after an old one is not undone by the old one's leaving.
 
@@ -17,10 +17,10 @@ use crate::bound::*;
 /// waiter registry), and gives it back at once, with no `.await` in between. That release
 /// must leave the lock free (C is the only registered client and it is done), so a third
 /// client E that asks right after gets it at once. Fails when the release wakes the oldest
-/// registered client, C itself, and reserves the lock for it: C no longer wants it, and E
-/// finds it reserved, registers and sleeps until its recheck.
+/// registered client, C itself, and hands the lock to it: C no longer wants it, and E
+/// finds it taken, registers and sleeps until its recheck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_does_not_reserve_the_lock_for_the_releasing_client() {
+async fn a_release_does_not_hand_the_lock_to_the_releasing_client() {
     const NAME: &str = "{self}";
     let server = RedisServer::start();
     let url = server.url();

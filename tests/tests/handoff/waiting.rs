@@ -493,7 +493,7 @@ async fn a_fair_waiter_that_could_not_hear_a_shorter_hold_wakes_at_its_expiry() 
 
 /// As above, but the waiter that cannot listen yet is the runner-up: the release passes
 /// the lock to an older waiter of another client and tells the deaf one when that
-/// reservation lapses; nobody receives it, so the deaf waiter leaves the registry. Once it
+/// grant lapses; nobody receives it, so the deaf waiter leaves the registry. Once it
 /// listens, its check sends it to try (busy: the older waiter holds the lock now), which
 /// registers it again, so the older waiter's release passes the lock to it: given to it,
 /// or (when too little of the grant is left counted from its first try, long before that
@@ -648,7 +648,7 @@ async fn a_waiter_cancelled_during_its_registration_check_leaves_the_registry() 
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 
-    // A waiter that still waits gets the lock at the release, not after a reservation.
+    // A waiter that still waits gets the lock at the release, not after a grant's lapse.
     let waiter = patient_client(&server.url()).await;
     let lock = waiter.lock("{checked}");
     let waiting = tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(30)).await });

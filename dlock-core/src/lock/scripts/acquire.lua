@@ -25,8 +25,8 @@
 -- for it, kept in the hash field "<owner>:f" and deleted with the owner's last hold); nil
 -- when the owner now holds the lock otherwise (a re-entry shares its outer hold's token,
 -- which the client already has); when another owner has it, the time in ms until it can
--- change hands: the holder's remaining lease, or the remaining life of a reservation for
--- another waiter (a reservation nobody takes lapses then, and the waiter tries again);
+-- change hands: the holder's remaining lease, or the remaining life of a grant to another
+-- waiter (a grant nobody extends lapses then, and the waiter tries again);
 -- 'notheld' when a re-entry finds the owner's hold gone; 'kind:<kind>' when the name is
 -- held as a fair or read-write lock; 'wrongtype:<type>' when the key holds another type
 -- of value (nothing is written in these cases).
@@ -72,8 +72,8 @@ end
 -- costs Redis a closure per call): a free lock, taken by an owner that never waited for
 -- it. Nobody can have been told to sleep past its lease: a waiter is told the expiry of
 -- the lock as it stands, a free lock's waiters were told an expiry that has passed, and a
--- lock freed early by its holder is reserved, not free (see release.lua), until a waiter
--- or the client's next task takes it below.
+-- lock freed early by its holder is given to a waiter or the client's next task (see
+-- release.lua), not free.
 local free = not reenter and redis.call('exists', KEYS[1]) == 0
 if free and ARGV[5] ~= '1' then
   return take()
@@ -97,8 +97,8 @@ if free then
   return grant()
 end
 
--- One read for the owner's hold, the reservation and the other kinds' markers.
-local found = redis.pcall('hmget', KEYS[1], ARGV[2], '!next', 'mode', '!fair')
+-- One read for the owner's hold and the other kinds' markers.
+local found = redis.pcall('hmget', KEYS[1], ARGV[2], 'mode', '!fair')
 if found.err then
   return 'wrongtype:' .. redis.call('type', KEYS[1]).ok
 end
@@ -112,9 +112,10 @@ if not reenter then
     -- attempt, so the expiry must start now too, or the lock would end before the
     -- holder's deadline.
     redis.call('pexpire', KEYS[1], ARGV[1])
-    -- The hold is the owner's now as if this try had taken it: out of the waiters (a
-    -- release would otherwise grant the lock again to an owner that holds it, maybe done
-    -- with it by then), and no '!next' left from a grant (see handoff.lua).
+    -- The hold is the owner's now as if this try had taken it: out of the waiters, as
+    -- every try that ends holding (a release would otherwise grant the lock again to an
+    -- owner that holds it, maybe done with it by then), and no '!next' left from a grant
+    -- (see handoff.lua).
     if ARGV[5] == '1' then
       redis.call('zrem', KEYS[3], ARGV[2])
       redis.call('zrem', KEYS[4], ARGV[2])
@@ -136,16 +137,10 @@ if not reenter then
     end
     return {tonumber(token)}
   end
-  if found[3] then
+  if found[2] then
     return 'kind:read_write'
-  elseif found[4] then
+  elseif found[3] then
     return 'kind:fair'
-  end
-  -- A release passed the lock to this owner: the hash holds nothing but the reservation
-  -- ('!next', expiring soon), which only that owner may take.
-  if found[2] == ARGV[2] then
-    redis.call('del', KEYS[1])
-    return grant()
   end
   local ttl = redis.call('pttl', KEYS[1])
   if ARGV[4] ~= '0' then

@@ -5,7 +5,9 @@
 -- KEYS[2]  the lock's waiter registry (see handoff.lua)
 -- KEYS[3]  what the lock's waiters were told (see naps.lua)
 -- ARGV[1]  publish command: 'publish' or 'spublish'
--- ARGV[2]  how long the lock stays reserved for the waiter it is passed to, in ms
+-- ARGV[2]  how long the lock is given to the waiter it is passed to until that waiter
+--          extends it, in ms (without a fencing token: a waiter that wants one takes the
+--          lock with a try, which mints it)
 --
 -- Returns 1 when a lock was deleted, 0 when there was none ({1, 'untold'} or {0, 'untold'}
 -- when the hand-off stopped at its bound with waiters left untold: see handoff.lua),
@@ -19,7 +21,7 @@
 -- wait for a recheck to find the lock free.
 local found = redis.call('type', KEYS[1]).ok
 if found == 'none' then
-  reserve_for_oldest(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+  grant_to_oldest(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], nil)
   return with_untold(0)
 end
 if found ~= 'hash' then
@@ -49,5 +51,5 @@ for _, field in ipairs(fields) do
   end
 end
 redis.call('del', KEYS[1])
-reserve_for_oldest(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+grant_to_oldest(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], nil)
 return with_untold(1)

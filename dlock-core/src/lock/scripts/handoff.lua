@@ -1,6 +1,6 @@
 -- Shared by the lock's scripts and the multi-lock's (prepended to each): the waiter
--- registry, the hand-off of a free lock (a grant or a reservation) to the longest-waiting
--- live owner, its runner-up, and the kinds that share a lock name. docs/PROTOCOL.md has
+-- registry, the hand-off of a free lock (a grant) to the longest-waiting live owner, its
+-- runner-up, and the kinds that share a lock name. docs/PROTOCOL.md has
 -- the states, acts and messages; this file is their Lua.
 --
 -- The registry is a sorted set named like the lock's unlock channel: waiting owner
@@ -64,8 +64,8 @@ local function tell(publish, registry, owner, what)
 end
 
 -- Tells the longest-waiting owner of `registry` whose client still listens, and is not
--- the client of `chosen` (the owner the lock was reserved for or given to), to try when
--- that reservation or grant lapses, `lapse_in` ms after `now` (server ms), unless it was
+-- the client of `chosen` (the owner the lock was given to), to try when that grant
+-- lapses, `lapse_in` ms after `now` (server ms), unless it was
 -- told to try by then already (`naps`); the ones whose client is gone leave the registry.
 --
 -- Not a waiter of the chosen owner's client: a client that froze after it was told
@@ -104,32 +104,6 @@ local function tell_runner_up(registry, naps, publish, now, lapse_in, chosen)
   left_untold = gone > 0 and redis.call('zrange', registry, at, at)[1] ~= nil
 end
 
--- Reserves the free lock `key` for `owner` ('!next') for `reservation` ms, and tells the
--- next waiter to try when it lapses.
-local function reserve(key, registry, naps, publish, reservation, owner)
-  redis.call('hset', key, '!next', owner)
-  redis.call('pexpire', key, reservation)
-  tell_runner_up(registry, naps, publish, now_ms(), tonumber(reservation), owner)
-end
-
--- Passes the free lock `key` to the longest-waiting owner whose client still listens:
--- reserves the lock for it and tells it. Returns the owner, or nil when nobody (alive)
--- waits.
-local function reserve_for_oldest(key, registry, naps, publish, reservation)
-  for _ = 1, MAX_PASSED_OVER do
-    local oldest = redis.call('zpopmin', registry)[1]
-    if oldest == nil then
-      return nil
-    end
-    if tell(publish, registry, oldest, 'pass') then
-      reserve(key, registry, naps, publish, reservation, oldest)
-      return oldest
-    end
-  end
-  left_untold = redis.call('exists', registry) == 1
-  return nil
-end
-
 -- Whether `owner`'s client listens on its wake channel at this server. A message
 -- published here also reaches connections on this server's replicas (a client whose
 -- subscription is still on a master that was just demoted), which PUBLISH does not
@@ -143,14 +117,18 @@ end
 -- its own try would take it (its hold, and a fencing token when the lock's `counter` is
 -- passed and exists), for `grant_ms` ms only: the holder extends it (see `sync::grant`), and a chosen
 -- owner that never does (its process froze, died or was cut off after it was told) holds
--- the others up for as long as a reservation would. Tells the owner
+-- the others up no longer than that. Tells the owner
 -- 'held:<lasts_us>:<token>:<owner>': the hold lasts <lasts_us> µs from the server time its
 -- registration has as its score, which came after that registering try's send, so its
 -- client counts the hold's deadline from that send (no offset between the client's clock
 -- and this server's enters, provided this server's clock also wrote the score: a client
 -- whose route moved since, as after a failover, takes the lock with a try instead, see
--- sync/grant.rs); <token> is 0 without one. The next waiter is told to try when the grant lapses, as for
--- a reservation. Returns the owner, or nil when nobody (alive) waits.
+-- sync/grant.rs); <token> is 0 without one. The next waiter is told to try when the grant
+-- lapses. Returns the owner, or nil when nobody (alive) waits.
+--
+-- Every act that frees a lock others wait for hands it off here: a release, a withdraw
+-- or a leave that finds it free, a force unlock, a multi-lock passing on a lock it was
+-- given but cannot take.
 --
 -- The hold is written before the message goes out, and only for a listener here: a
 -- client that hears 'held' holds the lock, whichever connection the message reached it
@@ -178,9 +156,9 @@ local function grant_to_oldest(key, registry, naps, publish, grant_ms, counter)
           token = minted
         end
       end
-      -- '!next' names the owner the lock was passed to, as for a reservation: a
-      -- runner-up that turns out to wait no more has the next waiter told
-      -- (release.lua's 'leave'). It goes with the hold.
+      -- '!next' names the owner the lock was given to: a runner-up that turns out to
+      -- wait no more has the next waiter told (release.lua's 'leave'). It goes with the
+      -- hold.
       if token > 0 then
         redis.call('hset', key, owner, '1', owner .. ':f', string.format('%d', token), '!next', owner)
       else

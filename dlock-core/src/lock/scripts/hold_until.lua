@@ -33,7 +33,7 @@ if count > 1 then
 end
 -- The marker first: deleting the last field first would delete the key. A '!next' left
 -- by the grant that gave the owner this hold (see handoff.lua) goes with the hold it
--- described: beside '!held' it would read as a reservation for an owner that is done.
+-- described: beside '!held' it would name a grant that is over.
 redis.call('hset', KEYS[1], '!held', ARGV[1])
 redis.call('hdel', KEYS[1], ARGV[1], ARGV[1] .. ':f', '!next')
 redis.call('pexpire', KEYS[1], ARGV[2])

@@ -17,18 +17,17 @@
 --                 timed out, failed), or a task given the lock by a release stopped
 --                 waiting before it learnt so: every hold an unanswered try (or that
 --                 release) may have given it goes (no guard of the owner exists), it
---                 leaves the registry, and a lock it leaves free or reserved for it is
---                 passed on;
+--                 leaves the registry, and a lock it leaves free is passed on;
 --          'leave': a message for an owner that no longer waits on its client (it
 --                 stopped, or took the lock by a try of its own before the message came):
---                 it leaves the registry, and a lock free or reserved for it is passed
---                 on; its holds, if any, are its guard's and are left alone;
+--                 it leaves the registry, and a free lock is passed on; its holds, if
+--                 any, are its guard's and are left alone;
 --          'undo': a re-entry whose outcome is unknown is abandoned: its hold is given
 --                 back only if its marker shows it was applied
 -- ARGV[3]  memo lifetime in milliseconds
 -- ARGV[4]  publish command: 'publish' or 'spublish'
--- ARGV[5]  how long the lock stays reserved for, or given to, the waiter it is passed to
---          until that waiter takes or extends it, in ms
+-- ARGV[5]  how long the lock is given to the waiter it is passed to until that waiter
+--          extends it, in ms
 -- ARGV[6]  '0' on the first send of this release, which cannot find its own memo;
 --          anything else (a retry, a replay on a new master) looks for it
 -- The next four only when the releasing client has a task waiting for this lock next
@@ -51,7 +50,7 @@
 -- left untold (see handoff.lua): the client sends this owner's 'leave', which goes on.
 --
 -- Which owner a freed lock goes to, and how (a local grant to the client's next task, a
--- grant to another client's waiter, a reservation, or nobody), is docs/PROTOCOL.md's
+-- grant to another client's waiter, or nobody), is docs/PROTOCOL.md's
 -- "Every transition"; the functions are handoff.lua's.
 --
 -- Each mode counts once however often it is retried (after a lost reply, or replayed on a
@@ -169,10 +168,9 @@ end
 -- @shared
 
 if stops_waiting then
-  -- The owner's holds, the reservation and a minimum hold's mark; a key of another type,
-  -- or another kind of lock's hash (which never has this owner nor a reservation), is
-  -- left alone.
-  local found = redis.pcall('hmget', KEYS[1], owner, '!next', '!held')
+  -- The owner's holds and a grant's mark; a key of another type, or another kind of
+  -- lock's hash (which never has this owner nor a grant's mark), is left alone.
+  local found = redis.pcall('hmget', KEYS[1], owner, '!next')
   if found.err then
     return -1
   end
@@ -183,25 +181,18 @@ if stops_waiting then
     return -1
   end
   if not found[1] then
-    -- Nothing of the owner's: a lock that is free, or reserved for the owner, which will
-    -- not take it, goes to the next live waiter; one held by another owner, or kept by a
-    -- minimum hold (whoever's: the owner's own finished hold included), stays.
-    if found[3] then
-      return -1
-    end
-    -- A reservation is '!next' alone: one beside a hold describes a grant, which is
-    -- that hold's to give back.
-    if found[2] == owner and redis.call('hlen', KEYS[1]) == 1 then
-      redis.call('del', KEYS[1])
-    elseif found[2] then
-      -- Reserved for, or given to, another, and the owner may have been the one told to
-      -- try when that lapses: the next waiter is told instead.
+    -- Nothing of the owner's: a free lock goes to the next live waiter; one held by
+    -- another owner, or kept by a minimum hold (whoever's: the owner's own finished hold
+    -- included), stays.
+    if found[2] then
+      -- Given to another, and the owner may have been the one told to try when that
+      -- grant lapses: the next waiter is told instead.
       tell_runner_up(KEYS[2], KEYS[4], ARGV[4], now_ms(), math.max(redis.call('pttl', KEYS[1]), 0), found[2])
       return with_untold(-1)
     elseif redis.call('exists', KEYS[1]) == 1 then
       return -1
     end
-    reserve_for_oldest(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[5])
+    grant_to_oldest(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[5], KEYS[5])
     return with_untold(-1)
   end
   -- Every hold of an owner whose acquisition ended without a guard goes.

@@ -16,14 +16,15 @@
 -- ARGV[5]     '1' when an earlier try of this acquisition may have registered the owner
 --             in some lock's registry, else '0'
 -- ARGV[6]     publish command: 'publish' or 'spublish'
--- ARGV[7]     how long a lock passed on stays reserved for its next waiter, in ms
+-- ARGV[7]     how long a lock passed on is given to its next waiter until that waiter
+--             extends it, in ms
 --
 -- Returns {'ok', token_1, ..., token_n} when the owner now holds every lock (one hold
 -- each, expiring after the lease; the tokens are 0 with tokens off); {'busy', i, ttl} when
 -- another owner holds KEYS[i]: of the held keys, the one whose owner's lease ends first,
 -- and the time in ms until it can change hands, so the caller naps until then and listens
 -- on that lock's channel. Nothing of the owner's is left then but its registration as a
--- waiter of KEYS[i]: it leaves every other registry, and a lock reserved for it that it
+-- waiter of KEYS[i]: it leaves every other registry, and a lock given to it that it
 -- cannot take now goes to that lock's next waiter ({'busy', i, ttl, 'untold'} when that
 -- hand-off stopped at its bound with waiters left untold: the client then sends each
 -- lock's 'leave', see lock/scripts/handoff.lua). 'wrongtype:<i>:<type>' when KEYS[i]
@@ -42,26 +43,23 @@ end
 local n = #KEYS / 4
 local owner = ARGV[2]
 local blocker, blocker_ttl = nil, nil
--- Locks a release passed to this owner: reserved for it (field '!next'), or given to it
--- (its hold; see lock/scripts/handoff.lua's grant_to_oldest).
-local reserved = {}
+-- Locks a release gave this owner (its hold; see lock/scripts/handoff.lua's
+-- grant_to_oldest).
 local given = {}
 for i = 1, n do
   local key = KEYS[i]
-  local found = redis.pcall('hmget', key, owner, '!next', 'mode', '!fair')
+  local found = redis.pcall('hmget', key, owner, 'mode', '!fair')
   if found.err then
     return 'wrongtype:' .. i .. ':' .. redis.call('type', key).ok
   end
-  if found[3] then
+  if found[2] then
     return 'kind:' .. i .. ':read_write'
-  elseif found[4] then
+  elseif found[3] then
     return 'kind:' .. i .. ':fair'
   end
   if found[1] then
     given[i] = true
-  elseif found[2] == owner then
-    reserved[i] = true
-  elseif not found[1] and redis.call('exists', key) == 1 then
+  elseif redis.call('exists', key) == 1 then
     local ttl = redis.call('pttl', key)
     if blocker == nil or (ttl >= 0 and (blocker_ttl < 0 or ttl < blocker_ttl)) then
       blocker, blocker_ttl = i, ttl
@@ -76,9 +74,7 @@ local function take_all()
   local granted = {'ok'}
   for i = 1, n do
     local key = KEYS[i]
-    if reserved[i] then
-      redis.call('del', key)
-    elseif given[i] then
+    if given[i] then
       -- A lock given to the owner is its hold now like the others: no '!next' left beside
       -- it, which would read as a grant lapsing soon (as lock/scripts/acquire.lua does
       -- for a hold it finds its own).
@@ -129,9 +125,9 @@ if blocker ~= nil then
       -- A lock passed to the owner that it cannot take with the others now goes to
       -- that lock's next waiter (a hold of the owner's found here was given, or taken
       -- by an earlier attempt whose locks are not all this owner's any more).
-      if reserved[i] or given[i] then
+      if given[i] then
         redis.call('del', KEYS[i])
-        reserve_for_oldest(KEYS[i], registry, KEYS[3 * n + i], ARGV[6], ARGV[7])
+        grant_to_oldest(KEYS[i], registry, KEYS[3 * n + i], ARGV[6], ARGV[7], KEYS[n + i])
       end
     end
   end
