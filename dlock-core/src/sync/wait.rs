@@ -279,6 +279,8 @@ impl<'a> Waiter<'a> {
             };
         }
         let Some(subscription) = self.subscriptions.first_mut() else {
+            // No channel to hear on (a waiter always has one): the timer alone.
+            tokio::time::sleep_until(wait.until).await;
             return wait.timer(Instant::now());
         };
         // A shared channel's message asks every waiter it wakes to try now.
