@@ -5,10 +5,7 @@
 //! path that led to it, which [`Trace`] prints step by step with the lock's keys after
 //! each step.
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
-
+use crate::fingerprint::{self, Seen};
 use crate::lua::Scripts;
 use crate::model::{Config, Event, World, KEYS, NAPS, REGISTRIES};
 
@@ -38,23 +35,17 @@ pub struct Counterexample {
 /// client makes a few acquisitions), so that a path cut here means a loop.
 const MAX_DEPTH: usize = 500;
 
-fn fingerprint(world: &World) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    world.hash(&mut hasher);
-    hasher.finish()
-}
-
 /// Every order of events from `config`'s starting world, up to `max_states` worlds.
 pub fn exhaustive(
     config: &Config,
     scripts: &Scripts,
     max_states: usize,
 ) -> Result<Explored, Counterexample> {
-    let mut seen = HashSet::new();
+    let mut seen = Seen::default();
     let mut explored = Explored::default();
     let mut path = Vec::new();
     let world = World::new(config);
-    seen.insert(fingerprint(&world));
+    seen.insert(fingerprint::of(&world));
     explored.states = 1;
     dfs(
         world,
@@ -72,7 +63,7 @@ fn dfs(
     world: World,
     config: &Config,
     scripts: &Scripts,
-    seen: &mut HashSet<u64>,
+    seen: &mut Seen,
     explored: &mut Explored,
     path: &mut Vec<Event>,
     max_states: usize,
@@ -111,7 +102,7 @@ fn dfs(
                 events: path.clone(),
             });
         }
-        if seen.insert(fingerprint(&next)) {
+        if seen.insert(fingerprint::of(&next)) {
             explored.states += 1;
             dfs(next, config, scripts, seen, explored, path, max_states)?;
         }

@@ -10,8 +10,10 @@
 //!   the network between them, the faults left to inject, and the invariants.
 //! - [`explore`]: every order of events (or seeded random walks), and a counterexample's
 //!   trace.
+//! - `fingerprint`: the key a world is remembered by.
 
 pub mod explore;
+mod fingerprint;
 pub mod lua;
 pub mod model;
 pub mod redis;

@@ -19,6 +19,7 @@ impl Scripts {
     /// Compiles `scripts` (name → code, as dlock splices them).
     pub fn new<'a>(scripts: impl IntoIterator<Item = (&'a str, String)>) -> Scripts {
         let lua = Lua::new();
+        redis_library(&lua).expect("the redis table is built");
         let compiled = scripts
             .into_iter()
             .map(|(name, code)| {
@@ -75,7 +76,8 @@ impl Scripts {
                 "ARGV",
                 lua.create_sequence_from(args.iter().map(String::as_str))?,
             )?;
-            let redis_table = lua.create_table()?;
+            // The commands are the one part of `redis` bound to this run's server.
+            let redis_table: Table = globals.get("redis")?;
             let call = scope.create_function(move |lua, args: MultiValue| {
                 let reply = store.borrow_mut().command(&words(args)?);
                 match reply {
@@ -89,33 +91,39 @@ impl Scripts {
             })?;
             redis_table.set("call", call)?;
             redis_table.set("pcall", pcall)?;
-            redis_table.set(
-                "error_reply",
-                lua.create_function(|lua, text: String| {
-                    let table = lua.create_table()?;
-                    table.set("err", text)?;
-                    Ok(table)
-                })?,
-            )?;
-            redis_table.set(
-                "status_reply",
-                lua.create_function(|lua, text: String| {
-                    let table = lua.create_table()?;
-                    table.set("ok", text)?;
-                    Ok(table)
-                })?,
-            )?;
-            // No ACL here: every command is allowed.
-            redis_table.set(
-                "acl_check_cmd",
-                lua.create_function(|_, _: MultiValue| Ok(true))?,
-            )?;
-            globals.set("redis", redis_table)?;
             let value: LuaValue = function.call(())?;
             from_lua(value)
         });
         outcome.unwrap_or_else(|error| Reply::Error(error.to_string()))
     }
+}
+
+/// The global `redis` table with what does not depend on the server (`call` and `pcall`
+/// are set for each run).
+fn redis_library(lua: &Lua) -> mlua::Result<()> {
+    let redis_table = lua.create_table()?;
+    redis_table.set(
+        "error_reply",
+        lua.create_function(|lua, text: String| {
+            let table = lua.create_table()?;
+            table.set("err", text)?;
+            Ok(table)
+        })?,
+    )?;
+    redis_table.set(
+        "status_reply",
+        lua.create_function(|lua, text: String| {
+            let table = lua.create_table()?;
+            table.set("ok", text)?;
+            Ok(table)
+        })?,
+    )?;
+    // No ACL here: every command is allowed.
+    redis_table.set(
+        "acl_check_cmd",
+        lua.create_function(|_, _: MultiValue| Ok(true))?,
+    )?;
+    lua.globals().set("redis", redis_table)
 }
 
 /// A `redis.call`'s arguments as the command's words (numbers as Lua prints them).
