@@ -51,42 +51,75 @@ fi
 # examples) is not.
 published=(-p dlock-redis -p dlock-core -p dlock-macros -p dlock-config -p dlock-cli)
 
-# What a publish would meet, before the tests: each check was seen failing on a real
-# mistake (a broken intra-doc link, code behind `cfg(not(feature = "tls"))` that only a
-# build without the feature compiles, a dev-dependency that made packaging resolve
-# another crate named `dlock` on crates.io).
-step "cargo doc of the published crates, warnings denied"
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps "${published[@]}"
+# What a publish would meet: each check was seen failing on a real mistake (a broken
+# intra-doc link, code behind `cfg(not(feature = "tls"))` that only a build without the
+# feature compiles, a dev-dependency that made packaging resolve another crate named
+# `dlock` on crates.io).
+publish_checks() {
+    step "cargo doc of the published crates, warnings denied"
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps "${published[@]}"
 
-# The facade's features are the others' (`tls` and `metrics` are dlock-core's, `config`
-# is dlock-config, which has none of its own, and every crate depends on the others
-# without their defaults): checking the facade with each alone checks dlock-core and
-# dlock-config with it, lints included, and a check of those two by themselves compiled
-# the same units again.
-step "the published crates without default features and with each feature alone"
-for args in \
-    "-p dlock-redis --no-default-features" \
-    "-p dlock-redis --no-default-features --features macros" \
-    "-p dlock-redis --no-default-features --features tls" \
-    "-p dlock-redis --no-default-features --features config" \
-    "-p dlock-redis --no-default-features --features metrics"; do
-    echo "cargo check $args"
-    # shellcheck disable=SC2086 # the arguments are words on purpose
-    cargo check --quiet $args
-done
+    # The facade's features are the others' (`tls` and `metrics` are dlock-core's,
+    # `config` is dlock-config, which has none of its own, and every crate depends on the
+    # others without their defaults): checking the facade with each alone checks
+    # dlock-core and dlock-config with it, lints included, and a check of those two by
+    # themselves compiled the same units again.
+    step "the published crates without default features and with each feature alone"
+    for args in \
+        "-p dlock-redis --no-default-features" \
+        "-p dlock-redis --no-default-features --features macros" \
+        "-p dlock-redis --no-default-features --features tls" \
+        "-p dlock-redis --no-default-features --features config" \
+        "-p dlock-redis --no-default-features --features metrics"; do
+        echo "cargo check $args"
+        # shellcheck disable=SC2086 # the arguments are words on purpose
+        cargo check --quiet $args
+    done
 
-# Without verification: the contents, metadata and dependency resolution of each package
-# are what is checked here; a verifying build would compile every crate once more (3 min),
-# and the crate below compiles the facade from outside the workspace.
-step "cargo package of the published crates"
-cargo package --no-verify --allow-dirty "${published[@]}"
+    # Without verification: the contents, metadata and dependency resolution of each
+    # package are what is checked here; a verifying build would compile every crate once
+    # more (3 min), and the crate below compiles the facade from outside the workspace.
+    step "cargo package of the published crates"
+    cargo package --no-verify --allow-dirty "${published[@]}"
 
-step "an application outside the workspace that depends on dlock alone (outside/)"
-CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
-    cargo check --locked --manifest-path outside/Cargo.toml
+    step "an application outside the workspace that depends on dlock alone (outside/)"
+    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
+        cargo check --locked --manifest-path outside/Cargo.toml
+}
+
+# A CI run makes the publish checks beside the test build, in a target directory of their
+# own (they check, the tests build: no unit of one is a unit of the other, and two cargo
+# runs on one directory would wait for each other's lock). Alone, the checks keep about
+# one core busy (each feature's check compiles dlock-core, then the facade, one after
+# the other) while the build keeps two: side by side they fill the cores the checks left
+# idle. Their output comes after the build's. A local run makes them first, one after
+# another, and shares the dependencies' checks with `cargo clippy`.
+if [ -n "${CI:-}" ]; then
+    checks_log="$PWD/target/publish-checks.log"
+    mkdir -p target
+    step "the publish checks (doc, features, package, outside/), beside the test build; their log follows it"
+    (CARGO_TARGET_DIR="$PWD/target/publish-checks" publish_checks) >"$checks_log" 2>&1 &
+    checks=$!
+    if cargo nextest --version >/dev/null 2>&1; then
+        step "the test build: cargo nextest run --workspace --profile ci --no-run"
+        cargo nextest run --workspace --profile ci --no-run
+    else
+        step "the test build: cargo test --workspace --all-targets --no-run"
+        cargo test --workspace --all-targets --no-run
+    fi
+    checks_status=0
+    wait "$checks" || checks_status=$?
+    sed 's/^/    /' "$checks_log"
+    if [ "$checks_status" -ne 0 ]; then
+        echo "error: the publish checks failed (status $checks_status; log above)" >&2
+        exit "$checks_status"
+    fi
+else
+    publish_checks
+fi
 
 # Every test binary of the workspace through cargo-nextest (.config/nextest.toml, profile
-# ci): four tests at a time across all binaries, each in its own process, every failure
+# ci): six tests at a time across all binaries, each in its own process, every failure
 # listed at the end, none retried; the output of passing tests is kept too, since the
 # fault, overlap and failover tests print what they measured (docs/RELIABILITY.md quotes
 # those figures). Without nextest, cargo test runs the same tests one binary at a time.
