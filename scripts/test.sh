@@ -100,20 +100,27 @@ if [ -n "${CI:-}" ]; then
     step "the publish checks (doc, features, package, outside/), beside the test build; their log follows it"
     (CARGO_TARGET_DIR="$PWD/target/publish-checks" publish_checks) >"$checks_log" 2>&1 &
     checks=$!
+    # A failed build still waits for the checks: both are reported, and nothing of this
+    # run goes on after it.
+    build_status=0
     if cargo nextest --version >/dev/null 2>&1; then
         step "the test build: cargo nextest run --workspace --profile ci --no-run"
-        cargo nextest run --workspace --profile ci --no-run
+        cargo nextest run --workspace --profile ci --no-run || build_status=$?
     else
         step "the test build: cargo test --workspace --all-targets --no-run"
-        cargo test --workspace --all-targets --no-run
+        cargo test --workspace --all-targets --no-run || build_status=$?
     fi
     checks_status=0
     wait "$checks" || checks_status=$?
     sed 's/^/    /' "$checks_log"
     if [ "$checks_status" -ne 0 ]; then
         echo "error: the publish checks failed (status $checks_status; log above)" >&2
-        exit "$checks_status"
     fi
+    if [ "$build_status" -ne 0 ]; then
+        echo "error: the test build failed (status $build_status)" >&2
+        exit "$build_status"
+    fi
+    [ "$checks_status" -eq 0 ] || exit "$checks_status"
 else
     publish_checks
 fi
