@@ -6,10 +6,11 @@
 //!
 //! - healthy replication, `SENTINEL FAILOVER` right after the grant: the replicas already
 //!   have the lock. With a 5 s watchdog it is never granted again. With a 1 s watchdog the
-//!   promoted replica's copy expires while the holder still renews on the old master
-//!   (until a sentinel announces the promotion), so it is granted again, and the holder
-//!   must be told by `lost()` (its renewal finds the lock gone, or its local deadline
-//!   passes) within a watchdog timeout of the second grant.
+//!   promoted replica's copy can expire while the holder still renews on the old master
+//!   (until a sentinel announces the promotion), so it is granted again (failovers go on,
+//!   up to five more, until one was), and the holder must be told by `lost()` (its
+//!   renewal finds the lock gone, or its local deadline passes) within a watchdog timeout
+//!   of the second grant.
 //! - replication cut (the replicas stopped and their links killed before the grant, then
 //!   the master frozen with SIGSTOP and the replicas resumed): the promoted replica never
 //!   saw the lock, and another client gets it. This is Redis' known limit (acknowledged
@@ -53,23 +54,36 @@ async fn client(group: &RedisSentinelGroup, watchdog: Duration) -> LockClient {
         .unwrap()
 }
 
-/// What K healthy failovers did to locks acquired just before them.
+/// What healthy failovers did to locks acquired just before them.
 struct Outcome {
+    /// Failovers made.
+    failovers: usize,
     granted_again: usize,
     /// Holders told (`lost()`) when their lock was granted again.
     told: usize,
 }
 
 /// K `SENTINEL FAILOVER`s, each right after `first` acquired a lock with the given
-/// watchdog; `second` then tries the lock for 1.5 s.
-async fn healthy_failovers(group: &RedisSentinelGroup, watchdog: Duration, k: usize) -> Outcome {
+/// watchdog; `second` then tries the lock for 1.5 s. Up to `more` more while no lock was
+/// granted again.
+async fn healthy_failovers(
+    group: &RedisSentinelGroup,
+    watchdog: Duration,
+    k: usize,
+    more: usize,
+) -> Outcome {
     let first = client(group, watchdog).await;
     let second = client(group, watchdog).await;
     let mut outcome = Outcome {
+        failovers: 0,
         granted_again: 0,
         told: 0,
     };
-    for attempt in 0..k {
+    for attempt in 0..k + more {
+        if attempt >= k && outcome.granted_again > 0 {
+            break;
+        }
+        outcome.failovers += 1;
         let name = format!("failover:healthy:{}:{attempt}", watchdog.as_millis());
         // Healthy means every replica is following the master, so a chained failover does
         // not promote one still resyncing after the previous failover.
@@ -112,22 +126,29 @@ async fn healthy_replication_keeps_locks_across_a_failover_when_the_lease_outlas
     let group = RedisSentinelGroup::start();
     let k = attempts(3);
     // First the short lease, on the fresh group (where its first failovers announce the
-    // promotion slowest), then the long one.
-    let short = healthy_failovers(&group, Duration::from_secs(1), k).await;
+    // promotion slowest), then the long one. Whether the short lease's copy expires
+    // before its holder follows the promotion is a race between the sentinels and the
+    // holder's client: a loaded machine once made 0 of 3 failovers grant it again (the
+    // holder followed in time every time), so failovers go on, up to SHORT_MORE more,
+    // until one did and the holder's part can be checked.
+    const SHORT_MORE: usize = 5;
+    let short = healthy_failovers(&group, Duration::from_secs(1), k, SHORT_MORE).await;
     println!(
-        "scenario 7, healthy replication, 1 s watchdog: lock granted again after {} of {k} failovers, holder told in {} of them",
-        short.granted_again, short.told
+        "scenario 7, healthy replication, 1 s watchdog: lock granted again after {} of {} failovers, holder told in {} of them",
+        short.granted_again, short.failovers, short.told
     );
-    let long = healthy_failovers(&group, Duration::from_secs(5), k).await;
+    let long = healthy_failovers(&group, Duration::from_secs(5), k, 0).await;
     println!(
-        "scenario 7, healthy replication, 5 s watchdog: lock granted again after {} of {k} failovers",
-        long.granted_again
+        "scenario 7, healthy replication, 5 s watchdog: lock granted again after {} of {} failovers",
+        long.granted_again, long.failovers
     );
     assert_eq!(long.granted_again, 0);
     // Else "every re-grant was told" below holds with nothing granted again.
     assert!(
         short.granted_again > 0,
-        "with a 1 s watchdog the lock was never granted again: the loss path went untested"
+        "with a 1 s watchdog the lock was never granted again in {} failovers: the loss path \
+         went untested",
+        short.failovers
     );
     assert_eq!(short.told, short.granted_again);
 }
