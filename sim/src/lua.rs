@@ -102,22 +102,15 @@ impl Scripts {
 /// are set for each run).
 fn redis_library(lua: &Lua) -> mlua::Result<()> {
     let redis_table = lua.create_table()?;
-    redis_table.set(
-        "error_reply",
-        lua.create_function(|lua, text: String| {
+    // `redis.error_reply(text)` is `{err = text}`, `redis.status_reply(text)` `{ok = text}`.
+    for (name, field) in [("error_reply", "err"), ("status_reply", "ok")] {
+        let reply = lua.create_function(move |lua, text: String| {
             let table = lua.create_table()?;
-            table.set("err", text)?;
+            table.set(field, text)?;
             Ok(table)
-        })?,
-    )?;
-    redis_table.set(
-        "status_reply",
-        lua.create_function(|lua, text: String| {
-            let table = lua.create_table()?;
-            table.set("ok", text)?;
-            Ok(table)
-        })?,
-    )?;
+        })?;
+        redis_table.set(name, reply)?;
+    }
     // No ACL here: every command is allowed.
     redis_table.set(
         "acl_check_cmd",
