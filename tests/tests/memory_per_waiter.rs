@@ -40,12 +40,6 @@ async fn a_waiting_task_keeps_little_memory() {
     let locks: Vec<_> = (0..WAITERS)
         .map(|i| client.lock(&format!("waited:{i}")))
         .collect();
-    let mut admin = server.connection();
-    let checks_before = commandstats::command_calls(&mut admin)
-        .get("zscore")
-        .copied()
-        .unwrap_or(0);
-
     // A burst of as many tries at once first: what grows with how many calls are in
     // flight together (the connection's queue of calls awaiting their reply, its write
     // buffer, the runtime's queue of tasks) keeps that room, and how much room a burst
@@ -61,6 +55,12 @@ async fn a_waiting_task_keeps_little_memory() {
     for attempt in tries {
         assert!(attempt.await.unwrap().is_err(), "every lock is held");
     }
+
+    let mut admin = server.connection();
+    let checks_before = commandstats::command_calls(&mut admin)
+        .get("zscore")
+        .copied()
+        .unwrap_or(0);
 
     let region = Region::new(COUNTING);
     let waiters: Vec<_> = locks
