@@ -398,8 +398,12 @@ async fn a_cluster_client_is_no_redlock_node() {
 }
 
 /// A renewal a majority confirmed takes the hold again on a server where it vanished (a
-/// restart without data): the key is back there within the lease (three renewal periods).
-/// The control: the key is gone on that server right after the delete. (A 300 ms lease
+/// restart without data): the key is back there after the next renewal, a third of the
+/// lease on a quiet machine. The control: the key is gone on that server right after the
+/// delete, and nothing but this owner's renewal writes it again. The bound is five
+/// leases, not one: beside a release build and five other tests, the key was still
+/// missing after the 2 s lease (three renewal periods) once, and what this test checks is
+/// that the hold comes back at all, not how punctual the renewal task is. (A 300 ms lease
 /// failed the flake hunt beside a busy loop: a renewal every 100 ms is late there.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_takes_the_hold_again_where_it_vanished() {
@@ -415,7 +419,7 @@ async fn renewal_takes_the_hold_again_where_it_vanished() {
     let started = Instant::now();
     while !key_exists(&servers[0], "kept") {
         assert!(
-            started.elapsed() < lease,
+            started.elapsed() < 5 * lease,
             "the hold was not taken again on the server that lost it"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
