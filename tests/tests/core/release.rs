@@ -349,8 +349,9 @@ async fn plain_releases_leave_no_key_behind() {
         drop(lock.lock().await.unwrap());
     }
     let started = Instant::now();
+    let mut watcher = server.connection();
     let left = loop {
-        let keys: Vec<String> = server.connection().keys("*").unwrap();
+        let keys: Vec<String> = watcher.keys("*").unwrap();
         let left: Vec<String> = keys
             .into_iter()
             // Fencing counters never expire; what the client wrote by connecting lives as

@@ -210,8 +210,9 @@ async fn a_waiting_writer_holds_new_readers_back_but_not_reentrant_ones() {
     });
     // Wait until the writer's entry is in Redis.
     let started = Instant::now();
+    let mut watcher = server.connection();
     loop {
-        let keys: Vec<String> = server.connection().keys("dlock:rwwait:*").unwrap();
+        let keys: Vec<String> = watcher.keys("dlock:rwwait:*").unwrap();
         if !keys.is_empty() {
             break;
         }

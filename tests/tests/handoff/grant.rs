@@ -30,8 +30,9 @@ fn registry(name: &str) -> String {
 /// for their tries and subscriptions to settle.
 async fn registered(server: &RedisServer, name: &str, count: usize) {
     let started = Instant::now();
+    let mut watcher = server.connection();
     loop {
-        let entries: Vec<String> = server.connection().zrange(registry(name), 0, -1).unwrap();
+        let entries: Vec<String> = watcher.zrange(registry(name), 0, -1).unwrap();
         if entries.len() >= count {
             break;
         }
@@ -302,11 +303,12 @@ async fn a_grant_across_a_moved_route_is_taken_with_a_try() {
     let channel =
         dlock_tests::keys::LockKeys::new("", "{moved}").wake_channel(&waiter.id().to_string());
     let started = Instant::now();
+    let mut watcher = server.connection();
     loop {
         let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
             .arg("NUMSUB")
             .arg(&channel)
-            .query::<Vec<(String, u64)>>(&mut server.connection())
+            .query::<Vec<(String, u64)>>(&mut watcher)
             .unwrap()
             .remove(0);
         if listeners > 0 {

@@ -640,7 +640,8 @@ async fn a_waiter_cancelled_during_its_registration_check_leaves_the_registry() 
     assert!(cancelled.await.unwrap_err().is_cancelled());
     proxy.delay_replies(Duration::ZERO);
     let started = Instant::now();
-    while server.connection().zcard::<_, usize>(registry).unwrap() != 0 {
+    let mut admin = server.connection();
+    while admin.zcard::<_, usize>(registry).unwrap() != 0 {
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "the cancelled waiter stayed registered"
