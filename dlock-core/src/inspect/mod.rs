@@ -199,7 +199,7 @@ impl Lock {
     }
 
     /// The local lines of `clients` that reported waiting tasks (see
-    /// `Lock::report_line`).
+    /// `sync::line`).
     async fn local_lines(&self, clients: &[&str]) -> Result<Vec<LocalLine>> {
         if clients.is_empty() {
             return Ok(Vec::new());

@@ -14,7 +14,7 @@ use crate::fence::Fence;
 use crate::kind::LockKind;
 use crate::lease::{lease_millis, reentry_lease, ReentryLease};
 use crate::lock::scripts::{acquire_call, extend_call, AcquireArgs};
-use crate::protocol::{self, Grant, GrantReader, LineWatch, TakeUp, Watch};
+use crate::protocol::{self, Grant, GrantReader, TakeUp};
 use crate::redis::CallError;
 use crate::scripts::catalog::lock::scripts;
 use crate::scripts::ScriptCall;
@@ -22,11 +22,11 @@ use crate::sync::acquire::{self, Acquisition, Answer};
 use crate::sync::attempt::{PlaceLifetime, RegisteredFlag, Reply, TryStep};
 use crate::sync::grant;
 use crate::sync::held::{Held, HoldOwner};
-use crate::sync::local::{Given, Place, Ticket, Turn};
+use crate::sync::line::LineWait;
+use crate::sync::local::{Given, Place, Turn};
 use crate::sync::observe::{self, Label};
 use crate::sync::owner;
 use crate::sync::pubsub::{Route, Subscription};
-use crate::sync::recheck::place_lifetime;
 use crate::sync::release::{NextTask, ReleaseJob};
 use crate::sync::verbs::Acquire;
 use crate::sync::wait::{NotYet, Waiter};
@@ -102,7 +102,7 @@ impl Lock {
         let (turn, subscription) = if matches!(ticket.place(), Place::Turn) {
             (ticket.into_turn(), None)
         } else {
-            match Box::pin(self.wait_for_turn(ticket, give_up_at)).await {
+            match Box::pin(self.line_wait().for_turn(ticket, give_up_at)).await {
                 Some(waited) => waited,
                 None => {
                     inner.metrics.timed_out();
@@ -299,95 +299,6 @@ impl Lock {
         )
     }
 
-    /// Waits in the client's local line until `ticket` has the turn, or `None` when
-    /// `give_up_at` passes first. Returns the turn with the lock's channel subscription if
-    /// it had to wait: kept for the wait in Redis, so that a busy line does not unsubscribe
-    /// and subscribe again at every hand-off.
-    ///
-    /// The first waiter watches the holder: it marks the holder lost (which gives up the
-    /// turn) when its lease runs out, and asks Redis about it when the client's core says
-    /// ([`LineWatch`]: after the hold's grace, once its subscription is confirmed, after
-    /// every message for the lock and every `max_wait_recheck`), so that a lock free in
-    /// Redis frees the line as soon as a waiter in another process would get it.
-    ///
-    /// A task waiting behind a hold it took itself (`lock()` twice without `scope`) waits
-    /// forever; the same state is legitimate when another future of the task holds it
-    /// (`join!`), so it cannot be refused. After [`SELF_WAIT_WARNING`] it is logged.
-    async fn wait_for_turn(
-        &self,
-        ticket: Ticket<Held>,
-        give_up_at: Option<Instant>,
-    ) -> Option<(Turn<Held>, Option<Subscription>)> {
-        // However the wait ends (the turn, the deadline, the acquisition dropped), the last
-        // task of a reported line takes the report back.
-        let report = LineReportBack {
-            lock: self,
-            ticket: &ticket,
-        };
-        let waited = self.turn_of(&ticket);
-        let watching = match give_up_at {
-            Some(at) => tokio::time::timeout_at(at, waited).await.ok()?,
-            None => waited.await,
-        };
-        drop(report);
-        Some((ticket.into_turn(), watching))
-    }
-
-    /// [`wait_for_turn`](Self::wait_for_turn) without a deadline: what the client's core
-    /// says to wait for ([`LineWatch`]), performed, until `ticket` has the turn. Returns
-    /// the subscription it kept.
-    async fn turn_of(&self, ticket: &Ticket<Held>) -> Option<Subscription> {
-        let inner = &self.client.inner;
-        let recheck = inner.settings.max_wait_recheck;
-        let mut watching: Option<Subscription> = None;
-        let mut watch = LineWatch::default();
-        let mut own_hold = SelfWait::new();
-        loop {
-            let holder = match ticket.place() {
-                Place::Turn => return watching,
-                Place::First => ticket.holder(),
-                Place::Behind => None,
-            };
-            // Every waiter in line holds a subscription to the client's wake channel, so
-            // that it stays subscribed from hand-off to hand-off while anyone waits.
-            let subscription =
-                watching.get_or_insert_with(|| inner.pubsub.watch_wake(&self.wake, &self.leave));
-            let seen = holder
-                .as_ref()
-                .map(|held| (Arc::as_ptr(held) as usize, held.acquired_at));
-            match (
-                watch.next(seen, Instant::now(), subscription.is_confirmed()),
-                holder,
-            ) {
-                (Watch::Check, Some(holder)) => self.check_holder(&holder, ticket).await,
-                (Watch::Until(at), _) => {
-                    tokio::select! {
-                        () = ticket.moved() => {}
-                        () = tokio::time::sleep_until(at) => {}
-                    }
-                }
-                (Watch::Confirming, Some(holder)) => {
-                    tokio::select! {
-                        () = ticket.moved() => {}
-                        _ = holder.wait_lost() => {}
-                        () = subscription.confirmed() => {}
-                        () = tokio::time::sleep(recheck) => self.check_holder(&holder, ticket).await,
-                    }
-                }
-                (Watch::Watching, Some(holder)) => {
-                    tokio::select! {
-                        () = ticket.moved() => {}
-                        _ = holder.wait_lost() => {}
-                        () = subscription.noticed() => self.check_holder(&holder, ticket).await,
-                        () = tokio::time::sleep(recheck) => self.check_holder(&holder, ticket).await,
-                        () = own_hold.warning(&self.name, &holder) => {}
-                    }
-                }
-                _ => ticket.moved().await,
-            }
-        }
-    }
-
     /// The guard of a hold that the owner `field` took of this lock in another
     /// primitive's script over the same hash layout (the multi-lock's same-slot script):
     /// renewed, released and lost like any hold of the lock.
@@ -434,6 +345,21 @@ impl Lock {
         })
     }
 
+    /// A wait in the client's local line for this lock (see `sync::line`).
+    fn line_wait(&self) -> LineWait<'_> {
+        let inner = &self.client.inner;
+        LineWait {
+            name: &self.name,
+            key: &self.keys.key,
+            wake: &self.wake,
+            leave: &self.leave,
+            report: self.keys.line_report(&inner.id_text),
+            backend: &inner.backend,
+            pubsub: &inner.pubsub,
+            recheck: inner.settings.max_wait_recheck,
+        }
+    }
+
     /// Who holds a hold of this lock taken by the owner `field`.
     fn hold_owner(&self, field: &Arc<str>) -> HoldOwner {
         HoldOwner {
@@ -442,59 +368,6 @@ impl Lock {
             renew_script: &scripts().renew,
             field: Arc::clone(field),
         }
-    }
-
-    /// Marks `holder` lost when Redis no longer has its hold.
-    ///
-    /// With the check goes the line's report for `inspect`: how many tasks of this client
-    /// wait in `ticket`'s line, which Redis' registry does not show (see
-    /// `LockKeys::line_report`). It lives three recheck intervals and a second unless a
-    /// check renews it, and the line's last task takes it back when it gets its turn.
-    async fn check_holder(&self, holder: &Held, ticket: &Ticket<Held>) {
-        if !holder.is_live() {
-            return;
-        }
-        let inner = &self.client.inner;
-        let mut exists = redis::cmd("HEXISTS");
-        exists.arg(&self.keys.key).arg(&*holder.field);
-        let (held, reported) = tokio::join!(
-            inner.backend.query::<bool>(&exists),
-            self.report_line(ticket.in_line())
-        );
-        if reported {
-            ticket.mark_reported();
-        }
-        if let Ok(false) = held {
-            holder.mark_lost(LossReason::NotHeldOnCheck);
-        }
-    }
-
-    /// Records that `tasks` tasks of this client wait in its line for the lock (see
-    /// [`check_holder`](Self::check_holder)); whether Redis took it.
-    async fn report_line(&self, tasks: usize) -> bool {
-        let inner = &self.client.inner;
-        let lifetime = place_lifetime(inner.settings.max_wait_recheck);
-        let report = redis::cmd("SET")
-            .arg(self.keys.line_report(&inner.id_text))
-            .arg(tasks)
-            .arg("PX")
-            .arg(lifetime.as_millis() as u64)
-            .clone();
-        inner.backend.query::<()>(&report).await.is_ok()
-    }
-
-    /// Takes this client's line report back, in the background: the line is empty. (Not
-    /// on a runtime, as when an acquisition is dropped outside one, the report expires.)
-    fn clear_line_report(&self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let backend = self.client.inner.backend.clone();
-        let mut clear = redis::cmd("DEL");
-        clear.arg(self.keys.line_report(&self.client.inner.id_text));
-        runtime.spawn(async move {
-            let _ = backend.query::<()>(&clear).await;
-        });
     }
 
     /// Whether the waiting owner `field` is still in the lock's waiter registry, once its
@@ -682,51 +555,3 @@ const REGISTERED_FLAG: RegisteredFlag = RegisteredFlag(4);
 /// The acquire script's argument that says how long the registry lives past the
 /// registration (`ARGV[4]`).
 const REGISTRY_LIFETIME: PlaceLifetime = PlaceLifetime(3);
-
-/// How long a task waits behind a hold it acquired itself before that is logged (see
-/// `Lock::wait_for_turn`).
-const SELF_WAIT_WARNING: Duration = Duration::from_secs(5);
-
-/// Takes a line's report back when a wait for the turn ends, by the turn or without it,
-/// and nobody else waits in the line (see `Lock::report_line`).
-struct LineReportBack<'a> {
-    lock: &'a Lock,
-    ticket: &'a Ticket<Held>,
-}
-
-impl Drop for LineReportBack<'_> {
-    fn drop(&mut self) {
-        if self.ticket.take_report_if_alone() {
-            self.lock.clear_line_report();
-        }
-    }
-}
-
-/// The warning for a task that waits in its line behind a hold it acquired itself, given
-/// once per wait.
-struct SelfWait {
-    at: Instant,
-    warned: bool,
-}
-
-impl SelfWait {
-    fn new() -> SelfWait {
-        SelfWait {
-            at: Instant::now() + SELF_WAIT_WARNING,
-            warned: false,
-        }
-    }
-
-    /// Completes once it has warned that this task waits behind `holder`, a hold it
-    /// acquired itself, since [`SELF_WAIT_WARNING`]; never when the hold is another
-    /// task's (outside any task, the body of `block_on`, both are `None`) or it warned
-    /// already.
-    async fn warning(&mut self, name: &str, holder: &Held) {
-        if self.warned || holder.acquired_in != tokio::task::try_id() {
-            return std::future::pending().await;
-        }
-        tokio::time::sleep_until(self.at).await;
-        self.warned = true;
-        tracing::warn!(lock = %name, "dlock: this task has waited {} for a lock it acquired itself and still holds; unless another future of the task (join!) releases it, this never ends. To take a lock again inside its own critical section, run that code in `guard.scope(...)`", humantime::format_duration(SELF_WAIT_WARNING));
-    }
-}

@@ -88,7 +88,7 @@ impl LockKeys {
     /// How many tasks of the client `client_id` wait in its local line for the lock,
     /// behind a task of their own client that holds it or waits in Redis, where the
     /// registry does not see them: `dlock:unlock:<key prefix>{tag}~<client id>:<name>`, a
-    /// string, in the key's slot, for `inspect` (see `Lock::report_line`).
+    /// string, in the key's slot, for `inspect` (see `sync::line`).
     pub(crate) fn line_report(&self, client_id: &str) -> String {
         format!("dlock:unlock:{}~{client_id}:{}", self.scope, self.name())
     }

@@ -73,7 +73,7 @@ struct Line<H> {
     named: Option<Arc<Offer>>,
     withdraw: OwnerRelease,
     /// Whether the line's length was reported to Redis for `inspect` since it was last
-    /// taken back (see `Lock::report_line`).
+    /// taken back (see `sync::line`).
     reported: bool,
 }
 

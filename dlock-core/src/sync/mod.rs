@@ -17,6 +17,8 @@
 //! place among the waiters) and its cleanup, in the foreground when an acquisition gives up
 //! and Redis answers, else in the background when the step is dropped; `held.rs`: one
 //! hold's state (deadline, lost or released, its local turn, when it was acquired);
+//! `line.rs`: a task's wait in the local line for its turn (the first task watches the
+//! holder as the core's `LineWatch` says, and reports the line's length for `inspect`);
 //! `local.rs`: the per-process first-come-first-served line per key, generic over the
 //! holder, the cohort bound (`protocol::LOCAL_RUN_BOUND`: at most 8 local hand-offs in a row while
 //! other clients wait, then the lock goes to them), and the lock a release gives to the
@@ -58,6 +60,7 @@ pub(crate) mod attempt;
 pub(crate) mod grant;
 pub(crate) mod heard;
 pub(crate) mod held;
+pub(crate) mod line;
 pub(crate) mod local;
 pub(crate) mod metrics;
 pub(crate) mod observe;
