@@ -153,6 +153,11 @@ pub struct Config {
     /// client none of whose owners waits may give its subscription up (it lingers a
     /// while in dlock); its next waiter subscribes again.
     pub cold: bool,
+    /// A holder of one lock may re-enter it once (an inner guard in its `scope`: the
+    /// acquire script with the re-entry's marker, answered `nil` or `notheld`), gives the
+    /// inner hold back (a `one` release with its memo), then releases its own. A cancel
+    /// may abandon the re-entry while its try is on its way: its `undo` follows.
+    pub reentries: bool,
     /// The client's side of the protocol as built; a mutation test turns a part off to
     /// show the explorer finds what it prevents.
     pub client: ClientRules,
@@ -186,6 +191,9 @@ pub struct ClientRules {
     /// channels (each try may register its owner with either lock), not on the first's
     /// alone.
     pub multi_listens_on_every_lock: bool,
+    /// A re-entry abandoned while its try was on its way is undone (`undo`: its hold
+    /// given back if its marker shows the try applied).
+    pub abandoned_reentry_undone: bool,
 }
 
 impl Default for ClientRules {
@@ -200,6 +208,7 @@ impl Default for ClientRules {
             moved_route_grant_is_tried: true,
             hold_counted_from_send: true,
             multi_listens_on_every_lock: true,
+            abandoned_reentry_undone: true,
         }
     }
 }
@@ -252,6 +261,7 @@ impl Default for Config {
             late_replies: 0,
             late_requests: 0,
             cold: false,
+            reentries: false,
             client: ClientRules::default(),
         }
     }
@@ -288,6 +298,13 @@ pub enum Request {
         lock: u8,
         mode: &'static str,
     },
+    /// `acquire.lua` of the client's one lock as a re-entry of the owner's hold, with
+    /// its marker.
+    Reenter { owner: u32 },
+    /// `release.lua` `one` of the owner's inner hold, with the memo a retry reads.
+    ReleaseInner { owner: u32, retried: bool },
+    /// `release.lua` `undo` of the owner's abandoned re-entry, by its marker.
+    Undo { owner: u32 },
     /// `ZSCORE` of the owner in `lock`'s registry: whether a release passed it over
     /// while its client did not listen yet (`Lock::still_registered`).
     Check { owner: u32, lock: u8 },
@@ -449,6 +466,30 @@ pub struct Client {
     pub released: Vec<(u32, u8, &'static str)>,
     /// Whether it listens on its wake channel (see [`Config::cold`]).
     pub listening: Listening,
+    /// Where each owner's re-entry is (see [`Config::reentries`]).
+    pub inner: Vec<Inner>,
+}
+
+/// Where a holder's re-entry of its lock is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Inner {
+    /// Not made (yet).
+    None,
+    /// Its try is on its way.
+    Entering,
+    /// It holds; its release is on its way.
+    Releasing,
+    /// Given back, or never held (the outer hold was gone): the outer guard may release.
+    Done,
+    /// Abandoned while its try was on its way; its `undo` follows it.
+    Abandoned,
+}
+
+impl Inner {
+    /// Whether the inner guard's scope is still running: the outer guard releases after.
+    fn running(self) -> bool {
+        matches!(self, Inner::Entering | Inner::Releasing)
+    }
 }
 
 /// Where a client's subscription to its wake channel is.
@@ -478,6 +519,12 @@ pub enum Event {
     /// Owner `o` of client `c`, waiting in Redis or in its local line, gives up (a
     /// timeout, a dropped future).
     Cancel(usize, usize),
+    /// Owner `o` of client `c`, holding its lock, re-enters it (see
+    /// [`Config::reentries`]).
+    Reenter(usize, usize),
+    /// Owner `o` of client `c` abandons its re-entry while the try is on its way (a
+    /// timeout, a dropped future).
+    AbandonReentry(usize, usize),
     /// Client `c`'s process dies.
     Crash(usize),
     /// Client `c`'s process freezes with its connections open.
@@ -601,6 +648,7 @@ impl World {
                         true => Listening::No,
                         false => Listening::Yes,
                     },
+                    inner: vec![Inner::None; config.acquisitions],
                 })
                 .collect(),
             cancels: config.cancels,
@@ -633,6 +681,11 @@ impl World {
     /// The owner field of client `c`'s acquisition `o`.
     pub fn field(c: usize, o: u32) -> String {
         format!("c{c}:{o}")
+    }
+
+    /// The marker of the re-entry of client `c`'s acquisition `o`.
+    fn marker(c: usize, o: u32) -> String {
+        format!("dlock:release:{{l}}:{}:acq:1", World::field(c, o))
     }
 
     fn network_busy(&self) -> bool {
@@ -672,6 +725,29 @@ impl World {
                         Owner::Waiting { .. } | Owner::Trying { .. } | Owner::Lined
                     ) {
                         events.push(Event::Cancel(c, o));
+                    }
+                }
+            }
+            // (A multi-lock's re-entry is not modelled.)
+            if config.reentries && config.takes(c) != Takes::Both {
+                for (o, owner) in client.owners.iter().enumerate() {
+                    let now = self.now_ms();
+                    match (owner, client.inner[o]) {
+                        (
+                            Owner::Holding {
+                                extending: false,
+                                deadline_ms,
+                                release_at_ms,
+                                ..
+                            },
+                            Inner::None,
+                        ) if *deadline_ms > now && *release_at_ms > now => {
+                            events.push(Event::Reenter(c, o))
+                        }
+                        (_, Inner::Entering) if self.cancels > 0 => {
+                            events.push(Event::AbandonReentry(c, o))
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -835,6 +911,14 @@ impl World {
                             registered: true,
                         })
                     }
+                    // An abandoned re-entry is not sent again: its undo follows it.
+                    Request::Reenter { owner } => (self.clients[c].inner[owner as usize]
+                        == Inner::Entering)
+                        .then_some(Request::Reenter { owner }),
+                    Request::ReleaseInner { owner, .. } => Some(Request::ReleaseInner {
+                        owner,
+                        retried: true,
+                    }),
                     Request::Release {
                         owner,
                         lock,
@@ -896,6 +980,17 @@ impl World {
                         self.send(c, Request::release(o as u32, lock, "withdraw"));
                     }
                     self.pass_turn(c, o);
+                }
+            }
+            Event::Reenter(c, o) => {
+                self.clients[c].inner[o] = Inner::Entering;
+                self.send(c, Request::Reenter { owner: o as u32 });
+            }
+            Event::AbandonReentry(c, o) => {
+                self.cancels -= 1;
+                self.clients[c].inner[o] = Inner::Abandoned;
+                if config.client.abandoned_reentry_undone {
+                    self.send(c, Request::Undo { owner: o as u32 });
                 }
             }
             Event::Crash(c) | Event::Freeze(c) => {
@@ -1287,6 +1382,49 @@ impl World {
                 ];
                 ("lock_release", keys, args)
             }
+            Request::Reenter { owner } => {
+                let keys = [KEYS[one], FENCE, REGISTRIES[one], NAPS[one]].map(s);
+                let mut keys = keys.to_vec();
+                keys.push(World::marker(c, *owner));
+                // Lease 0: the re-entry lives on its outer hold's explicit lease.
+                let args = [
+                    "0",
+                    &World::field(c, *owner),
+                    "1",
+                    "0",
+                    "0",
+                    "publish",
+                    "5000",
+                ]
+                .map(s);
+                ("lock_acquire", keys, args.to_vec())
+            }
+            Request::ReleaseInner { owner, retried } => {
+                let memo = format!("dlock:release:{{l}}:{}:1", World::field(c, *owner));
+                let keys = [KEYS[one], REGISTRIES[one], &memo, NAPS[one], FENCE].map(s);
+                let args = [
+                    World::field(c, *owner),
+                    s("one"),
+                    s("5000"),
+                    s("publish"),
+                    GRANT_MS.to_string(),
+                    s(if *retried { "1" } else { "0" }),
+                ];
+                ("lock_release", keys.to_vec(), args.to_vec())
+            }
+            Request::Undo { owner } => {
+                let marker = World::marker(c, *owner);
+                let keys = [KEYS[one], REGISTRIES[one], &marker, NAPS[one], FENCE].map(s);
+                let args = [
+                    World::field(c, *owner),
+                    s("undo"),
+                    s("5000"),
+                    s("publish"),
+                    GRANT_MS.to_string(),
+                    s("0"),
+                ];
+                ("lock_release", keys.to_vec(), args.to_vec())
+            }
             Request::HoldUntil { owner, ms } => (
                 "lock_hold_until",
                 vec![s(KEYS[one]), s(REGISTRIES[one]), s(NAPS[one])],
@@ -1435,6 +1573,18 @@ impl World {
                 ..
             } => {
                 let o = owner as usize;
+                // A guard's release gives back the owner's last hold (every inner guard
+                // gave its own back first): nothing of the owner's may stay.
+                // (Unless a force unlock or a failover took the lock from it: what Redis
+                // has of it then is not its guards' to count.)
+                if let ("one", Reply::Int(left @ 1..)) = (mode, &reply)
+                    && !self.forced.contains(&World::field(c, owner))
+                {
+                    return Err(format!(
+                        "{}'s last guard was released with {left} holds left in Redis",
+                        World::field(c, owner)
+                    ));
+                }
                 if !config.client.release_logged_when_sent {
                     self.log_release(c, &request);
                 }
@@ -1451,6 +1601,39 @@ impl World {
                     self.released(c, o, next, &reply, sent_ms, config);
                 }
             }
+            Request::Reenter { owner } => {
+                let o = owner as usize;
+                if self.clients[c].inner[o] != Inner::Entering {
+                    // Abandoned meanwhile: its undo follows the try.
+                    return Ok(());
+                }
+                match reply {
+                    // It holds once more; its scope ends and gives the inner hold back.
+                    Reply::Nil => {
+                        self.clients[c].inner[o] = Inner::Releasing;
+                        let release = Request::ReleaseInner {
+                            owner,
+                            retried: false,
+                        };
+                        self.send(c, release);
+                    }
+                    // The outer hold is gone: the guard learns it is lost.
+                    Reply::Bulk(word) | Reply::Status(word) if word == "notheld" => {
+                        self.clients[c].inner[o] = Inner::Done;
+                        if let Owner::Holding { deadline_ms, .. } = &mut self.clients[c].owners[o] {
+                            *deadline_ms = (*deadline_ms).min(now);
+                        }
+                        self.pass_turn(c, o);
+                        self.release_if_due(c, o, config);
+                    }
+                    other => return Err(format!("unexpected re-entry answer {other:?}")),
+                }
+            }
+            Request::ReleaseInner { owner, .. } => {
+                self.clients[c].inner[owner as usize] = Inner::Done;
+                self.release_if_due(c, owner as usize, config);
+            }
+            Request::Undo { .. } => {}
             Request::HoldUntil { owner, .. } => {
                 let o = owner as usize;
                 if self.clients[c].owners[o] == Owner::Releasing {
@@ -1677,43 +1860,63 @@ impl World {
                         if deadline_ms <= now {
                             self.pass_turn(c, o);
                         }
-                        if release_at_ms > now {
-                            continue;
-                        }
-                        self.clients[c].owners[o] = Owner::Releasing;
-                        // The release names the next in line while its hold has the turn.
-                        let client = &self.clients[c];
-                        let next = match client.turn == Some(o as u32) {
-                            true => self.next_in_line(c).map(|n| n as u32),
-                            false => None,
-                        };
-                        let keep = protocol::may_keep(client.run);
-                        if config.min_holds_ms[c % 4] > 0 {
-                            let ms = config.min_holds_ms[c % 4];
-                            let request = Request::HoldUntil {
-                                owner: o as u32,
-                                ms,
-                            };
-                            self.send(c, request);
-                            continue;
-                        }
-                        for &lock in config.takes(c).locks() {
-                            self.send(
-                                c,
-                                Request::Release {
-                                    owner: o as u32,
-                                    lock,
-                                    mode: "one",
-                                    next,
-                                    keep,
-                                    retried: false,
-                                },
-                            );
+                        if release_at_ms <= now {
+                            self.release_hold(c, o, config);
                         }
                     }
                     _ => {}
                 }
             }
+        }
+    }
+
+    /// Owner `o` of client `c`, whose hold's time is up, releases it: once its inner
+    /// guard's scope ended (see [`Config::reentries`]), with `hold until` under a minimum
+    /// hold, naming the next in line while its hold has the turn.
+    fn release_hold(&mut self, c: usize, o: usize, config: &Config) {
+        if !matches!(self.clients[c].owners[o], Owner::Holding { .. })
+            || self.clients[c].inner[o].running()
+        {
+            return;
+        }
+        self.clients[c].owners[o] = Owner::Releasing;
+        let client = &self.clients[c];
+        let next = match client.turn == Some(o as u32) {
+            true => self.next_in_line(c).map(|n| n as u32),
+            false => None,
+        };
+        let keep = protocol::may_keep(client.run);
+        if config.min_holds_ms[c % 4] > 0 {
+            let ms = config.min_holds_ms[c % 4];
+            let request = Request::HoldUntil {
+                owner: o as u32,
+                ms,
+            };
+            self.send(c, request);
+            return;
+        }
+        for &lock in config.takes(c).locks() {
+            self.send(
+                c,
+                Request::Release {
+                    owner: o as u32,
+                    lock,
+                    mode: "one",
+                    next,
+                    keep,
+                    retried: false,
+                },
+            );
+        }
+    }
+
+    /// Owner `o` of client `c` releases now if its hold's time is up: it waited for its
+    /// inner guard's scope to end.
+    fn release_if_due(&mut self, c: usize, o: usize, config: &Config) {
+        if let Owner::Holding { release_at_ms, .. } = self.clients[c].owners[o]
+            && release_at_ms <= self.now_ms()
+        {
+            self.release_hold(c, o, config);
         }
     }
 

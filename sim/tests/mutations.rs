@@ -281,3 +281,57 @@ fn a_multi_lock_deaf_to_its_second_lock() {
         &Scripts::dlock(|_, code| code),
     );
 }
+
+/// A retried re-entry that adds a second hold: its marker unread, the owner's last guard
+/// leaves a hold behind.
+#[test]
+fn a_retried_reentry_that_counts_twice() {
+    let scripts = mutated(&[(
+        "lock_acquire",
+        "if redis.call('exists', KEYS[5]) == 0 then",
+        "if true then",
+    )]);
+    found("a retried re-entry", &worlds::reentry(), &scripts);
+}
+
+/// A retried release of a re-entered hold that gives back a second hold: its memo unread,
+/// the lock is freed under its outer guard.
+#[test]
+fn a_retried_inner_release_that_counts_twice() {
+    let scripts = mutated(&[(
+        "lock_release",
+        "elseif mode == 'one' and ARGV[6] ~= '0' then",
+        "elseif false then",
+    )]);
+    found("a retried inner release", &worlds::reentry(), &scripts);
+}
+
+/// A retried undo that gives back a second hold: its marker's deletion unread, the lock is
+/// freed under its outer guard.
+#[test]
+fn a_retried_undo_that_counts_twice() {
+    let scripts = mutated(&[(
+        "lock_release",
+        "if redis.call('del', KEYS[3]) == 0 then",
+        "if redis.call('del', KEYS[3]) < 0 then",
+    )]);
+    found("a retried undo", &worlds::reentry(), &scripts);
+}
+
+/// A re-entry abandoned while its try was on its way, never undone: the owner's last
+/// guard leaves the hold the try added.
+#[test]
+fn an_abandoned_reentry_that_is_not_undone() {
+    let config = Config {
+        client: ClientRules {
+            abandoned_reentry_undone: false,
+            ..ClientRules::default()
+        },
+        ..worlds::reentry()
+    };
+    found(
+        "an abandoned re-entry",
+        &config,
+        &Scripts::dlock(|_, code| code),
+    );
+}

@@ -135,6 +135,11 @@ fn lost_replies_and_a_force_unlock() {
 }
 
 #[test]
+fn reentries_with_a_lost_reply_and_an_abandoned_reentry() {
+    explore(worlds::reentry(), 1_000_000);
+}
+
+#[test]
 fn min_hold_with_late_messages() {
     explore(
         Config {
@@ -400,7 +405,8 @@ fn late_requests() {
 /// 999 seeded random walks of 3 clients × 3 acquisitions with every fault (2 cancels, a
 /// crash, a freeze, 3 late messages, a force unlock, 2 lost and 2 late replies, 2 late
 /// requests, a failover
-/// that keeps every write and one that loses the last script run's); `lined`: each
+/// that keeps every write and one that loses the last script run's), each holder
+/// re-entering its lock once; `lined`: each
 /// client's acquisitions at once in its local line; `cold`: clients that subscribe when
 /// they first wait. Optimised, a thousand walks take about as long as 300 did
 /// unoptimised; `DLOCK_SIM_FULL=1` walks 20,000 seeds.
@@ -408,6 +414,7 @@ fn random_walks_with(lined: bool, cold: bool) {
     random_walks_of(Config {
         lined,
         cold,
+        reentries: true,
         ..Config::default()
     });
 }

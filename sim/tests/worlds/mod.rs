@@ -179,3 +179,16 @@ pub fn multi_crash() -> Config {
         ..multi()
     }
 }
+
+/// Two clients whose holders re-enter the lock once each (an inner guard given back
+/// before the outer), a reply lost with its connection (the request sent again) and a
+/// re-entry abandoned while its try is on its way.
+pub fn reentry() -> Config {
+    Config {
+        clients: 2,
+        reentries: true,
+        lost_replies: 1,
+        cancels: 1,
+        ..Config::default()
+    }
+}
