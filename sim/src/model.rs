@@ -194,6 +194,10 @@ pub struct ClientRules {
     /// A re-entry abandoned while its try was on its way is undone (`undo`: its hold
     /// given back if its marker shows the try applied).
     pub abandoned_reentry_undone: bool,
+    /// A cleanup (a withdraw, an undo) goes into the release log as it is sent, like a
+    /// guard's release, whether the acquisition that gave up sends it or the background
+    /// does (`TryStep::give_up` records it).
+    pub cleanups_logged: bool,
 }
 
 impl Default for ClientRules {
@@ -209,6 +213,7 @@ impl Default for ClientRules {
             hold_counted_from_send: true,
             multi_listens_on_every_lock: true,
             abandoned_reentry_undone: true,
+            cleanups_logged: true,
         }
     }
 }
@@ -290,14 +295,10 @@ pub enum Request {
     },
     /// `hold_until.lua`, keeping the lock `ms` more.
     HoldUntil { owner: u32, ms: u64 },
-    /// A release the client made, sent again on a new master after a failover (as a
-    /// retry: an earlier send applied it, at least on the old master); its reply changes
-    /// nothing in the client.
-    Replay {
-        owner: u32,
-        lock: u8,
-        mode: &'static str,
-    },
+    /// A release the client made (a guard's or a cleanup's), sent again on a new master
+    /// after a failover (as a retry: an earlier send applied it, at least on the old
+    /// master); its reply changes nothing in the client.
+    Replay(Box<Request>),
     /// `acquire.lua` of the client's one lock as a re-entry of the owner's hold, with
     /// its marker.
     Reenter { owner: u32 },
@@ -461,9 +462,9 @@ pub struct Client {
     pub route: u32,
     /// Its route when each owner's acquisition first sent.
     pub first_routes: Vec<u32>,
-    /// The releases it sent (owner, lock, mode), which it sends again after a failover
-    /// (kept only while a failover may still come).
-    pub released: Vec<(u32, u8, &'static str)>,
+    /// The releases it sent (a guard's, a cleanup's), which it sends again after a
+    /// failover (kept only while a failover may still come).
+    pub released: Vec<Request>,
     /// Whether it listens on its wake channel (see [`Config::cold`]).
     pub listening: Listening,
     /// Where each owner's re-entry is (see [`Config::reentries`]).
@@ -875,7 +876,7 @@ impl World {
                 let (request, sent_ms) = self.clients[c].requests.pop_front().expect("a request");
                 self.replicate();
                 if config.client.release_logged_when_sent {
-                    self.log_release(c, &request);
+                    self.log_release(c, &request, config);
                 }
                 let reply = self.execute(c, &request, config, scripts);
                 self.deliver_published();
@@ -1138,13 +1139,18 @@ impl World {
 
     /// Puts `request`, when it is a release, into client `c`'s release log, while a
     /// failover may still come.
-    fn log_release(&mut self, c: usize, request: &Request) {
-        if let Request::Release {
-            owner, lock, mode, ..
-        } = *request
-            && self.failovers + self.lossy_failovers > 0
-        {
-            self.clients[c].released.push((owner, lock, mode));
+    fn log_release(&mut self, c: usize, request: &Request, config: &Config) {
+        if self.failovers + self.lossy_failovers == 0 {
+            return;
+        }
+        let logged = match request {
+            Request::Release { mode, .. } => *mode != "withdraw" || config.client.cleanups_logged,
+            Request::ReleaseInner { .. } => true,
+            Request::Undo { .. } => config.client.cleanups_logged,
+            _ => false,
+        };
+        if logged {
+            self.clients[c].released.push(request.clone());
         }
     }
 
@@ -1247,7 +1253,7 @@ impl World {
             let replays = client
                 .released
                 .iter()
-                .map(|&(owner, lock, mode)| (Request::Replay { owner, lock, mode }, now));
+                .map(|release| (Request::Replay(Box::new(release.clone())), now));
             client.requests.extend(replays);
             if last {
                 client.released.clear();
@@ -1343,19 +1349,36 @@ impl World {
                     s("publish"),
                 ],
             ),
-            Request::Release { .. } | Request::Replay { .. } => {
-                let (owner, lock, mode, next, keep, retried) = match request {
+            // Sent again as a retry, naming no next task.
+            Request::Replay(release) => {
+                let retry = match **release {
                     Request::Release {
+                        owner, lock, mode, ..
+                    } => Request::Release {
                         owner,
                         lock,
                         mode,
-                        next,
-                        keep,
-                        retried,
-                    } => (owner, lock, mode, *next, *keep, *retried),
-                    Request::Replay { owner, lock, mode } => (owner, lock, mode, None, false, true),
-                    _ => unreachable!("a release"),
+                        next: None,
+                        keep: false,
+                        retried: true,
+                    },
+                    Request::ReleaseInner { owner, .. } => Request::ReleaseInner {
+                        owner,
+                        retried: true,
+                    },
+                    ref other => other.clone(),
                 };
+                return self.execute(c, &retry, config, scripts);
+            }
+            Request::Release {
+                owner,
+                lock,
+                mode,
+                next,
+                keep,
+                retried,
+            } => {
+                let (next, keep, retried) = (*next, *keep, *retried);
                 let lock = usize::from(*lock);
                 let mut args = vec![
                     World::field(c, *owner),
@@ -1553,7 +1576,11 @@ impl World {
                     }
                 }
             }
-            Request::Replay { owner, lock, .. } => self.pass_on(c, owner, lock, &reply, config),
+            Request::Replay(release) => {
+                if let Request::Release { owner, lock, .. } = *release {
+                    self.pass_on(c, owner, lock, &reply, config);
+                }
+            }
             Request::Check { owner, .. } => {
                 let o = owner as usize;
                 let Owner::Waiting { wait, .. } = self.clients[c].owners[o] else {
@@ -1586,7 +1613,7 @@ impl World {
                     ));
                 }
                 if !config.client.release_logged_when_sent {
-                    self.log_release(c, &request);
+                    self.log_release(c, &request, config);
                 }
                 self.pass_on(c, owner, lock, &reply, config);
                 // A multi-lock's guard is given back once its last lock's release is

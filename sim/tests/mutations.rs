@@ -335,3 +335,21 @@ fn an_abandoned_reentry_that_is_not_undone() {
         &Scripts::dlock(|_, code| code),
     );
 }
+
+/// A cleanup sent by an acquisition that gave up, not put into the release log: a
+/// failover that loses it leaves what it gave back (a re-entry's hold) to its lease.
+#[test]
+fn a_cleanup_left_out_of_the_release_log() {
+    let config = Config {
+        client: ClientRules {
+            cleanups_logged: false,
+            ..ClientRules::default()
+        },
+        ..worlds::lost_cleanup()
+    };
+    found(
+        "a cleanup left out of the release log",
+        &config,
+        &Scripts::dlock(|_, code| code),
+    );
+}

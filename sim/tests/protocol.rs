@@ -140,6 +140,11 @@ fn reentries_with_a_lost_reply_and_an_abandoned_reentry() {
 }
 
 #[test]
+fn an_abandoned_reentry_through_a_failover_that_loses_the_last_writes() {
+    explore(worlds::lost_cleanup(), 1_000_000);
+}
+
+#[test]
 fn min_hold_with_late_messages() {
     explore(
         Config {

@@ -394,6 +394,10 @@ impl Host for ClientInner {
     fn release_in_background(&self, job: ReleaseJob) {
         ClientInner::release_in_background(self, job);
     }
+
+    fn record_release(&self, job: &ReleaseJob) {
+        self.release_log.record(job);
+    }
 }
 
 impl LockClient {

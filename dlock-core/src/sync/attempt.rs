@@ -47,6 +47,10 @@ pub(crate) trait Host: Sync {
     fn release_timing(&self) -> ReleaseTiming;
     /// Sends `job` to the client's background releases (never blocks, works anywhere).
     fn release_in_background(&self, job: ReleaseJob);
+    /// Remembers `job`, about to be sent, for a replay on a new master (see
+    /// `release::ReleaseLog`): a cleanup a failover loses is sent again like a guard's
+    /// release, or what it gives back stays until its lease ends.
+    fn record_release(&self, job: &ReleaseJob);
 }
 
 /// How long an acquisition that gives up (timed out, failed) may spend cleaning up before
@@ -448,6 +452,9 @@ impl<'a, C: Fn(&str) -> Vec<ReleaseJob>> TryStep<'a, C> {
         let mut timing = host.release_timing();
         timing.retry.attempts = 0;
         let jobs = (self.cleanup)(&self.owner);
+        for job in &jobs {
+            host.record_release(job);
+        }
         let cleanups = jobs
             .iter()
             .map(|job| release::release(backend, timing, job, NextInLine::NONE, Sending::First));

@@ -587,8 +587,9 @@ pub(crate) fn replay_window(memo_ttl: Duration) -> Duration {
 /// At most this many releases are remembered; the oldest go first.
 const REPLAY_CAPACITY: usize = 65_536;
 
-/// Recent whole-owner releases, kept only where the master can move under the client
-/// (Sentinel): see [`replay_after_failover`].
+/// Recent releases, a guard's and a cleanup's alike (a withdraw, a re-entry's undo,
+/// sent by the acquisition that gave up or from the background), kept only where the
+/// master can move under the client (Sentinel): see [`replay_after_failover`].
 pub(crate) struct ReleaseLog {
     /// `None` when the deployment cannot move its master: nothing is recorded.
     entries: Option<Mutex<VecDeque<(Instant, ReleaseJob)>>>,

@@ -192,3 +192,16 @@ pub fn reentry() -> Config {
         ..Config::default()
     }
 }
+
+/// Two clients whose holders re-enter the lock once each, a re-entry abandoned while its
+/// try is on its way, and a failover to a replica that missed the last script run's
+/// writes: the abandoned re-entry's `undo` among them.
+pub fn lost_cleanup() -> Config {
+    Config {
+        clients: 2,
+        reentries: true,
+        cancels: 1,
+        lossy_failovers: 1,
+        ..Config::default()
+    }
+}
