@@ -306,6 +306,9 @@ pub enum Request {
     ReleaseInner { owner: u32, retried: bool },
     /// `release.lua` `undo` of the owner's abandoned re-entry, by its marker.
     Undo { owner: u32 },
+    /// `release.lua` `leave` of `lock`, sent by a release call whose hand-off left waiters
+    /// untold, as part of that call (`sync::release::pass_on`): not in the release log.
+    PassOn { owner: u32, lock: u8 },
     /// `ZSCORE` of the owner in `lock`'s registry: whether a release passed it over
     /// while its client did not listen yet (`Lock::still_registered`).
     Check { owner: u32, lock: u8 },
@@ -1133,7 +1136,7 @@ impl World {
     /// untold: the owner's `leave` of that lock, which goes on.
     fn pass_on(&mut self, c: usize, owner: u32, lock: u8, reply: &Reply, config: &Config) {
         if config.client.untold_passed_on && untold(reply) {
-            self.send(c, Request::release(owner, lock, "leave"));
+            self.send(c, Request::PassOn { owner, lock });
         }
     }
 
@@ -1349,6 +1352,10 @@ impl World {
                     s("publish"),
                 ],
             ),
+            Request::PassOn { owner, lock } => {
+                let leave = Request::release(*owner, *lock, "leave");
+                return self.execute(c, &leave, config, scripts);
+            }
             // Sent again as a retry, naming no next task.
             Request::Replay(release) => {
                 let retry = match **release {
@@ -1581,6 +1588,7 @@ impl World {
                     self.pass_on(c, owner, lock, &reply, config);
                 }
             }
+            Request::PassOn { owner, lock } => self.pass_on(c, owner, lock, &reply, config),
             Request::Check { owner, .. } => {
                 let o = owner as usize;
                 let Owner::Waiting { wait, .. } = self.clients[c].owners[o] else {
