@@ -1,7 +1,7 @@
 //! The world the explorer moves: two locks in one slot of the simulated Redis, clients
 //! that each take one of them a few times with fresh owners (one after another, or at once
 //! in the client's local line) or both at once with the same-slot multi-lock's script,
-//! the network between them, and the faults the run may still inject. Each client decides with dlock's own sans-IO core where the client has
+//! re-entering what they hold, the network between them, and the faults the run may still inject. Each client decides with dlock's own sans-IO core where the client has
 //! one (`dlock::protocol`: a message's reading, asks, a grant's take-up, the cohort bound)
 //! and as dlock's client does elsewhere (docs/PROTOCOL.md, "Where an owner is in its
 //! client"); the scripts decide in Redis.
@@ -153,10 +153,11 @@ pub struct Config {
     /// client none of whose owners waits may give its subscription up (it lingers a
     /// while in dlock); its next waiter subscribes again.
     pub cold: bool,
-    /// A holder of one lock may re-enter it once (an inner guard in its `scope`: the
-    /// acquire script with the re-entry's marker, answered `nil` or `notheld`), gives the
-    /// inner hold back (a `one` release with its memo), then releases its own. A cancel
-    /// may abandon the re-entry while its try is on its way: its `undo` follows.
+    /// A holder may re-enter its lock once (a multi-lock's holder, its first lock: an
+    /// inner guard in its `scope`, the acquire script with the re-entry's marker, answered
+    /// `nil` or `notheld`), gives the inner hold back (a `one` release with its memo),
+    /// then releases its own. A cancel may abandon the re-entry while its try is on its
+    /// way: its `undo` follows.
     pub reentries: bool,
     /// The client's side of the protocol as built; a mutation test turns a part off to
     /// show the explorer finds what it prevents.
@@ -732,8 +733,9 @@ impl World {
                     }
                 }
             }
-            // (A multi-lock's re-entry is not modelled.)
-            if config.reentries && config.takes(c) != Takes::Both {
+            // (A multi-lock's holder re-enters its first lock: a lock's re-entry inside the
+            // multi-lock's scope, of the hold the same-slot script wrote.)
+            if config.reentries {
                 for (o, owner) in client.owners.iter().enumerate() {
                     let now = self.now_ms();
                     match (owner, client.inner[o]) {

@@ -304,6 +304,11 @@ fn a_retried_inner_release_that_counts_twice() {
         "elseif false then",
     )]);
     found("a retried inner release", &worlds::reentry(), &scripts);
+    found(
+        "a retried inner release of a multi-lock's hold",
+        &worlds::multi_reentry(),
+        &scripts,
+    );
 }
 
 /// A retried undo that gives back a second hold: its marker's deletion unread, the lock is

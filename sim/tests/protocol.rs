@@ -305,6 +305,11 @@ mod multi_lock {
     }
 
     #[test]
+    fn with_reentries_a_lost_reply_and_an_abandoned_reentry() {
+        explore(worlds::multi_reentry(), 100_000);
+    }
+
+    #[test]
     fn through_failovers() {
         let two = Config {
             clients: 2,
@@ -471,6 +476,7 @@ fn random_walks_of_a_multi_lock() {
     for cold in [false, true] {
         random_walks_of(Config {
             cold,
+            reentries: true,
             ..worlds::multi()
         });
     }

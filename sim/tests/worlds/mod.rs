@@ -205,3 +205,16 @@ pub fn lost_cleanup() -> Config {
         ..Config::default()
     }
 }
+
+/// [`multi`]'s multi-lock beside a client of its first lock, every holder re-entering
+/// that lock once (the multi-lock a hold the same-slot script wrote), a lost reply and
+/// a re-entry abandoned.
+pub fn multi_reentry() -> Config {
+    Config {
+        clients: 2,
+        reentries: true,
+        lost_replies: 1,
+        cancels: 1,
+        ..multi()
+    }
+}
