@@ -739,9 +739,11 @@ impl World {
                 for (o, owner) in client.owners.iter().enumerate() {
                     let now = self.now_ms();
                     match (owner, client.inner[o]) {
+                        // (Also while a grant's extension is on its way: dlock sends
+                        // the re-entry's try at once, and its guard waits for the
+                        // extension's answer after.)
                         (
                             Owner::Holding {
-                                extending: false,
                                 deadline_ms,
                                 release_at_ms,
                                 ..
