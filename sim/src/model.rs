@@ -159,6 +159,12 @@ pub struct Config {
     /// then releases its own. A cancel may abandon the re-entry while its try is on its
     /// way: its `undo` follows.
     pub reentries: bool,
+    /// Client `c`'s holds have no explicit lease (client `c`: `watchdog[c % 4]`): its
+    /// `leases_ms` is the watchdog's timeout, and the watchdog renews each hold
+    /// (`renew.lua`, a multi-lock's locks in one call) a third of it after the send of
+    /// the call that took or last renewed it, until its release; a renewal that finds
+    /// the hold gone loses it, and a hold past its deadline is never renewed.
+    pub watchdog: [bool; 4],
     /// The client's side of the protocol as built; a mutation test turns a part off to
     /// show the explorer finds what it prevents.
     pub client: ClientRules,
@@ -268,6 +274,7 @@ impl Default for Config {
             late_requests: 0,
             cold: false,
             reentries: false,
+            watchdog: [false; 4],
             client: ClientRules::default(),
         }
     }
@@ -310,6 +317,8 @@ pub enum Request {
     /// `release.lua` `leave` of `lock`, sent by a release call whose hand-off left waiters
     /// untold, as part of that call (`sync::release::pass_on`): not in the release log.
     PassOn { owner: u32, lock: u8 },
+    /// `renew.lua` of the owner's holds (the watchdog's renewal).
+    Renew { owner: u32 },
     /// `ZSCORE` of the owner in `lock`'s registry: whether a release passed it over
     /// while its client did not listen yet (`Lock::still_registered`).
     Check { owner: u32, lock: u8 },
@@ -356,13 +365,16 @@ pub enum Owner {
         wait: Wait<Duration>,
     },
     /// It holds the lock as far as it knows, until `deadline_ms`; it releases at
-    /// `release_at_ms`; `token`: its fencing token (0 for a grant without one).
+    /// `release_at_ms`; `token`: its fencing token (0 for a grant without one); the
+    /// watchdog renews it at `renew_at_ms` (`None`: an explicit lease, a renewal on its
+    /// way, or a grant not extended yet).
     #[allow(missing_docs)]
     Holding {
         deadline_ms: u64,
         release_at_ms: u64,
         extending: bool,
         token: i64,
+        renew_at_ms: Option<u64>,
     },
     /// Its release is on its way.
     Releasing,
@@ -683,6 +695,12 @@ impl World {
         self.redis.now_ms() - self.server_ahead_ms
     }
 
+    /// Whether the lock hash `key` has a hold of client `c`'s acquisition `o`.
+    fn holds(&self, key: &str, c: usize, o: u32) -> bool {
+        matches!(self.redis.keys.get(key), Some(Value::Hash(hash))
+            if hash.contains_key(&World::field(c, o)))
+    }
+
     /// The owner field of client `c`'s acquisition `o`.
     pub fn field(c: usize, o: u32) -> String {
         format!("c{c}:{o}")
@@ -839,10 +857,14 @@ impl World {
                     Owner::Holding {
                         deadline_ms,
                         release_at_ms,
+                        renew_at_ms,
                         ..
                     } => {
                         at(*release_at_ms);
                         at(*deadline_ms);
+                        if let Some(renew_at) = renew_at_ms {
+                            at(*renew_at);
+                        }
                     }
                     _ => {}
                 }
@@ -885,7 +907,27 @@ impl World {
                 if config.client.release_logged_when_sent {
                     self.log_release(c, &request, config);
                 }
+                // What a renewal finds: it may answer "renewed" only where the owner holds.
+                let renewal = match request {
+                    Request::Renew { owner } => {
+                        let locks = config.takes(c).locks().iter();
+                        let held = locks.map(|&l| self.holds(KEYS[usize::from(l)], c, owner));
+                        Some((owner, held.collect::<Vec<_>>()))
+                    }
+                    _ => None,
+                };
                 let reply = self.execute(c, &request, config, scripts);
+                if let (Some((owner, held)), Reply::Array(items)) = (&renewal, &reply)
+                    && held
+                        .iter()
+                        .zip(items)
+                        .any(|(held, item)| !held && *item == Reply::Int(1))
+                {
+                    return Err(format!(
+                        "{}'s renewal answered renewed for a hold that was gone",
+                        World::field(c, *owner)
+                    ));
+                }
                 self.deliver_published();
                 if let (Request::HoldUntil { ms, .. }, Reply::Int(0)) = (&request, &reply) {
                     self.kept_until[usize::from(config.lock(c))] = self.now_ms() + ms;
@@ -1360,6 +1402,13 @@ impl World {
                 let leave = Request::release(*owner, *lock, "leave");
                 return self.execute(c, &leave, config, scripts);
             }
+            Request::Renew { owner } => {
+                let locks = config.takes(c).locks();
+                let keys = locks.iter().map(|&l| s(KEYS[usize::from(l)])).collect();
+                let mut args = vec![config.lease(c).to_string()];
+                args.extend(locks.iter().map(|_| World::field(c, *owner)));
+                ("lock_renew", keys, args)
+            }
             // Sent again as a retry, naming no next task.
             Request::Replay(release) => {
                 let retry = match **release {
@@ -1565,6 +1614,7 @@ impl World {
                 if let Owner::Holding {
                     deadline_ms,
                     extending,
+                    renew_at_ms,
                     ..
                 } = &mut self.clients[c].owners[o]
                     && *extending
@@ -1572,7 +1622,10 @@ impl World {
                     *extending = false;
                     match reply {
                         Reply::Int(1) => {
-                            *deadline_ms = (*deadline_ms).max(sent_ms + config.lease(c))
+                            *deadline_ms = (*deadline_ms).max(sent_ms + config.lease(c));
+                            if config.watchdog[c % 4] {
+                                *renew_at_ms = Some(sent_ms + config.lease(c) / 3);
+                            }
                         }
                         // Lost: the guard knows at once, and the owner leaves the
                         // waiters (a busy try after the grant may have registered it).
@@ -1668,6 +1721,31 @@ impl World {
                     other => return Err(format!("unexpected re-entry answer {other:?}")),
                 }
             }
+            Request::Renew { owner } => {
+                let o = owner as usize;
+                let renewed = matches!(&reply, Reply::Array(items)
+                    if items.iter().all(|item| *item == Reply::Int(1)));
+                let lease = config.lease(c);
+                if let Owner::Holding {
+                    deadline_ms,
+                    renew_at_ms,
+                    ..
+                } = &mut self.clients[c].owners[o]
+                    && *deadline_ms > now
+                {
+                    match renewed {
+                        true => {
+                            *deadline_ms = (*deadline_ms).max(sent_ms + lease);
+                            *renew_at_ms = Some(sent_ms + lease / 3);
+                        }
+                        // Gone: the guard is told it lost the lock.
+                        false => {
+                            *deadline_ms = now;
+                            self.pass_turn(c, o);
+                        }
+                    }
+                }
+            }
             Request::ReleaseInner { owner, .. } => {
                 self.clients[c].inner[owner as usize] = Inner::Done;
                 self.release_if_due(c, owner as usize, config);
@@ -1693,11 +1771,14 @@ impl World {
         token: i64,
         config: &Config,
     ) -> Result<(), String> {
+        // The hold counts from `deadline_ms - lease`: the send that took it.
+        let lease = config.lease(c);
         self.clients[c].owners[o] = Owner::Holding {
             deadline_ms,
             release_at_ms: self.now_ms() + config.holds_ms[c % 4],
             extending: false,
             token,
+            renew_at_ms: config.watchdog[c % 4].then(|| deadline_ms - lease + lease / 3),
         };
         Ok(())
     }
@@ -1789,6 +1870,7 @@ impl World {
             release_at_ms: self.now_ms() + config.holds_ms[c % 4],
             extending: true,
             token: 0,
+            renew_at_ms: None,
         };
         self.send(c, Request::Extend { owner: o as u32 });
     }
@@ -1893,14 +1975,26 @@ impl World {
                     Owner::Holding {
                         deadline_ms,
                         release_at_ms,
+                        renew_at_ms,
                         ..
-                    } if deadline_ms <= now || release_at_ms <= now => {
+                    } if deadline_ms <= now
+                        || release_at_ms <= now
+                        || renew_at_ms.is_some_and(|at| at <= now) =>
+                    {
                         // A hold past its deadline is lost: its turn goes on.
                         if deadline_ms <= now {
                             self.pass_turn(c, o);
                         }
                         if release_at_ms <= now {
                             self.release_hold(c, o, config);
+                        } else if renew_at_ms.is_some_and(|at| at <= now) && deadline_ms > now {
+                            // The watchdog's renewal; never of a hold past its deadline.
+                            if let Owner::Holding { renew_at_ms, .. } =
+                                &mut self.clients[c].owners[o]
+                            {
+                                *renew_at_ms = None;
+                            }
+                            self.send(c, Request::Renew { owner: o as u32 });
                         }
                     }
                     _ => {}

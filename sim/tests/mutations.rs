@@ -358,3 +358,15 @@ fn a_cleanup_left_out_of_the_release_log() {
         &Scripts::dlock(|_, code| code),
     );
 }
+
+/// A renewal that answers "renewed" whatever the key holds: a force-unlocked holder's
+/// guard never learns it lost the lock.
+#[test]
+fn a_renewal_of_a_hold_that_is_gone() {
+    let scripts = mutated(&[("lock_renew", "elseif held == 1 then", "elseif true then")]);
+    found(
+        "a renewal of a hold that is gone",
+        &worlds::watchdog_forced(),
+        &scripts,
+    );
+}

@@ -144,6 +144,21 @@ fn an_abandoned_reentry_through_a_failover_that_loses_the_last_writes() {
     explore(worlds::lost_cleanup(), 1_000_000);
 }
 
+/// Holds the watchdog renews, with a lost reply, a late reply and a late request; and
+/// with a force unlock.
+#[test]
+fn watchdog_renewals_with_faults_and_a_force_unlock() {
+    let faults = Config {
+        force_unlocks: 0,
+        lost_replies: 1,
+        late_replies: 1,
+        late_requests: 1,
+        ..worlds::watchdog_forced()
+    };
+    explore(faults, 2_000_000);
+    explore(worlds::watchdog_forced(), 2_000_000);
+}
+
 #[test]
 fn min_hold_with_late_messages() {
     explore(
@@ -416,7 +431,8 @@ fn late_requests() {
 /// crash, a freeze, 3 late messages, a force unlock, 2 lost and 2 late replies, 2 late
 /// requests, a failover
 /// that keeps every write and one that loses the last script run's), each holder
-/// re-entering its lock once; `lined`: each
+/// re-entering its lock once, the second client's holds renewed by the watchdog;
+/// `lined`: each
 /// client's acquisitions at once in its local line; `cold`: clients that subscribe when
 /// they first wait. Optimised, a thousand walks take about as long as 300 did
 /// unoptimised; `DLOCK_SIM_FULL=1` walks 20,000 seeds.
@@ -436,6 +452,9 @@ fn random_walks_of(shape: Config) {
         clients: 3,
         acquisitions: 3,
         leases_ms: [300, 150, 60, 60],
+        // The second client's holds are renewed by the watchdog past their 150 ms.
+        watchdog: [false, true, false, false],
+        holds_ms: [50, 200, 50, 50],
         cancels: 2,
         crashes: 1,
         freezes: 1,

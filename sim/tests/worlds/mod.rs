@@ -218,3 +218,16 @@ pub fn multi_reentry() -> Config {
         ..multi()
     }
 }
+
+/// Two clients whose holds the watchdog renews (a 150 ms timeout, held 400 ms: three
+/// renewals each), and a force unlock: the holder's next renewal finds its hold gone.
+pub fn watchdog_forced() -> Config {
+    Config {
+        clients: 2,
+        watchdog: [true; 4],
+        leases_ms: [150; 4],
+        holds_ms: [400; 4],
+        force_unlocks: 1,
+        ..Config::default()
+    }
+}
