@@ -119,7 +119,8 @@ enum Outcome {
     Given(Given),
     /// It did not (the lock went elsewhere, or was not freed).
     NotGiven,
-    /// Unknown: the turn ended without an answer (the unlock failed or was cancelled).
+    /// Unknown: the turn ended without an answer (the unlock failed or was cancelled),
+    /// or the answer gave the lock but the replicas did not confirm it (`replica_acks`).
     Unknown,
 }
 
@@ -426,7 +427,8 @@ impl<H> Turn<H> {
 
     /// Records where the release of the turn's hold, sent at `sent_at`, put the lock,
     /// before the turn passes on: given to the task it named (which holds it now, or
-    /// gets it given back if it left), or gone to anyone or to another client.
+    /// gets it given back if it left), maybe given to it (unconfirmed by the replicas:
+    /// as an unknown outcome), or gone to anyone or to another client.
     pub(crate) fn released(&self, next: NextHolder, sent_at: Instant) {
         let releases = &self.queues.releases;
         self.with_line(|line| {
@@ -440,6 +442,7 @@ impl<H> Turn<H> {
             line.run = protocol::run_after(line.run, kept);
             let outcome = match next {
                 NextHolder::ThisClient { fence, .. } => Outcome::Given(Given { sent_at, fence }),
+                NextHolder::Unconfirmed => Outcome::Unknown,
                 NextHolder::Anyone | NextHolder::Another => Outcome::NotGiven,
             };
             line.settle_named(outcome, releases);

@@ -49,6 +49,11 @@ pub(crate) enum NextHolder {
     /// The lock went to the longest-waiting live waiter (given to it); this client's next task, if any, finds it taken and waits in
     /// line behind the others.
     Another,
+    /// With `replica_acks`, the replicas did not confirm the release in time: it may have
+    /// given the lock to the client's next task, which does not count on it. A task still
+    /// waiting tries itself (its try finds the hold); one that stopped waiting gets it
+    /// given back.
+    Unconfirmed,
 }
 
 /// What a releasing client tells the lock's release script about its own waiting tasks,
@@ -345,7 +350,7 @@ async fn pass_on(
 /// A release that may give the lock to the client's next task, followed by `WAIT` for
 /// `acks` (see `Backend::invoke_replicated`): that task's hold counts only once the
 /// replicas confirmed it, as its own acquisition would. Unconfirmed, the task is not told
-/// ([`NextHolder::Anyone`]): it tries itself, and its confirmed try finds the hold.
+/// ([`NextHolder::Unconfirmed`]): it tries itself, and its confirmed try finds the hold.
 async fn confirmed(
     backend: &Backend,
     name: &str,
@@ -357,7 +362,7 @@ async fn confirmed(
         .invoke_replicated::<Reply>(name, invocation, acks, given)
         .await
     {
-        Err(CallError::NotReplicated { .. }) => Ok(Reply(0, NextHolder::Anyone, false)),
+        Err(CallError::NotReplicated { .. }) => Ok(Reply(0, NextHolder::Unconfirmed, false)),
         other => other,
     }
 }

@@ -440,3 +440,66 @@ async fn a_sequential_multi_locks_early_holds_are_renewed_with_replica_acks() {
         ),
     }
 }
+
+/// A release that gives the lock to the next task in its client's local line waits for the
+/// replica too; unconfirmed, the task does not count on it and tries itself. A task that
+/// stopped waiting while that release was on its way must get the hold given back, as for
+/// any release whose outcome it cannot know, or the lock stays held by an owner nobody
+/// has for the task's whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfirmed_local_grant_to_a_task_that_left_is_given_back() {
+    let set = RedisReplicaSet::start(1);
+    // A WAIT long enough that the waiting task surely left while it was pending.
+    let topology = Topology::master_replicas(set.master_url(), set.replica_urls());
+    let client = LockClient::builder()
+        .replica_acks(1, Duration::from_secs(1))
+        .connect_to(&topology)
+        .await
+        .unwrap();
+    let name = "acked:{line}";
+    let lease = Duration::from_secs(30);
+    let holder = client.lock(name).lock_with_lease(lease).await.unwrap();
+    let lock = client.lock(name);
+    let next = tokio::spawn(async move { lock.lock_with_lease(lease).await });
+    // The next task waits in the client's local line (the line reports it to `inspect`).
+    let lined = Instant::now();
+    loop {
+        let info = client.lock(name).inspect().await.unwrap();
+        if info.local_lines.iter().map(|line| line.tasks).sum::<u64>() == 1 {
+            break;
+        }
+        assert!(
+            lined.elapsed() < Duration::from_secs(5),
+            "the second task never showed in its line: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    set.cut_off_replicas();
+    let unlocking = tokio::spawn(holder.unlock());
+    // The release, naming the next task, is on its way and waits for the replica.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    next.abort();
+    assert!(next.await.unwrap_err().is_cancelled());
+    unlocking.await.unwrap().unwrap();
+
+    // The release gave the lock to the task that left (its hold is given back in the
+    // background once the release answered): the lock is free within a round trip or two.
+    let mut conn = set.master.connection();
+    let keys = LockKeys::new("", name);
+    let freed = keys::gone_within(&mut conn, &keys.key, Duration::from_secs(3)).await;
+    assert!(
+        freed.is_some(),
+        "the lock is still held by the task that left ({:?} of its {lease:?} lease left)",
+        Duration::from_millis(
+            redis::cmd("PTTL")
+                .arg(&keys.key)
+                .query::<u64>(&mut conn)
+                .unwrap_or(0)
+        )
+    );
+    println!(
+        "unconfirmed local grant: given back {:?} after the release",
+        freed.unwrap()
+    );
+}
