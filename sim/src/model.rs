@@ -35,6 +35,10 @@ pub const FENCE: &str = "dlock:fence:{l}";
 /// A grant's length, in ms (the client's [`protocol::GRANT`]).
 pub const GRANT_MS: u64 = protocol::GRANT.as_millis() as u64;
 
+/// How long a stalled client's commands do not reach Redis (see [`Config::stalls`]):
+/// longer than a watchdog's renewal period and than a short lease.
+pub const STALL_MS: u64 = 200;
+
 /// How late a delayed message arrives at most: a slow network's delivery, the round trip
 /// the liveness bound allows.
 pub const DELAY_MS: u64 = 10;
@@ -165,6 +169,18 @@ pub struct Config {
     /// the call that took or last renewed it, until its release; a renewal that finds
     /// the hold gone loses it, and a hold past its deadline is never renewed.
     pub watchdog: [bool; 4],
+    /// Every client runs with `replica_acks`: a try, a re-entry, a renewal and a release
+    /// that names a next task count only once the replica confirmed their writes (`WAIT`);
+    /// a grant is taken with a try. A confirmed write is on the replica, so a failover
+    /// that loses the last script run's writes takes no lock from a holder.
+    pub replica_acks: bool,
+    /// Confirmations that do not come in time (with `replica_acks`): the call's writes
+    /// are applied but not yet on the replica, and the client takes the call as not done
+    /// (`CallError::NotReplicated`).
+    pub unconfirmed: u8,
+    /// Stalls of a client's command connection (a network partition from Redis): its
+    /// requests reach Redis only [`STALL_MS`] later; its subscriber still hears.
+    pub stalls: u8,
     /// The client's side of the protocol as built; a mutation test turns a part off to
     /// show the explorer finds what it prevents.
     pub client: ClientRules,
@@ -205,6 +221,16 @@ pub struct ClientRules {
     /// guard's release, whether the acquisition that gave up sends it or the background
     /// does (`TryStep::give_up` records it).
     pub cleanups_logged: bool,
+    /// With `replica_acks`, a try's grant counts only once the replica confirmed it
+    /// (`TryStep::replicated`).
+    pub tries_wait_for_replicas: bool,
+    /// With `replica_acks`, a renewal moves its guard's deadline only once the replica
+    /// confirmed it, as an acquisition counts only then (`sync::watchdog`).
+    pub renewals_wait_for_replicas: bool,
+    /// With `replica_acks`, a release whose local grant the replica did not confirm is
+    /// an unknown outcome for the task it named (`NextHolder::Unconfirmed`): a task that
+    /// left meanwhile gets the hold given back.
+    pub unconfirmed_local_grant_settled: bool,
 }
 
 impl Default for ClientRules {
@@ -221,6 +247,9 @@ impl Default for ClientRules {
             multi_listens_on_every_lock: true,
             abandoned_reentry_undone: true,
             cleanups_logged: true,
+            tries_wait_for_replicas: true,
+            renewals_wait_for_replicas: true,
+            unconfirmed_local_grant_settled: true,
         }
     }
 }
@@ -275,6 +304,9 @@ impl Default for Config {
             cold: false,
             reentries: false,
             watchdog: [false; 4],
+            replica_acks: false,
+            unconfirmed: 0,
+            stalls: 0,
             client: ClientRules::default(),
         }
     }
@@ -325,6 +357,18 @@ pub enum Request {
 }
 
 impl Request {
+    /// Whether the client waits for the replica after this call (`replica_acks`).
+    fn waits_for_replicas(&self, config: &Config) -> bool {
+        config.replica_acks
+            && match self {
+                Request::Try { .. } => config.client.tries_wait_for_replicas,
+                Request::Reenter { .. } => true,
+                Request::Release { next, .. } => next.is_some(),
+                Request::Renew { .. } => config.client.renewals_wait_for_replicas,
+                _ => false,
+            }
+    }
+
     /// A release of `lock` in `mode` that names no next task, sent for the first time.
     pub fn release(owner: u32, lock: u8, mode: &'static str) -> Request {
         Request::Release {
@@ -388,6 +432,27 @@ pub enum Owner {
 /// try's answer is busy: the client's own [`Call`], on the simulated clock (time since the
 /// run began), merged as the client merges it ([`Call::then`]).
 pub type Wake = Option<Call<Duration>>;
+
+/// What the client reads when the replica did not confirm a call in time.
+const NOT_REPLICATED: &str = "dlock-sim:not-replicated";
+
+/// Whether `reply` to `request` gives its owner a hold (a try's or a re-entry's grant, a
+/// renewal, a release's local grant): the answers `replica_acks` waits for the replica on.
+fn gives_a_hold(request: &Request, reply: &Reply) -> bool {
+    let word = |items: &[Reply], at: usize| match items.get(at) {
+        Some(Reply::Bulk(word) | Reply::Status(word)) => Some(word.clone()),
+        _ => None,
+    };
+    match (request, reply) {
+        (Request::Try { .. } | Request::Reenter { .. }, Reply::Nil) => true,
+        (Request::Try { .. }, Reply::Array(items)) => word(items, 0) != Some("busy".to_owned()),
+        (Request::Renew { .. }, Reply::Array(items)) => items.contains(&Reply::Int(1)),
+        (Request::Release { .. }, Reply::Array(items)) => {
+            matches!(word(items, 1).as_deref(), Some("given" | "kept"))
+        }
+        _ => false,
+    }
+}
 
 /// Whether a script's answer says its hand-off stopped at its bound with waiters left
 /// untold (`'untold'` after the answer).
@@ -457,6 +522,8 @@ pub struct Client {
     pub requests: VecDeque<(Request, u64)>,
     /// Its requests reach Redis from this ms on, after a fault held them back.
     pub requests_held_until: Option<u64>,
+    /// Its requests reach Redis from this ms on, after a stall (see [`Config::stalls`]).
+    pub stalled_until: Option<u64>,
     /// Replies on their way back, with the request each answers.
     pub replies: VecDeque<(Request, Reply, u64)>,
     /// Its replies arrive from this ms on, after a fault held them back.
@@ -554,6 +621,12 @@ pub enum Event {
     /// Client `c`'s next reply arrives late: after [`DELAY_MS`] at most, or with the next
     /// timer before that.
     DelayReply(usize),
+    /// Redis runs client `c`'s next request, a replicated one, and the replica does not
+    /// confirm it in time (see [`Config::unconfirmed`]).
+    ExecUnconfirmed(usize),
+    /// Client `c`'s command connection stalls: its requests reach Redis [`STALL_MS`] from
+    /// now.
+    Stall(usize),
     /// Client `c`'s next request reaches Redis late: after [`DELAY_MS`] at most, or with
     /// the next timer before that.
     DelayRequest(usize),
@@ -590,6 +663,8 @@ pub struct World {
     pub lost_replies: u8,
     pub late_replies: u8,
     pub late_requests: u8,
+    pub unconfirmed: u8,
+    pub stalls: u8,
     /// The keys and expiries as the replica has them, while a lossy failover may still
     /// come: as they were before the last script run.
     pub replica: Option<Box<Replica>>,
@@ -650,6 +725,7 @@ impl World {
                     owners: vec![Owner::Idle; config.acquisitions],
                     requests: VecDeque::new(),
                     requests_held_until: None,
+                    stalled_until: None,
                     replies: VecDeque::new(),
                     replies_held_until: None,
                     messages: VecDeque::new(),
@@ -678,6 +754,8 @@ impl World {
             lost_replies: config.lost_replies,
             late_replies: config.late_replies,
             late_requests: config.late_requests,
+            unconfirmed: config.unconfirmed,
+            stalls: config.stalls,
             replica: None,
             server_ahead_ms: 0,
             takeable_since: [None; 3],
@@ -714,7 +792,9 @@ impl World {
     fn network_busy(&self) -> bool {
         self.clients.iter().any(|client| {
             !client.dead
-                && (!client.requests.is_empty() && client.requests_held_until.is_none()
+                && (!client.requests.is_empty()
+                    && client.requests_held_until.is_none()
+                    && client.stalled_until.is_none()
                     || !client.replies.is_empty() && client.replies_held_until.is_none()
                     || !client.messages.is_empty()
                     || client.listening == Listening::Asked && !client.stale)
@@ -777,11 +857,25 @@ impl World {
                     }
                 }
             }
-            if !client.requests.is_empty() && client.requests_held_until.is_none() {
+            if self.stalls > 0 && client.stalled_until.is_none() {
+                events.push(Event::Stall(c));
+            }
+            if !client.requests.is_empty()
+                && client.requests_held_until.is_none()
+                && client.stalled_until.is_none()
+            {
                 if self.late_requests > 0 {
                     events.push(Event::DelayRequest(c));
                 }
                 events.push(Event::Exec(c));
+                if self.unconfirmed > 0
+                    && client
+                        .requests
+                        .front()
+                        .is_some_and(|(request, _)| request.waits_for_replicas(config))
+                {
+                    events.push(Event::ExecUnconfirmed(c));
+                }
             }
             if !client.replies.is_empty() && client.replies_held_until.is_none() {
                 if self.late_replies > 0 {
@@ -878,8 +972,9 @@ impl World {
         for client in self.clients.iter().filter(|c| !c.dead) {
             let replies = client.replies_held_until.iter();
             let requests = client.requests_held_until.iter();
+            let stalled = client.stalled_until.iter();
             let held_back = client.held_back.iter().map(|(_, at)| at);
-            for arrives in held_back.chain(replies).chain(requests) {
+            for arrives in held_back.chain(replies).chain(requests).chain(stalled) {
                 next = Some(next.map_or(*arrives, |n: u64| n.min(*arrives)));
             }
         }
@@ -900,7 +995,11 @@ impl World {
                     None => self.take_turn(c, o),
                 }
             }
-            Event::Exec(c) => {
+            Event::Exec(c) | Event::ExecUnconfirmed(c) => {
+                let confirmed = matches!(event, Event::Exec(_));
+                if !confirmed {
+                    self.unconfirmed -= 1;
+                }
                 // Run as it arrives; a hold it takes counts from its send.
                 let (request, sent_ms) = self.clients[c].requests.pop_front().expect("a request");
                 self.replicate();
@@ -916,7 +1015,16 @@ impl World {
                     }
                     _ => None,
                 };
-                let reply = self.execute(c, &request, config, scripts);
+                let mut reply = self.execute(c, &request, config, scripts);
+                // With `replica_acks`, a call whose answer gives a hold waits for the
+                // replica: confirmed, its writes are on the replica; else the client takes
+                // the call as not done.
+                if request.waits_for_replicas(config) && gives_a_hold(&request, &reply) {
+                    match confirmed {
+                        true => self.replicate(),
+                        false => reply = Reply::Status(NOT_REPLICATED.to_owned()),
+                    }
+                }
                 if let (Some((owner, held)), Reply::Array(items)) = (&renewal, &reply)
                     && held
                         .iter()
@@ -995,6 +1103,10 @@ impl World {
                 self.late_replies -= 1;
                 self.clients[c].replies_held_until = Some(self.now_ms() + DELAY_MS);
             }
+            Event::Stall(c) => {
+                self.stalls -= 1;
+                self.clients[c].stalled_until = Some(self.now_ms() + STALL_MS);
+            }
             Event::DelayRequest(c) => {
                 self.late_requests -= 1;
                 self.clients[c].requests_held_until = Some(self.now_ms() + DELAY_MS);
@@ -1012,6 +1124,10 @@ impl World {
                 for client in &mut self.clients {
                     client.replies_held_until = None;
                     client.requests_held_until = None;
+                    // A stall lasts its time, whatever timers come before its end.
+                    if client.stalled_until.is_some_and(|until| until <= next) {
+                        client.stalled_until = None;
+                    }
                     let back = std::mem::take(&mut client.held_back);
                     client
                         .messages
@@ -1053,6 +1169,7 @@ impl World {
                 client.dead = true;
                 client.requests.clear();
                 client.requests_held_until = None;
+                client.stalled_until = None;
                 client.replies.clear();
                 client.messages.clear();
                 client.held_back.clear();
@@ -1074,7 +1191,7 @@ impl World {
             }
             Event::LossyFailover => {
                 self.lossy_failovers -= 1;
-                self.lose_last_writes();
+                self.lose_last_writes(config);
                 self.fail_over();
             }
             Event::Reconnect(c) => {
@@ -1215,17 +1332,21 @@ impl World {
     }
 
     /// The replica becomes the master: the last script run's writes are gone. Every hold
-    /// in Redis now is no longer its owner's to keep (see [`Config::lossy_failovers`]);
-    /// tokens count on from the replica's, and a minimum hold the replica does not have
-    /// is over.
-    fn lose_last_writes(&mut self) {
+    /// in Redis now is no longer its owner's to keep (see [`Config::lossy_failovers`]),
+    /// unless the clients wait for the replica (`replica_acks`): then every hold a guard
+    /// counts on was confirmed there. Tokens count on from the replica's, and a minimum
+    /// hold the replica does not have is over.
+    fn lose_last_writes(&mut self, config: &Config) {
         for key in KEYS {
             if let Some(Value::Hash(hash)) = self.redis.keys.get(key) {
                 let holders = hash.keys().filter(|f| !f.starts_with('!'));
                 self.failed_over.extend(holders.cloned());
             }
         }
-        self.forced.extend(self.failed_over.iter().cloned());
+        // With `replica_acks` every hold a guard counts on is on the replica.
+        if !config.replica_acks {
+            self.forced.extend(self.failed_over.iter().cloned());
+        }
         if let Some(replica) = self.replica.take() {
             self.redis.keys = replica.keys;
             self.redis.expiries = replica.expiries;
@@ -1552,6 +1673,7 @@ impl World {
         if let Reply::Error(e) = &reply {
             return Err(format!("client {c}'s {request:?} failed: {e}"));
         }
+        let unconfirmed = matches!(&reply, Reply::Status(word) if word == NOT_REPLICATED);
         let now = self.now_ms();
         let sent_ms = match config.client.hold_counted_from_send {
             true => sent_ms,
@@ -1570,6 +1692,19 @@ impl World {
                     // Cancelled meanwhile: its withdraw follows the try.
                     return Ok(());
                 };
+                // Not confirmed by the replica: not held yet; the client rides it out and
+                // tries again, and that try finds the hold its own.
+                if unconfirmed {
+                    if let Owner::Trying { registered, .. } = &mut self.clients[c].owners[o] {
+                        *registered = true;
+                    }
+                    let again = Request::Try {
+                        owner,
+                        registered: true,
+                    };
+                    self.send(c, again);
+                    return Ok(());
+                }
                 match TryAnswer::read(&reply, config.takes(c)) {
                     Some(TryAnswer::Busy { lock, ttl, untold }) => {
                         // A multi-lock whose try passed a lock on and left waiters untold
@@ -1667,14 +1802,17 @@ impl World {
                 let o = owner as usize;
                 // A guard's release gives back the owner's last hold (every inner guard
                 // gave its own back first): nothing of the owner's may stay.
-                // (Unless a force unlock or a failover took the lock from it: what Redis
-                // has of it then is not its guards' to count.)
+                // (Unless a force unlock or a failover took the lock from it, or a failover
+                // brought back a hold its undo or inner release had given back, which the
+                // replay of that release gives back again: what Redis has of it then is not
+                // its guards' to count.)
+                let field = World::field(c, owner);
                 if let ("one", Reply::Int(left @ 1..)) = (mode, &reply)
-                    && !self.forced.contains(&World::field(c, owner))
+                    && !self.forced.contains(&field)
+                    && !self.failed_over.contains(&field)
                 {
                     return Err(format!(
-                        "{}'s last guard was released with {left} holds left in Redis",
-                        World::field(c, owner)
+                        "{field}'s last guard was released with {left} holds left in Redis"
                     ));
                 }
                 if !config.client.release_logged_when_sent {
@@ -1700,6 +1838,13 @@ impl World {
                     return Ok(());
                 }
                 match reply {
+                    // Not confirmed by the replica: the re-entry fails, and undoes itself.
+                    _ if unconfirmed => {
+                        self.clients[c].inner[o] = Inner::Abandoned;
+                        if config.client.abandoned_reentry_undone {
+                            self.send(c, Request::Undo { owner });
+                        }
+                    }
                     // It holds once more; its scope ends and gives the inner hold back.
                     Reply::Nil => {
                         self.clients[c].inner[o] = Inner::Releasing;
@@ -1734,6 +1879,9 @@ impl World {
                     && *deadline_ms > now
                 {
                     match renewed {
+                        // Not confirmed by the replica: the deadline stays; the next
+                        // round renews again.
+                        _ if unconfirmed => *renew_at_ms = Some(sent_ms + lease / 3),
                         true => {
                             *deadline_ms = (*deadline_ms).max(sent_ms + lease);
                             *renew_at_ms = Some(sent_ms + lease / 3);
@@ -1780,6 +1928,12 @@ impl World {
             token,
             renew_at_ms: config.watchdog[c % 4].then(|| deadline_ms - lease + lease / 3),
         };
+        // A hold whose lease ran out before its answer came (its request reached Redis
+        // late) is lost from the start: its turn goes on now, as dlock's line does once
+        // the holder it watches is lost, not at the next timer.
+        if deadline_ms <= self.now_ms() {
+            self.pass_turn(c, o);
+        }
         Ok(())
     }
 
@@ -1856,7 +2010,7 @@ impl World {
             first_sent: at_ms(first_sent_ms),
             now: at_ms(self.now_ms()),
             lease: Duration::from_millis(lease),
-            replica_acks: false,
+            replica_acks: config.replica_acks,
             wants_token: false,
             route_moved: config.client.moved_route_grant_is_tried
                 && self.clients[c].route != self.clients[c].first_routes[o],
@@ -1895,6 +2049,21 @@ impl World {
             _ => "",
         };
         let given = matches!(answer, "given" | "kept");
+        // Not confirmed by the replica: the release may have given the lock to the task it
+        // named, which does not count on it (`NextHolder::Unconfirmed`): a task still in
+        // line tries itself, one that left gets it given back.
+        if matches!(reply, Reply::Status(word) if word == NOT_REPLICATED) {
+            if let Some(n) = next.map(|n| n as usize)
+                && self.clients[c].owners[n] != Owner::Lined
+                && config.client.unconfirmed_local_grant_settled
+            {
+                let withdraw = Request::release(n as u32, config.lock(c), "withdraw");
+                self.send(c, withdraw);
+            }
+            self.clients[c].run = 0;
+            self.pass_turn(c, o);
+            return;
+        }
         let client = &mut self.clients[c];
         client.run = protocol::run_after(client.run, answer == "kept");
         let Some(n) = next.filter(|_| given).map(|n| n as usize) else {
@@ -2118,9 +2287,11 @@ impl World {
         }
         // Liveness: a lock takeable (free, or given to nobody who takes it) while a live owner waits for it, no longer than a grant's lapse; and both,
         // while a multi-lock's owner waits.
+        // (A stalled client's waiters cannot reach Redis: the bound is not theirs.)
         let waits_for = |wanted: Takes| {
             self.clients.iter().enumerate().any(|(c, client)| {
                 !client.dead
+                    && client.stalled_until.is_none()
                     && config.takes(c) == wanted
                     && client.owners.iter().any(|o| {
                         matches!(

@@ -370,3 +370,59 @@ fn a_renewal_of_a_hold_that_is_gone() {
         &scripts,
     );
 }
+
+/// With `replica_acks`, a try whose grant counts without the replica's confirmation: a
+/// failover that loses its writes takes the lock from its guard.
+#[test]
+fn a_try_that_does_not_wait_for_the_replica() {
+    let config = Config {
+        client: ClientRules {
+            tries_wait_for_replicas: false,
+            ..ClientRules::default()
+        },
+        ..worlds::replica_acks()
+    };
+    found(
+        "a try without the replica",
+        &config,
+        &Scripts::dlock(|_, code| code),
+    );
+}
+
+/// With `replica_acks`, a renewal that moves its guard's deadline without the replica's
+/// confirmation (`sync::watchdog`): a failover that loses it leaves the guard counting
+/// on an expiry the new master lacks.
+#[test]
+fn a_renewal_that_does_not_wait_for_the_replica() {
+    let config = Config {
+        client: ClientRules {
+            renewals_wait_for_replicas: false,
+            ..ClientRules::default()
+        },
+        ..worlds::replica_acks_watchdog()
+    };
+    found(
+        "a renewal without the replica",
+        &config,
+        &Scripts::dlock(|_, code| code),
+    );
+}
+
+/// With `replica_acks`, a release whose local grant the replica did not confirm read as
+/// giving the named task nothing: a task that left meanwhile keeps the hold for its lease
+/// (found by the simulator's random walks with `replica_acks`).
+#[test]
+fn an_unconfirmed_local_grant_read_as_not_given() {
+    let config = Config {
+        client: ClientRules {
+            unconfirmed_local_grant_settled: false,
+            ..ClientRules::default()
+        },
+        ..worlds::replica_acks_lined()
+    };
+    found(
+        "an unconfirmed local grant",
+        &config,
+        &Scripts::dlock(|_, code| code),
+    );
+}

@@ -159,6 +159,20 @@ fn watchdog_renewals_with_faults_and_a_force_unlock() {
     explore(worlds::watchdog_forced(), 2_000_000);
 }
 
+/// With `replica_acks`, a failover that loses the last writes takes no lock from a
+/// guard: one acquisition each (two with `DLOCK_SIM_FULL=1`), and holds the watchdog
+/// renews.
+#[test]
+fn replica_acks_through_a_failover_that_loses_the_last_writes() {
+    let config = Config {
+        acquisitions: if full() { 2 } else { 1 },
+        ..worlds::replica_acks()
+    };
+    explore(config, 2_000_000);
+    explore(worlds::replica_acks_watchdog(), 2_000_000);
+    explore(worlds::replica_acks_lined(), 2_000_000);
+}
+
 #[test]
 fn min_hold_with_late_messages() {
     explore(
@@ -497,6 +511,22 @@ fn random_walks_of_a_multi_lock() {
             cold,
             reentries: true,
             ..worlds::multi()
+        });
+    }
+}
+
+/// The same with `replica_acks`, two confirmations that do not come in time and a stall
+/// of a client's commands: no guard loses its lock to the failover that loses writes.
+#[test]
+fn random_walks_with_replica_acks() {
+    for lined in [false, true] {
+        random_walks_of(Config {
+            lined,
+            reentries: true,
+            replica_acks: true,
+            unconfirmed: 2,
+            stalls: 1,
+            ..Config::default()
         });
     }
 }

@@ -231,3 +231,47 @@ pub fn watchdog_forced() -> Config {
         ..Config::default()
     }
 }
+
+/// Two clients with `replica_acks`, a confirmation that does not come in time, and a
+/// failover to a replica that missed the last script run's writes: no guard loses its
+/// lock to the failover.
+pub fn replica_acks() -> Config {
+    Config {
+        clients: 2,
+        replica_acks: true,
+        unconfirmed: 1,
+        lossy_failovers: 1,
+        ..Config::default()
+    }
+}
+
+/// Two clients with `replica_acks` whose holds the watchdog renews, a failover to a
+/// replica that missed the last script run's writes (a renewal among them), and a
+/// client's commands stalled (its renewals held back past the lease).
+pub fn replica_acks_watchdog() -> Config {
+    Config {
+        clients: 2,
+        replica_acks: true,
+        watchdog: [true; 4],
+        leases_ms: [150; 4],
+        holds_ms: [200; 4],
+        lossy_failovers: 1,
+        stalls: 1,
+        ..Config::default()
+    }
+}
+
+/// A client with `replica_acks` whose two owners wait in its local line, beside another
+/// client; a confirmation that does not come in time and an owner that gives up: a
+/// release's local grant, unconfirmed, to a task that left.
+pub fn replica_acks_lined() -> Config {
+    Config {
+        clients: 2,
+        acquisitions: 2,
+        lined: true,
+        replica_acks: true,
+        unconfirmed: 1,
+        cancels: 1,
+        ..Config::default()
+    }
+}
