@@ -57,16 +57,17 @@ impl LineWait<'_> {
     /// Waits until `ticket` has the turn, or `None` when `give_up_at` passes first.
     /// Returns the turn with the lock's channel subscription if it had to wait: kept for
     /// the wait in Redis, so that a busy line does not unsubscribe and subscribe again at
-    /// every hand-off.
+    /// every hand-off. (It takes the wait by value: the wait lives in this future, not in
+    /// the acquisition's, which every task that waits in Redis keeps.)
     pub(crate) async fn for_turn(
-        &self,
+        self,
         ticket: Ticket<Held>,
         give_up_at: Option<Instant>,
     ) -> Option<(Turn<Held>, Option<Subscription>)> {
         // However the wait ends (the turn, the deadline, the acquisition dropped), the last
         // task of a reported line takes the report back.
         let report = ReportBack {
-            line: self,
+            line: &self,
             ticket: &ticket,
         };
         let waited = self.until_turn(&ticket);
