@@ -433,6 +433,25 @@ pub enum Owner {
 /// run began), merged as the client merges it ([`Call::then`]).
 pub type Wake = Option<Call<Duration>>;
 
+/// `release.lua`'s call for `owner` of lock `lock` in `mode`, with `third` as its third
+/// key (a memo or a marker), naming no next task; `retried`: a send after a lost reply.
+fn release_call(
+    lock: usize,
+    owner: &str,
+    mode: &str,
+    third: &str,
+    retried: bool,
+) -> (&'static str, Vec<String>, Vec<String>) {
+    let keys = [KEYS[lock], REGISTRIES[lock], third, NAPS[lock], FENCE];
+    let flag = if retried { "1" } else { "0" };
+    let args = [owner, mode, "5000", "publish", &GRANT_MS.to_string(), flag];
+    (
+        "lock_release",
+        keys.map(str::to_owned).to_vec(),
+        args.map(str::to_owned).to_vec(),
+    )
+}
+
 /// What the client reads when the replica did not confirm a call in time.
 const NOT_REPLICATED: &str = "dlock-sim:not-replicated";
 
@@ -1605,29 +1624,11 @@ impl World {
             }
             Request::ReleaseInner { owner, retried } => {
                 let memo = format!("dlock:release:{{l}}:{}:1", World::field(c, *owner));
-                let keys = [KEYS[one], REGISTRIES[one], &memo, NAPS[one], FENCE].map(s);
-                let args = [
-                    World::field(c, *owner),
-                    s("one"),
-                    s("5000"),
-                    s("publish"),
-                    GRANT_MS.to_string(),
-                    s(if *retried { "1" } else { "0" }),
-                ];
-                ("lock_release", keys.to_vec(), args.to_vec())
+                release_call(one, &World::field(c, *owner), "one", &memo, *retried)
             }
             Request::Undo { owner } => {
                 let marker = World::marker(c, *owner);
-                let keys = [KEYS[one], REGISTRIES[one], &marker, NAPS[one], FENCE].map(s);
-                let args = [
-                    World::field(c, *owner),
-                    s("undo"),
-                    s("5000"),
-                    s("publish"),
-                    GRANT_MS.to_string(),
-                    s("0"),
-                ];
-                ("lock_release", keys.to_vec(), args.to_vec())
+                release_call(one, &World::field(c, *owner), "undo", &marker, false)
             }
             Request::HoldUntil { owner, ms } => (
                 "lock_hold_until",

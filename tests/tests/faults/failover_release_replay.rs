@@ -14,33 +14,31 @@ use dlock::{LockClient, Topology};
 use dlock_tests::keys::LockKeys;
 use dlock_tests::{RedisSentinelGroup, TcpProxy};
 
-/// A client of `group` that reaches its sentinels through `proxies`.
-async fn proxied_client(
-    group: &RedisSentinelGroup,
-    proxies: &[TcpProxy],
-    recheck: Duration,
-) -> LockClient {
-    let topology = Topology::sentinel(
-        group.master_name(),
-        proxies.iter().map(TcpProxy::url).collect(),
-    );
-    LockClient::builder()
-        .command_timeout(Duration::from_millis(500))
-        .max_wait_recheck(recheck)
-        .connect_to(&topology)
-        .await
-        .unwrap()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_sent_to_the_old_master_is_replayed_on_the_new_one() {
+/// A Sentinel group, proxies in front of its sentinels, and a client (waiters rechecking
+/// every `recheck`) that reaches the sentinels through them.
+async fn proxied(recheck: Duration) -> (RedisSentinelGroup, Vec<TcpProxy>, LockClient) {
     let group = RedisSentinelGroup::start();
     let proxies: Vec<TcpProxy> = group
         .sentinel_addrs()
         .into_iter()
         .map(TcpProxy::start)
         .collect();
-    let client = proxied_client(&group, &proxies, Duration::from_secs(5)).await;
+    let topology = Topology::sentinel(
+        group.master_name(),
+        proxies.iter().map(TcpProxy::url).collect(),
+    );
+    let client = LockClient::builder()
+        .command_timeout(Duration::from_millis(500))
+        .max_wait_recheck(recheck)
+        .connect_to(&topology)
+        .await
+        .unwrap();
+    (group, proxies, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_to_the_old_master_is_replayed_on_the_new_one() {
+    let (group, proxies, client) = proxied(Duration::from_secs(5)).await;
 
     let guard = client.lock("replay:stale").lock().await.unwrap();
     tokio::task::block_in_place(|| group.wait_replicated());
@@ -95,13 +93,7 @@ async fn a_release_sent_to_the_old_master_is_replayed_on_the_new_one() {
 /// replays it there as it replays a guard's release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cleanup_sent_to_the_old_master_is_replayed_on_the_new_one() {
-    let group = RedisSentinelGroup::start();
-    let proxies: Vec<TcpProxy> = group
-        .sentinel_addrs()
-        .into_iter()
-        .map(TcpProxy::start)
-        .collect();
-    let client = proxied_client(&group, &proxies, Duration::from_secs(10)).await;
+    let (group, proxies, client) = proxied(Duration::from_secs(10)).await;
     let name = "replay:{cleanup}";
     let keys = LockKeys::new("", name);
 
