@@ -369,6 +369,33 @@ impl Request {
             }
     }
 
+    /// This request sent again after an earlier send that may have been applied: a
+    /// release says so (it looks for its memo).
+    fn sent_again(&self) -> Request {
+        match *self {
+            Request::Release {
+                owner,
+                lock,
+                mode,
+                next,
+                keep,
+                ..
+            } => Request::Release {
+                owner,
+                lock,
+                mode,
+                next,
+                keep,
+                retried: true,
+            },
+            Request::ReleaseInner { owner, .. } => Request::ReleaseInner {
+                owner,
+                retried: true,
+            },
+            ref other => other.clone(),
+        }
+    }
+
     /// A release of `lock` in `mode` that names no next task, sent for the first time.
     pub fn release(owner: u32, lock: u8, mode: &'static str) -> Request {
         Request::Release {
@@ -1092,26 +1119,7 @@ impl World {
                     Request::Reenter { owner } => (self.clients[c].inner[owner as usize]
                         == Inner::Entering)
                         .then_some(Request::Reenter { owner }),
-                    Request::ReleaseInner { owner, .. } => Some(Request::ReleaseInner {
-                        owner,
-                        retried: true,
-                    }),
-                    Request::Release {
-                        owner,
-                        lock,
-                        mode,
-                        next,
-                        keep,
-                        ..
-                    } => Some(Request::Release {
-                        owner,
-                        lock,
-                        mode,
-                        next,
-                        keep,
-                        retried: true,
-                    }),
-                    other => Some(other),
+                    other => Some(other.sent_again()),
                 };
                 if let Some(retried) = retried {
                     let now = self.now_ms();
@@ -1551,23 +1559,10 @@ impl World {
             }
             // Sent again as a retry, naming no next task.
             Request::Replay(release) => {
-                let retry = match **release {
-                    Request::Release {
-                        owner, lock, mode, ..
-                    } => Request::Release {
-                        owner,
-                        lock,
-                        mode,
-                        next: None,
-                        keep: false,
-                        retried: true,
-                    },
-                    Request::ReleaseInner { owner, .. } => Request::ReleaseInner {
-                        owner,
-                        retried: true,
-                    },
-                    ref other => other.clone(),
-                };
+                let mut retry = release.sent_again();
+                if let Request::Release { next, keep, .. } = &mut retry {
+                    (*next, *keep) = (None, false);
+                }
                 return self.execute(c, &retry, config, scripts);
             }
             Request::Release {
