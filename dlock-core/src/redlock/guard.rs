@@ -183,13 +183,12 @@ impl RedLockGuard {
             .collect();
         let (nodes, quorum) = (lock.client.nodes(), lock.client.quorum());
         let mut answered = vec![false; nodes];
-        let (mut held, mut gone, mut failed, mut first_error) = (0, 0, 0, None);
+        let (mut held, mut gone, mut first_error) = (0, 0, None);
         while let Some((i, answer)) = calls.next().await {
             match answer {
                 Ok(Released::Free(_) | Released::StillHeld(_)) => held += 1,
                 Ok(Released::NotHeld) => gone += 1,
                 Err(error) => {
-                    failed += 1;
                     tracing::warn!(lock = %lock.name, %error, "dlock: RedLock release failed on a server; retrying in the background");
                     first_error.get_or_insert(error);
                     continue;
@@ -207,12 +206,18 @@ impl RedLockGuard {
                 node.inner.release_in_background(job);
             }
         }
+        // Released once the hold is gone from a majority: given back there, or never
+        // written (a round ends once a majority granted) or expired there, as long as no
+        // majority lacked it (then it was lost before this call). Unknown only when too
+        // few servers answered for either.
         let outcome = match first_error {
-            Some(error) if held < quorum && held + failed >= quorum => {
-                Err(error.into_lock_error(&lock.name, "release"))
-            }
             _ if held >= quorum => Ok(()),
-            _ => Err(LockError::NotHeld {
+            _ if gone > nodes - quorum => Err(LockError::NotHeld {
+                name: lock.name.to_string(),
+            }),
+            _ if held + gone >= quorum => Ok(()),
+            Some(error) => Err(error.into_lock_error(&lock.name, "release")),
+            None => Err(LockError::NotHeld {
                 name: lock.name.to_string(),
             }),
         };

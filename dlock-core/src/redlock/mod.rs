@@ -75,6 +75,9 @@ use crate::sync::verbs::{acquisition_verbs, Acquire};
 ///   renewed.
 /// - **Release** goes to every server; a server where the lock is already gone counts as
 ///   released, and one that cannot be reached gets the release again in the background.
+///   `unlock` is done once the hold is gone from a majority (given back, or never written
+///   there: a round ends once a majority granted), and fails only when too few servers
+///   answered to know.
 /// - **Not reentrant**: every acquisition is a new owner, so a task that takes a RedLock it
 ///   already holds waits for itself until its wait budget runs out.
 ///

@@ -491,3 +491,44 @@ async fn a_round_won_after_its_lease_is_validity_expired_and_released() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// An unlock is done once this owner's hold is gone from a majority: released on two
+/// servers and never written on two others (an acquisition round ends once a majority
+/// granted, so a server may never get the hold), the fifth dead. That is a released lock,
+/// not an unknown outcome: nobody can be kept from a majority by it. (`redlock_overlap`
+/// once failed on such an unlock, which reported the dead server's error.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_gone_from_a_majority_is_done_though_a_holder_is_dead() {
+    let mut servers = servers(5);
+    let rl = redlock(&urls(&servers), Duration::from_secs(6)).await;
+    let guard = rl.lock("partial").lock().await.unwrap();
+    let mut watchers = connections(&servers);
+    let acquired = Instant::now();
+    while !watchers
+        .iter_mut()
+        .all(|watcher| exists(watcher, "partial"))
+    {
+        assert!(
+            acquired.elapsed() < Duration::from_secs(30),
+            "the hold never reached every server"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The hold on three servers only, as a round that ended at its majority leaves it,
+    // and one of those three dead.
+    for watcher in &mut watchers[3..] {
+        let () = redis::cmd("DEL").arg("partial").query(watcher).unwrap();
+    }
+    servers[2].stop();
+    let unlocked = guard.unlock().await;
+    assert!(
+        unlocked.is_ok(),
+        "released on two servers and absent on two: {unlocked:?}"
+    );
+    for watcher in &mut watchers[..2] {
+        assert!(!exists(watcher, "partial"), "released where it was held");
+    }
+    // And the lock is free for another owner: four live servers, a majority.
+    let again = rl.lock("partial").try_lock().await.unwrap();
+    again.unlock().await.unwrap();
+}
