@@ -372,28 +372,12 @@ impl Request {
     /// This request sent again after an earlier send that may have been applied: a
     /// release says so (it looks for its memo).
     fn sent_again(&self) -> Request {
-        match *self {
-            Request::Release {
-                owner,
-                lock,
-                mode,
-                next,
-                keep,
-                ..
-            } => Request::Release {
-                owner,
-                lock,
-                mode,
-                next,
-                keep,
-                retried: true,
-            },
-            Request::ReleaseInner { owner, .. } => Request::ReleaseInner {
-                owner,
-                retried: true,
-            },
-            ref other => other.clone(),
+        let mut again = self.clone();
+        if let Request::Release { retried, .. } | Request::ReleaseInner { retried, .. } = &mut again
+        {
+            *retried = true;
         }
+        again
     }
 
     /// A release of `lock` in `mode` that names no next task, sent for the first time.
