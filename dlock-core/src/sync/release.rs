@@ -362,6 +362,9 @@ async fn confirmed(
         .invoke_replicated::<Reply>(name, invocation, acks, given)
         .await
     {
+        // Only a reply that gave the lock to this client's task is unconfirmed, and such a
+        // reply never says `untold`: a release that gives its client's task the lock tells
+        // no other waiter (release.lua), so no pass-on is lost here.
         Err(CallError::NotReplicated { .. }) => Ok(Reply(0, NextHolder::Unconfirmed, false)),
         other => other,
     }
