@@ -70,8 +70,9 @@ pub(crate) enum Command {
         #[arg(long, default_value = "1s", value_parser = interval)]
         interval: Duration,
     },
-    /// Deletes the lock whoever holds it and wakes a waiter; the holder's guard learns
-    /// at its next renewal (with a RedLock config: on every server). Refused for a
+    /// Deletes the lock whoever holds it and passes it on to the next waiter; the
+    /// holder's guard learns at its next renewal, or at once when a task of its client
+    /// waits for the lock (with a RedLock config: on every server). Refused for a
     /// read-write lock or a semaphore, which have no force-unlock. Asks for
     /// confirmation on stdin unless `--yes`; anything but `y` / `yes` changes nothing and
     /// exits with status 3.

@@ -2,7 +2,7 @@
 //!
 //! The files: `LockClient` (`mod.rs`, with the tasks it starts), its builder, its validated
 //! settings, the global client; `LockClient::shutdown`: waits, bounded, until every release
-//! nobody awaits (dropped guards, abandoned acquisitions, hand-offs handed back) has been
+//! nobody awaits (dropped guards, abandoned acquisitions, local grants given back) has been
 //! answered, and reports those Redis never answered (`ShutdownIncomplete`);
 //! `registration.rs`: the client's name (`CLIENT SETNAME`) and its expiring description
 //! (`dlock:client:<prefix>{anchor}:<client id>`: name, host, pid, version), rewritten by a
@@ -76,7 +76,7 @@ use crate::sync::watchdog::{self, Registry, Schedule};
 /// - **Waiting** uses pub/sub: a waiter sleeps until a release hands it the lock or wakes
 ///   it, the holder's TTL runs out (or a `min_hold` ends), or `max_wait_recheck` passes,
 ///   whichever is first. No busy polling. A release hands a lock to one waiter whose
-///   client still listens, and a hand-off its owner no longer wants is handed on, so a
+///   client still listens, and a grant its owner no longer wants is given back, so a
 ///   live waiter gets a free lock within 100 ms plus a round trip;
 ///   `max_wait_recheck` only covers a message Redis lost.
 /// - **Kinds**: a name is held as one of [`Lock`](crate::Lock) (and

@@ -237,9 +237,9 @@ impl LockGuard {
     /// Gives back this hold but leaves the lock taken in Redis until `until` (the
     /// attribute's `min_hold`: acquisition + the minimum hold), so that no other node runs
     /// the same job before then. Value-checked in `hold_until.lua`: a lock that is no
-    /// longer this owner's is not touched. The longest-waiting waiter is told to try
-    /// again, so that it takes the lock when the shorter hold ends, not at its next
-    /// recheck. Past `until` it is a plain [`unlock`]; a re-entered lock (the owner holds
+    /// longer this owner's is not touched. The waiters promised a sleep past `until` are
+    /// told to try again, so that they take the lock when the shorter hold ends, not at
+    /// their next recheck. Past `until` it is a plain [`unlock`]; a re-entered lock (the owner holds
     /// it more than once) gives back one hold normally.
     ///
     /// When Redis fails, the lock is left to expire at the end of its lease (never freed
@@ -374,7 +374,7 @@ impl LockGuard {
     /// time of the last confirmed acquire or renewal + lease). The watchdog moves it
     /// forward; past it the guard counts as lost. A lock another client's release gave
     /// this guard's owner starts with the 100 ms grant's deadline, moved to the lease's
-    /// by the renewal sent as the guard is handed out (one round trip).
+    /// by the extension sent as the guard is handed out (one round trip).
     pub fn deadline(&self) -> std::time::Instant {
         self.held.deadline().into_std()
     }

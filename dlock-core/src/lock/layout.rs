@@ -59,7 +59,7 @@ mod tests {
         let hash = HashMap::from([
             ("c1:1".to_owned(), "2".to_owned()),
             ("c1:1:f".to_owned(), "17".to_owned()),
-            ("!next".to_owned(), "c2".to_owned()),
+            ("!next".to_owned(), "c1:1".to_owned()),
         ]);
         let fields = Fields::parse(hash).unwrap();
         let held = HashMap::from([("!held".to_owned(), "c3:4".to_owned())]);

@@ -65,12 +65,12 @@ use crate::sync::verbs::acquisition_verbs;
 /// client still listens (one try at Redis per release, however many wait; a waiter whose
 /// process died is passed over): it gives that owner the lock, a hold of 100 ms which the
 /// owner extends to its lease at once, so that a caller elsewhere that needs no wake-up
-/// cannot take it first and the owner needs no try of its own. A grant that reaches an
-/// owner that no longer waits (its acquisition timed out or was dropped meanwhile) is
-/// handed on at once, and the waiter after it is told to try when the grant lapses, in
-/// case the one it was made for froze or died. Within one client, tasks line up and
-/// the lock goes from one to the next, for at most 8 hand-offs in a row while other
-/// clients wait; then it goes to them.
+/// cannot take it first and the owner needs no try of its own. A grant made to an owner
+/// that stopped waiting meanwhile (its acquisition timed out or was dropped) is given
+/// back by that owner's withdraw, which grants the lock on; and the waiter after it is
+/// told to try when the grant lapses, in case the one it was made for froze or died.
+/// Within one client, tasks line up and a release gives the lock to the next (a local
+/// grant), for at most 8 in a row while other clients wait; then it goes to them.
 /// [`try_lock`](Lock::try_lock), which does not wait, never registers. While a lock is
 /// granted, [`is_locked`](Lock::is_locked) reports it taken.
 ///

@@ -12,8 +12,8 @@
 //!   [`protocol::take_up`](crate::protocol::take_up).
 //! - **The grant is short** (100 ms): a chosen waiter that never takes it up (its process
 //!   froze, died or was cut off after its client received the message) holds the others
-//!   up no longer than that, and the next waiter was told to try when it lapses. The holder extends it to its lease with its renew script,
-//!   which touches only a hold that is still its own.
+//!   up no longer than that, and the next waiter was told to try when it lapses. The holder extends it to its lease with the extension
+//!   (`lock/scripts/extend.lua`), which touches only a hold that is still its own.
 //! - **Whoever hears `held:` holds a hold that exists.** The release writes the hold
 //!   before the message, and only for an owner whose client listens on that server: a
 //!   message also reaches a client still subscribed on a replica (after a failover),
@@ -45,7 +45,7 @@ use crate::sync::watchdog::Renewal;
 /// try again (see `lock/scripts/extend.lua`).
 ///
 /// (A client with `replica_acks` takes a grant with a try instead, see
-/// [`Grant::deadline`]'s callers, so the extension needs no `WAIT`.)
+/// [`protocol::take_up`](crate::protocol::take_up), so the extension needs no `WAIT`.)
 pub(crate) fn extend(
     backend: Backend,
     held: Arc<Held>,

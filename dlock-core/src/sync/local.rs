@@ -473,13 +473,13 @@ mod tests {
     use crate::scripts::catalog::lock::scripts;
     use crate::sync::release::{ReleaseJob, ReleaseOp, ReleaseQueue};
 
-    /// Lines whose give-back releases land in the returned queue.
+    /// Lines whose withdraws (a local grant given back) land in the returned queue.
     fn queues() -> (Arc<LocalQueues<()>>, ReleaseQueue) {
         let (releases, queue) = BackgroundReleases::new();
         (Arc::new(LocalQueues::new(releases)), queue)
     }
 
-    /// A give-back release named after the owner it gives back for.
+    /// A withdraw named after the owner it gives the hold back for.
     fn withdraw() -> OwnerRelease {
         Arc::new(|field: &str| ReleaseJob {
             name: field.into(),

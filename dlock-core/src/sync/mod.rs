@@ -33,8 +33,8 @@
 //! waiters, changes sent in batches (one `SUBSCRIBE` / `UNSUBSCRIBE` for every change
 //! queued, one `SSUBSCRIBE` per slot in a cluster), a channel kept subscribed 50 ms after
 //! its last waiter (`LINGER`); a lock's wake channel routes each message to the waiting
-//! owner it names (`OwnerWake`: try now, or when a grant to another lapses) and hands a message
-//! for an owner that no longer waits back (the lock's `leave`, an `OwnerRelease`), a shared channel
+//! owner it names (`OwnerWake`: try now, or when a grant to another lapses) and answers a message
+//! for an owner that no longer waits with the lock's `leave` (an `OwnerRelease`), a shared channel
 //! wakes one waiter per message (or every waiter that asks); `wait.rs`: the wait between
 //! tries (subscribe — an owner to every channel a hand-off to it can come by, before its
 //! first try when they are subscribed already —, nap until a message, the time the busy
@@ -42,7 +42,7 @@
 //! how long a waiter sleeps without a message (its primitive's interval, spaced out to
 //! about a thousand rechecks a second per client when many tasks wait); `watchdog.rs`:
 //! batched renewals, and one renewal outside its rounds (`renew_once`: a multi-lock's early
-//! holds, a grant's extension); `release.rs`: running, retrying, logging and replaying a release, with
+//! holds); `release.rs`: running, retrying, logging and replaying a release, with
 //! the releasing client's `NextInLine` (a local task waits next; it may keep the lock) and the
 //! script's `NextHolder` answer, and `BackgroundReleases`, the queue of releases nobody
 //! awaits, counted until Redis answered each (`LockClient::shutdown`); `retry.rs`: when a

@@ -4,15 +4,16 @@
 //!
 //! Two kinds of channel:
 //! - **A lock's wake channel for this client** (the lock, the multi-lock and the fair
-//!   lock): a release names the one waiting owner it passes the lock to, given
+//!   lock): a release names the one waiting owner it grants the lock to
 //!   (`held:<µs>:<token>:<owner>`, see `sync::grant`), or tells an owner whose client
 //!   does not listen on that server to try (`pass:<owner>`, see
 //!   `lock/scripts/handoff.lua`), and publishes on that owner's client's channel only, so
 //!   one release costs at most one try at Redis however many clients wait. The message
-//!   wakes that owner's waiter alone, with the grant for it to take. A message for an owner that no longer waits here (cancelled,
-//!   timed out, or not yet subscribed) is handed back at once: the lock goes to the next
-//!   waiter (the primitive's [`OwnerRelease`] release), so a hand-off never idles until a
-//!   recheck. `next:<ms>:<owner>` asks the owner to try when the grant made to
+//!   wakes that owner's waiter alone, with the grant for it to take. A message for an
+//!   owner that no longer waits here (its acquisition ended) is answered at once with
+//!   the lock's `leave` (the primitive's [`OwnerRelease`]): the owner leaves the
+//!   registry and a free lock is granted on, so a hand-off never idles until a recheck.
+//!   A message for a live owner that does not listen yet waits for it. `next:<ms>:<owner>` asks the owner to try when the grant made to
 //!   another lapses, `<ms>` ms from now, `wake:<owner>` to try again now (the
 //!   lock's expiry moved closer), and `lost:<owner>` tells the client that one of its
 //!   holds was deleted: all reach the channel's watchers too. The fair lock sends only
@@ -306,7 +307,7 @@ impl PubSubService {
     ///
     /// `command_timeout` bounds every subscribe and unsubscribe: on a half-open connection
     /// they would wait forever, and with them every waiter's wake-up. Messages meant for
-    /// an owner that no longer waits are handed back through `releases`.
+    /// an owner that no longer waits are answered with its `leave` through `releases`.
     pub(crate) fn start(
         backend: Backend,
         releases: BackgroundReleases,
@@ -1002,7 +1003,7 @@ fn notify(shared: &Weak<Shared>, channel: &str, payload: Option<&str>) {
         .get(channel)
         .and_then(|channel| channel.deliver(payload, &shared.live_owners));
     if let Some(job) = unheard {
-        tracing::debug!(%channel, "dlock: a hand-off reached no waiter here; passing it on");
+        tracing::debug!(%channel, "dlock: a message reached no waiter here; leaving");
         shared.releases.send(job);
     }
 }

@@ -34,14 +34,14 @@
 -- (the common release has none, and every argument costs a Lua string per call):
 -- ARGV[7]  that task's owner field (a fresh owner id, which has never tried in Redis)
 -- ARGV[8]  '1' when that task may have the lock next even if others wait (the client's
---          bound on consecutive local hand-offs is not reached), else '0'
+--          bound on consecutive local grants is not reached), else '0'
 -- ARGV[9]  the lease in ms of that task (as acquire.lua's ARGV[1])
 -- ARGV[10] '1': mint a fencing token for that task; '0': no token
 --
 -- Returns -1 when there is nothing of the owner's to give back (or the key holds another
 -- type, or another kind's lock), n > 0 when the owner still holds it n times, and when the
--- lock is now free of the owner: 0 if nobody else waits for it (or it was passed on by
--- a 'withdraw'); {0, 'given', token} when the task of ARGV[7] holds it now, as if its own
+-- lock is now free of the owner: 0 if nobody it could go to waits for it;
+-- {0, 'given', token} when the task of ARGV[7] holds it now, as if its own
 -- acquire had taken it (its hold, its lease from now, its token, the last element only
 -- with ARGV[10] = '1'), and nobody else waited; {0, 'kept', token} when that task holds
 -- it and others wait (they were not told); or {0, 'passed'} when the lock went to the
