@@ -47,7 +47,19 @@ pub const DELAY_MS: u64 = 10;
 /// expiry is a time the clock must be past), and the delays the run injected (the
 /// network is instantaneous otherwise).
 pub fn takeable_bound_ms(config: &Config) -> u64 {
-    GRANT_MS + 1 + u64::from(config.delays + config.late_replies + config.late_requests) * DELAY_MS
+    // Two processes frozen with their connections open can be a grant's owner and its
+    // runner-up: nobody acts on the grant's lapse, and the waiters behind them try at the
+    // end of their nap, their recheck or the lease they found (docs/PROTOCOL.md, "What
+    // always holds": liveness).
+    let lapse_told = if config.freezes >= 2 {
+        let longest_lease = config.leases_ms.iter().max().copied().unwrap_or(0);
+        GRANT_MS.max(config.recheck_ms.min(longest_lease))
+    } else {
+        GRANT_MS
+    };
+    lapse_told
+        + 1
+        + u64::from(config.delays + config.late_replies + config.late_requests) * DELAY_MS
 }
 
 /// The wake channel of `client` for lock `lock`.

@@ -76,6 +76,24 @@ fn three_clients_with_a_freeze_a_cancel_and_a_delay() {
     );
 }
 
+/// Four clients, two of which freeze with their connections open: they can be a grant's
+/// owner and the runner-up told to try when it lapses, so nobody acts on the lapse, and
+/// the live waiter behind them tries when its nap ends (its recheck here, shorter than
+/// the lease it found). The liveness bound of this world is that nap, not the grant's
+/// 100 ms (docs/PROTOCOL.md, "What always holds"); with one freeze it is the grant's.
+#[test]
+fn four_clients_two_of_which_freeze() {
+    explore(
+        Config {
+            clients: 4,
+            freezes: 2,
+            recheck_ms: 200,
+            ..Config::default()
+        },
+        1_000_000,
+    );
+}
+
 /// Two owners of one client in its local line beside another client: local grants by
 /// the release's own script, the line's next task trying when the lock went elsewhere,
 /// an owner that gives up in the line or while the release names it, a late message and
