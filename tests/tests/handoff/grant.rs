@@ -336,6 +336,10 @@ async fn a_grant_across_a_moved_route_is_taken_with_a_try() {
     granted.unlock().await.unwrap();
 }
 
+/// How long after a release a live waiter with a 10 s recheck must be served: a waiter
+/// left to its recheck fails.
+const SERVED_WITHIN: Duration = Duration::from_secs(2);
+
 /// Registers `owners` as waiting for the lock `name` ahead of everyone (scores older than
 /// any real registration), as clients that were there before: gone ones, or one that
 /// froze (a listener that never acts).
@@ -356,36 +360,42 @@ fn register_ahead(server: &RedisServer, name: &str, owners: &[String]) {
         .unwrap();
 }
 
-/// Registers `ahead` as waiting for the lock `name` before a live waiter of a client with
-/// a 10 s recheck, releases the lock, and returns how long after the release the live
-/// waiter was served (failing past 2 s: it was left to its recheck). `listening` is a
-/// client id whose wake channel a bare connection listens on meanwhile (a frozen client).
+/// Registers `ahead` as waiting for the lock `name` before a live waiter of `waiter` (a
+/// client with a 10 s recheck unless given), releases the lock, and returns how long after
+/// the release the live waiter was served (failing past `within`: it was left to its
+/// recheck). `listening` are client ids whose wake channels a bare connection listens on
+/// meanwhile (frozen clients: counted as listening, they never act).
 async fn served_behind(
     server: &RedisServer,
     name: &str,
     ahead: &[String],
-    listening: Option<&str>,
+    listening: &[&str],
+    waiter: Option<LockClient>,
+    within: Duration,
 ) -> Duration {
     let holder = LockClient::connect(&server.url()).await.unwrap();
     let guard = holder.lock(name).lock().await.unwrap();
     let mut listener = server.connection();
-    if let Some(client) = listening {
+    for client in listening {
         redis::cmd("SUBSCRIBE")
             .arg(dlock_tests::keys::LockKeys::new("", name).wake_channel(client))
             .exec(&mut listener)
             .unwrap();
     }
     register_ahead(server, name, ahead);
-    let waiter = slow_recheck(&server.url()).await;
+    let waiter = match waiter {
+        Some(waiter) => waiter,
+        None => slow_recheck(&server.url()).await,
+    };
     let lock = waiter.lock(name);
     let task = tokio::spawn(async move { lock.lock().await.unwrap() });
     registered(server, name, ahead.len() + 1).await;
 
     let released = Instant::now();
     guard.unlock().await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(2), task)
+    let granted = tokio::time::timeout(within, task)
         .await
-        .expect("the live waiter was left to its recheck")
+        .expect("the live waiter was not served in time")
         .unwrap();
     let took = released.elapsed();
     granted.unlock().await.unwrap();
@@ -400,7 +410,7 @@ async fn served_behind(
 async fn waiters_behind_a_hundred_gone_clients_are_told() {
     let server = RedisServer::start();
     let gone: Vec<String> = (0..100).map(|i| format!("gone{i}:1")).collect();
-    let took = served_behind(&server, "{crowd}", &gone, None).await;
+    let took = served_behind(&server, "{crowd}", &gone, &[], None, SERVED_WITHIN).await;
     eprintln!("behind 100 gone clients: served {took:?} after the release");
     assert!(
         took < Duration::from_secs(1),
@@ -427,11 +437,44 @@ async fn waiters_behind_a_hundred_gone_clients_are_told() {
 async fn the_runner_up_of_a_frozen_grantee_is_of_another_client() {
     let server = RedisServer::start();
     let frozen = ["frozen:1".to_owned(), "frozen:2".to_owned()];
-    let took = served_behind(&server, "{thaw}", &frozen, Some("frozen")).await;
+    let took = served_behind(&server, "{thaw}", &frozen, &["frozen"], None, SERVED_WITHIN).await;
     eprintln!("behind a frozen client's two waiters: served {took:?} after the release");
     // The grant to the frozen waiter lasts 100 ms; then the live one is served.
     assert!(
         took >= Duration::from_millis(90) && took < Duration::from_secs(1),
+        "served {took:?} after the release"
+    );
+}
+
+/// Two clients that froze with their connections open (both count as listening, neither
+/// acts) registered ahead of a live waiter: the release grants the lock to the first and
+/// tells the second, of another client, to try when the grant lapses, and nobody acts on
+/// the lapse. The live waiter, told nothing, tries when its nap ends: at its recheck
+/// (`max_wait_recheck`, 1 s by default), not at the end of the 30 s lease it found. This is
+/// the bound docs/PROTOCOL.md gives for two frozen processes at the head of the waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_two_frozen_clients_a_waiter_is_served_at_its_recheck() {
+    let server = RedisServer::start();
+    let frozen = ["frozen-a:1".to_owned(), "frozen-b:1".to_owned()];
+    let recheck = Duration::from_secs(1);
+    let waiter = LockClient::builder()
+        .max_wait_recheck(recheck)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let took = served_behind(
+        &server,
+        "{thaw2}",
+        &frozen,
+        &["frozen-a", "frozen-b"],
+        Some(waiter),
+        recheck + SERVED_WITHIN,
+    )
+    .await;
+    eprintln!("behind two frozen clients: served {took:?} after the release");
+    // Not before the grant to the first frozen client lapsed.
+    assert!(
+        took >= Duration::from_millis(90),
         "served {took:?} after the release"
     );
 }
