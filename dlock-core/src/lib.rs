@@ -61,14 +61,7 @@ pub mod limits {
     pub use crate::client::REGISTRATION_TTL;
     pub use crate::lease::{MAX_COMMAND_TIMEOUT, MAX_LEASE};
     pub use crate::names::MAX_NAME_LEN;
-
-    /// The most holders a semaphore or a read-write lock has at once: its grants or its
-    /// owners (readers, or the writer) across every client. One more is refused with
-    /// [`LockError::TooManyHolders`](crate::LockError::TooManyHolders). The bound keeps
-    /// every script call short: a semaphore's permits in use and a read-write lock's
-    /// live readers are counted over all of its holders in one call, which Redis runs
-    /// while every other client waits (about 1 µs per holder).
-    pub const MAX_HOLDERS: usize = 1024;
+    pub use crate::scripts::MAX_HOLDERS;
 }
 
 pub mod admin {
