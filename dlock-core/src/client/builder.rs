@@ -117,7 +117,10 @@ impl LockClientBuilder {
     }
 
     /// A waiter re-checks the lock at least this often even without an unlock message,
-    /// bounding the cost of a lost pub/sub message. Default 1 s.
+    /// bounding the cost of a lost pub/sub message, and of two double faults the
+    /// hand-off's messages cannot cover (two processes frozen at the head of a lock's
+    /// waiters, or a releasing process that dies behind 64 dead ones: docs/PROTOCOL.md).
+    /// Default 1 s.
     ///
     /// A recheck is a try, so a client with many waiting tasks spaces their rechecks out
     /// to about a thousand a second in all: each task's interval is this one, or its share
