@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Makes the Rust toolchain pinned in rust-toolchain.toml available without downloading.
+# Makes the Rust toolchain pinned in rust-toolchain.toml available, downloading it only
+# when nothing on the machine can stand in for it.
 #
 # The pin exists for macros-ui/tests/ui/*.stderr: trybuild compares compiler messages
-# word for word, and they change between Rust versions. rustup would download the pinned
-# version, but CI cannot download: its machine has one toolchain, `stable`. When stable's
-# rustc is exactly the pinned version, this links it under the pinned name (rustup's own
-# `toolchain link` refuses official names, so the link is made in $RUSTUP_HOME/toolchains);
-# otherwise it fails and says what to do. Idempotent.
+# word for word, and they change between Rust versions. CI cannot download: its machine
+# has one toolchain, `stable`. When stable's rustc is exactly the pinned version, this
+# links it under the pinned name (rustup's own `toolchain link` refuses official names,
+# so the link is made in $RUSTUP_HOME/toolchains). Otherwise (a developer's machine with
+# another stable) it installs the pinned version with rustup, and fails saying what to
+# do only when that fails too. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,8 +45,13 @@ if [ "$stable" = "$pinned" ]; then
     exit 0
 fi
 
+echo "toolchain.sh: installing Rust $pinned (pinned by rust-toolchain.toml; stable is ${stable:-missing})"
+if RUSTUP_AUTO_INSTALL=1 rustup toolchain install "$pinned" --profile minimal -c rustfmt -c clippy; then
+    exit 0
+fi
+
 cat >&2 <<MESSAGE
-toolchain.sh: rust-toolchain.toml pins Rust $pinned, which is not installed, and this
+toolchain.sh: rust-toolchain.toml pins Rust $pinned, which could not be installed, and this
 machine's stable toolchain is ${stable:-missing}, so it cannot stand in for it.
 The pin keeps macros-ui/tests/ui/*.stderr (compiler messages, compared word for word)
 valid. Either

@@ -183,9 +183,9 @@ impl LockClientBuilder {
     /// ([`LockClient::fenced`](crate::LockClient::fenced)).
     ///
     /// It stays off by default. In a measured Sentinel failover under four workers adding
-    /// 1 under the lock, about 700–800 of 10,000 acknowledged increments were lost with
-    /// the old master's branch by default, 269–574 with one of two replicas asked for
-    /// (0.87–0.94 × the throughput), none with both (but 0.08–0.09 × the throughput over
+    /// 1 under the lock, 678–802 of about 10,000 acknowledged increments were lost with
+    /// the old master's branch by default, 269–656 with one of two replicas asked for
+    /// (0.87–0.94 × the throughput), none with both (but 0.06–0.09 × the throughput over
     /// a run that includes the ~10 s until the old master was a replica again).
     ///
     /// Not available with a Redis Cluster (`connect_to` reports [`LockError::Config`]).
