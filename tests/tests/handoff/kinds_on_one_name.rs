@@ -211,3 +211,66 @@ async fn every_pair_of_kinds_on_one_name_excludes_as_the_table_says() {
 // ---------------------------------------------------------------------------------------
 // 11. `wait` bounds every primitive while Redis is down.
 // ---------------------------------------------------------------------------------------
+
+/// Which family a kind's holds belong to: a name held by one family is refused to another
+/// with [`LockError::KindMismatch`](dlock::LockError::KindMismatch); within a family
+/// (a lock and a multi-lock over its name, a read and a write lock) a call waits.
+fn family(kind: Kind) -> Option<&'static str> {
+    match kind {
+        Kind::Lock | Kind::Multi => Some("lock"),
+        Kind::Fair => Some("fair"),
+        Kind::Read | Kind::Write => Some("rw"),
+        Kind::Semaphore => None,
+    }
+}
+
+/// A name held as one kind fails an acquisition of another family at once with
+/// `LockError::KindMismatch` naming both kinds, as the README promises, rather than
+/// waiting out its 10 s for a release it would never hear of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_kind_on_a_held_name_is_refused_at_once_with_kind_mismatch() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (a, b) = (
+        LockClient::connect(&url).await.unwrap(),
+        LockClient::connect(&url).await.unwrap(),
+    );
+    let mut checked = 0;
+    for (i, &first) in KINDS.iter().enumerate() {
+        for (j, &second) in KINDS.iter().enumerate() {
+            let (Some(held_as), Some(asked_as)) = (family(first), family(second)) else {
+                continue;
+            };
+            if held_as == asked_as {
+                continue;
+            }
+            let name = format!("{{mismatch-{i}-{j}}}n");
+            let other = format!("{{mismatch-{i}-{j}}}o");
+            let held = take(first, &a, &name, &other, Duration::from_secs(1))
+                .await
+                .unwrap_or_else(|e| panic!("{first:?} on a free name: {e}"));
+            let started = std::time::Instant::now();
+            let refused = take(second, &b, &name, &other, Duration::from_secs(10)).await;
+            let took = started.elapsed();
+            match refused {
+                Err(dlock::LockError::KindMismatch {
+                    requested, found, ..
+                }) => {
+                    assert_ne!(requested, found, "{first:?} then {second:?}");
+                }
+                Err(other) => {
+                    panic!("{first:?} then {second:?}: refused with {other}, not KindMismatch")
+                }
+                Ok(_) => panic!("{first:?} then {second:?}: the second kind took a held name"),
+            }
+            assert!(
+                took < Duration::from_secs(2),
+                "{first:?} then {second:?}: refused after {took:?}, not at once"
+            );
+            held.unlock().await.unwrap();
+            checked += 1;
+        }
+    }
+    // lock, multi, fair, read, write: 5 × 5 pairs less the 9 within a family.
+    assert_eq!(checked, 16);
+}
