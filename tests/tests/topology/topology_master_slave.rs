@@ -34,3 +34,65 @@ async fn master_slave_mode_from_its_sample_file() {
     }
     guard.unlock().await.unwrap();
 }
+
+/// The master/replicas topology has no automatic failover (README, "What each mode does
+/// under failover"): with the master unresponsive (stopped with SIGSTOP, its replica up
+/// and in sync), an acquisition fails once `failover_wait` is spent, with an error that
+/// names the master, and nothing of it reaches the replica; once the master answers
+/// again, the same client locks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_master_down_locks_are_unavailable_until_it_is_back() {
+    use std::time::{Duration, Instant};
+
+    use dlock::{ErrorKind, LockClient, Topology};
+
+    let set = RedisReplicaSet::start(1);
+    let topology = Topology::master_replicas(set.master_url(), set.replica_urls());
+    let client = LockClient::builder()
+        .failover_wait(Duration::from_secs(1))
+        .command_timeout(Duration::from_millis(500))
+        .connect_to(&topology)
+        .await
+        .unwrap();
+    client
+        .lock("ms-down")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    // The release's deletion on the replica too, before the master stops.
+    set.wait_replicated();
+
+    set.master.pause();
+    let started = Instant::now();
+    let outcome = client
+        .lock("ms-down")
+        .try_lock_for(Duration::from_secs(30))
+        .await;
+    let took = started.elapsed();
+    set.master.resume();
+    let error = match outcome {
+        Ok(_) => panic!("locked with the master down (on a replica?)"),
+        Err(error) => error,
+    };
+    eprintln!("master down: failed after {took:?}: {error}");
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+    assert!(
+        error.to_string().contains(&set.master.port().to_string()),
+        "the error does not name the master: {error}"
+    );
+    // failover_wait (1 s) plus a command timeout (0.5 s), with room for a loaded machine;
+    // far under the 30 s the call would have waited for a release.
+    assert!(took < Duration::from_secs(5), "failed after {took:?}");
+    let on_replica: bool = set.replicas[0].connection().exists("ms-down").unwrap();
+    assert!(!on_replica, "the lock reached the replica");
+
+    let guard = client
+        .lock("ms-down")
+        .try_lock_for(Duration::from_secs(10))
+        .await
+        .expect("the master is back: the lock works again");
+    guard.unlock().await.unwrap();
+}
