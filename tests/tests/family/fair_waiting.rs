@@ -1,6 +1,7 @@
 //! The fair lock in one process's view: live waiters keep their place through a long
 //! hold, re-entries release through the fair path (and the last one wakes the head), a
-//! client's waiters share one wake channel, and the lock keeps a non-atomic counter exact.
+//! client's waiters share one wake channel, waiters whose queue was lost queue again, and
+//! the lock keeps a non-atomic counter exact.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -393,4 +394,65 @@ async fn bad_names_and_durations_are_refused_before_redis() {
         .unlock()
         .await
         .unwrap();
+}
+
+/// The README's promise for a failover that loses a fair lock's queue: its waiters'
+/// entries are re-made by their next try. The queue and its deadlines are deleted while
+/// three waiters of another client wait (as a promotion of a replica that never got them
+/// would leave them); the holder's release then wakes nobody, and each waiter, trying at
+/// its recheck, queues again and gets the lock in turn. Fails if a waiter counts on an
+/// entry it no longer has (it would wait out its 20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_whose_queue_was_lost_queue_again_and_get_the_lock() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiting = LockClient::builder()
+        .max_wait_recheck(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let lock = waiting.fair_lock("lost-queue");
+    let guard = holder.fair_lock("lost-queue").lock().await.unwrap();
+    let (served, mut serving) = tokio::sync::mpsc::unbounded_channel();
+    for id in 0..3 {
+        let (lock, served) = (lock.clone(), served.clone());
+        tokio::spawn(async move {
+            let outcome = lock.try_lock_for(Duration::from_secs(20)).await;
+            let _ = served.send((
+                id,
+                outcome.as_ref().map(|_| ()).map_err(ToString::to_string),
+            ));
+            if let Ok(guard) = outcome {
+                guard.unlock().await.unwrap();
+            }
+        });
+    }
+    wait_queue_len(&lock, 3).await;
+
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let queue_keys: Vec<String> = conn.keys("dlock:fair:*").await.unwrap();
+    assert!(
+        queue_keys.len() >= 2,
+        "the queue and its deadlines: {queue_keys:?}"
+    );
+    let _: () = conn.del(&queue_keys).await.unwrap();
+    assert_eq!(lock.queue_len().await.unwrap(), 0);
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+
+    for _ in 0..3 {
+        let (id, outcome) = tokio::time::timeout(Duration::from_secs(10), serving.recv())
+            .await
+            .expect("a waiter of the lost queue was not served within 10 s")
+            .unwrap();
+        outcome.unwrap_or_else(|e| panic!("waiter {id}: {e}"));
+    }
+    let took = released.elapsed();
+    eprintln!("three waiters of a lost queue served within {took:?} of the release");
+    // Each waiter finds the free lock at its next recheck (300 ms) at the latest.
+    assert!(took < Duration::from_secs(5), "served after {took:?}");
 }
