@@ -8,8 +8,9 @@ use crate::kind::LockKind;
 
 /// What went wrong with a lock operation.
 ///
-/// Every variant names the lock (as given to [`LockClient::lock`](crate::LockClient::lock),
-/// without the key prefix) so a log line says which resource was affected.
+/// A variant about one lock names it (as given to [`LockClient::lock`](crate::LockClient::lock),
+/// without the key prefix) so a log line says which resource was affected; one about the
+/// client, its settings or its server names those instead.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
@@ -295,8 +296,9 @@ pub enum LockError {
         keys: Vec<(String, u16)>,
     },
 
-    /// A [`MultiGuard`](crate::MultiGuard)'s unlock could not release every lock; the
-    /// others were released. Each failure is what that lock's own unlock reported: a
+    /// A [`MultiGuard`](crate::MultiGuard)'s unlock could not release every lock, and not
+    /// because every hold was gone (that is [`LockError::NotHeld`]): the locks it does not
+    /// list were released. Each failure is what that lock's own unlock reported: a
     /// [`LockError::NotHeld`] means its lease ran out or it was force-unlocked before the
     /// unlock, a Redis error means its release is retried in the background.
     #[error("multi-lock unlock failed for {} lock(s): {}", failures.len(), shown_failures(failures))]
@@ -618,13 +620,14 @@ pub enum ErrorKind {
     /// A fenced write presented a token older than one the record has seen
     /// ([`LockError::StaleToken`]): this holder lost its lock.
     StaleToken,
-    /// A multi-lock's unlock released some locks and not others
+    /// A multi-lock's unlock failed for some of its locks
     /// ([`LockError::PartialUnlock`]).
     PartialUnlock,
     /// The application or the server is not set up for the call: no global client
     /// registered ([`LockError::NoClient`]), dlock's function library missing
-    /// ([`LockError::FunctionLibraryMissing`]), or another dlock version's layout in use
-    /// ([`LockError::LayoutMismatch`]).
+    /// ([`LockError::FunctionLibraryMissing`]), another dlock version's layout in use
+    /// ([`LockError::LayoutMismatch`]), or a Redis user without a command the scripts
+    /// need ([`LockError::MissingCommands`]).
     Setup,
 }
 

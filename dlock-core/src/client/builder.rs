@@ -125,10 +125,11 @@ impl LockClientBuilder {
     /// A recheck is a try, so a client with many waiting tasks spaces their rechecks out
     /// to about a thousand a second in all: each task's interval is this one, or its share
     /// of that rate (1 ms per waiting task, spread over half to one and a half times
-    /// that), whichever is longer; at most an hour, and for a fair lock and a waiting
-    /// writer at most what keeps their queue entry alive (a third of its timeout). Each
-    /// try keeps the waiter registered for three of its intervals and a second, so a
-    /// release still reaches it at once. Unspaced, 100,000 waiting tasks with the default
+    /// that, at most an hour), whichever is longer; for a fair lock and a waiting writer
+    /// at most what keeps their queue entry alive (a third of its timeout). Each try keeps
+    /// the waiter registered for three of its intervals and a second (at most a day, so
+    /// an interval over 8 h lets a waiter's registration lapse before its next try: it
+    /// then depends on the lock's expiry), so a release still reaches it at once. Unspaced, 100,000 waiting tasks with the default
     /// would send 100,000 tries a second, all a server can run.
     #[must_use]
     pub fn max_wait_recheck(mut self, interval: Duration) -> Self {
@@ -178,8 +179,8 @@ impl LockClientBuilder {
     /// held locks run out at their deadline.
     ///
     /// Applies to the reentrant lock, the fair lock, both sides of the read-write lock,
-    /// the semaphore, the multi-lock (a same-slot set is then taken one lock after
-    /// another, each confirmed) and fenced writes
+    /// the semaphore, the multi-lock (a same-slot set's script is followed by one `WAIT`
+    /// for all its locks) and fenced writes
     /// ([`LockClient::fenced`](crate::LockClient::fenced)).
     ///
     /// It stays off by default. In a measured Sentinel failover under four workers adding
@@ -189,7 +190,8 @@ impl LockClientBuilder {
     /// a run that includes the ~10 s until the old master was a replica again).
     ///
     /// Not available with a Redis Cluster (`connect_to` reports [`LockError::Config`]).
-    /// `replicas` must be at least 1 and `within` between 1 ms and the command timeout.
+    /// `replicas` must be at least 1 and `within` at least 1 ms and shorter than the
+    /// command timeout.
     #[must_use]
     pub fn replica_acks(mut self, replicas: u32, within: Duration) -> Self {
         self.replica_acks = Some(ReplicaAcks { replicas, within });
@@ -396,7 +398,12 @@ impl LockClientBuilder {
     /// prefix (the first client of a prefix records its layout version in
     /// `dlock:layout:<key prefix>`; every later one checks it),
     /// [`LockError::MissingCommands`] when the Redis user may not run a command dlock
-    /// needs (see [`check_permissions`](LockClientBuilder::check_permissions)).
+    /// needs (see [`check_permissions`](LockClientBuilder::check_permissions)),
+    /// [`LockError::FunctionLibraryMissing`] when dlock's function library is not loaded
+    /// and functions are asked for (or, by default, the user may not load scripts
+    /// either), and for [`replica_acks`](LockClientBuilder::replica_acks)
+    /// [`LockError::Config`] with a cluster or 0 replicas and [`LockError::InvalidDuration`]
+    /// for a `within` out of its bounds.
     ///
     /// # Panics
     ///

@@ -142,8 +142,13 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`LockError::Config`](crate::LockError::Config) for a malformed address, [`LockError::Connect`](crate::LockError::Connect) when the
-    /// server cannot be reached within the connect timeout.
+    /// [`LockError::Config`](crate::LockError::Config) for a malformed address,
+    /// [`LockError::Connect`](crate::LockError::Connect) when the server cannot be reached
+    /// within the connect timeout, and the set-up errors of
+    /// [`LockClientBuilder::connect`](crate::LockClientBuilder::connect):
+    /// [`LockError::LayoutMismatch`](crate::LockError::LayoutMismatch),
+    /// [`LockError::MissingCommands`](crate::LockError::MissingCommands) and
+    /// [`LockError::FunctionLibraryMissing`](crate::LockError::FunctionLibraryMissing).
     ///
     /// # Cancel safety
     ///

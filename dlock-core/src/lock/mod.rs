@@ -65,7 +65,10 @@ use crate::sync::verbs::acquisition_verbs;
 /// client still listens (one try at Redis per release, however many wait; a waiter whose
 /// process died is passed over): it gives that owner the lock, a hold of 100 ms which the
 /// owner extends to its lease at once, so that a caller elsewhere that needs no wake-up
-/// cannot take it first and the owner needs no try of its own. A grant made to an owner
+/// cannot take it first and the owner needs no try of its own (it takes the grant with a
+/// try where it cannot count on it as it is: with `replica_acks`, a lease under 100 ms,
+/// too little of the grant left, its route to Redis moved, or a fencing token it wants
+/// and the grant lacks, see docs/PROTOCOL.md). A grant made to an owner
 /// that stopped waiting meanwhile (its acquisition timed out or was dropped) is given
 /// back by that owner's withdraw, which grants the lock on; and the waiter after it is
 /// told to try when the grant lapses, in case the one it was made for froze or died.

@@ -108,9 +108,10 @@ impl MultiGuard {
     /// # Errors
     ///
     /// The contract of every guard's `unlock`: [`LockError::NotHeld`] (naming every lock,
-    /// joined by `", "`) when no lock of the set was held any more. When some were
-    /// released and others failed, [`LockError::PartialUnlock`] lists every lock whose
-    /// release failed, with what its own [`LockGuard::unlock`] reported.
+    /// joined by `", "`) when no lock of the set was held any more. Otherwise, when any
+    /// release failed, [`LockError::PartialUnlock`] lists every lock whose release failed,
+    /// with what its own [`LockGuard::unlock`] reported; the locks it does not list were
+    /// released (one that failed with a Redis error is retried in the background).
     ///
     /// # Cancel safety
     ///

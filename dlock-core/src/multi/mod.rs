@@ -36,10 +36,10 @@ use crate::sync::verbs::acquisition_verbs;
 /// - **Same-slot** ([`MultiLock::same_slot`]): every name on one client and every key in
 ///   one cluster slot (give them a common hash tag: `order:{42}:items`,
 ///   `order:{42}:payment`). One script takes them all or none, atomically; keys in
-///   different slots are refused at construction ([`LockError::CrossSlot`]). Two cases
-///   take the locks one after another instead, as sequential mode does: inside the scope
-///   of a guard of one of them (so that one is re-entered), and on a client with
-///   `replica_acks` (so that each acquisition is confirmed by the replicas' `WAIT`).
+///   different slots are refused at construction ([`LockError::CrossSlot`]). Inside the
+///   scope of a guard of one of them the locks are taken one after another instead, as
+///   sequential mode does (so that one is re-entered). On a client with `replica_acks`
+///   the script is followed by one `WAIT` that confirms every lock it took.
 /// - **Sequential** ([`MultiLock::sequential`]): any locks. They are taken one after the
 ///   other in one canonical order, sorted by deployment, then by key, so that two
 ///   multi-locks over overlapping sets can never wait for each other in a cycle: whoever

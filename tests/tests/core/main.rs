@@ -10,6 +10,7 @@ mod bad_input;
 mod client_drop;
 mod client_name;
 mod command_budget;
+mod default_wait;
 mod exclusion;
 mod fence_pause;
 mod fence_sql;
